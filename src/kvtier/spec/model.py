@@ -1,0 +1,130 @@
+"""What a model is, as far as memory is concerned: KV geometry and parameter groups.
+
+These types are the contract between the spec layer (which builds them from a Hugging Face
+`config.json` or a catalog entry) and everything above it (budget, logs, cache, sim).
+Engine-specific byte counts (cell sizes, page sizes) live in `kvtier.budget`, not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class AttentionKind(StrEnum):
+    MHA = "mha"  # multi-head, grouped-query and multi-query: per-head K and V
+    MLA = "mla"  # multi-head latent: one compressed latent per token per layer, not split by TP
+
+
+class LayerKind(StrEnum):
+    FULL = "full"
+    SLIDING = "sliding"  # attends to the last `sliding_window` tokens
+    CHUNKED = "chunked"  # attends within chunks of `attention_chunk_size` tokens (Llama 4)
+
+
+@dataclass(frozen=True, slots=True)
+class KVGeometry:
+    """Per-layer KV shape of the attention layers that hold a KV cache.
+
+    MHA/GQA: each layer stores `num_kv_heads` heads of K (`head_dim`) and V (`v_head_dim`).
+    MLA: each layer stores one latent of `kv_lora_rank + qk_rope_head_dim` elements;
+    `num_kv_heads` is 1, `head_dim` is that latent width and `v_head_dim` is 0.
+    """
+
+    kind: AttentionKind
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    layer_kinds: tuple[LayerKind, ...]
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_kinds)
+
+    @property
+    def num_full_layers(self) -> int:
+        return sum(1 for k in self.layer_kinds if k is LayerKind.FULL)
+
+    @property
+    def num_local_layers(self) -> int:
+        return self.num_layers - self.num_full_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.num_local_layers > 0
+
+    def kv_heads_per_rank(self, tp: int) -> int:
+        """KV heads one tensor-parallel rank holds; heads are replicated when tp > heads."""
+        if self.kind is AttentionKind.MLA:
+            return 1
+        return max(1, self.num_kv_heads // tp)
+
+    def elements_per_token_per_layer(self, tp: int) -> int:
+        """KV elements one rank stores for one token in one layer."""
+        if self.kind is AttentionKind.MLA:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return self.kv_heads_per_rank(tp) * (self.head_dim + self.v_head_dim)
+
+
+@dataclass(frozen=True, slots=True)
+class ParamGroup:
+    """A named block of parameters with how it is stored and split.
+
+    `count` is the number of parameters in the checkpoint; `active` is how many of them one
+    token touches (equal to `count` except for routed experts). `sharded` groups are split
+    across tensor-parallel ranks; the rest are replicated on every rank. `quantized` groups are
+    stored in the checkpoint's quantized format; the rest stay in the model dtype.
+    """
+
+    name: str
+    count: int
+    active: int
+    sharded: bool
+    quantized: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Quantization:
+    """Weight storage format: bits per weight plus per-group scale overhead."""
+
+    method: str  # "none", "fp8", "int4", "awq", "gptq", "mxfp4", "nvfp4", ...
+    bits: int
+    group_size: int = 0  # 0: no per-group scales
+    scale_bits: int = 0  # bits of one group scale (+ zero point when the format has one)
+
+    @property
+    def bytes_per_param(self) -> float:
+        scales = self.scale_bits / self.group_size if self.group_size else 0.0
+        return (self.bits + scales) / 8
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    model_id: str  # canonical Hugging Face id, or the path it was read from
+    architecture: str  # first entry of `architectures`, e.g. "DeepseekV3ForCausalLM"
+    kv: KVGeometry
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    vocab_size: int
+    context_length: int  # max_position_embeddings (after rope scaling where the config says so)
+    dtype: str  # model dtype, e.g. "bfloat16"
+    quantization: Quantization | None
+    params: tuple[ParamGroup, ...]
+    num_experts: int = 0
+    experts_per_token: int = 0
+    draft_layers: int = 0  # num_nextn_predict_layers (MTP heads shipped with the checkpoint)
+    multimodal: bool = False
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def total_params(self) -> int:
+        return sum(g.count for g in self.params)
+
+    @property
+    def active_params(self) -> int:
+        return sum(g.active for g in self.params)
