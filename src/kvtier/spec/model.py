@@ -120,6 +120,9 @@ class ModelSpec:
     draft_layers: int = 0  # num_nextn_predict_layers (MTP heads shipped with the checkpoint)
     multimodal: bool = False
     aliases: tuple[str, ...] = field(default=())
+    # tensors the engines derive from the weights while loading (RoPE cos/sin cache, MLA
+    # absorbed projections): not checkpoint parameters, but inside the engines' weight figure
+    load_buffers: tuple[ParamGroup, ...] = field(default=())
 
     @property
     def total_params(self) -> int:

@@ -1,0 +1,164 @@
+"""ModelSpec from a Hugging Face `config.json`: KV geometry, parameter groups, quantization.
+
+Only architectures whose attention layout is known are accepted; anything else (linear-attention
+or mamba hybrids, unknown `layer_types`, new MLA variants) raises UnsupportedModel naming the
+field and value, because a wrong KV geometry silently corrupts every number downstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvtier.errors import UnsupportedModel
+from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec, ParamGroup
+from kvtier.spec.params import VISION_TOWER, decoder_params, load_buffers, moe_layout
+from kvtier.spec.quant import parse_quantization
+from kvtier.spec.vision import vision_params
+
+# Decoder-only architectures and multimodal wrappers (decoder under `text_config`) understood here
+TEXT_ARCHITECTURES = frozenset({
+    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
+    "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GptOssForCausalLM",
+})
+WRAPPER_ARCHITECTURES = frozenset({
+    "KimiK25ForConditionalGeneration", "Gemma3ForConditionalGeneration",
+    "Llama4ForConditionalGeneration",
+})
+_LAYER_TYPES = {
+    "full_attention": LayerKind.FULL,
+    "sliding_attention": LayerKind.SLIDING,
+    "chunked_attention": LayerKind.CHUNKED,
+}
+_TIED_BY_DEFAULT = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
+
+
+def model_from_config(config: Mapping[str, Any], model_id: str) -> ModelSpec:
+    """Build the ModelSpec of `config` (a parsed config.json); `model_id` names it in output."""
+    archs = config.get("architectures")
+    if not archs:
+        raise UnsupportedModel(f"{model_id}: config.json has no `architectures` field")
+    arch = str(archs[0])
+    if arch not in TEXT_ARCHITECTURES and arch not in WRAPPER_ARCHITECTURES:
+        raise UnsupportedModel(f"{model_id}: unsupported architectures entry {arch!r}")
+    text: Mapping[str, Any] = config
+    if arch in WRAPPER_ARCHITECTURES:
+        text = config.get("text_config") or {}
+        if not text:
+            raise UnsupportedModel(f"{model_id}: {arch} config has no `text_config`")
+    try:
+        return _build(arch, config, _with_tie(arch, config, text), model_id)
+    except KeyError as exc:
+        raise UnsupportedModel(f"{model_id}: config lacks field {exc.args[0]!r}") from None
+
+
+def _with_tie(arch: str, config: Mapping[str, Any], text: Mapping[str, Any]) -> dict[str, Any]:
+    # wrappers state tying at the top level; the text config's own default may differ
+    tie = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
+    if tie is None:
+        tie = arch in _TIED_BY_DEFAULT
+    return {**text, "tie_word_embeddings": bool(tie)}
+
+
+def _build(
+    arch: str, config: Mapping[str, Any], text: Mapping[str, Any], model_id: str
+) -> ModelSpec:
+    kv = kv_geometry(arch, text)
+    qcfg = config.get("quantization_config") or text.get("quantization_config")
+    quant, quantized = parse_quantization(qcfg, int(text["hidden_size"]))
+    prefix = "language_model." if arch in WRAPPER_ARCHITECTURES else ""
+    params: tuple[ParamGroup, ...] = decoder_params(arch, text, quantized, prefix)
+    vision = config.get("vision_config") if arch in WRAPPER_ARCHITECTURES else None
+    if vision:
+        count = vision_params(arch, vision, int(text["hidden_size"]))
+        params += (ParamGroup(VISION_TOWER, count, count, False,
+                              quantized("vision_tower.encoder.blocks.0.mlp.fc0", True)),)
+    _, experts, top_k, _ = moe_layout(arch, text)
+    dtype = text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") \
+        or config.get("dtype")
+    if not dtype:
+        raise UnsupportedModel(f"{model_id}: config states no `torch_dtype`")
+    context = text.get("max_position_embeddings") or text.get("seq_length")
+    if not context:
+        raise UnsupportedModel(f"{model_id}: config states no `max_position_embeddings`")
+    return ModelSpec(
+        model_id=model_id,
+        architecture=arch,
+        kv=kv,
+        num_hidden_layers=int(text["num_hidden_layers"]),
+        hidden_size=int(text["hidden_size"]),
+        num_attention_heads=int(text["num_attention_heads"]),
+        vocab_size=int(text["vocab_size"]),
+        context_length=int(context),
+        dtype=str(dtype),
+        quantization=quant,
+        params=params,
+        num_experts=experts,
+        experts_per_token=top_k,
+        draft_layers=int(text.get("num_nextn_predict_layers") or 0),
+        multimodal=bool(vision),
+        load_buffers=load_buffers(arch, text),
+    )
+
+
+def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
+    """KV shape of every decoder layer of `arch` from its text config."""
+    n = int(text["num_hidden_layers"])
+    kinds = _layer_kinds(arch, text, n)
+    window = text.get("sliding_window") if LayerKind.SLIDING in kinds else None
+    chunk = text.get("attention_chunk_size") if LayerKind.CHUNKED in kinds else None
+    if LayerKind.SLIDING in kinds and not window:
+        raise UnsupportedModel("sliding-window layers without a `sliding_window` size")
+    if text.get("kv_lora_rank"):
+        latent = int(text["kv_lora_rank"]) + int(text["qk_rope_head_dim"])
+        return KVGeometry(
+            kind=AttentionKind.MLA, num_kv_heads=1, head_dim=latent, v_head_dim=0,
+            layer_kinds=kinds, sliding_window=window, attention_chunk_size=chunk,
+            kv_lora_rank=int(text["kv_lora_rank"]),
+            qk_rope_head_dim=int(text["qk_rope_head_dim"]),
+        )
+    heads = int(text["num_attention_heads"])
+    head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
+    return KVGeometry(
+        kind=AttentionKind.MHA,
+        num_kv_heads=int(text.get("num_key_value_heads") or heads),
+        head_dim=head_dim,
+        v_head_dim=head_dim,
+        layer_kinds=kinds,
+        sliding_window=int(window) if window else None,
+        attention_chunk_size=int(chunk) if chunk else None,
+    )
+
+
+def _layer_kinds(arch: str, text: Mapping[str, Any], n: int) -> tuple[LayerKind, ...]:
+    types = text.get("layer_types")
+    if types is not None:
+        if len(types) != n:
+            raise UnsupportedModel(f"layer_types has {len(types)} entries for {n} layers")
+        unknown = sorted({t for t in types if t not in _LAYER_TYPES})
+        if unknown:
+            raise UnsupportedModel(f"unsupported layer_types entry {unknown[0]!r}")
+        return tuple(_LAYER_TYPES[t] for t in types)
+    if arch == "GptOssForCausalLM":
+        raise UnsupportedModel("gpt-oss config without `layer_types`")
+    if arch == "Gemma2ForCausalLM":
+        # Gemma 2 alternates, starting with a sliding-window layer
+        return tuple(LayerKind.SLIDING if i % 2 == 0 else LayerKind.FULL for i in range(n))
+    if arch in ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"):
+        pattern = int(text.get("sliding_window_pattern", 6))
+        return tuple(LayerKind.FULL if (i + 1) % pattern == 0 else LayerKind.SLIDING
+                     for i in range(n))
+    if arch == "Llama4ForConditionalGeneration" and text.get("attention_chunk_size"):
+        # RoPE layers attend within chunks; every no-RoPE layer attends globally
+        rope = text.get("no_rope_layers")
+        if not rope:
+            interval = int(text.get("no_rope_layer_interval", 4))
+            rope = [int((i + 1) % interval != 0) for i in range(n)]
+        return tuple(LayerKind.CHUNKED if r else LayerKind.FULL for r in rope)
+    if text.get("use_sliding_window"):
+        raise UnsupportedModel("unsupported use_sliding_window true (per-layer windows)")
+    if arch in ("MistralForCausalLM", "MixtralForCausalLM") and text.get("sliding_window"):
+        return (LayerKind.SLIDING,) * n
+    return (LayerKind.FULL,) * n

@@ -1,0 +1,189 @@
+"""Parameter groups of a decoder from its (text) config: counts, TP split and quantization.
+
+Counts follow the Hugging Face module layout of each architecture family; the split follows
+how SGLang and vLLM build the layers (vocab-parallel embedding and lm_head, column/row-parallel
+projections, TP-sharded experts; the MLA down-projections `q_a_proj` + `kv_a_proj_with_mqa`,
+norms and the MoE router are replicated). A representative HF module name for each group is
+matched against the checkpoint's quantization rules to decide whether it is stored quantized.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvtier.errors import UnsupportedModel
+from kvtier.spec.model import ParamGroup
+from kvtier.spec.quant import ModuleFilter
+
+EMBEDDING = "embedding"
+ATTENTION = "attention"  # q/o projections (MHA) or the TP-sharded MLA up-projections
+ATTENTION_KV = "attention_kv"  # k/v projections: replicated across ranks once tp > kv heads
+ATTENTION_LATENT = "attention_latent"  # MLA q_a_proj + kv_a_proj_with_mqa, replicated
+DENSE_MLP = "dense_mlp"
+ROUTED_EXPERTS = "routed_experts"
+SHARED_EXPERTS = "shared_experts"
+ROUTER = "router"
+NORMS = "norms"
+LM_HEAD = "lm_head"
+VISION_TOWER = "vision_tower"
+ROPE_CACHE = "rope_cache"
+MLA_ABSORBED = "mla_absorbed"
+
+# Architectures whose MLP modules sit under `block_sparse_moe` / `feed_forward` rather than `mlp`
+_MLP_PREFIX = {
+    "MixtralForCausalLM": "block_sparse_moe",
+    "Llama4ForConditionalGeneration": "feed_forward",
+}
+_GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
+_QK_NORM = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM",
+            "Gemma3ForConditionalGeneration")
+
+
+def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int, int]:
+    """Per layer whether its MLP is a MoE block, plus experts, experts per token, shared experts."""
+    n = int(text["num_hidden_layers"])
+    experts = int(text.get("n_routed_experts") or text.get("num_local_experts")
+                  or text.get("num_experts") or 0)
+    if experts == 0:
+        return [False] * n, 0, 0, 0
+    top_k = int(text.get("num_experts_per_tok") or text.get("experts_per_token") or 0)
+    if top_k <= 0:
+        raise UnsupportedModel("MoE config without num_experts_per_tok")
+    shared = int(text.get("n_shared_experts") or 0)
+    if arch.startswith("Deepseek") or arch.startswith("KimiK"):
+        first_dense = int(text.get("first_k_dense_replace", 0))
+        freq = int(text.get("moe_layer_freq", 1))
+        moe = [i >= first_dense and i % freq == 0 for i in range(n)]
+    elif arch == "Qwen3MoeForCausalLM":
+        step = int(text.get("decoder_sparse_step", 1))
+        dense_only = set(text.get("mlp_only_layers") or [])
+        moe = [i not in dense_only and (i + 1) % step == 0 for i in range(n)]
+    elif arch == "Llama4ForConditionalGeneration":
+        step = int(text.get("interleave_moe_layer_step", 1))
+        moe = [(i + 1) % step == 0 for i in range(n)]
+        shared = 1  # every Llama 4 MoE block carries one shared expert
+    elif arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
+        moe = [True] * n
+    else:
+        raise UnsupportedModel(f"unsupported MoE architecture {arch!r}")
+    return moe, experts, top_k, shared
+
+
+def decoder_params(
+    arch: str,
+    text: Mapping[str, Any],
+    quantized: ModuleFilter,
+    prefix: str = "",
+) -> tuple[ParamGroup, ...]:
+    """Parameter groups of the text decoder (no MTP/draft layers: engines load those apart)."""
+    h = int(text["hidden_size"])
+    n = int(text["num_hidden_layers"])
+    vocab = int(text["vocab_size"])
+    heads = int(text["num_attention_heads"])
+    mlp = _MLP_PREFIX.get(arch, "mlp")
+    moe, experts, top_k, n_shared = moe_layout(arch, text)
+    first_moe = moe.index(True) if any(moe) else 0
+    first_dense = moe.index(False) if not all(moe) else 0
+    layer = f"{prefix}model.layers"
+
+    groups: list[ParamGroup] = []
+
+    def add(name: str, count: int, sharded: bool, module: str, linear: bool = True,
+            active: int | None = None) -> None:
+        if count:
+            groups.append(ParamGroup(name, count, count if active is None else active, sharded,
+                                     quantized(module, linear)))
+
+    add(EMBEDDING, vocab * h, True, f"{prefix}model.embed_tokens", linear=False)
+    norms = n * (4 if arch in _GEMMA else 2) * h + h
+    if text.get("kv_lora_rank"):
+        q_lora = int(text.get("q_lora_rank") or 0)
+        kv_lora = int(text["kv_lora_rank"])
+        rope = int(text["qk_rope_head_dim"])
+        nope = int(text["qk_nope_head_dim"])
+        v = int(text["v_head_dim"])
+        latent = h * (kv_lora + rope) + (h * q_lora if q_lora else 0)
+        q_up = q_lora * heads * (nope + rope) if q_lora else h * heads * (nope + rope)
+        up = q_up + kv_lora * heads * (nope + v) + heads * v * h
+        add(ATTENTION_LATENT, n * latent, False, f"{layer}.0.self_attn.kv_a_proj_with_mqa")
+        add(ATTENTION, n * up, True, f"{layer}.0.self_attn.kv_b_proj")
+        norms += n * (q_lora + kv_lora)
+    else:
+        kv_heads = int(text.get("num_key_value_heads") or heads)
+        hd = int(text.get("head_dim") or h // heads)
+        qkv_bias = arch.startswith("Qwen2") or bool(text.get("attention_bias"))
+        o_bias = bool(text.get("attention_bias")) and not arch.startswith("Qwen2")
+        sinks = heads if arch == "GptOssForCausalLM" else 0
+        q_o = 2 * h * heads * hd + (heads * hd if qkv_bias else 0) + (h if o_bias else 0) + sinks
+        kv = 2 * h * kv_heads * hd + (2 * kv_heads * hd if qkv_bias else 0)
+        add(ATTENTION, n * q_o, True, f"{layer}.0.self_attn.q_proj")
+        add(ATTENTION_KV, n * kv, True, f"{layer}.0.self_attn.k_proj")
+        if arch in _QK_NORM:
+            norms += n * 2 * hd
+
+    n_moe = sum(moe)
+    dense_inter = int(text.get("intermediate_size_mlp") or text.get("intermediate_size") or 0)
+    add(DENSE_MLP, (n - n_moe) * 3 * h * dense_inter, True,
+        f"{layer}.{first_dense}.{mlp}.down_proj")
+    if n_moe:
+        inter = int(text.get("moe_intermediate_size") or text["intermediate_size"])
+        per_expert = 3 * h * inter
+        if arch == "GptOssForCausalLM":
+            per_expert += 2 * inter + h  # gate_up and down biases
+        experts_module = f"{layer}.{first_moe}.{mlp}.experts.0.down_proj"
+        add(ROUTED_EXPERTS, n_moe * experts * per_expert, True, experts_module,
+            active=n_moe * top_k * per_expert)
+        add(SHARED_EXPERTS, n_moe * n_shared * 3 * h * inter, True,
+            f"{layer}.{first_moe}.{mlp}.shared_experts.down_proj")
+        router_bias = experts if arch == "GptOssForCausalLM" or text.get(
+            "topk_method") == "noaux_tc" else 0
+        router = "router" if arch in ("GptOssForCausalLM", "Llama4ForConditionalGeneration") \
+            else "gate"
+        # DeepSeek's MoEGate is not an nn.Linear; the others' routers are
+        add(ROUTER, n_moe * (experts * h + router_bias), False,
+            f"{layer}.{first_moe}.{mlp}.{router}", linear=not arch.startswith(("Deepseek", "Kimi")))
+    add(NORMS, norms, False, f"{prefix}model.norm", linear=False)
+    if not text.get("tie_word_embeddings", False):
+        add(LM_HEAD, vocab * h, True, f"{prefix}lm_head")
+    return tuple(groups)
+
+
+def load_buffers(arch: str, text: Mapping[str, Any]) -> tuple[ParamGroup, ...]:
+    """Tensors SGLang and vLLM build from the config or the weights while loading.
+
+    - RoPE cos/sin cache (`get_rope` -> `RotaryEmbedding._compute_cos_sin_cache`, one cache of
+      [positions, rotary_dim] in the model dtype, shared by the layers): positions are
+      max_position_embeddings, times the factor for linear scaling, and
+      original_max_position_embeddings x factor for YaRN (`YaRNScalingRotaryEmbedding`,
+      `DeepseekScalingRotaryEmbedding`). Gemma 3's sliding-window layers add a second,
+      unscaled cache (`rope_local_base_freq`). The cache spans the configured length whatever
+      the serving context length.
+    - MLA: a second copy of `kv_b_proj` split per head for the absorbed decode path (vLLM
+      `MLACommonImpl.process_weights_after_loading`: W_UK_T, W_UV; SGLang
+      `DeepseekV2ForCausalLM.post_load_weights`: w_kc, w_vc), TP-sharded by head.
+    """
+    scaling = text.get("rope_scaling") or {}
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    positions = int(text["max_position_embeddings"])
+    if kind == "linear":
+        positions = int(positions * float(scaling["factor"]))
+    elif kind == "yarn":
+        positions = int(int(scaling["original_max_position_embeddings"]) * float(scaling["factor"]))
+    elif kind not in ("default", "llama3"):
+        raise UnsupportedModel(f"unsupported rope_scaling type {kind!r}")
+    heads = int(text["num_attention_heads"])
+    buffers = []
+    if text.get("kv_lora_rank"):
+        rotary = int(text["qk_rope_head_dim"])
+        absorbed = int(text["kv_lora_rank"]) * heads * (
+            int(text["qk_nope_head_dim"]) + int(text["v_head_dim"]))
+        n = int(text["num_hidden_layers"])
+        buffers.append(ParamGroup(MLA_ABSORBED, n * absorbed, n * absorbed, True, False))
+    else:
+        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
+        rotary = int(head_dim * float(text.get("partial_rotary_factor", 1.0)))
+    cache = positions * rotary
+    if arch in ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"):
+        cache += int(text["max_position_embeddings"]) * rotary
+    return (ParamGroup(ROPE_CACHE, cache, cache, False, False), *buffers)
