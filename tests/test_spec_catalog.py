@@ -12,9 +12,15 @@ from kvtier.spec import catalog
 from kvtier.spec.catalog import catalog_ids, model_for_architecture, resolve_model
 
 DEV_LOG_MODELS = [
-    "moonshotai/Kimi-K2.5", "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B", "Qwen/Qwen3-14B",
-    "Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-7B-Instruct", "deepseek-ai/DeepSeek-V2-Lite-Chat",
-    "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+    "moonshotai/Kimi-K2.5",
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "Qwen/Qwen3-8B",
+    "Qwen/Qwen3-14B",
+    "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen2.5-7B-Instruct",
+    "deepseek-ai/DeepSeek-V2-Lite-Chat",
+    "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic",
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
 ]
 
 
@@ -106,25 +112,32 @@ def test_snapshot_path_names_its_repo(tmp_path: Path) -> None:
     ("path", "model_id"),
     [
         # model paths as logs from other machines print them (S08 and S04 in shared/cases)
-        ("/home/dell/.cache/huggingface/hub/models--Qwen--Qwen3-14B/snapshots/"
-         "40c069824f4251a91eefaf281ebe4c544efd3e18", "Qwen/Qwen3-14B"),
-        ("/sgl-workspace/models/DeepSeek-R1-Distill-Qwen-7B",
-         "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"),
+        (
+            "/home/dell/.cache/huggingface/hub/models--Qwen--Qwen3-14B/snapshots/"
+            "40c069824f4251a91eefaf281ebe4c544efd3e18",
+            "Qwen/Qwen3-14B",
+        ),
+        (
+            "/sgl-workspace/models/DeepSeek-R1-Distill-Qwen-7B",
+            "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+        ),
     ],
 )
 def test_foreign_paths_fall_back_to_the_catalog(path: str, model_id: str) -> None:
     assert resolve_model(path).model_id == model_id
 
 
-def test_other_orgs_models_are_not_taken_for_catalog_ones(monkeypatch: pytest.MonkeyPatch,
-                                                         tmp_path: Path) -> None:
+def test_other_orgs_models_are_not_taken_for_catalog_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(KvtierError, match="closest catalog ids: Qwen/Qwen3-8B"):
         resolve_model("someone/Qwen3-8B")
 
 
-def test_unknown_model_names_the_closest_ids(monkeypatch: pytest.MonkeyPatch,
-                                             tmp_path: Path) -> None:
+def test_unknown_model_names_the_closest_ids(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(KvtierError) as err:
         resolve_model("llama-3.1-8x")
@@ -137,7 +150,11 @@ def test_unknown_model_names_the_closest_ids(monkeypatch: pytest.MonkeyPatch,
 def test_model_for_architecture() -> None:
     assert model_for_architecture("KimiK25ForConditionalGeneration") == ["moonshotai/Kimi-K2.5"]
     assert model_for_architecture("Qwen3ForCausalLM") == [
-        "Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B", "Qwen/Qwen3-8B"]
+        "Qwen/Qwen3-0.6B",
+        "Qwen/Qwen3-14B",
+        "Qwen/Qwen3-32B",
+        "Qwen/Qwen3-8B",
+    ]
     assert model_for_architecture("NoSuchForCausalLM") == []
 
 

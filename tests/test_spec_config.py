@@ -73,7 +73,12 @@ def test_kv_geometry(model_id: str) -> None:
     kind, layers, kv_heads, head_dim, full, local = GEOMETRY[model_id]
     kv = catalog.resolve_model(model_id).kv
     assert (kv.kind.value, kv.num_layers, kv.num_kv_heads, kv.head_dim, kv.num_full_layers) == (
-        kind, layers, kv_heads, head_dim, full)
+        kind,
+        layers,
+        kv_heads,
+        head_dim,
+        full,
+    )
     assert (kv.sliding_window or kv.attention_chunk_size) == local
     if kind == "mla":
         assert (kv.kv_lora_rank, kv.qk_rope_head_dim, kv.v_head_dim) == (512, 64, 0)
@@ -127,7 +132,11 @@ def test_kimi_k25_only_routed_experts_are_int4() -> None:
     assert [name for name, (_, q) in groups.items() if q] == [ROUTED_EXPERTS]
     # SGLang's fused q_a/kv_a projection, the router, norms and the MoonViT tower are replicated
     assert [name for name, (s, _) in groups.items() if not s] == [
-        ATTENTION_LATENT, ROUTER, NORMS, VISION_TOWER]
+        ATTENTION_LATENT,
+        ROUTER,
+        NORMS,
+        VISION_TOWER,
+    ]
     assert spec.multimodal and (spec.num_experts, spec.experts_per_token) == (384, 8)
 
 
@@ -156,20 +165,49 @@ def test_compressed_tensors_fp8_channel_spares_lm_head() -> None:
 @pytest.mark.parametrize(
     ("qcfg", "method", "bytes_per_param"),
     [
-        ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
-         "awq", (4 + 20 / 128) / 8),
-        ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False},
-         "gptq", (4 + 20 / 128) / 8),
-        ({"quant_method": "modelopt",
-          "quantization": {"quant_algo": "NVFP4", "group_size": 16,
-                           "exclude_modules": ["lm_head"]}},
-         "nvfp4", (4 + 8 / 16) / 8),
+        (
+            {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+            "awq",
+            (4 + 20 / 128) / 8,
+        ),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False},
+            "gptq",
+            (4 + 20 / 128) / 8,
+        ),
+        (
+            {
+                "quant_method": "modelopt",
+                "quantization": {
+                    "quant_algo": "NVFP4",
+                    "group_size": 16,
+                    "exclude_modules": ["lm_head"],
+                },
+            },
+            "nvfp4",
+            (4 + 8 / 16) / 8,
+        ),
         ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8", 1.0),
-        ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-          "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-              "num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}}},
-          "ignore": ["lm_head"]},
-         "nvfp4", (4 + 8 / 16) / 8),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "format": "nvfp4-pack-quantized",
+                "config_groups": {
+                    "group_0": {
+                        "targets": ["Linear"],
+                        "weights": {
+                            "num_bits": 4,
+                            "type": "float",
+                            "strategy": "tensor_group",
+                            "group_size": 16,
+                        },
+                    }
+                },
+                "ignore": ["lm_head"],
+            },
+            "nvfp4",
+            (4 + 8 / 16) / 8,
+        ),
     ],
 )
 def test_quantization_formats(qcfg: dict[str, Any], method: str, bytes_per_param: float) -> None:
@@ -177,14 +215,20 @@ def test_quantization_formats(qcfg: dict[str, Any], method: str, bytes_per_param
     spec = model_from_config(config, "q")
     assert spec.quantization is not None
     assert (spec.quantization.method, spec.quantization.bytes_per_param) == (
-        method, pytest.approx(bytes_per_param))
+        method,
+        pytest.approx(bytes_per_param),
+    )
     quantized = {g.name for g in spec.params if g.quantized}
     assert quantized == {ATTENTION, ATTENTION_KV, DENSE_MLP}
 
 
 def test_modules_to_not_convert_is_honoured() -> None:
-    qcfg = {"quant_method": "gptq", "bits": 4, "group_size": 128,
-            "modules_to_not_convert": ["model.layers.*.self_attn"]}
+    qcfg = {
+        "quant_method": "gptq",
+        "bits": 4,
+        "group_size": 128,
+        "modules_to_not_convert": ["model.layers.*.self_attn"],
+    }
     spec = model_from_config(_config("qwen2.5-7b") | {"quantization_config": qcfg}, "q")
     assert {g.name for g in spec.params if g.quantized} == {DENSE_MLP}
 
@@ -198,19 +242,32 @@ def test_tied_embeddings_have_no_lm_head() -> None:
 @pytest.mark.parametrize(
     ("model_id", "edit", "named"),
     [
-        ("qwen3-8b", lambda c: c.update(architectures=["Qwen3NextForCausalLM"]),
-         "'Qwen3NextForCausalLM'"),
-        ("gpt-oss-20b", lambda c: c["layer_types"].__setitem__(3, "linear_attention"),
-         "layer_types entry 'linear_attention'"),
+        (
+            "qwen3-8b",
+            lambda c: c.update(architectures=["Qwen3NextForCausalLM"]),
+            "'Qwen3NextForCausalLM'",
+        ),
+        (
+            "gpt-oss-20b",
+            lambda c: c["layer_types"].__setitem__(3, "linear_attention"),
+            "layer_types entry 'linear_attention'",
+        ),
         ("qwen2.5-7b", lambda c: c.update(use_sliding_window=True), "use_sliding_window"),
         ("qwen3-8b", lambda c: c.pop("architectures"), "architectures"),
         ("qwen3-8b", lambda c: c.pop("hidden_size"), "'hidden_size'"),
         ("qwen3-8b", lambda c: c.pop("torch_dtype"), "torch_dtype"),
-        ("qwen3-8b", lambda c: c.update(quantization_config={"quant_method": "bitsandbytes"}),
-         "quant_method 'bitsandbytes'"),
-        ("kimi-k2.5", lambda c: c["text_config"]["quantization_config"]["config_groups"].update(
-            group_1={"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}),
-         "config_groups"),
+        (
+            "qwen3-8b",
+            lambda c: c.update(quantization_config={"quant_method": "bitsandbytes"}),
+            "quant_method 'bitsandbytes'",
+        ),
+        (
+            "kimi-k2.5",
+            lambda c: c["text_config"]["quantization_config"]["config_groups"].update(
+                group_1={"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}
+            ),
+            "config_groups",
+        ),
         ("gpt-oss-20b", lambda c: c.pop("layer_types"), "layer_types"),
     ],
 )

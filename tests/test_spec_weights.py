@@ -47,16 +47,18 @@ _COLUMNS = ("model", "tp", "logged", "case", "line", "slack")
 
 
 @pytest.mark.parametrize(_COLUMNS, GOLDEN)
-def test_weights_match_the_engines(model: str, tp: int, logged: float, case: str, line: str,
-                                   slack: float) -> None:
+def test_weights_match_the_engines(
+    model: str, tp: int, logged: float, case: str, line: str, slack: float
+) -> None:
     estimate = weight_bytes(resolve_model(model), tp).total_gib
     # never above the log (beyond its 0.01 rounding): every counted tensor is in the figure
     assert -0.005 <= logged - estimate <= slack
 
 
 @pytest.mark.parametrize(_COLUMNS, GOLDEN)
-def test_golden_figures_are_the_logged_ones(model: str, tp: int, logged: float, case: str,
-                                            line: str, slack: float) -> None:
+def test_golden_figures_are_the_logged_ones(
+    model: str, tp: int, logged: float, case: str, line: str, slack: float
+) -> None:
     cases = SHARED / "cases"
     if not cases.is_dir():
         pytest.skip("shared/cases not present")

@@ -1,0 +1,118 @@
+"""`kvtier report`: one self-contained HTML file from a startup log and a simulation sweep.
+
+It runs `kvtier explain LOG --json` and, when asked, `kvtier simulate ... --json` in this
+process, and draws their JSON: the same contract automation reads, so the report never shows a
+number the commands would not print. Saved `--json` output can be drawn too (`--from`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+from typing import Any
+
+from kvtier.errors import KvtierError
+
+KINDS = ("plan", "advise", "explain", "simulate")
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="write an HTML report with charts (memory, capacity, simulation)",
+        description="Write one self-contained HTML file (no network needed to view or print it): "
+        "per-GPU memory, KV capacity against context length with the options to grow it, and "
+        "a simulation sweep. Everything after --simulate is passed to `kvtier simulate`.",
+    )
+    parser.add_argument("log", nargs="?", help="engine startup log to explain")
+    parser.add_argument("-o", "--output", required=True, help="HTML file to write")
+    parser.add_argument("--title", help="report title (default: from the model)")
+    parser.add_argument(
+        "--from",
+        dest="saved",
+        action="append",
+        default=[],
+        metavar="KIND=FILE",
+        help=f"draw saved --json output of a command ({', '.join(KINDS)}); repeatable",
+    )
+    parser.add_argument(
+        "--simulate",
+        nargs=argparse.REMAINDER,
+        default=None,
+        metavar="ARGS",
+        help="run `kvtier simulate ARGS --json` and add its results (must come last)",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvtier.report.html import write_html
+
+    payloads: dict[str, dict[str, Any]] = {}
+    for spec in args.saved:
+        kind, payload = saved_payload(spec)
+        payloads[kind] = payload
+    if args.log:
+        payloads["explain"] = command_json(["explain", args.log])
+    if args.simulate is not None:
+        if not args.simulate:
+            raise KvtierError("report: --simulate needs the arguments for `kvtier simulate`")
+        payloads["simulate"] = command_json(["simulate", *args.simulate])
+    if not payloads:
+        raise KvtierError("report: give a LOG, --simulate ARGS or --from KIND=FILE")
+    title = args.title or default_title(payloads)
+    size = write_html(args.output, payloads, title=title)
+    print(f"wrote {args.output} ({size / 1000:.0f} kB): {', '.join(payloads)}")
+    return 0
+
+
+def saved_payload(spec: str) -> tuple[str, dict[str, Any]]:
+    """Read `KIND=FILE`, the saved `--json` output of `kvtier KIND`."""
+    kind, sep, path = spec.partition("=")
+    if not sep or kind not in KINDS:
+        raise KvtierError(f"report: --from wants KIND=FILE with KIND one of {', '.join(KINDS)}")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise KvtierError(f"report: cannot read {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise KvtierError(f"report: {path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(data, dict):
+        raise KvtierError(f"report: {path} holds no JSON object")
+    return kind, data
+
+
+def command_json(argv: list[str]) -> dict[str, Any]:
+    """Run `kvtier ARGV --json` in this process and return the object it printed."""
+    from kvtier.cli import build_parser
+
+    parser = build_parser()
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            args = parser.parse_args([*argv, "--json"])
+    except SystemExit as exc:
+        if not exc.code:  # --help: argparse printed it to stdout
+            raise
+        last = errors.getvalue().strip().splitlines()[-1:] or ["bad arguments"]
+        raise KvtierError(f"report: {last[0]}") from exc
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = int(args.run(args) or 0)
+    if code != 0:
+        raise KvtierError(f"report: `kvtier {' '.join(argv)}` exited with status {code}")
+    try:
+        data = json.loads(out.getvalue())
+    except json.JSONDecodeError as exc:
+        raise KvtierError(f"report: `kvtier {argv[0]} --json` printed no JSON") from exc
+    return data
+
+
+def default_title(payloads: dict[str, dict[str, Any]]) -> str:
+    from kvtier.report.html_sections import model_name
+
+    names = [model_name(p) for p in payloads.values() if model_name(p)]
+    return f"kvtier report: {names[0]}" if names else "kvtier report"

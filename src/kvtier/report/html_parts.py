@@ -1,0 +1,68 @@
+"""Building blocks of the HTML report: sections, tables, figures, and strict payload access."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+from kvtier.errors import KvtierError
+
+Payload = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One titled part of the report; `body` is trusted HTML built by this module."""
+
+    key: str
+    title: str
+    body: str
+
+
+def need(payload: Payload, key: str, where: str) -> Any:
+    """`payload[key]`, or a KvtierError naming what is missing from which payload."""
+    if key not in payload or payload[key] is None:
+        raise KvtierError(f"report: the {where} data has no '{key}'")
+    return payload[key]
+
+
+def tokens(value: float) -> str:
+    return f"{int(value):,}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
+    """A plain table; cells are escaped here, so callers pass text, never markup."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    attr = f' class="{cls}"' if cls else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def figure(heading: str, svg: str, caption: str) -> str:
+    return (
+        f'<figure class="chart-figure"><h3>{escape(heading)}</h3>{svg}'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
+    )
+
+
+LINE_EXCERPT = 150  # characters of a long log line shown; its line number leads to the rest
+
+
+def excerpt(text: str, value: object) -> str:
+    """A long log line cut around where it states `value` (as `=value` or `='value'`)."""
+    if len(text) <= LINE_EXCERPT:
+        return text
+    at = max(text.find(f"={value}"), text.find(f"='{value}'"), 0)
+    start = max(0, min(at - LINE_EXCERPT // 3, len(text) - LINE_EXCERPT))
+    cut = text[start : start + LINE_EXCERPT]
+    return ("..." if start else "") + cut + ("..." if start + LINE_EXCERPT < len(text) else "")
+
+
+def source_text(source: Any, value: object = None) -> str:
+    """A source as text: a formula string, or a log line `{line, text, rank}` excerpted."""
+    if not isinstance(source, dict):
+        return str(source or "")
+    where = f"line {source['line']}: " if source.get("line") is not None else ""
+    return where + excerpt(str(source.get("text", "")), value)
