@@ -1,0 +1,117 @@
+"""A circuit breaker around a page store, so a failing store never stops the cache.
+
+    closed --failure--> open --delay elapsed--> half-open --success--> closed
+                         ^                          |
+                         +---------failure----------+   (delay doubles, up to max_delay_s)
+
+While the circuit is open no call reaches the store: lookups report misses (counted as
+`skipped`), writes are dropped (counted as `refused`). Each `StoreUnavailable` counts one error.
+The store behind the breaker comes back without intervention once it answers again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from kvtier.store.base import PageHash, PageStore, StoreCounters, StoreStats, StoreUnavailable
+
+
+class ResilientStore:
+    """Wraps `inner`; same interface, never raises `StoreUnavailable`."""
+
+    def __init__(
+        self,
+        inner: PageStore,
+        *,
+        base_delay_s: float = 0.5,
+        max_delay_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self.fingerprint = inner.fingerprint
+        self.base_delay_s = base_delay_s
+        self.max_delay_s = max_delay_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._open_until: float | None = None
+        self._counters = StoreCounters()
+        self.last_error: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """True while calls are being skipped."""
+        return self._open_until is not None and self._clock() < self._open_until
+
+    def put(self, hashes: Sequence[PageHash], payloads: Sequence[bytes]) -> int:
+        if not self._allow():
+            self._counters.add(refused=len(hashes))
+            return 0
+        try:
+            written = self.inner.put(hashes, payloads)
+        except StoreUnavailable as exc:
+            self._fail(exc)
+            self._counters.add(refused=len(hashes))
+            return 0
+        self._succeed()
+        return written
+
+    def get(self, hashes: Sequence[PageHash]) -> list[bytes | None]:
+        if self._allow():
+            try:
+                pages = self.inner.get(hashes)
+            except StoreUnavailable as exc:
+                self._fail(exc)
+            else:
+                self._succeed()
+                return pages
+        self._counters.add(skipped=len(hashes), misses=len(hashes), gets=len(hashes))
+        return [None] * len(hashes)
+
+    def exists_prefix(self, hashes: Sequence[PageHash]) -> int:
+        if not self._allow():
+            return 0
+        try:
+            found = self.inner.exists_prefix(hashes)
+        except StoreUnavailable as exc:
+            self._fail(exc)
+            return 0
+        self._succeed()
+        return found
+
+    def delete(self, hashes: Sequence[PageHash]) -> int:
+        if not self._allow():
+            return 0
+        try:
+            removed = self.inner.delete(hashes)
+        except StoreUnavailable as exc:
+            self._fail(exc)
+            return 0
+        self._succeed()
+        return removed
+
+    def stats(self) -> StoreStats:
+        """The inner store's counters plus errors, refusals and skips seen here."""
+        return self.inner.stats() + self._counters.snapshot()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def _allow(self) -> bool:
+        with self._lock:
+            return self._open_until is None or self._clock() >= self._open_until
+
+    def _fail(self, exc: StoreUnavailable) -> None:
+        with self._lock:
+            self._failures += 1
+            delay = min(self.base_delay_s * 2 ** (self._failures - 1), self.max_delay_s)
+            self._open_until = self._clock() + delay
+            self.last_error = str(exc)
+        self._counters.add(errors=1)
+
+    def _succeed(self) -> None:
+        with self._lock:
+            self._failures = 0
+            self._open_until = None

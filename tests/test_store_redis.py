@@ -1,0 +1,228 @@
+"""Redis store against real redis-server processes on loopback ports: round trips, damage,
+a server killed and restarted mid-run, a stalled server, out-of-memory, cluster addressing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvtier.errors import KvtierError
+from kvtier.store import open_store
+from kvtier.store.base import StoreUnavailable
+from kvtier.store.blob import encode_blob
+from kvtier.store.redis_store import RedisStore, page_key
+from kvtier.store.resilient import ResilientStore
+from store_support import FP, RedisServer, chain, needs_redis, payloads, running_redis
+
+TESTS = Path(__file__).resolve().parent
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_redis(tmp_path) as srv:
+        yield srv
+
+
+def _raw(server: RedisServer):
+    import redis
+
+    return redis.Redis.from_url(server.url)
+
+
+def test_keys_of_one_fingerprint_share_a_cluster_slot() -> None:
+    from redis.crc import key_slot
+
+    hashes = chain(64)
+    keys = [page_key("kvtier", FP, h) for h in hashes]
+    assert keys[0] == f"kvtier:{{{FP.digest.hex()}}}:{hashes[0].hex()}"
+    assert {key_slot(k.encode()) for k in keys} == {key_slot(FP.digest.hex().encode())}
+    other = dataclasses.replace(FP, tp_rank=1, tp_size=2)
+    assert page_key("kvtier", other, hashes[0]) != keys[0]
+
+
+def test_unknown_scheme_is_refused() -> None:
+    with pytest.raises(KvtierError, match="unknown store URL scheme"):
+        open_store("memcache://127.0.0.1:11211", FP)
+
+
+def test_missing_redis_py_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(KvtierError, match=r"kvtier\[redis\]"):
+        open_store("redis://127.0.0.1:6379/0", FP)
+
+
+def test_unreachable_server_is_misses_and_errors_not_exceptions() -> None:
+    from store_support import free_port
+
+    clock = Clock()
+    store = ResilientStore(
+        RedisStore(f"redis://127.0.0.1:{free_port()}/0", FP, timeout_s=0.2), clock=clock
+    )
+    hashes, blobs = chain(4), payloads(4)
+    assert store.put(hashes, blobs) == 0
+    assert store.get(hashes) == [None] * 4
+    assert store.exists_prefix(hashes) == 0
+    stats = store.stats()
+    assert stats.errors == 1  # the first failure opens the circuit; the rest are skipped
+    assert stats.refused == 4 and stats.skipped == 4
+    assert store.last_error is not None and "127.0.0.1" in store.last_error
+
+
+@needs_redis
+@pytest.mark.redis
+def test_round_trip_ttl_and_delete(server: RedisServer) -> None:
+    store = RedisStore(server.url, FP, ttl_s=600)
+    hashes, blobs = chain(20), payloads(20)
+    assert store.put(hashes[:16], blobs[:16]) == 16
+    assert store.exists_prefix(hashes) == 16
+    assert store.get(hashes) == blobs[:16] + [None] * 4
+    raw = _raw(server)
+    ttls = [raw.pttl(store.key(h)) for h in hashes[:16]]
+    assert ttls[-1] > 590_000 and ttls == sorted(ttls, reverse=True)  # the tail expires first
+    assert store.delete(hashes[:2]) == 2
+    assert store.exists_prefix(hashes) == 0
+    stats = store.stats()
+    assert (stats.puts, stats.hits, stats.misses, stats.bytes_read) == (16, 16, 4, 16 * 4096)
+
+
+@needs_redis
+@pytest.mark.redis
+def test_damaged_and_foreign_values_are_dropped(server: RedisServer) -> None:
+    store = RedisStore(server.url, FP)
+    hashes, blobs = chain(3), payloads(3)
+    store.put(hashes, blobs)
+    raw = _raw(server)
+    good = raw.get(store.key(hashes[0]))
+    raw.set(store.key(hashes[0]), good[: len(good) - 100])
+    other = dataclasses.replace(FP, kv_dtype="float16")
+    raw.set(store.key(hashes[2]), encode_blob(other.digest, hashes[2], blobs[2]))
+    assert store.get(hashes) == [None, blobs[1], None]
+    assert (store.stats().corrupt, store.stats().foreign) == (1, 1)
+    assert raw.exists(store.key(hashes[0]), store.key(hashes[2])) == 0
+
+
+@needs_redis
+@pytest.mark.redis
+def test_server_killed_mid_run_and_restarted(server: RedisServer) -> None:
+    """SIGKILL at step 10, restart at step 20: every step completes, no page is ever wrong,
+    hits stop while the server is down and resume after it returns."""
+    clock = Clock()
+    store = ResilientStore(
+        RedisStore(server.url, FP, timeout_s=5), base_delay_s=1, max_delay_s=4, clock=clock
+    )
+    hits = {"before": 0, "down": 0, "after": 0}
+    wrong = 0
+    for step in range(40):
+        clock.now = float(step)
+        if step == 10:
+            server.kill()
+        if step == 20:
+            server.start()  # same port, empty: no persistence
+        phase = "before" if step < 10 else "down" if step < 20 else "after"
+        hashes, blobs = chain(8, seed=step), payloads(8, seed=step)
+        store.put(hashes, blobs)
+        got = store.get(hashes)
+        wrong += sum(g is not None and g != b for g, b in zip(got, blobs, strict=True))
+        hits[phase] += sum(g is not None for g in got)
+    stats = store.stats()
+    assert wrong == 0
+    assert hits["before"] == 80 and hits["down"] == 0 and hits["after"] > 0
+    # failures at steps 10, 11, 13, 17 (backoff 1, 2, 4 s); step 21 reconnects
+    assert stats.errors == 4 and stats.corrupt == 0
+    assert not store.is_open
+
+
+@needs_redis
+@pytest.mark.redis
+def test_stalled_server_times_out_then_recovers(server: RedisServer) -> None:
+    clock = Clock()
+    store = ResilientStore(RedisStore(server.url, FP, timeout_s=0.5), clock=clock)
+    hashes, blobs = chain(4), payloads(4)
+    store.put(hashes, blobs)
+    server.pause()  # SIGSTOP: connections accept but nothing answers
+    try:
+        assert store.get(hashes) == [None] * 4
+        assert store.is_open and store.stats().errors == 1
+    finally:
+        server.resume()
+    clock.now = 60.0
+    assert store.get(hashes) == blobs
+
+
+@needs_redis
+@pytest.mark.redis
+def test_out_of_memory_refuses_writes_keeps_reads(tmp_path: Path) -> None:
+    with running_redis(tmp_path, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction") as srv:
+        store = RedisStore(srv.url, FP)
+        hashes, blobs = chain(2000), payloads(2000)
+        written = sum(
+            store.put(hashes[i : i + 100], blobs[i : i + 100]) for i in range(0, 2000, 100)
+        )
+        stats = store.stats()
+        assert 0 < written < 2000 and stats.refused == 2000 - written
+        assert store.get(hashes[:1]) == blobs[:1]
+
+
+@needs_redis
+@pytest.mark.redis
+def test_two_processes_share_a_redis_store(server: RedisServer) -> None:
+    first = _worker(server.url, "put", 12, seed=3)
+    second = _worker(server.url, "get", 12, seed=3)
+    assert first == {"written": 12, "errors": 0}
+    assert second == {"prefix": 12, "hits": 12, "exact": True, "errors": 0}
+
+
+@needs_redis
+@pytest.mark.redis
+def test_cluster_url_talks_to_a_one_node_cluster(tmp_path: Path) -> None:
+    cluster = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+    with running_redis(tmp_path, *cluster) as srv:
+        raw = _raw(srv)
+        raw.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        deadline = time.monotonic() + 10
+        while b"cluster_state:ok" not in raw.execute_command("CLUSTER", "INFO"):
+            assert time.monotonic() < deadline, "cluster did not become ready"
+            time.sleep(0.05)
+        store = open_store("cluster+" + srv.url.removesuffix("/0"), FP)
+        hashes, blobs = chain(10), payloads(10)
+        assert store.put(hashes, blobs) == 10
+        assert store.exists_prefix(hashes) == 10
+        assert store.get(hashes) == blobs
+        assert store.stats().errors == 0
+
+
+def test_redis_store_raises_unavailable_without_the_breaker() -> None:
+    from store_support import free_port
+
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", FP, timeout_s=0.2)
+    with pytest.raises(StoreUnavailable):
+        store.get(chain(1))
+
+
+def _worker(url: str, action: str, pages: int, seed: int) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, str(TESTS / "store_worker.py"), url, action, str(pages), str(seed)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=TESTS,
+        timeout=60,
+    )
+    return json.loads(out.stdout)
