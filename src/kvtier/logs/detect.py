@@ -1,0 +1,108 @@
+"""Which engine wrote a log, and the last server start in it, parsed."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvtier.errors import KvtierError
+from kvtier.logs import sglang, vllm
+from kvtier.logs.lines import LogLine, read_lines, split_startups
+
+ENGINES = ("sglang", "vllm")
+_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+_ARTICLES = {"sglang": "an", "vllm": "a"}
+# Lines only one engine prints; each hit is one vote.
+_SIGNS = {
+    "sglang": (
+        "server_args=ServerArgs",
+        "Load weight end.",
+        "Load weight begin.",
+        "KV Cache is allocated.",
+        "Memory pool end.",
+        "max_total_num_tokens=",
+        "Using KV cache dtype",
+        "sglang.launch_server",
+    ),
+    "vllm": (
+        "non-default args:",
+        "GPU KV cache size:",
+        "Available KV cache memory",
+        "Model loading took",
+        "# GPU blocks:",
+        "gpu_memory_utilization (",
+        "reserved for KV Cache is",
+        "Maximum concurrency for",
+        "vllm serve",
+        "worker init memory snapshot",
+    ),
+}
+
+_SIGN_PATTERNS = {e: re.compile("|".join(map(re.escape, signs))) for e, signs in _SIGNS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedLog:
+    """One server start read from a log, with notes on how it was chosen."""
+
+    engine: str
+    startup: sglang.SGLangStartup | vllm.VllmStartup
+    first_line: int
+    notes: tuple[str, ...]
+
+
+def detect_engine(lines: list[LogLine]) -> tuple[str | None, dict[str, LogLine]]:
+    """The engine whose lines the log holds (None when neither), and a sample line of each."""
+    votes = dict.fromkeys(ENGINES, 0)
+    sample: dict[str, LogLine] = {}
+    for line in lines:
+        for engine, signs in _SIGN_PATTERNS.items():
+            if signs.search(line.text):
+                votes[engine] += 1
+                sample.setdefault(engine, line)
+    best = max(ENGINES, key=lambda e: votes[e])
+    return (best if votes[best] else None), sample
+
+
+def parse_log(text: str, engine: str | None = None) -> ParsedLog:
+    """Parse the last server start in `text`; refuse a log of the other engine than `engine`."""
+    lines = read_lines(text)
+    detected, sample = detect_engine(lines)
+    if detected is None:
+        raise KvtierError(
+            "no SGLang or vLLM startup lines found in the log "
+            "(expected lines such as 'Load weight end.' / 'KV Cache is allocated.' from SGLang, "
+            "or 'Available KV cache memory' / 'GPU KV cache size' from vLLM)"
+        )
+    if engine is not None and engine != detected:
+        line = sample[detected]
+        named = f"{_ARTICLES[detected]} {_NAMES[detected]}"
+        raise KvtierError(
+            f"this is {named} log, not {_NAMES.get(engine, engine)} "
+            f"(line {line.number}: {line.text.strip()[:100]!r}); "
+            f"drop --engine or pass --engine {detected}"
+        )
+    module = sglang if detected == "sglang" else vllm
+    runs = split_startups(
+        lines,
+        starts_run=lambda t: any(m in t for m in module.START_MARKERS),
+        reports_memory=lambda t: any(m in t for m in module.MEMORY_MARKERS),
+    )
+    notes: list[str] = []
+    chosen = runs[-1]
+    if len(runs) > 1:
+        has_memory = [any(any(m in x.text for m in module.MEMORY_MARKERS) for x in r) for r in runs]
+        if not has_memory[-1]:
+            chosen = runs[-2]
+            notes.append(
+                f"the log holds {len(runs)} server starts; the last one (from line "
+                f"{runs[-1][0].number}) printed no memory lines, so the one before it "
+                f"(from line {chosen[0].number}) is explained"
+            )
+        else:
+            notes.append(
+                f"the log holds {len(runs)} server starts; the last one "
+                f"(from line {chosen[0].number}) is explained"
+            )
+    startup = sglang.parse_sglang(chosen) if detected == "sglang" else vllm.parse_vllm(chosen)
+    return ParsedLog(detected, startup, chosen[0].number, tuple(notes))

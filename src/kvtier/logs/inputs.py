@@ -1,0 +1,384 @@
+"""The inputs a reconciliation needs, taken from a parsed log, then flags, then defaults.
+
+Each input is a `Fact`: the log line it was printed on, or the flag, default or inference it
+came from. Missing memory lines are named in one error, so the user knows what to paste.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kvtier.budget import sglang as sglang_budget
+from kvtier.budget import vllm as vllm_budget
+from kvtier.budget.deployment import Engine
+from kvtier.budget.kvdtype import KVDtype, resolve_kv_dtype
+from kvtier.budget.sglang_defaults import default_mem_fraction
+from kvtier.errors import KvtierError
+from kvtier.logs.detect import ParsedLog
+from kvtier.logs.facts import Fact, min_over_ranks, stated
+from kvtier.logs.model import identify_model
+from kvtier.logs.settings import Settings, to_bool, to_fraction, to_int, to_str
+from kvtier.logs.sglang import SGLangStartup
+from kvtier.logs.vllm import VllmStartup
+from kvtier.spec.gpu import resolve_gpu
+from kvtier.spec.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangMemory:
+    free_before: Fact[float]  # GiB, min over ranks
+    free_after: Fact[float]
+    usage: Fact[float]  # GiB the target weights took: printed, or before - after
+    before_inferred: bool
+    fraction: Fact[float]
+    max_total_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class VllmMemory:
+    available: Fact[float]  # GiB for the KV cache on the smallest worker
+
+
+@dataclass(frozen=True, slots=True)
+class LogInputs:
+    engine: Engine
+    parsed: ParsedLog
+    model: ModelSpec
+    model_source: Fact[str]
+    tp: Fact[int]
+    pp: Fact[int]
+    attn_tp: Fact[int]
+    layers: int  # layers on the largest pipeline stage
+    kv_dtype: KVDtype
+    kv_dtype_source: Fact[str]
+    page_size: Fact[int]
+    bytes_per_token: int  # one GPU, all its layers
+    bytes_per_token_how: str
+    observed: Fact[int]
+    sglang: SGLangMemory | None
+    vllm: VllmMemory | None
+    settings: Settings
+    plan_settings: tuple[tuple[str, Fact[object]], ...]  # Deployment fields the log or flags set
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
+    """Resolve every input of the KV-pool formula for `parsed`; raise naming missing lines."""
+    startup = parsed.startup
+    require_memory_lines(startup)
+    printed = [a for a in _printed_args(startup) if a is not None]
+    settings = Settings(printed, flags)
+    model, model_source, model_warnings = identify_model(startup, _str_flag(flags, "model"))
+    settings.warnings.extend(model_warnings)
+    sglang = isinstance(startup, SGLangStartup)
+    engine = Engine.SGLANG if sglang else Engine.VLLM
+    tp = settings.get("tp", ("tp_size", "tensor_parallel_size"), to_int, 1)
+    pp = settings.get("pp", ("pp_size", "pipeline_parallel_size"), to_int, 1)
+    dp = settings.get("dp", ("dp_size", "data_parallel_size"), to_int, 1)
+    dp_attention = settings.get("enable_dp_attention", ("enable_dp_attention",), to_bool, False)
+    assert tp is not None and pp is not None and dp is not None and dp_attention is not None
+    attn = tp.value // dp.value if dp_attention.value and dp.value else tp.value
+    attn_tp = tp if attn == tp.value else stated(attn, f"tp {tp.value} / dp {dp.value}")
+    layers = sglang_budget.stage_layers(model.kv.num_layers, max(pp.value, 1))
+    kv_dtype, kv_source = _kv_dtype(engine, startup, settings, model)
+    notes = list(parsed.notes)
+    if sglang:
+        assert isinstance(startup, SGLangStartup)
+        page = settings.get("page_size", ("page_size",), to_int, 1, "default page size 1")
+        sglang_budget.check_layers(model.kv)
+        per_token = sglang_budget.cell_size(model.kv, attn_tp.value, layers, kv_dtype)
+        how = "SGLang cell size (get_cell_size_per_token)"
+        memory = _sglang_memory(startup, settings, per_token)
+        observed = _sglang_observed(startup)
+        vllm = None
+    else:
+        assert isinstance(startup, VllmStartup)
+        page = settings.get(
+            "page_size", ("block_size",), to_int, vllm_budget.DEFAULT_BLOCK_SIZE, "CUDA default"
+        )
+        if model.kv.is_hybrid:
+            raise KvtierError(
+                "vLLM's grouped KV pools of hybrid sliding-window models are not modelled"
+            )
+        assert page is not None
+        block = vllm_budget.page_bytes(model.kv, attn_tp.value, page.value, kv_dtype)
+        per_token = block * layers // page.value
+        how = "vLLM page bytes (real_page_size_bytes) x layers / block size"
+        vllm, vllm_notes = _vllm_memory(startup)
+        notes.extend(vllm_notes)
+        observed = _vllm_observed(startup, page)
+        memory = None
+    plan_settings = _plan_settings(startup, settings)
+    assert page is not None and observed is not None and (memory or vllm) is not None
+    return LogInputs(
+        engine=engine,
+        parsed=parsed,
+        model=model,
+        model_source=model_source,
+        tp=tp,
+        pp=pp,
+        attn_tp=attn_tp,
+        layers=layers,
+        kv_dtype=kv_dtype,
+        kv_dtype_source=kv_source,
+        page_size=page,
+        bytes_per_token=per_token,
+        bytes_per_token_how=how,
+        observed=observed,
+        sglang=memory,
+        vllm=vllm,
+        settings=settings,
+        plan_settings=plan_settings,
+        warnings=tuple(settings.warnings),
+        notes=tuple(notes),
+    )
+
+
+# Deployment field -> names SGLang's server_args / vLLM's arguments print it under, and its type.
+_PLAN_SETTINGS = (
+    ("context_length", ("context_length", "max_model_len"), to_int),
+    ("max_running_requests", ("max_running_requests", "max_num_seqs"), to_int),
+    ("chunked_prefill_size", ("chunked_prefill_size", "max_num_batched_tokens"), to_int),
+    ("cuda_graph_max_bs", ("cuda_graph_max_bs",), to_int),
+    ("speculative_algorithm", ("speculative_algorithm",), to_str),
+    ("draft_model", ("speculative_draft_model_path",), to_str),
+    ("speculative_num_draft_tokens", ("speculative_num_draft_tokens",), to_int),
+    ("max_total_tokens", ("max_total_tokens",), to_int),
+)
+
+
+def _plan_settings(
+    startup: SGLangStartup | VllmStartup, settings: Settings
+) -> tuple[tuple[str, Fact[object]], ...]:
+    """The settings `plan` and `advise` need besides the pool formula's, log first."""
+    found: list[tuple[str, Fact[object]]] = []
+    for name, keys, convert in _PLAN_SETTINGS:
+        fact: Fact[object] | None = settings.get(name, keys, convert)
+        if name == "context_length" and (fact is None or fact.line is None):
+            fact = _printed_context(startup) or fact  # the engine's summary beats a flag
+        if fact is not None and not (name == "speculative_algorithm" and fact.value == "None"):
+            found.append((name, fact))
+    return tuple(found)
+
+
+def _printed_context(startup: SGLangStartup | VllmStartup) -> Fact[object] | None:
+    """The context length the engine settled on, from its own summary line."""
+    if isinstance(startup, SGLangStartup):
+        summary = startup.summary
+        if summary is not None and summary.context_len is not None:
+            return summary.fact(summary.context_len)
+        return None
+    return startup.max_model_len
+
+
+def _printed_args(startup: SGLangStartup | VllmStartup) -> list:
+    if isinstance(startup, SGLangStartup):
+        return [startup.server_args, startup.launch]
+    return [startup.args, startup.launch]
+
+
+def _str_flag(flags: Mapping[str, object], name: str) -> str | None:
+    value = flags.get(name)
+    return value if isinstance(value, str) and value else None
+
+
+def _kv_dtype(
+    engine: Engine, startup: SGLangStartup | VllmStartup, settings: Settings, model: ModelSpec
+) -> tuple[KVDtype, Fact[str]]:
+    """The KV element type: the engine's own dtype line, else the argument, else the model's."""
+    model_dtype = settings.get("dtype", ("dtype",), to_str, "auto")
+    base = model.dtype if model_dtype is None or model_dtype.value == "auto" else model_dtype.value
+    printed: Fact[str] | None = None
+    if isinstance(startup, SGLangStartup):
+        printed = startup.kv_dtype
+    elif startup.fp8_kv is not None:
+        printed = startup.fp8_kv
+    flag = settings.get("kv_cache_dtype", ("kv_cache_dtype",), to_str, "auto")
+    assert flag is not None
+    if printed is not None and not (flag.line is not None and flag.value != "auto"):
+        source = printed
+        name = printed.value
+    else:
+        source = flag
+        name = flag.value
+    plain = name.removeprefix("torch.")
+    plain = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}.get(plain, plain)
+    try:
+        dtype = resolve_kv_dtype(engine, plain, base)
+    except KvtierError as exc:
+        raise KvtierError(f"KV cache dtype {name!r} ({source.where}): {exc}") from None
+    if plain == "auto":  # say what "auto" resolved to
+        how = f"auto = the model dtype ({source.where})"
+        text = source.text if source.line is not None else how
+        return dtype, Fact(dtype.name, source.line, text, source.rank)
+    return dtype, source
+
+
+def _sglang_memory(startup: SGLangStartup, settings: Settings, cell: int) -> SGLangMemory | None:
+    loads = [w for w in startup.target_weights if w.avail_gib is not None]
+    if not loads:
+        return None
+    after_load = min(loads, key=lambda w: w.avail_gib or 0.0)
+    assert after_load.avail_gib is not None
+    free_after = after_load.fact(after_load.avail_gib)
+    begin = startup.free_before_load()
+    sums = [w for w in loads if w.usage_gib is not None]
+    if begin is not None:
+        free_before, inferred = begin, False
+        usage = stated(begin.value - free_after.value, "free before - free after load")
+    elif sums:
+        # the engine's MIN over ranks of the free memory before load, rank by rank
+        load = min(sums, key=lambda w: (w.avail_gib or 0.0) + (w.usage_gib or 0.0))
+        assert load.usage_gib is not None and load.avail_gib is not None
+        usage = load.fact(load.usage_gib)
+        free_before = stated(
+            round(load.avail_gib + load.usage_gib, 2),
+            f"inferred: avail mem {load.avail_gib:.2f} + mem usage "
+            f"{load.usage_gib:.2f} GiB (line {load.line})",
+        )
+        inferred = True
+    else:
+        return None
+    fraction = settings.get("mem_fraction", ("mem_fraction_static",), to_fraction)
+    if fraction is None:
+        fraction = _default_fraction(startup, settings)
+    if fraction is None:
+        implied = _implied_fraction(startup, free_before.value, free_after.value, cell)
+        hint = f" (the log's own figures imply about {implied:.3f})" if implied else ""
+        raise KvtierError(
+            "the log does not state mem_fraction_static (no server_args line with it); "
+            f"pass --mem-fraction-static, or --gpu and --sglang-version for the engine's "
+            f"default{hint}"
+        )
+    cap = settings.get("max_total_tokens", ("max_total_tokens",), to_int)
+    return SGLangMemory(
+        free_before, free_after, usage, inferred, fraction, cap.value if cap else None
+    )
+
+
+def _default_fraction(startup: SGLangStartup, settings: Settings) -> Fact[float] | None:
+    """SGLang's own default for the GPU (`--gpu`) and version (`--sglang-version`), if given."""
+    gpu_name = settings.flags.get("gpu")
+    if not isinstance(gpu_name, str):
+        return None
+    version = settings.flags.get("engine_version")
+    era = sglang_budget.era_for(version if isinstance(version, str) else None)
+    gpu = resolve_gpu(gpu_name)
+    tp = settings.get("tp", ("tp_size",), to_int, 1)
+    pp = settings.get("pp", ("pp_size",), to_int, 1)
+    spec = settings.get("speculative_algorithm", ("speculative_algorithm",), to_str)
+    assert tp is not None and pp is not None
+    rule = default_mem_fraction(
+        era.fraction_rule, gpu.memory_mib, tp.value, pp.value, spec.value if spec else None
+    )
+    return stated(rule.value, f"default for {gpu.name} under {era.label}: {rule.rule}")
+
+
+def _implied_fraction(
+    startup: SGLangStartup, before: float, after: float, cell: int
+) -> float | None:
+    """The fraction that would give the logged pool: solves rest = after - before x (1 - f)."""
+    observed = _sglang_observed(startup)
+    if observed is None or before <= 0:
+        return None
+    rest = observed.value * cell / (1 << 30)
+    return 1.0 - (after - rest) / before
+
+
+def _sglang_observed(startup: SGLangStartup) -> Fact[int] | None:
+    counted = [p for p in startup.target_pools if p.tokens is not None]
+    if counted:
+        pool = min(counted, key=lambda p: p.tokens or 0)
+        assert pool.tokens is not None
+        return pool.fact(pool.tokens)
+    if startup.summary is not None:
+        return startup.summary.fact(startup.summary.max_total_num_tokens)
+    return None
+
+
+def _vllm_memory(startup: VllmStartup) -> tuple[VllmMemory | None, list[str]]:
+    notes: list[str] = []
+    if startup.kv_memory_override_gib is not None:
+        return VllmMemory(startup.kv_memory_override_gib), [
+            "the KV cache size was set with --kv-cache-memory-bytes; memory profiling was skipped"
+        ]
+    printed = startup.available_kv()
+    requested = min_over_ranks(startup.requested_gib)
+    profile = next((p for p in startup.profiles if p.non_kv_gib is not None), None)
+    chain: float | None = None
+    if requested is not None and profile is not None and profile.non_kv_gib is not None:
+        graphs = budgeted_graphs(startup)
+        chain = requested.value - profile.non_kv_gib - graphs
+        how = (
+            f"requested {requested.value:.2f} ({requested.where}) - non-KV "
+            f"{profile.non_kv_gib:.2f} (line {profile.line})"
+            + (f" - CUDA-graph estimate {graphs:.2f}" if graphs else "")
+        )
+        if printed is not None:
+            notes.append(f"available KV {printed.value:.2f} GiB = {how} = {chain:.2f} GiB")
+        else:
+            return VllmMemory(stated(round(chain, 2), f"computed: {how}")), notes
+    return (VllmMemory(printed) if printed is not None else None), notes
+
+
+def budgeted_graphs(startup: VllmStartup) -> float:
+    """The CUDA-graph estimate, when this version subtracts it (on by default since v0.21)."""
+    estimate = startup.graph_estimate_gib
+    if estimate is None:
+        return 0.0
+    switch = startup.graph_profiling
+    if switch is not None:
+        return estimate.value if switch.value == "enabled" else 0.0
+    version = startup.version.value if startup.version else None
+    return estimate.value if vllm_budget.era_for(version).budgets_cuda_graphs else 0.0
+
+
+def _vllm_observed(startup: VllmStartup, block: Fact[int]) -> Fact[int] | None:
+    if startup.kv_tokens is not None:
+        return startup.kv_tokens
+    blocks = startup.gpu_blocks
+    if blocks is None:
+        return None
+    return Fact(
+        blocks.value * block.value,
+        blocks.line,
+        f"derived: # GPU blocks {blocks.value} x block size {block.value} ({block.where}): "
+        + blocks.text,
+        blocks.rank,
+    )
+
+
+def require_memory_lines(startup: SGLangStartup | VllmStartup) -> None:
+    """Refuse, naming every missing line, when the log cannot be reconciled."""
+    missing: list[str] = []
+    if isinstance(startup, SGLangStartup):
+        loads = [w for w in startup.target_weights if w.avail_gib is not None]
+        before = startup.load_begin or any(w.usage_gib is not None for w in loads)
+        if not loads or not before:
+            missing.append(
+                "'Load weight end. ... avail mem=X GB, mem usage=Y GB.' (free memory after the "
+                "weights load, and what they took) or 'Load weight begin. avail mem=X GB'"
+            )
+        if _sglang_observed(startup) is None:
+            missing.append(
+                "'KV Cache is allocated. #tokens: N, ...' or 'max_total_num_tokens=N, ...' "
+                "(the pool size the engine chose)"
+            )
+    else:
+        chain = startup.requested_gib and any(p.non_kv_gib is not None for p in startup.profiles)
+        if not (startup.available_kv_gib or startup.kv_memory_override_gib or chain):
+            missing.append(
+                "'Available KV cache memory: X GiB' (or 'Initial free memory ...; Requested "
+                "memory ...' with 'Memory profiling takes ... Total non KV cache memory', or V0 "
+                "'the rest of the memory reserved for KV Cache is X GiB')"
+            )
+        if startup.kv_tokens is None and startup.gpu_blocks is None:
+            missing.append("'GPU KV cache size: N tokens' (or V0 '# GPU blocks: N')")
+    if missing:
+        raise KvtierError(
+            "the log lacks the memory lines kvtier needs: "
+            + "; ".join(missing)
+            + ". Paste the whole startup log, from the launch to the first request"
+        )

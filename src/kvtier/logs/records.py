@@ -1,0 +1,49 @@
+"""Typed records of what a startup log printed, shared by the engine parsers."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TypeVar
+
+from kvtier.logs.facts import Fact
+
+T = TypeVar("T")
+
+# A printed decimal: bounded so a mangled line cannot make int() or float() slow or raise.
+NUM = r"(-?\d{1,12}(?:\.\d{1,12})?)"
+INT = r"(\d{1,15})"
+GROUPED_INT = r"(\d{1,3}(?:,\d{3}){0,5}|\d{1,15})"  # "476,016" or "476016"
+
+
+@dataclass(frozen=True, slots=True)
+class Printed:
+    """A log line that carried one or more values."""
+
+    line: int
+    text: str
+    rank: str | None
+
+    def fact(self, value: T) -> Fact[T]:
+        return Fact(value, self.line, self.text, self.rank)
+
+
+@dataclass(frozen=True, slots=True)
+class Args(Printed):
+    """Engine arguments printed as a repr, or a launch command found in the log."""
+
+    values: dict[str, object]
+
+
+def field(pattern: re.Pattern[str], text: str, start: int = 0) -> str | None:
+    """First group of `pattern` searched in `text` from `start`, or None."""
+    match = pattern.search(text, start)
+    return match.group(1) if match else None
+
+
+def as_float(raw: str | None) -> float | None:
+    return float(raw) if raw is not None else None
+
+
+def as_int(raw: str | None) -> int | None:
+    return int(raw.replace(",", "")) if raw is not None else None

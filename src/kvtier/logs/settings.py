@@ -1,0 +1,112 @@
+"""Settings of a logged start: what the log states wins over a flag, a flag over a default.
+
+A flag that contradicts the log is reported as a warning, not applied: the log is what the engine
+actually ran with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from kvtier.errors import KvtierError
+from kvtier.logs.facts import Fact, stated
+from kvtier.logs.records import Args
+
+T = TypeVar("T")
+
+
+@dataclass
+class Settings:
+    """Reads named settings from the log's argument dumps, then the user's flags, then defaults."""
+
+    printed: list[Args]  # argument dumps / launch commands in the log, most authoritative first
+    flags: Mapping[str, object]  # kvtier flags the user passed (None: not given)
+    warnings: list[str] = field(default_factory=list)
+
+    def get(
+        self,
+        name: str,
+        keys: tuple[str, ...],
+        convert: Callable[[object], T],
+        default: T | None = None,
+        default_how: str = "default",
+    ) -> Fact[T] | None:
+        """Setting `name` (flag `--name`): the first of `keys` printed in the log, else the flag."""
+        from_log = self._from_log(name, keys, convert)
+        flag = self.flags.get(name)
+        flag_value = None if flag is None else _convert(name, flag, convert, "--" + _dash(name))
+        if from_log is not None:
+            if flag_value is not None and flag_value != from_log.value:
+                self.warnings.append(
+                    f"--{_dash(name)} {flag} contradicts the log ({from_log.where}: "
+                    f"{from_log.value}); the log's value is used"
+                )
+            return from_log
+        if flag_value is not None:
+            return stated(flag_value, f"--{_dash(name)}")
+        if default is not None:
+            return stated(default, default_how)
+        return None
+
+    def _from_log(
+        self, name: str, keys: tuple[str, ...], convert: Callable[[object], T]
+    ) -> Fact[T] | None:
+        for args in self.printed:
+            for key in keys:
+                raw = args.values.get(key)
+                if raw is None or raw == "...":
+                    continue
+                try:
+                    return args.fact(convert(raw))
+                except (TypeError, ValueError):
+                    self.warnings.append(f"line {args.line}: {key}={raw!r} is not a valid {name}")
+        return None
+
+
+def _dash(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _convert(name: str, raw: object, convert: Callable[[object], T], label: str) -> T:
+    try:
+        return convert(raw)
+    except (TypeError, ValueError):
+        raise KvtierError(f"{label}: {raw!r} is not a valid {name}") from None
+
+
+def to_int(raw: object) -> int:
+    """A count of at least 1 (ranks, page size, tokens)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise TypeError(raw)
+    value = float(raw)
+    if not value.is_integer() or value < 1:
+        raise ValueError(raw)
+    return int(value)
+
+
+def to_fraction(raw: object) -> float:
+    """A memory fraction in (0, 1]."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise TypeError(raw)
+    value = float(raw)
+    if not 0.0 < value <= 1.0:
+        raise ValueError(raw)
+    return value
+
+
+def to_str(raw: object) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise TypeError(raw)
+    return raw
+
+
+def to_bool(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if raw in ("True", "true", "1"):
+        return True
+    if raw in ("False", "false", "0"):
+        return False
+    raise ValueError(raw)

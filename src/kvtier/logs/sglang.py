@@ -1,0 +1,271 @@
+"""SGLang startup logs (eras A, B and C) read into observed facts.
+
+Line templates: `model_runner.py::load_model` (Load weight begin/end),
+`mem_cache/memory_pool.py` (`KV Cache is allocated.` for MHA and MLA pools), `init_memory_pool` /
+`KVCacheConfigurator.configure` (`Memory pool end.`), `init_cuda_graphs` (`Capture ... graph
+begin/end`), `Scheduler.__init__` (`max_total_num_tokens=..., available_gpu_mem=`)
+and `HostKVCache.__init__` (HiCache host pool).
+Every GPU figure SGLang prints as "GB" is GiB; the HiCache host figure is decimal GB.
+
+A rank's lines after its own `Memory pool end` belong to the draft worker (speculative decoding):
+its weights, its KV cache dtype and pool, and its CUDA graphs are kept apart from the target's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from kvtier.logs.facts import Fact, min_over_ranks
+from kvtier.logs.launch import find_launch
+from kvtier.logs.lines import LogLine, rank_of, rank_order
+from kvtier.logs.pyargs import parse_kwargs
+from kvtier.logs.records import NUM, Args, Printed, as_float, as_int, field
+
+_SERVER_ARGS = re.compile(r"server_args(?:=ServerArgs\()?")
+_LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=" + NUM + " GB")
+_LOAD_END = re.compile(r"Load weight end\.")
+_KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]{1,40})")
+_KV_ALLOC = re.compile(r"KV Cache is allocated\.")
+_POOL_END = re.compile(r"Memory pool end\. avail mem=" + NUM + " GB")
+_GRAPH = re.compile(
+    r"Capture (?:(target|draft) )?(?:([a-z]{1,10}) )?\w{1,10} graph (begin|end)", re.IGNORECASE
+)
+_SUMMARY = re.compile(r"max_total_num_tokens=(\d{1,15})")
+_HOST_POOL = re.compile(r"Allocating " + NUM + " GB host memory for hierarchical KV cache")
+
+_ARCH = re.compile(r"\btype=(\w{1,120})")
+_DTYPE = re.compile(r"\bdtype[=:] ?([\w.]{1,40})")
+_QUANT = re.compile(r"\bquant=([\w.-]{1,40})")
+_AVAIL = re.compile(r"\bavail mem=" + NUM + " GB")
+_USAGE = re.compile(r"\bmem usage=" + NUM + " GB")
+_TOKENS = re.compile(r"#tokens: (\d{1,15})")
+_KV_SIZE = re.compile(r"\bKV size: " + NUM + " GB")
+_K_SIZE = re.compile(r"\bK size: " + NUM + " GB")
+R = TypeVar("R", bound=Printed)
+
+_V_SIZE = re.compile(r"\bV size: " + NUM + " GB")
+_RUNNING = re.compile(r"max_running_requests=(\d{1,15})")
+_CONTEXT = re.compile(r"context_len=(\d{1,15})")
+_FINAL_FREE = re.compile(r"available_gpu_mem=" + NUM + " GB")
+
+MEMORY_MARKERS = (
+    "Load weight end",
+    "KV Cache is allocated",
+    "Memory pool end",
+    "max_total_num_tokens=",
+    "Load weight begin",
+)
+START_MARKERS = ("server_args", "Load weight begin")
+
+
+@dataclass(frozen=True, slots=True)
+class WeightLoad(Printed):
+    """`Load weight end.`: free GiB after loading, GiB the weights took, model class, dtype."""
+
+    avail_gib: float | None
+    usage_gib: float | None
+    architecture: str | None
+    dtype: str | None
+    quant: str | None
+    draft: bool
+
+
+@dataclass(frozen=True, slots=True)
+class KVPool(Printed):
+    """`KV Cache is allocated.`: pool tokens and GiB (one latent for MLA, K and V for MHA)."""
+
+    tokens: int | None
+    kv_gib: float | None
+    k_gib: float | None
+    v_gib: float | None
+    dtype: str | None
+    draft: bool
+
+    @property
+    def total_gib(self) -> float | None:
+        if self.kv_gib is not None:
+            return self.kv_gib
+        if self.k_gib is not None and self.v_gib is not None:
+            return self.k_gib + self.v_gib
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphCapture(Printed):
+    """`Capture ... graph end.`: GiB the capture took and GiB free after it."""
+
+    usage_gib: float | None
+    avail_gib: float | None
+    draft: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Summary(Printed):
+    """The scheduler's `max_total_num_tokens=..., available_gpu_mem=...` line (rank 0)."""
+
+    max_total_num_tokens: int
+    max_running_requests: int | None
+    context_len: int | None
+    available_gpu_mem_gib: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangStartup:
+    """Everything one SGLang server start printed about memory, in log order."""
+
+    server_args: Args | None
+    launch: Args | None
+    load_begin: tuple[Fact[float], ...]
+    weights: tuple[WeightLoad, ...]
+    kv_dtype: Fact[str] | None  # `Using KV cache dtype` of the target
+    draft_kv_dtype: Fact[str] | None
+    pools: tuple[KVPool, ...]
+    pool_end: tuple[Fact[float], ...]
+    draft_pool_end: tuple[Fact[float], ...]
+    graphs: tuple[GraphCapture, ...]
+    summary: Summary | None
+    host_pool_gb: Fact[float] | None
+
+    @property
+    def target_weights(self) -> list[WeightLoad]:
+        return per_rank_records(w for w in self.weights if not w.draft)
+
+    @property
+    def draft_weights(self) -> list[WeightLoad]:
+        return per_rank_records(w for w in self.weights if w.draft)
+
+    @property
+    def target_pools(self) -> list[KVPool]:
+        return per_rank_records(p for p in self.pools if not p.draft)
+
+    @property
+    def draft_pools(self) -> list[KVPool]:
+        return per_rank_records(p for p in self.pools if p.draft)
+
+    def free_before_load(self) -> Fact[float] | None:
+        """Free GiB before the weights loaded, min over ranks, when the log prints it."""
+        return min_over_ranks(self.load_begin)
+
+    def free_at_pool_end(self) -> Fact[float] | None:
+        return min_over_ranks(self.pool_end)
+
+
+def per_rank_records(records: Iterable[R]) -> list[R]:
+    """The first record each rank printed, ordered by rank (untagged lines count as one rank)."""
+    first: dict[str | None, R] = {}
+    for record in records:
+        first.setdefault(record.rank, record)
+    return [first[rank] for rank in sorted(first, key=rank_order)]
+
+
+def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
+    """Read one SGLang server start (the lines of a single run) into typed facts."""
+    server_args: Args | None = None
+    load_begin: list[Fact[float]] = []
+    weights: list[WeightLoad] = []
+    kv_dtypes: list[Fact[str]] = []
+    draft_kv_dtypes: list[Fact[str]] = []
+    pools: list[KVPool] = []
+    pool_end: list[Fact[float]] = []
+    draft_pool_end: list[Fact[float]] = []
+    graphs: list[GraphCapture] = []
+    summary: Summary | None = None
+    host_pool: Fact[float] | None = None
+    pool_done: set[str | None] = set()  # ranks whose target pool is complete: draft lines follow
+    draft_loading: set[str | None] = set()
+
+    for line in lines:
+        text, number = line.text, line.number
+        if "server_args" in text and (m := _SERVER_ARGS.search(text)):
+            server_args = Args(number, text, None, parse_kwargs(text[m.end() :]))
+        elif "Load weight begin" in text and (m := _LOAD_BEGIN.search(text)):
+            rank = rank_of(text, m.start())
+            if rank in pool_done:
+                draft_loading.add(rank)
+            else:
+                load_begin.append(Fact(float(m.group(1)), number, text, rank))
+        elif "Load weight end" in text and (m := _LOAD_END.search(text)):
+            rank = rank_of(text, m.start())
+            draft = rank in pool_done
+            if draft:
+                draft_loading.add(rank)
+            weights.append(
+                WeightLoad(
+                    number,
+                    text,
+                    rank,
+                    avail_gib=as_float(field(_AVAIL, text, m.end())),
+                    usage_gib=as_float(field(_USAGE, text, m.end())),
+                    architecture=field(_ARCH, text, m.end()),
+                    dtype=field(_DTYPE, text, m.end()),
+                    quant=field(_QUANT, text, m.end()),
+                    draft=draft,
+                )
+            )
+        elif "Using KV cache dtype" in text and (m := _KV_DTYPE.search(text)):
+            rank = rank_of(text, m.start())
+            into = draft_kv_dtypes if rank in pool_done else kv_dtypes
+            into.append(Fact(m.group(1), number, text, rank))
+        elif "KV Cache is allocated" in text and (m := _KV_ALLOC.search(text)):
+            rank = rank_of(text, m.start())
+            pools.append(
+                KVPool(
+                    number,
+                    text,
+                    rank,
+                    tokens=as_int(field(_TOKENS, text, m.end())),
+                    kv_gib=as_float(field(_KV_SIZE, text, m.end())),
+                    k_gib=as_float(field(_K_SIZE, text, m.end())),
+                    v_gib=as_float(field(_V_SIZE, text, m.end())),
+                    dtype=field(_DTYPE, text, m.end()),
+                    draft=rank in pool_done,
+                )
+            )
+        elif "Memory pool end" in text and (m := _POOL_END.search(text)):
+            rank = rank_of(text, m.start())
+            ends = draft_pool_end if rank in pool_done else pool_end
+            ends.append(Fact(float(m.group(1)), number, text, rank))
+            pool_done.add(rank)
+        elif "graph" in text and (m := _GRAPH.search(text)) and m.group(3).lower() == "end":
+            rank = rank_of(text, m.start())
+            who = (m.group(1) or "").lower()
+            graphs.append(
+                GraphCapture(
+                    number,
+                    text,
+                    rank,
+                    usage_gib=as_float(field(_USAGE, text, m.end())),
+                    avail_gib=as_float(field(_AVAIL, text, m.end())),
+                    draft=who == "draft" or (not who and rank in draft_loading),
+                )
+            )
+        elif "max_total_num_tokens=" in text and (m := _SUMMARY.search(text)):
+            summary = Summary(
+                number,
+                text,
+                rank_of(text, m.start()),
+                max_total_num_tokens=int(m.group(1)),
+                max_running_requests=as_int(field(_RUNNING, text, m.end())),
+                context_len=as_int(field(_CONTEXT, text, m.end())),
+                available_gpu_mem_gib=as_float(field(_FINAL_FREE, text, m.end())),
+            )
+        elif "host memory for hierarchical" in text and (m := _HOST_POOL.search(text)):
+            host_pool = Fact(float(m.group(1)), number, text, rank_of(text, m.start()))
+
+    return SGLangStartup(
+        server_args=server_args,
+        launch=find_launch(lines),
+        load_begin=tuple(load_begin),
+        weights=tuple(weights),
+        kv_dtype=kv_dtypes[0] if kv_dtypes else None,
+        draft_kv_dtype=draft_kv_dtypes[0] if draft_kv_dtypes else None,
+        pools=tuple(pools),
+        pool_end=tuple(pool_end),
+        draft_pool_end=tuple(draft_pool_end),
+        graphs=tuple(graphs),
+        summary=summary,
+        host_pool_gb=host_pool,
+    )

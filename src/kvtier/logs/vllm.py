@@ -1,0 +1,253 @@
+"""vLLM startup logs (V1, and the V0 / 0.6-era profiling block) read into observed facts.
+
+Line templates: `v1/worker/gpu_worker.py` (`worker init memory snapshot`, `Initial free memory`,
+`Available KV cache memory`, `CUDA graph pool memory`), `utils/mem_utils.py`
+(`MemoryProfilingResult.__repr__`: `Memory profiling takes ...`), `v1/worker/gpu_model_runner.py`
+(`Model loading took`, `Estimated CUDA graph memory`, `Graph capturing finished`),
+`v1/core/kv_cache_utils.py` (`GPU KV cache size`, `Maximum concurrency`), and V0
+`worker/worker.py::determine_num_available_blocks` / `executor_base.py` (`total_gpu_memory (...)
+x gpu_memory_utilization (...)`, `# GPU blocks: N, # CPU blocks: M`). All figures are GiB.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvtier.logs.facts import Fact, min_over_ranks
+from kvtier.logs.launch import find_launch
+from kvtier.logs.lines import LogLine, rank_of
+from kvtier.logs.pyargs import parse_dict, parse_kwargs
+from kvtier.logs.records import GROUPED_INT, INT, NUM, Args, Printed, as_float, field
+
+G = r" ?Gi?B"  # vLLM prints "GiB"; some releases and pasted notes write "GB" or no space
+
+_VERSION = re.compile(r"(?:\bversion |LLM engine \(v)(\d{1,3}\.\d{1,4}(?:\.\d{1,4})?)")
+_NON_DEFAULT = re.compile(r"non-default args: ")
+_NAMESPACE = re.compile(r"args: Namespace\(")
+_SNAPSHOT = re.compile(r"worker init memory snapshot")
+_SNAP_FREE = re.compile(r"\bfree_memory=" + NUM + G)
+_SNAP_TOTAL = re.compile(r"\btotal_memory=" + NUM + G)
+_INITIAL = re.compile(
+    r"Initial free memory:? "
+    + NUM
+    + G
+    + r"[;,] Requested memory: "
+    + NUM
+    + r" \(util\), "
+    + NUM
+    + G
+)
+_OVERRIDE = re.compile(
+    r"Initial free memory:? " + NUM + G + ", reserved " + NUM + G + " memory for KV Cache"
+)
+_LOADING = re.compile(r"(?:Model loading|Loading model weights) took " + NUM + G)
+_PROFILE = re.compile(r"Memory profiling takes")
+_NON_KV = re.compile(r"Total non KV cache memory: " + NUM + G)
+_TORCH_PEAK = re.compile(r"torch peak memory increase: " + NUM + G)
+_NON_TORCH_INC = re.compile(r"non-torch forward increase memory: " + NUM + G)
+_WEIGHTS_MEM = re.compile(r"weights memory: " + NUM + G)
+_AVAILABLE_KV = re.compile(r"Available KV cache memory: " + NUM + G)
+_GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + G)
+_GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling is (enabled|disabled)")
+_KV_TOKENS = re.compile(r"GPU KV cache size: " + GROUPED_INT + " tokens")
+_CONCURRENCY = re.compile(
+    r"Maximum concurrency for " + GROUPED_INT + r" tokens per request: " + NUM + "x"
+)
+_GRAPH_DONE = re.compile(r"Graph capturing finished in \d{1,6} secs?, took " + NUM + G)
+_GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + NUM + G + r" \(actual\)")
+_V0_BUDGET = re.compile(
+    r"total_gpu_memory \("
+    + NUM
+    + G
+    + r"\) x (?:gpu_memory_utilization )?\(?"
+    + NUM
+    + r"\)? = "
+    + NUM
+    + G
+)
+_V0_WEIGHTS = re.compile(r"model weights take " + NUM + G)
+_V0_NON_TORCH = re.compile(r"non_torch_memory(?: takes)? " + NUM + G)
+_V0_ACTIVATION = re.compile(r"activation peak memory takes " + NUM + G)
+_V0_KV = re.compile(r"the rest (?:of the memory )?reserved for KV Cache is " + NUM + G)
+_BLOCKS = re.compile(r"# (?:GPU|cuda|CUDA) blocks: " + INT + r"(?:, # CPU blocks: " + INT + ")?")
+_FP8 = re.compile(r"Using fp8 data type to store kv cache")
+
+MEMORY_MARKERS = (
+    "Model loading took",
+    "Available KV cache memory",
+    "GPU KV cache size",
+    "blocks: ",
+    "reserved for KV Cache",
+    "Memory profiling takes",
+)
+START_MARKERS = ("non-default args", "args: Namespace(", "LLM engine (v", "vllm serve")
+
+
+@dataclass(frozen=True, slots=True)
+class Profile(Printed):
+    """`Memory profiling takes ...` (V1): the non-KV total and its three terms, GiB."""
+
+    non_kv_gib: float | None
+    torch_peak_gib: float | None
+    non_torch_gib: float | None
+    weights_gib: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class VllmStartup:
+    """Everything one vLLM server start printed about memory, in log order."""
+
+    version: Fact[str] | None
+    args: Args | None  # `non-default args: {...}` or `args: Namespace(...)`
+    launch: Args | None
+    total_gib: tuple[Fact[float], ...]  # device total: init snapshot, or V0 total_gpu_memory
+    init_free_gib: tuple[Fact[float], ...]
+    utilization: Fact[float] | None
+    requested_gib: tuple[Fact[float], ...]  # total x utilization
+    kv_memory_override_gib: Fact[float] | None  # --kv-cache-memory-bytes skipped profiling
+    weights_gib: tuple[Fact[float], ...]
+    profiles: tuple[Profile, ...]
+    v0_non_torch_gib: Fact[float] | None
+    v0_activation_gib: Fact[float] | None
+    available_kv_gib: tuple[Fact[float], ...]  # per worker; the engine takes the minimum
+    graph_estimate_gib: Fact[float] | None
+    graph_profiling: Fact[str] | None  # "enabled" / "disabled"
+    kv_tokens: Fact[int] | None
+    concurrency: Fact[float] | None
+    max_model_len: Fact[int] | None  # as printed in the concurrency line
+    gpu_blocks: Fact[int] | None
+    cpu_blocks: Fact[int] | None
+    graph_gib: tuple[Fact[float], ...]  # measured capture cost
+    fp8_kv: Fact[str] | None
+
+    def available_kv(self) -> Fact[float] | None:
+        """KV bytes per worker as the engine sizes them: the smallest worker's figure."""
+        return min_over_ranks(self.available_kv_gib)
+
+
+class _Found:
+    """Facts gathered line by line: single values (last wins) and per-worker lists."""
+
+    def __init__(self) -> None:
+        self.single: dict[str, Fact] = {}
+        self.lists: dict[str, list[Fact]] = {}
+
+    def one(self, key: str, value: object, line: LogLine, at: int) -> None:
+        self.single[key] = Fact(value, line.number, line.text, rank_of(line.text, at))
+
+    def many(self, key: str, value: float, line: LogLine, at: int) -> None:
+        fact = Fact(value, line.number, line.text, rank_of(line.text, at))
+        self.lists.setdefault(key, []).append(fact)
+
+    def all(self, key: str) -> tuple[Fact, ...]:
+        return tuple(self.lists.get(key, ()))
+
+
+def parse_vllm(lines: list[LogLine]) -> VllmStartup:
+    """Read one vLLM server start (the lines of a single run) into typed facts."""
+    found = _Found()
+    one, many = found.one, found.many
+    args: Args | None = None
+    profiles: list[Profile] = []
+
+    for line in lines:
+        text = line.text
+        if ("version" in text or "LLM engine (v" in text) and (m := _VERSION.search(text)):
+            one("version", m.group(1), line, m.start())
+        if "non-default args" in text and (m := _NON_DEFAULT.search(text)):
+            args = Args(line.number, text, None, parse_dict(text[m.end() :]))
+        elif "Namespace(" in text and (m := _NAMESPACE.search(text)):
+            args = Args(line.number, text, None, parse_kwargs(text[m.end() :]))
+        elif "memory snapshot" in text and (m := _SNAPSHOT.search(text)):
+            if (total := as_float(field(_SNAP_TOTAL, text, m.end()))) is not None:
+                many("total", total, line, m.start())
+            if (free := as_float(field(_SNAP_FREE, text, m.end()))) is not None:
+                many("free", free, line, m.start())
+        elif "Initial free memory" in text:
+            if m := _INITIAL.search(text):
+                many("free", float(m.group(1)), line, m.start())
+                one("utilization", float(m.group(2)), line, m.start())
+                many("requested", float(m.group(3)), line, m.start())
+            elif m := _OVERRIDE.search(text):
+                many("free", float(m.group(1)), line, m.start())
+                one("override", float(m.group(2)), line, m.start())
+        elif "took" in text and (m := _LOADING.search(text)):
+            many("weights", float(m.group(1)), line, m.start())
+        elif "Memory profiling takes" in text and (m := _PROFILE.search(text)):
+            profiles.append(
+                Profile(
+                    line.number,
+                    text,
+                    rank_of(text, m.start()),
+                    non_kv_gib=as_float(field(_NON_KV, text)),
+                    torch_peak_gib=as_float(field(_TORCH_PEAK, text)),
+                    non_torch_gib=as_float(field(_NON_TORCH_INC, text)),
+                    weights_gib=as_float(field(_WEIGHTS_MEM, text)),
+                )
+            )
+        elif "Available KV cache memory" in text and (m := _AVAILABLE_KV.search(text)):
+            many("available", float(m.group(1)), line, m.start())
+        elif "Estimated CUDA graph" in text and (m := _GRAPH_ESTIMATE.search(text)):
+            one("graph_estimate", float(m.group(1)), line, m.start())
+        elif "graph memory profiling" in text and (m := _GRAPH_PROFILING.search(text)):
+            one("graph_profiling", m.group(1), line, m.start())
+        elif "GPU KV cache size" in text and (m := _KV_TOKENS.search(text)):
+            one("kv_tokens", int(m.group(1).replace(",", "")), line, m.start())
+        elif "Maximum concurrency" in text and (m := _CONCURRENCY.search(text)):
+            one("max_model_len", int(m.group(1).replace(",", "")), line, m.start())
+            one("concurrency", float(m.group(2)), line, m.start())
+        elif ("Graph capturing finished" in text and (m := _GRAPH_DONE.search(text))) or (
+            "CUDA graph pool memory" in text and (m := _GRAPH_POOL.search(text))
+        ):
+            many("graphs", float(m.group(1)), line, m.start())
+        elif "fp8 data type" in text and (m := _FP8.search(text)):
+            one("fp8", "fp8", line, m.start())
+        _v0_lines(line, found)
+
+    single = found.single
+    return VllmStartup(
+        version=single.get("version"),
+        args=args,
+        launch=find_launch(lines),
+        total_gib=found.all("total"),
+        init_free_gib=found.all("free"),
+        utilization=single.get("utilization"),
+        requested_gib=found.all("requested"),
+        kv_memory_override_gib=single.get("override"),
+        weights_gib=found.all("weights"),
+        profiles=tuple(profiles),
+        v0_non_torch_gib=single.get("v0_non_torch"),
+        v0_activation_gib=single.get("v0_activation"),
+        available_kv_gib=found.all("available"),
+        graph_estimate_gib=single.get("graph_estimate"),
+        graph_profiling=single.get("graph_profiling"),
+        kv_tokens=single.get("kv_tokens"),
+        concurrency=single.get("concurrency"),
+        max_model_len=single.get("max_model_len"),
+        gpu_blocks=single.get("gpu_blocks"),
+        cpu_blocks=single.get("cpu_blocks"),
+        graph_gib=found.all("graphs"),
+        fp8_kv=single.get("fp8"),
+    )
+
+
+def _v0_lines(line: LogLine, found: _Found) -> None:
+    """The V0 / 0.6-era profiling block; its lines also appear reflowed or abridged."""
+    text, one, many = line.text, found.one, found.many
+    if "total_gpu_memory" in text and (m := _V0_BUDGET.search(text)):
+        many("total", float(m.group(1)), line, m.start())
+        one("utilization", float(m.group(2)), line, m.start())
+        many("requested", float(m.group(3)), line, m.start())
+    if "model weights take" in text and (m := _V0_WEIGHTS.search(text)):
+        many("weights", float(m.group(1)), line, m.start())
+    if "non_torch_memory" in text and (m := _V0_NON_TORCH.search(text)):
+        one("v0_non_torch", float(m.group(1)), line, m.start())
+    if "activation peak" in text and (m := _V0_ACTIVATION.search(text)):
+        one("v0_activation", float(m.group(1)), line, m.start())
+    if "reserved for KV Cache is" in text and (m := _V0_KV.search(text)):
+        many("available", float(m.group(1)), line, m.start())
+    if "blocks: " in text and (m := _BLOCKS.search(text)):
+        one("gpu_blocks", int(m.group(1)), line, m.start())
+        if m.group(2) is not None:
+            one("cpu_blocks", int(m.group(2)), line, m.start())

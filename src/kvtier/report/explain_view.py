@@ -1,0 +1,172 @@
+"""`kvtier explain` output: the reconciliation, the log's ledger, the answer and the options.
+
+Terminal output uses rich tables; `--json` carries the same figures. GPU figures are GiB (2**30)
+per GPU, as the engines print them; host RAM is decimal GB, as SGLang sizes it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kvtier.budget.ledger import LedgerItem
+    from kvtier.logs.explain import Explanation
+    from kvtier.logs.facts import Fact
+    from kvtier.logs.ledger import LogLedger
+
+
+def explanation_json(e: Explanation) -> dict[str, Any]:
+    """The machine-readable explanation (stable keys: engine, model, observed, predicted, ...)."""
+    rec, ledger = e.reconciliation, e.ledger
+    return {
+        "engine": e.engine,
+        "model": {"id": rec.model.model_id, "source": _where(rec.model_source)},
+        "units": "GiB (2**30 bytes) per GPU; host RAM in decimal GB",
+        "observed": {"kv_tokens": rec.observed.value, "source": _where(rec.observed)},
+        "predicted": {
+            "kv_tokens": rec.predicted,
+            "range": [rec.predicted_low, rec.predicted_high],
+            "formula": rec.formula,
+        },
+        "difference": rec.difference,
+        "relative_difference": round(rec.relative_difference, 6),
+        "verdict": "match" if rec.matches else "mismatch",
+        "kv_bytes_per_token": rec.kv_bytes_per_token,
+        "kv_cache_dtype": rec.kv_dtype.name,
+        "page_size": rec.page_size,
+        "inputs": [
+            {"name": name, "value": fact.value, "source": _where(fact)} for name, fact in rec.inputs
+        ],
+        "ledger": [
+            {
+                "item": i.item,
+                "gib": round(i.gib, 4),
+                "source": i.source,
+                "exact": i.exact,
+                "part": part,
+            }
+            for part, i in _rows(ledger)
+        ],
+        "reserve_gib": round(ledger.reserve.gib, 4) if ledger.reserve else None,
+        "free_end_gib": round(ledger.free_end.gib, 4) if ledger.free_end else None,
+        "not_in_log": [{"item": name, "why": why} for name, why in ledger.unlogged],
+        "answer": ledger.answer,
+        "options": [o.to_json() for o in e.options.options],
+        "options_priced_at_kv_tokens": e.options.base.kv_tokens if e.options.base else None,
+        "notes": list(rec.notes) + ([e.options.note] if e.options.note else []),
+        "warnings": list(rec.warnings),
+    }
+
+
+def _rows(ledger: LogLedger) -> list[tuple[str, LedgerItem]]:
+    """Ledger rows in order, each tagged: "card" (up to the KV pool), "reserve", "from reserve",
+    "free"."""
+    rows = [("card", i) for i in ledger.items]
+    if ledger.reserve is not None:
+        rows.append(("reserve", ledger.reserve))
+    rows += [("from reserve", i) for i in ledger.reserve_uses]
+    if ledger.free_end is not None:
+        rows.append(("free", ledger.free_end))
+    return rows
+
+
+def _value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{round(value, 4):g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def _where(fact: Fact[Any]) -> dict[str, Any]:
+    return {"line": fact.line, "text": fact.text.strip(), "rank": fact.rank}
+
+
+def print_explanation(e: Explanation, as_json: bool = False) -> None:
+    if as_json:
+        print(json.dumps(explanation_json(e), indent=2))
+        return
+    from rich.console import Console
+
+    console = Console()
+    _header(console, e)
+    _ledger(console, e)
+    console.print()
+    console.print(e.ledger.answer, highlight=False)
+    _options(console, e)
+    for note in e.reconciliation.notes:
+        console.print(f"note: {note}", highlight=False)
+    for warning in e.reconciliation.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+
+def _header(console: Console, e: Explanation) -> None:
+    from rich.table import Table
+
+    rec = e.reconciliation
+    console.print(
+        f"[bold]{'SGLang' if e.engine == 'sglang' else 'vLLM'} startup log[/]: "
+        f"{rec.model.model_id} ({rec.model_source.where}), "
+        f"{rec.kv_bytes_per_token:,} bytes of KV per token per GPU ({rec.kv_dtype.name})",
+        highlight=False,
+    )
+    table = Table(title="KV tokens: logged vs recomputed", title_justify="left")
+    table.add_column("")
+    table.add_column("tokens", justify="right")
+    table.add_column("from", overflow="fold")
+    table.add_row("observed", f"{rec.observed.value:,}", rec.observed.where)
+    table.add_row(
+        "predicted",
+        f"{rec.predicted:,}",
+        f"{rec.formula}; rounding of the printed figures: "
+        f"{rec.predicted_low:,} - {rec.predicted_high:,}",
+    )
+    table.add_row("difference", f"{rec.difference:+,}", f"{rec.relative_difference:+.3%}")
+    console.print(table)
+    colour = "green" if rec.matches else "red"
+    console.print(f"[{colour}]{rec.verdict}[/]", highlight=False)
+    inputs = Table(title="inputs", title_justify="left")
+    inputs.add_column("input")
+    inputs.add_column("value", justify="right")
+    inputs.add_column("from", overflow="fold")
+    for name, fact in rec.inputs:
+        inputs.add_row(name, _value(fact.value), fact.where)
+    console.print(inputs)
+
+
+def _ledger(console: Console, e: Explanation) -> None:
+    from rich.table import Table
+
+    table = Table(title="one GPU, from the log (GiB = 2^30 bytes)", title_justify="left")
+    table.add_column("item")
+    table.add_column("GiB", justify="right")
+    table.add_column("source", overflow="fold")
+    unlogged = list(e.ledger.unlogged)
+    for part, item in _rows(e.ledger):
+        if part == "free":
+            for name, why in unlogged:
+                table.add_row(f"  {name}", "?", f"not in the log: {why}")
+            unlogged = []
+        name = f"  {item.item}" if part == "from reserve" else item.item
+        if part == "reserve":
+            name = f"[bold]{name}[/]"
+        table.add_row(name, ("" if item.exact else "~") + f"{item.gib:.2f}", item.source)
+    for name, why in unlogged:
+        table.add_row(f"  {name}", "?", f"not in the log: {why}")
+    console.print(table)
+
+
+def _options(console: Console, e: Explanation) -> None:
+    from kvtier.report.ledger_view import options_table
+
+    menu = e.options
+    if menu.note:
+        console.print(f"note: {menu.note}", highlight=False)
+    if menu.base is None or not menu.options:
+        return
+    contexts = [c.context for c in menu.base.concurrency]
+    console.print()
+    console.print(options_table(menu.options, contexts))
