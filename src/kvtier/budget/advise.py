@@ -1,0 +1,330 @@
+"""Ways to more KV capacity for a planned deployment, each priced, and the inverse question.
+
+Every option is a variant of the deployment re-run through the same engine rules as `plan`, so its
+token count is as exact as the plan's. Options: a higher memory fraction (as far as a margin of
+free memory at the end of startup allows), an FP8 KV cache, a host-RAM tier (SGLang HiCache /
+vLLM CPU offloading), and the smaller knobs (page size, max running requests, chunked prefill,
+CUDA-graph batch size) with what each frees or costs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from kvtier.budget import hicache
+from kvtier.budget.deployment import Engine
+from kvtier.budget.inputs import PlanInputs
+from kvtier.budget.ledger import Ledger
+from kvtier.budget.plan import build_ledger
+from kvtier.errors import KvtierError
+from kvtier.units import GB, GiB
+
+DEFAULT_MARGIN_GIB = 2.0
+HOST_RATIOS = (2.0, 4.0, 8.0)
+FRACTION_STEPS = (0.80, 0.85, 0.88, 0.90, 0.92, 0.94, 0.96)
+SUGGESTED_MAX_RUNNING_REQUESTS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    name: str
+    flags: tuple[str, ...]
+    kv_tokens: int | None  # GPU KV tokens with the option; None when it does not change them
+    concurrency: tuple[tuple[int, float], ...]
+    cost: str
+    figures: tuple[tuple[str, float], ...] = ()  # option-specific numbers (GB, seconds, ...)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "flags": list(self.flags),
+            "kv_tokens": self.kv_tokens,
+            "concurrency": {str(c): round(r, 2) for c, r in self.concurrency},
+            "cost": self.cost,
+            **{k: round(v, 3) for k, v in self.figures},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HostSetup:
+    """What the host side offers: RAM available on the node (GB) and link speeds (GB/s)."""
+
+    ram_available_gb: float | None = None
+    load_tokens: int = 32768
+    node_gbps: float | None = None  # node-wide host-to-GPU bandwidth shared by its GPUs
+
+
+def variant(p: PlanInputs, **values: object) -> Ledger | None:
+    """The ledger with `values` changed, or None when the engine would refuse to start."""
+    changed = dataclasses.replace(p, deployment=p.deployment.with_values("option", **values))
+    try:
+        return build_ledger(changed)
+    except KvtierError:
+        return None
+
+
+def _conc(ledger: Ledger) -> tuple[tuple[int, float], ...]:
+    return tuple((c.context, c.requests) for c in ledger.concurrency)
+
+
+def _fraction_flag(p: PlanInputs) -> str:
+    return (
+        "--mem-fraction-static"
+        if p.deployment.engine is Engine.SGLANG
+        else "--gpu-memory-utilization"
+    )
+
+
+def _kv_gib(ledger: Ledger) -> float:
+    """GPU memory the KV pools take: target pool plus, where there is one, the draft pool."""
+    return sum(i.gib for i in ledger.items if i.item in ("KV cache pool", "draft KV pool"))
+
+
+def free_at_end(base: Ledger) -> float:
+    """What stays free on one GPU at the end of startup: SGLang's reserve left after the draft,
+    request table and graphs; vLLM's share outside the budget less unbudgeted CUDA graphs."""
+    return base.figure("free_end_gib")
+
+
+def max_safe_fraction(p: PlanInputs, base: Ledger, margin_gib: float) -> float:
+    """Highest fraction (2 decimals) keeping `margin_gib` free at the end of startup."""
+    free = free_at_end(base)
+    if base.engine == "sglang":
+        pre = base.figure("free_before_load_gib")
+        grow = 1 + base.figure("draft_cell_bytes") / base.figure("cell_bytes")  # draft pool follows
+        top = base.mem_fraction + (free - margin_gib) / (pre * grow)
+    else:
+        total = base.figure("total_gib")
+        top = base.mem_fraction + (free - margin_gib) / total if total else base.mem_fraction
+    return math.floor(min(top, 0.99) * 100) / 100
+
+
+def fraction_options(p: PlanInputs, base: Ledger, margin_gib: float) -> list[Option]:
+    """Tokens at higher fractions, up to the highest that keeps the margin free."""
+    if p.deployment.kv_cache_memory_bytes is not None:
+        return []  # the KV size is fixed by --kv-cache-memory-bytes
+    top = max_safe_fraction(p, base, margin_gib)
+    free = free_at_end(base)
+    flag = _fraction_flag(p)
+    if top <= base.mem_fraction:
+        return [
+            Option(
+                f"raise {flag}",
+                (),
+                None,
+                (),
+                f"no room: {free:.2f} GiB stays free at the end of startup, margin "
+                f"{margin_gib:.2f} GiB",
+                (("max_safe_fraction", top),),
+            )
+        ]
+    options = []
+    for f in sorted({s for s in FRACTION_STEPS if base.mem_fraction < s < top} | {top}):
+        led = variant(p, mem_fraction=f)
+        if led is None:
+            continue
+        left = free - (_kv_gib(led) - _kv_gib(base))
+        options.append(
+            Option(
+                f"{flag} {f:.2f}",
+                (flag, f"{f:.2f}"),
+                led.kv_tokens,
+                _conc(led),
+                f"{left:.2f} GiB left free at end of startup (margin {margin_gib:.2f}); less room "
+                "for activation peaks: OOM risk grows as it shrinks",
+                (("fraction", f), ("free_at_end_gib", left)),
+            )
+        )
+    return options
+
+
+def fp8_options(p: PlanInputs, base: Ledger) -> list[Option]:
+    d = p.deployment
+    if d.kv_cache_dtype.startswith("fp8"):
+        return []
+    sglang = d.engine is Engine.SGLANG
+    names = ("fp8_e4m3", "fp8_e5m2") if sglang else ("fp8",)
+    scales = (
+        "the checkpoint or --quantization-param-path"
+        if sglang
+        else ("the checkpoint or --calculate-kv-scales")
+    )
+    options = []
+    for name in names:
+        led = variant(p, kv_cache_dtype=name)
+        if led is None:
+            continue
+        options.append(
+            Option(
+                f"KV cache {name}",
+                ("--kv-cache-dtype", name),
+                led.kv_tokens,
+                _conc(led),
+                f"~2x tokens; quality risk: per-tensor scales, 1.0 unless {scales} gives k/v "
+                "scales; e4m3 keeps more precision, e5m2 more range",
+            )
+        )
+    return options
+
+
+def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
+    """Host-RAM tiers at several sizes: tokens, GB per rank and node, RAM checks, reload time."""
+    d = p.deployment
+    if d.engine is Engine.VLLM:
+        return _vllm_offload_options(p, base)
+    dtype, layers = p.kv_dtype(), math.ceil(p.model.kv.num_layers / d.pp)
+    per_token = hicache.host_bytes_per_token(p.model.kv, p.attn_tp, layers, dtype)
+    sizes: list[tuple[str, tuple[str, ...], float | None, float | None]] = [
+        (f"ratio {r:g}", ("--hicache-ratio", f"{r:g}"), r, None) for r in HOST_RATIOS
+    ]
+    if d.hicache_size_gb:
+        sizes.append(
+            (
+                f"size {d.hicache_size_gb:g} GB",
+                ("--hicache-size", f"{d.hicache_size_gb:g}"),
+                None,
+                d.hicache_size_gb,
+            )
+        )
+    options = []
+    for label, flags, ratio, size in sizes:
+        tokens = hicache.host_tokens(base.kv_tokens, base.page_size, per_token, ratio, size)
+        per_rank = tokens * per_token
+        figures = [
+            ("host_tokens", float(tokens)),
+            ("host_gb_per_rank", per_rank / GB),
+            ("host_gb_per_node", per_rank * d.gpus / GB),
+        ]
+        cost = (
+            f"{per_rank / GB:.1f} GB pinned RAM per rank, {per_rank * d.gpus / GB:.1f} GB per node"
+        )
+        if host.ram_available_gb is not None:
+            check = hicache.check_host_ram(per_rank, d.gpus, int(host.ram_available_gb * GB))
+            cost += f"; {check.message}"
+            figures += [
+                ("engine_check_ok", float(check.engine_ok)),
+                ("node_check_ok", float(check.node_ok)),
+            ]
+        if p.pcie_gbps:
+            secs = hicache.load_seconds(
+                host.load_tokens, per_token, p.pcie_gbps, d.gpus, host.node_gbps
+            )
+            share = "" if host.node_gbps is None else f", node {host.node_gbps:g} GB/s shared"
+            cost += (
+                f"; reloading {host.load_tokens:,} tokens takes {secs * 1000:.0f} ms per GPU "
+                f"at {p.pcie_gbps:g} GB/s{share}"
+            )
+            figures.append(("load_seconds", secs))
+        cost += "; holds cached prefixes, not more running requests"
+        options.append(
+            Option(
+                f"HiCache {label}",
+                ("--enable-hierarchical-cache", *flags),
+                base.kv_tokens,
+                _conc(base),
+                cost,
+                tuple(figures),
+            )
+        )
+    return options
+
+
+def _vllm_offload_options(p: PlanInputs, base: Ledger) -> list[Option]:
+    """vLLM native CPU offloading: --kv-offloading-size is GiB summed over all TP x PP ranks."""
+    d = p.deployment
+    ranks = d.tp * d.pp
+    options = []
+    for ratio in HOST_RATIOS:
+        per_rank_gib = base.kv_tokens * base.kv_bytes_per_token * ratio / GiB
+        size = math.ceil(per_rank_gib * ranks)
+        # CPUOffloadingSpec: blocks = bytes // (page x layers x world_size)
+        blocks = int(size * GiB) // (base.kv_bytes_per_token * base.page_size * ranks)
+        options.append(
+            Option(
+                f"CPU offload x{ratio:g}",
+                ("--kv-offloading-backend", "native", "--kv-offloading-size", str(size)),
+                base.kv_tokens,
+                _conc(base),
+                f"{size} GiB host RAM over {ranks} ranks; holds cached prefixes, not more running "
+                "requests",
+                (("host_tokens", float(blocks * base.page_size)),),
+            )
+        )
+    return options
+
+
+def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
+    """Page size, max running requests, chunked prefill, CUDA-graph batch size."""
+    d = p.deployment
+    options = []
+    page = 64 if base.page_size < 64 else base.page_size * 2
+    led = variant(p, page_size=page)
+    if led is not None:
+        flag = "--page-size" if d.engine is Engine.SGLANG else "--block-size"
+        options.append(
+            Option(
+                f"page size {page}",
+                (flag, str(page)),
+                led.kv_tokens,
+                _conc(led),
+                "tokens change only by rounding; prefixes match in whole pages",
+            )
+        )
+    if d.engine is Engine.SGLANG:
+        table = base.item("request table (req_to_token)").gib
+        n = SUGGESTED_MAX_RUNNING_REQUESTS
+        led = variant(p, max_running_requests=n)
+        if led is not None and led.item("request table (req_to_token)").gib < table:
+            freed = table - led.item("request table (req_to_token)").gib
+            options.append(
+                Option(
+                    f"max running requests {n}",
+                    ("--max-running-requests", str(n)),
+                    led.kv_tokens,
+                    _conc(led),
+                    f"frees {freed:.2f} GiB of req_to_token table in the reserve (turn it "
+                    "into KV with a higher fraction); caps the batch",
+                    (("freed_gib", freed),),
+                )
+            )
+    sglang = d.engine is Engine.SGLANG
+    chunk = d.chunked_prefill_size or int(base.figure("chunked_prefill_size") if sglang else 8192)
+    if chunk:
+        led = variant(p, chunked_prefill_size=chunk // 2)
+        flag = "--chunked-prefill-size" if d.engine is Engine.SGLANG else "--max-num-batched-tokens"
+        if led is not None:
+            options.append(
+                Option(
+                    f"chunked prefill {chunk // 2}",
+                    (flag, str(chunk // 2)),
+                    led.kv_tokens,
+                    _conc(led),
+                    "smaller activation peak; long prompts prefill in more steps (higher TTFT)",
+                )
+            )
+    max_bs = int(base.figure("cuda_graph_max_bs")) if sglang else 0
+    if max_bs > 1:
+        led = variant(p, cuda_graph_max_bs=max_bs // 2)
+        if led is not None:
+            options.append(
+                Option(
+                    f"cuda graph max bs {max_bs // 2}",
+                    ("--cuda-graph-max-bs", str(max_bs // 2)),
+                    led.kv_tokens,
+                    _conc(led),
+                    f"frees ~{max_bs:.0f} MiB of graph memory (max_bs x 2 MiB); decode batches "
+                    f"above {max_bs // 2} run without CUDA graphs (slower)",
+                )
+            )
+    return options
+
+
+def all_options(p: PlanInputs, base: Ledger, margin_gib: float, host: HostSetup) -> list[Option]:
+    return [
+        *fraction_options(p, base, margin_gib),
+        *fp8_options(p, base),
+        *host_options(p, base, host),
+        *knob_options(p, base),
+    ]

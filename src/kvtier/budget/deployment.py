@@ -1,0 +1,114 @@
+"""The single parsed form of a deployment: engine, model, parallelism, memory flags, measurements.
+
+Built from an engine launch command (`kvtier.budget.launch`), from plain kvtier flags, or by
+a log parser; `plan`, `advise`, `explain` and the simulator all read this one type. Every field
+that was set records where it came from (`origins`), so a ledger can cite its inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from kvtier.errors import KvtierError
+
+
+class Engine(StrEnum):
+    SGLANG = "sglang"
+    VLLM = "vllm"
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """Per-GPU figures read from a real startup, in GiB; None where nothing was measured.
+
+    SGLang: `free_before_load_gib` is 'Load weight begin. avail mem', `free_after_load_gib`
+    is 'Load weight end. avail mem' (weights are their difference, the log's 'mem usage'),
+    `free_end_gib` is the scheduler's final 'available_gpu_mem'.
+    vLLM: `weights_gib` is 'Model loading took', `activation_gib` the torch peak increase,
+    `non_torch_gib` the non-torch increase, `cuda_graph_gib` the CUDA-graph estimate,
+    `gpu_mem_gib` the device total the engine sees.
+    """
+
+    free_before_load_gib: float | None = None
+    free_after_load_gib: float | None = None
+    weights_gib: float | None = None
+    activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    cuda_graph_gib: float | None = None
+    draft_weights_gib: float | None = None
+    free_end_gib: float | None = None
+    gpu_mem_gib: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One engine instance on one node as the engine would configure it.
+
+    `None` means "not given: the engine's default applies"; the budget modules resolve
+    defaults and say which rule they used. Host sizes follow the engines: SGLang
+    `hicache_size_gb` is decimal GB per rank, vLLM `kv_offloading_size_gib` is GiB over all ranks.
+    """
+
+    engine: Engine
+    model: str
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    enable_dp_attention: bool = False
+    gpu: str | None = None
+    gpus_per_node: int | None = None
+    engine_version: str | None = None
+    mem_fraction: float | None = None  # SGLang mem_fraction_static / vLLM gpu_memory_utilization
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"
+    page_size: int | None = None  # SGLang page_size / vLLM block_size
+    context_length: int | None = None  # SGLang context_length / vLLM max_model_len
+    max_running_requests: int | None = None  # SGLang max_running_requests / vLLM max_num_seqs
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int | None = (
+        None  # SGLang chunked_prefill_size / vLLM max_num_batched_tokens
+    )
+    cuda_graph_max_bs: int | None = None
+    speculative_algorithm: str | None = None
+    draft_model: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: float | None = None
+    hicache_size_gb: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    kv_offloading_size_gib: float | None = None
+    measured: Measured = field(default_factory=Measured)
+    origins: tuple[tuple[str, str], ...] = ()
+    ignored_flags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp"):
+            if getattr(self, name) < 1:
+                raise KvtierError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.gpus_per_node is not None and self.gpus_per_node < 1:
+            raise KvtierError(f"--gpus must be at least 1, got {self.gpus_per_node}")
+        if self.mem_fraction is not None and not 0.0 < self.mem_fraction <= 1.0:
+            raise KvtierError(f"memory fraction must be in (0, 1], got {self.mem_fraction}")
+        if self.page_size is not None and self.page_size < 1:
+            raise KvtierError(f"page/block size must be at least 1, got {self.page_size}")
+        if self.context_length is not None and self.context_length < 1:
+            raise KvtierError(f"context length must be at least 1, got {self.context_length}")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the node that serve this deployment (all ranks share its host RAM and PCIe)."""
+        return self.gpus_per_node or self.tp * self.pp
+
+    def origin(self, name: str) -> str:
+        """Where a field's value came from ('launch command', 'kvtier flag', ...), or 'default'."""
+        return dict(self.origins).get(name, "default")
+
+    def with_values(self, origin: str, **values: object) -> Deployment:
+        """A copy with `values` set and their origin recorded (how options and overrides apply)."""
+        origins = dict(self.origins)
+        origins.update(dict.fromkeys(values, origin))
+        return dataclasses.replace(self, origins=tuple(origins.items()), **values)  # type: ignore[arg-type]

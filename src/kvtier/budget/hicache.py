@@ -1,0 +1,83 @@
+"""SGLang HiCache host pool sizing and the host-RAM checks it must pass.
+
+Mirrors mem_cache/memory_pool_host.py HostKVCache.__init__ (v0.5.x; 2026: mem_cache/pool_host/
+base.py). Host sizes are decimal GB (x 1e9) there, unlike GPU sizes. Every rank allocates its own
+pinned pool and checks it alone against psutil's available memory minus a 10 GiB reserve, so a
+node of N ranks needs N pools at once: kvtier checks the whole node too.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvtier.budget.kvdtype import KVDtype
+from kvtier.spec.model import AttentionKind, KVGeometry
+from kvtier.units import GB, GiB
+
+# HICACHE_HOST_MEMORY_RESERVE_BYTES (older builds: ten_gb = 10 * (1024**3)).
+HOST_MEMORY_RESERVE_BYTES = 10 * GiB
+# server_args default hicache_ratio (v0.5.x) when the cache is enabled without a size.
+DEFAULT_HICACHE_RATIO = 2.0
+
+
+def host_bytes_per_token(kv: KVGeometry, attn_tp: int, layers: int, dtype: KVDtype) -> int:
+    """HostKVCache.get_size_per_token: MHA head_dim x heads x layers x 2; MLA latent x layers."""
+    if kv.kind is AttentionKind.MLA:
+        return (kv.kv_lora_rank + kv.qk_rope_head_dim) * dtype.element_bytes * layers
+    return kv.head_dim * kv.kv_heads_per_rank(attn_tp) * layers * dtype.element_bytes * 2
+
+
+def host_tokens(
+    device_tokens: int, page_size: int, per_token: int, ratio: float | None, size_gb: float | None
+) -> int:
+    """Host pool tokens: size_gb*1e9 // per_token, else device tokens x ratio; then one page up.
+
+    v0.5.x aligns up by adding a page (size // page_size + 1 pages); `--hicache-size` (per rank)
+    overrides the ratio.
+    """
+    if size_gb:
+        size = int(size_gb * GB // per_token)
+    else:
+        size = int(device_tokens * (ratio if ratio is not None else DEFAULT_HICACHE_RATIO))
+    return (size // page_size + 1) * page_size
+
+
+class HostCheck(NamedTuple):
+    per_rank_bytes: int
+    node_bytes: int
+    engine_ok: bool  # the engine's own per-rank check (each rank alone, minus the 10 GiB reserve)
+    node_ok: bool  # every rank of the node at once, minus the reserve
+    message: str
+
+
+def check_host_ram(per_rank_bytes: int, ranks: int, available_bytes: int) -> HostCheck:
+    """Both checks against `available_bytes` (psutil's available memory of the node)."""
+    usable = available_bytes - HOST_MEMORY_RESERVE_BYTES
+    node = per_rank_bytes * ranks
+    engine_ok = per_rank_bytes <= usable
+    node_ok = node <= usable
+    if not engine_ok:
+        message = (
+            f"Not enough host memory available. Requesting {per_rank_bytes / GB:.2f} GB but only "
+            f"have {usable / GB:.2f} GB free (the engine refuses at startup)"
+        )
+    elif not node_ok:
+        message = (
+            f"{ranks} ranks need {node / GB:.1f} GB together but {usable / GB:.1f} GB is usable: "
+            "the first ranks pass the engine's check and the last ones fail or the node swaps"
+        )
+    else:
+        message = f"{node / GB:.1f} GB for {ranks} ranks fits in {usable / GB:.1f} GB usable"
+    return HostCheck(per_rank_bytes, node, engine_ok, node_ok, message)
+
+
+def load_seconds(
+    tokens: int, per_token: int, link_gbps: float, gpus: int, node_gbps: float | None
+) -> float:
+    """Seconds to bring `tokens` back from host on each GPU when all `gpus` load at once.
+
+    Each rank moves its own copy (MLA latents are replicated across TP ranks). A GPU gets its own
+    link's rate, or its share of the node's host-to-device bandwidth when that is lower.
+    """
+    rate = link_gbps if node_gbps is None else min(link_gbps, node_gbps / gpus)
+    return tokens * per_token / (rate * GB)

@@ -1,0 +1,153 @@
+"""The ledger: how one GPU of a deployment is divided, item by item, each with its source.
+
+SGLang (Era B), one GPU, left to right in the order memory is taken:
+
+    0                                                                  card (nvidia-smi)
+    |-- before load --|---- weights ----|--- KV pool ---|------------ reserve ------------|
+     context, NCCL,     free_before      (tokens+page)    free_before * (1 - fraction)
+     driver             - free_after      x cell           + page rounding; holds draft
+                                                           weights, draft KV, req_to_token,
+                                                           CUDA graphs, then stays free
+
+vLLM (V1), one GPU:
+
+    0                                         total x utilization                total
+    |-- weights --|-- activation --|-- non-torch --|-- graphs --|-- KV pool --|~|-- outside --|
+                    profile_run      NCCL, backend    >= v0.21     blocks x      total x
+                    torch peak       buffers          estimate     block bytes   (1 - util)
+
+Items are per GPU in GiB (2**30 bytes), as both engines print them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerItem:
+    item: str
+    gib: float
+    source: str  # the formula (upstream function) or log line the figure comes from
+    exact: bool  # False: estimated, see the source for the stated range
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """How many requests of `context` tokens the GPU KV pool holds at once."""
+
+    context: int
+    requests: float
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    name: str
+    value: str
+    origin: str  # "launch command", "kvtier flag", "measured", "catalog", "default: <rule>"
+
+
+@dataclass(frozen=True, slots=True)
+class HostPool:
+    """A host-RAM KV tier (SGLang HiCache), per rank and for the node."""
+
+    tokens: int
+    bytes_per_rank: int
+    bytes_per_node: int
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    engine: str
+    model: str
+    gpu: str
+    gpus: int
+    tp: int
+    pp: int
+    era: str
+    items: tuple[LedgerItem, ...]
+    kv_tokens: int
+    kv_tokens_range: tuple[int, int] | None
+    kv_bytes_per_token: int
+    page_size: int
+    context_length: int
+    mem_fraction: float
+    max_running_requests: int | None
+    concurrency: tuple[Concurrency, ...]
+    inputs: tuple[Input, ...]
+    notes: tuple[str, ...] = ()
+    host_pool: HostPool | None = None
+    extra: tuple[tuple[str, float], ...] = field(default=())  # engine-specific figures
+
+    @property
+    def exact(self) -> bool:
+        return self.kv_tokens_range is None
+
+    def item(self, name: str) -> LedgerItem:
+        for it in self.items:
+            if it.item == name:
+                return it
+        raise KeyError(name)
+
+    def figure(self, name: str) -> float:
+        return dict(self.extra)[name]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "model": self.model,
+            "gpu": self.gpu,
+            "gpus": self.gpus,
+            "tp": self.tp,
+            "pp": self.pp,
+            "era": self.era,
+            "units": "GiB (2**30 bytes) per GPU",
+            "kv_tokens": self.kv_tokens,
+            "kv_tokens_range": list(self.kv_tokens_range) if self.kv_tokens_range else None,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "page_size": self.page_size,
+            "context_length": self.context_length,
+            "mem_fraction": self.mem_fraction,
+            "max_running_requests": self.max_running_requests,
+            "ledger": [
+                {"item": i.item, "gib": round(i.gib, 4), "source": i.source, "exact": i.exact}
+                for i in self.items
+            ],
+            "concurrency": [
+                {
+                    "context": c.context,
+                    "requests": round(c.requests, 2),
+                    "low": _r(c.low),
+                    "high": _r(c.high),
+                }
+                for c in self.concurrency
+            ],
+            "host_pool": None
+            if self.host_pool is None
+            else {
+                "tokens": self.host_pool.tokens,
+                "bytes_per_rank": self.host_pool.bytes_per_rank,
+                "bytes_per_node": self.host_pool.bytes_per_node,
+                "source": self.host_pool.source,
+            },
+            "inputs": [{"name": i.name, "value": i.value, "origin": i.origin} for i in self.inputs],
+            "notes": list(self.notes),
+        }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+DEFAULT_CONTEXTS = (8192, 32768, 131072)
+
+
+def context_lengths(requested: tuple[int, ...] | None, model_max: int) -> tuple[int, ...]:
+    """The context lengths to report concurrency at: the requested ones, or 8k/32k/128k + max."""
+    if requested:
+        return tuple(sorted(set(requested)))
+    return tuple(sorted({c for c in DEFAULT_CONTEXTS if c < model_max} | {model_max}))

@@ -1,0 +1,79 @@
+"""From a `Deployment` to its `Ledger`: resolve model, GPU and weights, then apply engine rules."""
+
+from __future__ import annotations
+
+from kvtier.budget import sglang_ledger, vllm_ledger
+from kvtier.budget.deployment import Deployment, Engine
+from kvtier.budget.inputs import PlanInputs
+from kvtier.budget.ledger import Ledger
+from kvtier.errors import KvtierError
+
+
+def resolve(
+    deployment: Deployment,
+    contexts: tuple[int, ...] | None = None,
+    pcie_gbps: float | None = None,
+) -> PlanInputs:
+    """Look up the model (catalog, config.json or HF cache), the GPU and the weights per GPU."""
+    from kvtier.spec.catalog import resolve_model
+    from kvtier.spec.weights import weight_bytes
+
+    d = deployment
+    model = resolve_model(d.model)
+    if d.context_length and d.context_length > model.context_length:
+        # both engines refuse a longer context than the config derives unless forced by env
+        raise KvtierError(
+            f"context length {d.context_length} is greater than the model's derived maximum "
+            f"{model.context_length} ({model.model_id}); the engine refuses it"
+        )
+    gpu_name, gpu_mem_mib, link = None, None, None
+    if d.gpu is not None:
+        from kvtier.spec.gpu import resolve_gpu
+
+        gpu = resolve_gpu(d.gpu)
+        gpu_name, gpu_mem_mib, link = gpu.name, gpu.memory_mib, gpu.pcie_gbps
+    if d.measured.gpu_mem_gib is not None:
+        gpu_mem_mib = round(d.measured.gpu_mem_gib * 1024)
+        gpu_name = gpu_name or f"custom {d.measured.gpu_mem_gib:g} GiB"
+    dtype = None if d.dtype == "auto" else d.dtype
+    weights = weight_bytes(model, d.tp, dtype)
+    per_gpu = weights.total_bytes
+    source = f"estimated: spec weights at TP{d.tp}"
+    if d.pp > 1:  # an even split: the stages holding the embedding or the head carry a bit more
+        per_gpu = -(-per_gpu // d.pp)
+        source += f" / PP{d.pp}"
+    draft, draft_bytes = None, None
+    if d.draft_model:
+        try:
+            draft = resolve_model(d.draft_model)
+            draft_bytes = weight_bytes(draft, d.tp, dtype).total_bytes
+        except KvtierError:
+            draft = None  # the draft's size is then assumed and marked estimated
+    return PlanInputs(
+        deployment=d,
+        model=model,
+        gpu_name=gpu_name,
+        gpu_mem_mib=gpu_mem_mib,
+        weights_bytes=per_gpu,
+        weights_source=source,
+        draft=draft,
+        draft_weights_bytes=draft_bytes,
+        contexts=contexts,
+        pcie_gbps=pcie_gbps or link,
+    )
+
+
+def build_ledger(inputs: PlanInputs) -> Ledger:
+    """The per-GPU ledger the deployment's engine would produce."""
+    if inputs.deployment.engine is Engine.SGLANG:
+        return sglang_ledger.build(inputs)
+    return vllm_ledger.build(inputs)
+
+
+def plan(
+    deployment: Deployment,
+    contexts: tuple[int, ...] | None = None,
+    pcie_gbps: float | None = None,
+) -> Ledger:
+    """`resolve` then `build_ledger`."""
+    return build_ledger(resolve(deployment, contexts, pcie_gbps))

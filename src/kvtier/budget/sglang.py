@@ -1,0 +1,202 @@
+"""How SGLang sizes its GPU KV pool, rule by rule, per version era.
+
+Eras (sgl-project/sglang, python/sglang/srt/):
+  A  v0.3 - v0.4.x   model_executor/model_runner.py: ModelRunner.profile_max_num_token,
+                     init_memory_pool
+  B  v0.5.0 - v0.5.10 model_executor/model_runner_kv_cache_mixin.py: ModelRunnerKVCacheMixin
+                     .get_cell_size_per_token, .profile_max_num_token, .init_memory_pool,
+                     .set_num_tokens_hybrid_swa
+  C  main (2026)     mem_cache/kv_cache_configurator.py: KVCacheConfigurator
+                     ._profile_available_bytes; model_executor/pool_configurator.py:
+                     DefaultPoolConfigurator (draft priced into the cell)
+The budget itself is the same in all three: what is free when the pool is allocated minus a
+fixed share of what was free before the weights loaded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kvtier.budget.kvdtype import KVDtype
+from kvtier.errors import KvtierError
+from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
+from kvtier.units import GiB
+
+# memory_pool.py: FP4 pools keep one scale per 16 elements.
+FP4_SCALE_BLOCK = 16
+# server_args `swa_full_tokens_ratio` default (v0.5.x).
+SWA_FULL_TOKENS_RATIO = 0.8
+# req_to_token rows: context_len + 4 (model_runner init_memory_pool, extra_max_context_len).
+REQ_TO_TOKEN_EXTRA = 4
+REQ_TO_TOKEN_ELEMENT_BYTES = 4  # int32
+# max_running_requests when speculative decoding is on and the flag is unset.
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+
+
+class Era(NamedTuple):
+    pool: str  # "A", "B" or "C"
+    fraction_rule: str  # which default mem_fraction_static rule: "i", "ii", "iii", "iv"
+    label: str
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    if match is None:
+        raise KvtierError(f"SGLang version {version!r} is not of the form 0.5.9 (or 'main')")
+    return tuple(int(g or 0) for g in match.groups())
+
+
+def era_for(version: str | None) -> Era:
+    """The era a version falls in; no version means Era B with the v0.5.4+ fraction rule."""
+    if version is None:
+        return Era("B", "iii", "SGLang v0.5.4-v0.5.10 (Era B; default, pass --sglang-version)")
+    if version == "main":
+        return Era("C", "iv", "SGLang main 2026 (Era C)")
+    v = _version_tuple(version)
+    if v < (0, 4, 9):
+        return Era("A", "i", f"SGLang {version} (Era A, v0.3-v0.4.8)")
+    if v < (0, 5, 0):
+        return Era("A", "ii", f"SGLang {version} (Era A, v0.4.9+ reserve table)")
+    if v < (0, 5, 4):
+        return Era("B", "ii", f"SGLang {version} (Era B, reserve table)")
+    if v <= (0, 5, 10):
+        return Era("B", "iii", f"SGLang {version} (Era B, v0.5.4+ heuristics)")
+    return Era("C", "iv", f"SGLang {version} (Era C)")
+
+
+def cell_size(kv: KVGeometry, attn_tp: int, layers: int, dtype: KVDtype) -> int:
+    """Bytes one token's KV takes on one rank over `layers` layers.
+
+    Mirrors get_cell_size_per_token (Era B): MHA/GQA stores per-rank heads x (head_dim +
+    v_head_dim); MLA stores one latent (kv_lora_rank + qk_rope_head_dim), not split by TP.
+    FP4 halves the elements and adds one scale byte per 16 elements (K and V scales for MHA).
+    """
+    if kv.kind is AttentionKind.MLA:
+        latent = kv.kv_lora_rank + kv.qk_rope_head_dim
+        cell = latent * layers * dtype.element_bytes
+        if dtype.is_fp4:
+            return cell // 2 + (latent // FP4_SCALE_BLOCK) * layers * dtype.element_bytes
+        return cell
+    heads = kv.kv_heads_per_rank(attn_tp)
+    cell = heads * (kv.head_dim + kv.v_head_dim) * layers * dtype.element_bytes
+    if dtype.is_fp4:
+        scales = (heads * kv.head_dim * layers * 2 * dtype.element_bytes) // FP4_SCALE_BLOCK
+        return cell // 2 + scales
+    return cell
+
+
+def stage_layers(num_layers: int, pp: int) -> int:
+    """Layers on the largest pipeline stage; its pool is the smallest and PP takes the MIN."""
+    return -(-num_layers // pp)
+
+
+def rest_gib(free_before_gib: float, free_after_gib: float, mem_fraction: float) -> float:
+    """profile_max_num_token: rest = available_now - free_before_load * (1 - mem_fraction_static).
+
+    `free_before_gib` is the min over ranks of the free memory after distributed init and before
+    weights load (Era A/B call it total_gpu_memory, Era C pre_model_load_memory).
+    """
+    return free_after_gib - free_before_gib * (1.0 - mem_fraction)
+
+
+def not_enough_memory(free_before_gib: float, free_after_gib: float) -> KvtierError:
+    """The engine's refusal, with the fraction that would leave a positive pool (Era C wording)."""
+    if free_after_gib <= 0:
+        return KvtierError(
+            f"Not enough memory: the weights ({free_before_gib - free_after_gib:.2f} GiB per GPU) "
+            f"do not fit in the {free_before_gib:.2f} GiB free before load; use more GPUs "
+            "(higher --tp / --pp) or a smaller checkpoint"
+        )
+    needed = 1.0 - free_after_gib / free_before_gib
+    return KvtierError(
+        "Not enough memory: the weights leave no GPU memory for the KV cache. Please increase "
+        f"--mem-fraction-static above {needed:.3f} (1 - available/pre-load free)"
+    )
+
+
+def profile_tokens(rest: float, cell: int, page_size: int, max_total_tokens: int | None) -> int:
+    """Era B: int(rest * 2**30) // cell, capped by --max-total-tokens, aligned down to a page."""
+    tokens = int(rest * GiB) // cell
+    if max_total_tokens is not None:
+        tokens = min(tokens, max_total_tokens)
+    return tokens // page_size * page_size
+
+
+class SwaTokens(NamedTuple):
+    full_tokens: int
+    swa_tokens: int
+
+
+def hybrid_swa_tokens(
+    profiled_tokens: int, kv: KVGeometry, attn_tp: int, page_size: int, ratio: float
+) -> SwaTokens:
+    """Era B set_num_tokens_hybrid_swa: split the profiled bytes between full and SWA layers.
+
+    Profiled with the uniform cell over all layers; then full_tokens = bytes / (F*n_full +
+    ratio*S*n_swa), swa_tokens = full_tokens * ratio, both page-aligned down.
+    """
+    per_layer = kv.kv_heads_per_rank(attn_tp) * (kv.head_dim + kv.v_head_dim)
+    total = profiled_tokens * per_layer * kv.num_layers
+    full = int(total / (per_layer * kv.num_full_layers + ratio * per_layer * kv.num_local_layers))
+    swa = int(full * ratio)
+    return SwaTokens(full // page_size * page_size, swa // page_size * page_size)
+
+
+def check_layers(kv: KVGeometry, pp: int = 1) -> None:
+    """Refuse layer kinds whose SGLang pool formula kvtier does not reproduce."""
+    if kv.is_hybrid and pp > 1:
+        raise KvtierError(
+            "hybrid sliding-window models under pipeline parallelism are not modelled"
+        )
+    if LayerKind.CHUNKED in kv.layer_kinds:
+        raise KvtierError(
+            "chunked local attention (Llama 4) has its own SGLang pool formula, not modelled"
+        )
+    if kv.num_full_layers == 0:
+        raise KvtierError("all-sliding-window models are not modelled for SGLang")
+
+
+def kv_size_bytes(tokens: int, page_size: int, cell: int) -> int:
+    """The 'KV size' the pool logs: buffers hold tokens + one padding page (memory_pool.py)."""
+    return (tokens + page_size) * cell
+
+
+def max_num_reqs(tokens: int, context_len: int, max_running_requests: int | None) -> int:
+    """req_to_token pool rows (Era A/B init_memory_pool): the flag, or clamp(tokens/ctx*512)."""
+    if max_running_requests is not None:
+        return max_running_requests
+    return min(max(int(tokens / context_len * 512), 2048), 4096)
+
+
+def speculative_max_running_requests(speculative: str | None, era: Era) -> int | None:
+    """48 when a draft-model speculative algorithm is on and the flag is unset (server_args
+    v0.4.9+; 2026: arg_groups/speculative_hook.py); None otherwise."""
+    if speculative is None or era.fraction_rule == "i":
+        return None
+    if speculative.upper() in ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE"):
+        return SPECULATIVE_MAX_RUNNING_REQUESTS
+    return None
+
+
+def req_to_token_bytes(num_reqs: int, context_len: int, draft_tokens: int) -> int:
+    """ReqToTokenPool: int32 (num_reqs, context_len + 4 [+ draft tokens, Era B])."""
+    width = context_len + REQ_TO_TOKEN_EXTRA + draft_tokens
+    return num_reqs * width * REQ_TO_TOKEN_ELEMENT_BYTES
+
+
+def max_running_requests(tokens: int, num_reqs: int, flag: int | None, dp: int) -> int:
+    """model_runner (Era B): min(tokens // 2 or flag // dp, req_to_token pool size)."""
+    wanted = tokens // 2 if flag is None else flag // dp
+    return min(wanted, num_reqs)
+
+
+@dataclass(frozen=True, slots=True)
+class DraftCell:
+    """Bytes per token of the speculative draft's KV on one rank, and how it was found."""
+
+    cell: int
+    layers: int
+    source: str
+    exact: bool

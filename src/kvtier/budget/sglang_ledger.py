@@ -1,0 +1,367 @@
+"""Assemble the per-GPU ledger of an SGLang deployment from the rules in `sglang` and `hicache`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kvtier.budget import estimate, hicache, sglang
+from kvtier.budget.estimate import Term
+from kvtier.budget.inputs import PlanInputs
+from kvtier.budget.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
+from kvtier.budget.sglang_defaults import default_mem_fraction
+from kvtier.errors import KvtierError
+from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
+from kvtier.units import GiB, MiB
+
+MTP_ALGORITHMS = frozenset({"NEXTN", "MTP"})
+EAGLE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3"})
+# An EAGLE head is one Llama decoder layer; without its config, assume the target's attention heads
+# as KV heads and head_dim 128 (Kimi-K2.5 EAGLE-3 logs K size 0.30 GB at 159,277 tokens, TP8).
+EAGLE_ASSUMED_HEAD_DIM = 128
+
+
+def _draft_cell(p: PlanInputs) -> sglang.DraftCell | None:
+    """Bytes per token of the draft's KV on one rank (Era B: draft pool of the target's size)."""
+    d = p.deployment
+    algo = (d.speculative_algorithm or "").upper()
+    if not algo or algo == "NGRAM":
+        return None
+    dtype = p.kv_dtype()
+    if p.draft is not None:
+        layers = p.draft.draft_layers or p.draft.kv.num_layers
+        cell = sglang.cell_size(p.draft.kv, p.attn_tp, layers, dtype)
+        return sglang.DraftCell(cell, layers, f"draft {p.draft.model_id}: {layers} layer(s)", True)
+    if algo in MTP_ALGORITHMS or (
+        algo in EAGLE_ALGORITHMS and p.model.draft_layers and not d.draft_model
+    ):
+        layers = p.model.draft_layers
+        if not layers:
+            raise KvtierError(f"{algo} needs num_nextn_predict_layers in the model config")
+        cell = sglang.cell_size(p.model.kv, p.attn_tp, layers, dtype)
+        return sglang.DraftCell(cell, layers, f"MTP head: num_nextn_predict_layers={layers}", True)
+    if algo in EAGLE_ALGORITHMS:
+        heads = p.model.num_attention_heads
+        kv = KVGeometry(
+            AttentionKind.MHA,
+            heads,
+            EAGLE_ASSUMED_HEAD_DIM,
+            EAGLE_ASSUMED_HEAD_DIM,
+            (LayerKind.FULL,),
+        )
+        cell = sglang.cell_size(kv, p.attn_tp, 1, dtype)
+        return sglang.DraftCell(
+            cell,
+            1,
+            f"assumed: 1 layer, {heads} KV heads x {EAGLE_ASSUMED_HEAD_DIM} "
+            "(give --speculative-draft-model-path for the exact size)",
+            False,
+        )
+    raise KvtierError(f"speculative algorithm {algo} needs --speculative-draft-model-path")
+
+
+def _memory_terms(p: PlanInputs) -> dict[str, Term]:
+    """Free memory before load and the weights, measured where given, else estimated."""
+    m = p.deployment.measured
+    terms: dict[str, Term] = {}
+    if m.free_before_load_gib is not None:
+        terms["pre"] = Term.known(
+            m.free_before_load_gib, "measured: 'Load weight begin. avail mem'"
+        )
+    elif m.free_after_load_gib is not None and m.weights_gib is not None:
+        terms["pre"] = Term.known(
+            m.free_after_load_gib + m.weights_gib, "measured: free after load + weights 'mem usage'"
+        )
+    else:
+        if p.gpu_mem_mib is None:
+            raise KvtierError("need the GPU (--gpu or --gpu-mem-gib) or --free-before-load-gib")
+        card = p.gpu_mem_mib * MiB / GiB
+        parts = {
+            "driver reserve": estimate.DRIVER_RESERVED_GIB,
+            "CUDA context": estimate.CUDA_CONTEXT_GIB,
+        }
+        if p.deployment.tp * p.deployment.pp > 1:
+            parts["NCCL buffers"] = estimate.COMM_BUFFERS_GIB
+        stated = " + ".join(f"{name} {lo:g}-{hi:g}" for name, (_, lo, hi) in parts.items())
+        terms["pre"] = Term.estimated(
+            card - sum(x[0] for x in parts.values()),
+            card - sum(x[2] for x in parts.values()),
+            card - sum(x[1] for x in parts.values()),
+            f"estimated: {stated} GiB",
+        )
+    if m.free_after_load_gib is not None:
+        terms["after"] = Term.known(m.free_after_load_gib, "measured: 'Load weight end. avail mem'")
+    elif m.weights_gib is not None:
+        terms["weights"] = Term.known(m.weights_gib, "measured weights")
+    elif p.weights_bytes is not None:
+        terms["weights"] = estimate.weights_term(p.weights_bytes, p.weights_source)
+    else:
+        raise KvtierError("the weights per GPU are unknown: pass --weights-gib")
+    return terms
+
+
+def _after(v: Mapping[str, float]) -> float:
+    return v["after"] if "after" in v else v["pre"] - v["weights"]
+
+
+def build(p: PlanInputs) -> Ledger:
+    """The ledger SGLang's profile_max_num_token / init_memory_pool produce for `p`."""
+    d = p.deployment
+    era = sglang.era_for(d.engine_version)
+    kv = p.model.kv
+    sglang.check_layers(kv, d.pp)
+    dtype = p.kv_dtype()
+    page = d.page_size or 1
+    layers = sglang.stage_layers(kv.num_layers, d.pp)
+    target_cell = sglang.cell_size(kv, p.attn_tp, layers, dtype)
+    draft = _draft_cell(p)
+    cell = target_cell
+    if era.pool == "C" and draft is not None:  # DefaultPoolConfigurator prices the draft in
+        cell = int(target_cell * (1 + draft.layers / layers))
+    inputs = p.base_inputs()
+    # The engine picks chunked_prefill_size and cuda_graph_max_bs by GPU tier either way.
+    rule = default_mem_fraction(
+        era.fraction_rule,
+        p.gpu_mem_mib,
+        d.tp,
+        d.pp,
+        d.speculative_algorithm,
+        d.enable_dp_attention,
+        d.dp,
+        kv.kind is AttentionKind.MLA,
+        d.chunked_prefill_size,
+        d.cuda_graph_max_bs,
+    )
+    chunk, max_bs = rule.chunked_prefill_size, rule.cuda_graph_max_bs
+    if d.mem_fraction is not None:
+        fraction = d.mem_fraction
+        inputs.append(Input("mem_fraction_static", f"{fraction}", d.origin("mem_fraction")))
+    else:
+        fraction = rule.value
+        inputs.append(Input("mem_fraction_static", f"{fraction}", f"default: {rule.rule}"))
+    inputs.append(Input("version era", era.label, d.origin("engine_version")))
+
+    terms = _memory_terms(p)
+    rest = estimate.spread(terms, lambda v: sglang.rest_gib(v["pre"], _after(v), fraction))
+    nominal_pre = terms["pre"].value
+    nominal_after = _after({k: t.value for k, t in terms.items()})
+    if rest.value <= 0:
+        raise sglang.not_enough_memory(nominal_pre, nominal_after)
+
+    def pools_for(rest_gib: float) -> tuple[int, int]:
+        """(full-layer tokens, sliding-window tokens) for a budget of `rest_gib`."""
+        if rest_gib <= 0:
+            return 0, 0
+        profiled = sglang.profile_tokens(rest_gib, cell, page, d.max_total_tokens)
+        if not kv.is_hybrid:
+            return profiled, 0
+        ratio = sglang.SWA_FULL_TOKENS_RATIO
+        split = sglang.hybrid_swa_tokens(profiled, kv, p.attn_tp, page, ratio)
+        return split.full_tokens, split.swa_tokens
+
+    tokens, swa = pools_for(rest.value)
+    if tokens <= 0:
+        raise sglang.not_enough_memory(nominal_pre, nominal_after)
+    token_range = None if rest.exact else (pools_for(rest.low)[0], pools_for(rest.high)[0])
+    notes: list[str] = []
+    ctx = p.context_length
+    kv_bytes = sglang.kv_size_bytes(tokens, page, target_cell)
+    if kv.is_hybrid:
+        per_layer = target_cell // layers
+        kv_bytes = sglang.kv_size_bytes(tokens, page, per_layer * kv.num_full_layers)
+        kv_bytes += sglang.kv_size_bytes(swa, page, per_layer * kv.num_local_layers)
+        notes.append(
+            f"hybrid SWA: {tokens:,} full-layer tokens, {swa:,} sliding-window tokens "
+            f"(swa_full_tokens_ratio {sglang.SWA_FULL_TOKENS_RATIO})"
+        )
+
+    exact_mem = rest.exact
+    card_gib = p.gpu_mem_mib * MiB / GiB if p.gpu_mem_mib is not None else None
+    weights_gib = nominal_pre - nominal_after
+    items: list[LedgerItem] = []
+    if card_gib is not None:
+        items.append(
+            LedgerItem(
+                "before load: driver, CUDA context, NCCL",
+                card_gib - nominal_pre,
+                "card (nvidia-smi) - free before load"
+                if terms["pre"].exact
+                else terms["pre"].source,
+                terms["pre"].exact,
+            )
+        )
+    w_term = terms.get("weights")
+    items.append(
+        LedgerItem(
+            "weights",
+            weights_gib,
+            w_term.source if w_term else "free before load - free after load ('mem usage')",
+            w_term.exact if w_term else True,
+        )
+    )
+    items.append(
+        LedgerItem(
+            "KV cache pool",
+            kv_bytes / GiB,
+            f"(tokens + page) x {target_cell:,} B; tokens = int(rest x 2^30) // {cell:,}, "
+            f"rest = free_after - free_before x (1 - {fraction}) (profile_max_num_token)",
+            exact_mem,
+        )
+    )
+
+    draft_kv_gib = 0.0
+    if draft is not None:
+        m = d.measured
+        if m.draft_weights_gib is not None:
+            items.append(LedgerItem("draft weights", m.draft_weights_gib, "measured", True))
+        elif p.draft_weights_bytes is not None:
+            items.append(
+                LedgerItem(
+                    "draft weights",
+                    p.draft_weights_bytes / GiB,
+                    f"spec weights of {d.draft_model}",
+                    False,
+                )
+            )
+        else:
+            notes.append("draft weights unknown (pass --draft-weights-gib): counted in 'free'")
+        draft_kv_gib = sglang.kv_size_bytes(tokens, page, draft.cell) / GiB
+        where = "inside the budget (Era C)" if era.pool == "C" else "from the reserve (Era B)"
+        items.append(
+            LedgerItem(
+                "draft KV pool",
+                draft_kv_gib,
+                f"(tokens + page) x {draft.cell:,} B, {draft.source}; {where}",
+                draft.exact and exact_mem,
+            )
+        )
+        if era.pool == "A":
+            notes.append(
+                "Era A also inflates the pool by max_num_reqs x (steps x topk + draft "
+                "tokens) + 100 for speculative decoding; not included"
+            )
+
+    flag = d.max_running_requests
+    rows_from = "--max-running-requests"
+    if flag is None:
+        flag = sglang.speculative_max_running_requests(d.speculative_algorithm, era)
+        rows_from = (
+            "speculative default (server_args)" if flag else "clamp(tokens/ctx x 512, 2048, 4096)"
+        )
+    reqs = sglang.max_num_reqs(tokens, ctx, flag)
+    draft_tokens = (d.speculative_num_draft_tokens or 0) if era.pool == "B" else 0
+    table = sglang.req_to_token_bytes(reqs, ctx, draft_tokens)
+    items.append(
+        LedgerItem(
+            "request table (req_to_token)",
+            table / GiB,
+            f"int32 {reqs} x ({ctx} + {sglang.REQ_TO_TOKEN_EXTRA + draft_tokens}); "
+            f"rows = {rows_from}",
+            d.max_running_requests is not None,
+        )
+    )
+    m = d.measured
+    if m.cuda_graph_gib is not None:
+        graphs = LedgerItem(
+            "CUDA graphs", m.cuda_graph_gib, "measured: 'Capture cuda graph end'", True
+        )
+    elif max_bs:
+        graphs = LedgerItem(
+            "CUDA graphs",
+            max_bs * 2 * MiB / GiB,
+            f"estimated: cuda_graph_max_bs {max_bs} x 2 MiB (server_args reserve rule)",
+            False,
+        )
+    else:
+        graphs = None
+        notes.append("CUDA graphs not estimated (pass --cuda-graph-gib): counted in 'free'")
+    if graphs is not None:
+        items.append(graphs)
+    used = sum(i.gib for i in items[1 if card_gib is not None else 0 :])
+    free = nominal_pre - used
+    if m.free_end_gib is not None:
+        items.append(
+            LedgerItem(
+                "unattributed",
+                free - m.free_end_gib,
+                "reserve - listed items - measured free at end",
+                True,
+            )
+        )
+        items.append(
+            LedgerItem(
+                "free at end of startup", m.free_end_gib, "measured: 'available_gpu_mem'", True
+            )
+        )
+    else:
+        items.append(
+            LedgerItem(
+                "free at end of startup",
+                free,
+                "reserve left: runtime activations (chunked prefill) draw from it",
+                all(i.exact for i in items),
+            )
+        )
+    if chunk:
+        notes.append(
+            f"the default-fraction rule budgets {max(chunk, 2048) * 1.5 / 1024:.2f} GiB for "
+            f"prefill activations (max(chunked_prefill_size {chunk}, 2048) x 1.5 MiB)"
+        )
+
+    running = sglang.max_running_requests(tokens, reqs, flag, d.dp)
+    host_pool = _host_pool(p, tokens, page, dtype, layers) if d.enable_hierarchical_cache else None
+    return Ledger(
+        engine="sglang",
+        model=p.model.model_id,
+        gpu=p.gpu_name or "custom",
+        gpus=d.gpus,
+        tp=d.tp,
+        pp=d.pp,
+        era=era.label,
+        items=tuple(items),
+        kv_tokens=tokens,
+        kv_tokens_range=token_range,
+        kv_bytes_per_token=target_cell,
+        page_size=page,
+        context_length=ctx,
+        mem_fraction=fraction,
+        max_running_requests=running,
+        concurrency=_concurrency(p, tokens, token_range),
+        inputs=tuple(inputs),
+        notes=tuple(notes),
+        host_pool=host_pool,
+        extra=(
+            ("free_before_load_gib", nominal_pre),
+            ("free_after_load_gib", nominal_after),
+            ("rest_gib", rest.value),
+            ("cell_bytes", float(cell)),
+            ("draft_cell_bytes", float(draft.cell if draft else 0)),
+            ("free_end_gib", m.free_end_gib if m.free_end_gib is not None else free),
+            ("chunked_prefill_size", float(chunk or 0)),
+            ("cuda_graph_max_bs", float(max_bs or 0)),
+        ),
+    )
+
+
+def _concurrency(
+    p: PlanInputs, tokens: int, rng: tuple[int, int] | None
+) -> tuple[Concurrency, ...]:
+    rows = []
+    for ctx in context_lengths(p.contexts, p.context_length):
+        low, high = (rng[0] / ctx, rng[1] / ctx) if rng else (None, None)
+        rows.append(Concurrency(ctx, tokens / ctx, low, high))
+    return tuple(rows)
+
+
+def _host_pool(p: PlanInputs, tokens: int, page: int, dtype, layers: int) -> HostPool:
+    d = p.deployment
+    per_token = hicache.host_bytes_per_token(p.model.kv, p.attn_tp, layers, dtype)
+    host = hicache.host_tokens(tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)
+    per_rank = host * per_token
+    how = (
+        f"--hicache-size {d.hicache_size_gb} GB"
+        if d.hicache_size_gb
+        else f"device tokens x {d.hicache_ratio or hicache.DEFAULT_HICACHE_RATIO}"
+    )
+    return HostPool(
+        host, per_rank, per_rank * d.gpus, f"HostKVCache: {how}, + 1 page; {per_token:,} B/token"
+    )

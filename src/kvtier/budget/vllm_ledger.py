@@ -1,0 +1,293 @@
+"""Assemble the per-GPU ledger of a vLLM deployment from the rules in `vllm`."""
+
+from __future__ import annotations
+
+from kvtier.budget import estimate, sglang, vllm
+from kvtier.budget.estimate import Term
+from kvtier.budget.inputs import PlanInputs
+from kvtier.budget.ledger import (
+    Concurrency,
+    HostPool,
+    Input,
+    Ledger,
+    LedgerItem,
+    context_lengths,
+)
+from kvtier.errors import KvtierError
+from kvtier.spec.model import LayerKind
+from kvtier.units import GiB, MiB
+
+
+def _terms(p: PlanInputs, era: vllm.Era) -> dict[str, Term]:
+    """total, weights, activation, non-torch and graph terms: measured, else estimated."""
+    d, m = p.deployment, p.deployment.measured
+    terms: dict[str, Term] = {}
+    if m.gpu_mem_gib is not None:
+        terms["total"] = Term.known(m.gpu_mem_gib, "device total as the engine sees it")
+    elif p.gpu_mem_mib is not None:
+        card = p.gpu_mem_mib * MiB / GiB
+        r = estimate.DRIVER_RESERVED_GIB
+        terms["total"] = Term.estimated(
+            card - r[0], card - r[2], card - r[1], "estimated: card (nvidia-smi) - driver reserve"
+        )
+    else:
+        raise KvtierError("need the GPU (--gpu or --gpu-mem-gib)")
+    if m.weights_gib is not None:
+        terms["weights"] = Term.known(m.weights_gib, "measured: 'Model loading took'")
+    elif p.weights_bytes is not None:
+        terms["weights"] = estimate.weights_term(p.weights_bytes, p.weights_source)
+    else:
+        raise KvtierError("the weights per GPU are unknown: pass --weights-gib")
+    if m.activation_gib is not None:
+        terms["activation"] = Term.known(m.activation_gib, "measured: torch peak increase")
+    else:
+        scale = (d.chunked_prefill_size or 8192) / 8192
+        terms["activation"] = estimate.from_constant(
+            estimate.VLLM_ACTIVATION_GIB_PER_8K_TOKENS,
+            f"estimated: profile_run peak for {d.chunked_prefill_size or 8192} batched tokens",
+        ).scaled(scale)
+    if m.non_torch_gib is not None:
+        terms["non_torch"] = Term.known(m.non_torch_gib, "measured: non-torch increase")
+    else:
+        const = (
+            estimate.VLLM_NON_TORCH_GIB_TP if d.tp * d.pp > 1 else estimate.VLLM_NON_TORCH_GIB_TP1
+        )
+        terms["non_torch"] = estimate.from_constant(const, "estimated: NCCL / backend buffers")
+    if era.budgets_cuda_graphs:
+        if m.cuda_graph_gib is not None:
+            terms["graphs"] = Term.known(
+                m.cuda_graph_gib, "measured: 'Estimated CUDA graph memory'"
+            )
+        else:
+            terms["graphs"] = estimate.from_constant(
+                estimate.VLLM_CUDA_GRAPH_GIB, "estimated: profile_cudagraph_memory"
+            )
+    return terms
+
+
+class _Pool:
+    """Uniform layers share one block count per layer; hybrid models group layers (V1)."""
+
+    def __init__(self, p: PlanInputs, block: int) -> None:
+        d, kv = p.deployment, p.model.kv
+        self.block = block
+        self.layers = sglang.stage_layers(kv.num_layers, d.pp)
+        self.layout: vllm.HybridLayout | None = None
+        self.notes: tuple[str, ...] = ()
+        method = (d.speculative_algorithm or "").upper()
+        if method in vllm.MTP_METHODS and p.model.draft_layers and not kv.is_hybrid:
+            # the MTP layers register attention layers of the target's shape in the same pool
+            self.layers += p.model.draft_layers
+            self.notes = (f"{p.model.draft_layers} MTP draft layer(s) share the KV pool",)
+        elif method and method != "NGRAM":
+            self.notes = (
+                f"speculative {method}: the draft's KV layers are not counted; "
+                "the token count is an upper bound",
+            )
+        if not kv.is_hybrid:
+            return
+        if LayerKind.CHUNKED in kv.layer_kinds or d.pp > 1:
+            raise KvtierError(
+                "vLLM chunked-local attention and hybrid models under PP are not modelled"
+            )
+        if vllm.era_for(d.engine_version).name == "V0":
+            raise KvtierError("vLLM V0 sliding-window pools are not modelled")
+        self.layout = vllm.hybrid_layout(kv.num_full_layers, kv.num_local_layers)
+        self.layers = self.layout.group_size
+        self.window = kv.sliding_window or 0
+        self.batched = d.chunked_prefill_size or vllm.DEFAULT_MAX_NUM_BATCHED_TOKENS
+        self.notes += (
+            f"hybrid KV groups: {self.layout.full_groups} full + {self.layout.local_groups} "
+            f"sliding-window groups of {self.layout.group_size} layers "
+            f"({self.layout.padding_layers} padding layers); sliding window {self.window}, "
+            f"max_num_batched_tokens {self.batched}",
+        )
+
+    def blocks_per_request(self, context: int) -> int:
+        if self.layout is None:
+            return vllm.blocks_per_request(context, self.block)
+        return vllm.hybrid_blocks_per_request(
+            self.layout, context, self.block, self.window, self.batched
+        )
+
+    def tokens(self, blocks: int, context: int) -> int:
+        """Logged 'GPU KV cache size': blocks x block size, or for hybrid models
+        int(max_concurrency x max_model_len) (_report_kv_cache_config, 2026)."""
+        if self.layout is None:
+            return blocks * self.block
+        return int(blocks / self.blocks_per_request(context) * context)
+
+
+def build(p: PlanInputs) -> Ledger:
+    """The ledger vLLM's determine_available_memory / get_num_blocks produce for `p`."""
+    d = p.deployment
+    era = vllm.era_for(d.engine_version)
+    kv = p.model.kv
+    dtype = p.kv_dtype()
+    block = d.page_size or vllm.DEFAULT_BLOCK_SIZE
+    layers = sglang.stage_layers(kv.num_layers, d.pp)
+    page = vllm.page_bytes(kv, d.tp, block, dtype)
+    util = d.mem_fraction or vllm.DEFAULT_GPU_MEMORY_UTILIZATION
+    inputs = p.base_inputs()
+    inputs.append(
+        Input(
+            "gpu_memory_utilization",
+            f"{util}",
+            d.origin("mem_fraction") if d.mem_fraction else "default 0.9",
+        )
+    )
+    inputs.append(
+        Input(
+            "block size", str(block), d.origin("page_size") if d.page_size else "default 16 (CUDA)"
+        )
+    )
+    inputs.append(Input("version era", era.label, d.origin("engine_version")))
+    terms: dict[str, Term] = {}
+    if d.kv_cache_memory_bytes is not None:
+        available = Term.known(d.kv_cache_memory_bytes / GiB, "--kv-cache-memory-bytes")
+    else:
+        terms = _terms(p, era)
+        available = estimate.spread(
+            terms,
+            lambda v: vllm.available_gib(
+                v["total"],
+                util,
+                v["weights"],
+                v["activation"],
+                v["non_torch"],
+                v.get("graphs", 0.0),
+            ),
+        )
+
+    pool = _Pool(p, block)
+
+    def blocks_for(gib: float) -> int:
+        return vllm.num_blocks(int(gib * GiB), page, pool.layers) if gib > 0 else 0
+
+    blocks = blocks_for(available.value)
+    if blocks <= 0:
+        raise vllm.no_memory_error()
+    ctx = p.context_length
+    per_req = pool.blocks_per_request(ctx)
+    if blocks < per_req:
+        fits = max(c for c in range(block, ctx + 1, block) if pool.blocks_per_request(c) <= blocks)
+        raise vllm.too_short_error(ctx, per_req * page * pool.layers / GiB, available.value, fits)
+    tokens = pool.tokens(blocks, ctx)
+    rng_blocks = (
+        None if available.exact else (blocks_for(available.low), blocks_for(available.high))
+    )
+    rng = (
+        None
+        if rng_blocks is None
+        else (pool.tokens(rng_blocks[0], ctx), pool.tokens(rng_blocks[1], ctx))
+    )
+    block_bytes = page * pool.layers
+    items: list[LedgerItem] = []
+    nominal = {k: t.value for k, t in terms.items()}
+    for key, name in (
+        ("weights", "weights"),
+        ("activation", "activation peak (profile_run)"),
+        ("non_torch", "non-torch memory (NCCL, backend)"),
+        ("graphs", "CUDA graphs (budgeted estimate)"),
+    ):
+        if key in terms:
+            items.append(LedgerItem(name, terms[key].value, terms[key].source, terms[key].exact))
+    kv_gib = blocks * block_bytes / GiB
+    items.append(
+        LedgerItem(
+            "KV cache pool",
+            kv_gib,
+            f"{blocks:,} blocks x {block_bytes:,} B; blocks = available // (page x layers) "
+            "(get_num_blocks)",
+            available.exact,
+        )
+    )
+    items.append(
+        LedgerItem(
+            "unused (block rounding)",
+            available.value - kv_gib,
+            "available - KV pool",
+            available.exact,
+        )
+    )
+    free_end = 0.0
+    if "total" in terms:
+        outside = nominal["total"] * (1 - util)
+        graphs = (
+            0.0
+            if era.budgets_cuda_graphs
+            else (
+                d.measured.cuda_graph_gib
+                if d.measured.cuda_graph_gib is not None
+                else estimate.VLLM_CUDA_GRAPH_GIB[0]
+            )
+        )
+        free_end = outside - graphs
+        source = "total x (1 - gpu_memory_utilization)" + (
+            "" if era.budgets_cuda_graphs else "; CUDA graphs are captured from it"
+        )
+        items.append(LedgerItem("outside the budget", outside, source, terms["total"].exact))
+    conc = tuple(
+        Concurrency(
+            c,
+            blocks / pool.blocks_per_request(c),
+            *(
+                (
+                    rng_blocks[0] / pool.blocks_per_request(c),
+                    rng_blocks[1] / pool.blocks_per_request(c),
+                )
+                if rng_blocks
+                else (None, None)
+            ),
+        )
+        for c in context_lengths(p.contexts, p.context_length)
+    )
+    notes = list(pool.notes)
+    if era.name == "V0":
+        notes.append(f"V0 logs '# GPU blocks: {blocks}'")
+    else:
+        notes.append(
+            f"logs 'GPU KV cache size: {tokens:,} tokens' and 'Maximum concurrency for "
+            f"{ctx:,} tokens per request: {blocks / per_req:.2f}x'"
+        )
+    host_pool = None
+    if d.kv_offloading_size_gib:
+        # CPUOffloadingSpec: blocks = cpu_bytes_to_use // (page x layers x world_size); the size
+        # is GiB summed over all TP x PP ranks (vllm/config/vllm.py, native backend)
+        world = d.tp * d.pp
+        cpu_bytes = int(d.kv_offloading_size_gib * GiB)
+        host_tokens = cpu_bytes // (page * layers * world) * block
+        host_pool = HostPool(
+            host_tokens,
+            cpu_bytes // world,
+            cpu_bytes * d.gpus // world,
+            f"--kv-offloading-size {d.kv_offloading_size_gib:g} GiB over {world} ranks "
+            "(CPUOffloadingSpec)",
+        )
+    return Ledger(
+        engine="vllm",
+        model=p.model.model_id,
+        gpu=p.gpu_name or "custom",
+        gpus=d.gpus,
+        tp=d.tp,
+        pp=d.pp,
+        era=era.label,
+        items=tuple(items),
+        kv_tokens=tokens,
+        kv_tokens_range=rng,
+        kv_bytes_per_token=page * layers // block,
+        page_size=block,
+        context_length=ctx,
+        mem_fraction=util,
+        max_running_requests=d.max_running_requests,
+        concurrency=conc,
+        inputs=tuple(inputs),
+        notes=tuple(notes),
+        host_pool=host_pool,
+        extra=(
+            ("num_blocks", float(blocks)),
+            ("available_kv_gib", available.value),
+            ("total_gib", nominal.get("total", 0.0)),
+            ("free_end_gib", free_end),
+        ),
+    )

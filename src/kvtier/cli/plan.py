@@ -1,0 +1,191 @@
+"""`kvtier plan`: the per-GPU memory ledger of a deployment, from flags or a pasted launch command.
+
+    kvtier plan --gpu "RTX PRO 6000" --gpus 8 -- python -m sglang.launch_server \\
+        --model-path moonshotai/Kimi-K2.5 --tp 8 --mem-fraction-static 0.88
+
+`add_deployment_arguments` and `deployment_from_args` are shared with `advise` (and any command
+that describes a deployment the same way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from kvtier.errors import KvtierError
+
+if TYPE_CHECKING:
+    from kvtier.budget.deployment import Deployment
+
+_MEASURED = (
+    ("free_before_load_gib", "SGLang: 'Load weight begin. avail mem' (min over ranks)"),
+    ("free_after_load_gib", "SGLang: 'Load weight end. avail mem' (min over ranks)"),
+    ("weights_gib", "weights per GPU: vLLM 'Model loading took', SGLang 'mem usage'"),
+    ("activation_gib", "vLLM: torch peak increase during profiling"),
+    ("non_torch_gib", "vLLM: non-torch increase during profiling"),
+    ("cuda_graph_gib", "CUDA graphs: SGLang 'Capture cuda graph end. mem usage', vLLM estimate"),
+    ("draft_weights_gib", "speculative draft weights per GPU"),
+    ("free_end_gib", "SGLang: final 'available_gpu_mem'"),
+    ("gpu_mem_gib", "card memory in GiB (vLLM: the total_memory it logs); overrides --gpu's"),
+)
+# kvtier flag dest -> Deployment field
+_FIELDS = {
+    "model": "model",
+    "tp": "tp",
+    "pp": "pp",
+    "dp": "dp",
+    "mem_fraction_static": "mem_fraction",
+    "gpu_memory_utilization": "mem_fraction",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "page_size": "page_size",
+    "block_size": "page_size",
+    "context_length": "context_length",
+    "max_model_len": "context_length",
+    "max_running_requests": "max_running_requests",
+    "max_total_tokens": "max_total_tokens",
+    "chunked_prefill_size": "chunked_prefill_size",
+    "cuda_graph_max_bs": "cuda_graph_max_bs",
+    "speculative_algorithm": "speculative_algorithm",
+    "draft_model": "draft_model",
+    "speculative_num_draft_tokens": "speculative_num_draft_tokens",
+    "hicache_ratio": "hicache_ratio",
+    "hicache_size": "hicache_size_gb",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "gpu": "gpu",
+    "gpus": "gpus_per_node",
+}
+
+
+def _contexts(raw: str) -> tuple[int, ...]:
+    try:
+        values = tuple(
+            int(float(x.lower().rstrip("k")) * (1024 if x.lower().endswith("k") else 1))
+            for x in raw.split(",")
+            if x.strip()
+        )
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--context wants lengths like 8192,32k: {raw!r}"
+        ) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"--context wants positive lengths: {raw!r}")
+    return values
+
+
+def add_deployment_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags that describe a deployment; a launch command after `--` supplies the rest."""
+    g = p.add_argument_group("deployment (override the launch command)")
+    g.add_argument("--engine", choices=("sglang", "vllm"))
+    g.add_argument("--model", help="catalog id, config.json path or model directory")
+    g.add_argument("--gpu", help="GPU catalog name, e.g. 'H100 80GB', 'RTX PRO 6000'")
+    g.add_argument("--gpus", type=int, help="GPUs per node (default: tp x pp)")
+    g.add_argument("--tp", type=int)
+    g.add_argument("--pp", type=int)
+    g.add_argument("--dp", type=int)
+    g.add_argument("--mem-fraction-static", type=float)
+    g.add_argument("--gpu-memory-utilization", type=float)
+    g.add_argument("--kv-cache-dtype")
+    g.add_argument("--page-size", type=int)
+    g.add_argument("--block-size", type=int)
+    g.add_argument("--context-length", type=int)
+    g.add_argument("--max-model-len", type=int)
+    g.add_argument("--max-running-requests", "--max-num-seqs", type=int)
+    g.add_argument("--max-total-tokens", type=int)
+    g.add_argument("--chunked-prefill-size", "--max-num-batched-tokens", type=int)
+    g.add_argument("--cuda-graph-max-bs", type=int)
+    g.add_argument("--speculative-algorithm", type=str.upper)
+    g.add_argument("--speculative-draft-model-path", "--draft-model", dest="draft_model")
+    g.add_argument("--speculative-num-draft-tokens", type=int)
+    g.add_argument("--hicache-ratio", type=float)
+    g.add_argument("--hicache-size", type=float, help="host pool per rank, decimal GB")
+    g.add_argument("--kv-cache-memory-bytes", type=int)
+    g.add_argument("--sglang-version", help="SGLang version whose rules apply (default: 0.5.4+)")
+    g.add_argument("--vllm-version", help="vLLM version whose rules apply (default: >= 0.21)")
+    m = p.add_argument_group("measured figures (GiB per GPU; from a real startup)")
+    for dest, text in _MEASURED:
+        m.add_argument("--" + dest.replace("_", "-"), type=float, help=text)
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--context",
+        type=_contexts,
+        help="context lengths for concurrency, e.g. 8k,32k (default 8k,32k,128k,max)",
+    )
+    o.add_argument("--pcie-gbps", type=float, help="host-to-GPU GB/s per card (default: catalog)")
+    o.add_argument("--json", action="store_true", help="machine-readable output")
+    o.add_argument("--quiet", action="store_true", help="only the key figures")
+    p.add_argument(
+        "launch",
+        nargs=argparse.REMAINDER,
+        help="-- followed by the engine's launch command (optional)",
+    )
+
+
+def deployment_from_args(args: argparse.Namespace) -> Deployment:
+    """The `Deployment` the flags and the launch command describe; flags win over the command."""
+    from kvtier.budget.deployment import Deployment, Engine, Measured
+    from kvtier.budget.launch import parse_launch
+
+    words = [w for w in args.launch if w != "--"] if args.launch else []
+    launch = parse_launch(words) if words else None
+    engine = args.engine or (launch.engine.value if launch else None)
+    if engine is None:
+        raise KvtierError("say which engine: --engine sglang|vllm, or paste a launch command")
+    if launch and args.engine and launch.engine.value != args.engine:
+        raise KvtierError(f"--engine {args.engine} contradicts the {launch.engine} launch command")
+    flags: dict[str, object] = {
+        name: getattr(args, dest)
+        for dest, name in _FIELDS.items()
+        if getattr(args, dest) is not None
+    }
+    version = args.sglang_version if engine == "sglang" else args.vllm_version
+    if version:
+        flags["engine_version"] = version
+    from_launch = dict(launch.values) if launch else {}
+    model = flags.get("model") or from_launch.get("model")
+    if model is None:
+        raise KvtierError("say which model: --model ID, or paste a launch command")
+    deployment = Deployment(
+        engine=Engine(engine),
+        model=str(model),
+        measured=Measured(**{dest: getattr(args, dest) for dest, _ in _MEASURED}),
+        ignored_flags=launch.ignored if launch else (),
+    )
+    deployment = deployment.with_values("launch command", **from_launch)
+    deployment = deployment.with_values("kvtier flag", **flags)
+    if deployment.hicache_ratio or deployment.hicache_size_gb:
+        deployment = deployment.with_values(
+            "implied by the host size", enable_hierarchical_cache=True
+        )
+    return deployment
+
+
+def warn_ignored(deployment: Deployment) -> None:
+    if deployment.ignored_flags:
+        print(
+            "kvtier: warning: launch command flags not modelled (ignored): "
+            + " ".join(deployment.ignored_flags),
+            file=sys.stderr,
+        )
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="per-GPU memory ledger and KV tokens of a deployment",
+        description="How the engine divides each GPU: weights, KV pool, draft, reserve, free "
+        "(GiB = 2^30 bytes per GPU), the KV token count and concurrency at context lengths.",
+    )
+    add_deployment_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvtier.budget.plan import plan
+    from kvtier.report.ledger_view import print_ledger
+
+    deployment = deployment_from_args(args)
+    warn_ignored(deployment)
+    ledger = plan(deployment, args.context, args.pcie_gbps)
+    print_ledger(ledger, as_json=args.json, quiet=args.quiet)
+    return 0

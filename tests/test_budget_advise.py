@@ -1,0 +1,103 @@
+"""Options and the inverse question, on deployments whose numbers are checked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtier.budget.advise import (
+    HostSetup,
+    all_options,
+    fraction_options,
+    max_safe_fraction,
+    variant,
+)
+from kvtier.budget.deployment import Deployment, Engine, Measured
+from kvtier.budget.plan import build_ledger, resolve
+from kvtier.budget.target import solve, tokens_needed
+from kvtier.units import GiB
+
+FOUNDING = Deployment(
+    Engine.SGLANG,
+    "moonshotai/Kimi-K2.5",
+    tp=8,
+    gpu="RTX PRO 6000",
+    mem_fraction=0.88,
+    measured=Measured(free_before_load_gib=94.04, free_after_load_gib=21.71, free_end_gib=7.90),
+)
+
+
+def founding():
+    inputs = resolve(FOUNDING)
+    return inputs, build_ledger(inputs)
+
+
+def test_highest_safe_fraction_keeps_the_margin() -> None:
+    """7.90 GiB free at the end (the later run's log); keeping 2 GiB leaves 5.90 GiB for KV:
+    0.88 + 5.90 / 94.04 = 0.942 -> 0.94."""
+    inputs, base = founding()
+    assert max_safe_fraction(inputs, base, 2.0) == 0.94
+    options = fraction_options(inputs, base, 2.0)
+    assert [o.flags[1] for o in options] == ["0.90", "0.92", "0.94"]
+    for opt in options:
+        assert dict(opt.figures)["free_at_end_gib"] >= 2.0
+    top = options[-1]
+    assert top.kv_tokens == variant(inputs, mem_fraction=0.94).kv_tokens
+    # each extra 0.01 of the fraction is 0.9404 GiB of KV: ~14,370 tokens of 70,272 B
+    assert top.kv_tokens - base.kv_tokens == pytest.approx(0.06 * 94.04 * GiB / 70_272, rel=1e-3)
+
+
+def test_no_headroom_says_so() -> None:
+    inputs, base = founding()
+    (only,) = fraction_options(inputs, base, 8.0)
+    assert only.kv_tokens is None and "no room" in only.cost
+
+
+def test_every_option_states_flags_and_cost() -> None:
+    inputs, base = founding()
+    options = all_options(inputs, base, 2.0, HostSetup(ram_available_gb=396))
+    assert len({o.name for o in options}) == len(options)
+    for opt in options:
+        assert opt.flags and opt.cost
+        assert set(opt.to_json()) >= {"name", "flags", "kv_tokens"}
+
+
+def test_host_reload_time_uses_the_shared_link() -> None:
+    inputs, base = founding()
+    alone = all_options(inputs, base, 2.0, HostSetup(load_tokens=32768))
+    shared = all_options(inputs, base, 2.0, HostSetup(load_tokens=32768, node_gbps=100.0))
+
+    def seconds(opts):
+        return dict(next(o for o in opts if o.name == "HiCache ratio 4").figures)["load_seconds"]
+
+    # 32,768 x 70,272 B at 64 GB/s alone, at 100/8 = 12.5 GB/s when all 8 GPUs load
+    assert seconds(alone) == pytest.approx(32768 * 70272 / 64e9)
+    assert seconds(shared) == pytest.approx(32768 * 70272 / 12.5e9)
+
+
+def test_vllm_offload_size_is_gib_over_all_ranks() -> None:
+    inputs = resolve(
+        Deployment(Engine.VLLM, "Qwen/Qwen3-32B", tp=2, gpu="H100", context_length=32768)
+    )
+    base = build_ledger(inputs)
+    offload = next(
+        o for o in all_options(inputs, base, 2.0, HostSetup()) if o.name == "CPU offload x4"
+    )
+    size = int(offload.flags[-1])
+    assert size == pytest.approx(base.kv_tokens * base.kv_bytes_per_token * 4 * 2 / GiB, abs=1)
+    host_tokens = dict(offload.figures)["host_tokens"]
+    assert host_tokens == pytest.approx(4 * base.kv_tokens, rel=0.01)
+
+
+def test_target_picks_fp8_when_the_fraction_is_not_enough() -> None:
+    inputs, base = founding()
+    need = 400_000
+    answer = solve(inputs, base, 2.0, need // 8192, 8192)
+    assert answer.tokens_needed == tokens_needed(base, need // 8192, 8192)
+    assert answer.option is not None and "--kv-cache-dtype" in answer.option.flags
+    assert answer.option.kv_tokens >= answer.tokens_needed
+
+
+def test_vllm_target_counts_whole_blocks() -> None:
+    inputs = resolve(Deployment(Engine.VLLM, "Qwen/Qwen3-8B", gpu="H100", context_length=8192))
+    base = build_ledger(inputs)
+    assert tokens_needed(base, 3, 1000) == 3 * 63 * 16

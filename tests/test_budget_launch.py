@@ -1,0 +1,201 @@
+"""Pasted launch commands: accepted forms parse to the same values; bad ones fail in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtier.budget.deployment import Engine
+from kvtier.budget.launch import parse_launch
+from kvtier.errors import KvtierError
+
+FOUNDING = {
+    "model": "moonshotai/Kimi-K2.5",
+    "tp": 8,
+    "mem_fraction": 0.88,
+    "speculative_algorithm": "EAGLE3",
+}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "moonshotai/Kimi-K2.5",
+            "--tp",
+            "8",
+            "--mem-fraction-static",
+            "0.88",
+            "--speculative-algorithm",
+            "EAGLE3",
+        ],
+        [
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model_path=moonshotai/Kimi-K2.5",
+            "--tp-size=8",
+            "--mem_fraction_static",
+            "0.88",
+            "--speculative-algo",
+            "eagle3",
+        ],
+        [
+            "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
+            "/opt/venv/bin/python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "moonshotai/Kimi-K2.5",
+            "\\",
+            "--tp",
+            "8",
+            "--mem-fraction-static",
+            "0.88",
+            "--speculative-algorithm",
+            "EAGLE3",
+        ],
+        [
+            "python -m sglang.launch_server \\\n  --model-path moonshotai/Kimi-K2.5 \\\n"
+            "  --tp 8 \\\n"
+            "  --mem-fraction-static 0.88 --speculative-algorithm EAGLE3"
+        ],
+        [
+            "sglang",
+            "serve",
+            "--model-path",
+            "moonshotai/Kimi-K2.5",
+            "--tp",
+            "8",
+            "--mem-fraction-static",
+            "0.88",
+            "--speculative-algorithm",
+            "EAGLE3",
+        ],
+    ],
+)
+def test_sglang_forms(command: list[str]) -> None:
+    parsed = parse_launch(command)
+    assert parsed.engine is Engine.SGLANG
+    assert parsed.values == FOUNDING
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [
+            "vllm",
+            "serve",
+            "Qwen/Qwen3-8B",
+            "--tensor-parallel-size",
+            "2",
+            "--gpu-memory-utilization",
+            "0.95",
+            "--max-model-len",
+            "8192",
+            "--block_size=32",
+            "--kv-cache-dtype",
+            "fp8",
+        ],
+        [
+            "python",
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            "Qwen/Qwen3-8B",
+            "-tp",
+            "2",
+            "--gpu_memory_utilization=0.95",
+            "--max-model-len",
+            "8192",
+            "--block-size",
+            "32",
+            "--kv-cache-dtype",
+            "fp8",
+        ],
+    ],
+)
+def test_vllm_forms(command: list[str]) -> None:
+    parsed = parse_launch(command)
+    assert parsed.engine is Engine.VLLM
+    assert parsed.values == {
+        "model": "Qwen/Qwen3-8B",
+        "tp": 2,
+        "mem_fraction": 0.95,
+        "context_length": 8192,
+        "page_size": 32,
+        "kv_cache_dtype": "fp8",
+    }
+
+
+def test_boolean_switches_and_speculative_config() -> None:
+    parsed = parse_launch(
+        [
+            "vllm",
+            "serve",
+            "m",
+            "--enable-prefix-caching",
+            "--speculative-config",
+            '{"method": "eagle3", "model": "d", "num_speculative_tokens": 3}',
+        ]
+    )
+    assert parsed.values["speculative_algorithm"] == "EAGLE3"
+    assert parsed.values["draft_model"] == "d"
+    s = parse_launch(
+        [
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "m",
+            "--enable-hierarchical-cache",
+            "--hicache-ratio",
+            "4",
+        ]
+    )
+    assert s.values["enable_hierarchical_cache"] is True and s.values["hicache_ratio"] == 4.0
+
+
+def test_unknown_flags_are_reported_known_harmless_ones_are_not() -> None:
+    parsed = parse_launch(
+        [
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "m",
+            "--port",
+            "30000",
+            "--tool-call-parser",
+            "kimi_k2",
+            "--enable-foo",
+            "--bar",
+            "3",
+        ]
+    )
+    assert parsed.ignored == ("--enable-foo", "--bar")
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        (["docker", "run", "img"], "not recognised"),
+        (["python", "-m", "sglang.launch_server", "--tp", "8"], "names no model"),
+        (["python -m sglang.launch_server --model-path 'unterminated"], "malformed"),
+        (
+            ["python", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "eight"],
+            "bad value",
+        ),
+        (
+            ["python", "-m", "sglang.launch_server", "--model-path", "m", "--mem-fraction-static"],
+            "needs a value",
+        ),
+    ],
+)
+def test_malformed_commands_fail_in_one_line(command: list[str], message: str) -> None:
+    with pytest.raises(KvtierError, match=message) as info:
+        parse_launch(command)
+    assert "\n" not in str(info.value)

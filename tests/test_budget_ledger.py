@@ -1,0 +1,157 @@
+"""Whole ledgers: items divide the card; drafts and hybrid layouts follow the engine; JSON."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtier.budget import vllm
+from kvtier.budget.deployment import Deployment, Engine, Measured
+from kvtier.budget.plan import plan
+from kvtier.units import GiB
+
+
+def test_vllm_items_divide_the_device_total() -> None:
+    ledger = plan(
+        Deployment(Engine.VLLM, "Qwen/Qwen3-8B", gpu="H100", mem_fraction=0.9, context_length=32768)
+    )
+    total = ledger.figure("total_gib")
+    assert sum(i.gib for i in ledger.items) == pytest.approx(total)
+    assert ledger.kv_tokens_range is not None
+    assert ledger.kv_tokens_range[0] <= ledger.kv_tokens <= ledger.kv_tokens_range[1]
+
+
+def test_sglang_items_divide_the_card() -> None:
+    ledger = plan(Deployment(Engine.SGLANG, "Qwen/Qwen3-32B", tp=2, gpu="H100"))
+    assert sum(i.gib for i in ledger.items) == pytest.approx(81_559 / 1024)
+
+
+def test_vllm_hybrid_groups_follow_the_layer_counts() -> None:
+    """Gemma-3 (10 full, 52 sliding): groups of 10, 8 padding layers; gpt-oss (18/18): 18."""
+    assert vllm.hybrid_layout(10, 52) == vllm.HybridLayout(10, 1, 6, 8)
+    assert vllm.hybrid_layout(18, 18) == vllm.HybridLayout(18, 1, 1, 0)
+    assert vllm.hybrid_layout(20, 28) == vllm.HybridLayout(28, 1, 1, 8)
+    layout = vllm.HybridLayout(10, 1, 6, 8)
+    # full group: 2048 blocks; each sliding group: cdiv(min(1023 + 8192, 32768), 16) + 1 = 577
+    assert vllm.hybrid_blocks_per_request(layout, 32768, 16, 1024, 8192) == 2048 + 6 * 577
+
+
+def test_vllm_hybrid_reports_concurrency_times_max_model_len() -> None:
+    ledger = plan(
+        Deployment(
+            Engine.VLLM,
+            "google/gemma-3-27b-it",
+            gpu="H100",
+            context_length=32768,
+            measured=Measured(
+                weights_gib=51.4,
+                activation_gib=2.0,
+                non_torch_gib=0.25,
+                cuda_graph_gib=1.0,
+                gpu_mem_gib=79.19,
+            ),
+        )
+    )
+    blocks = ledger.figure("num_blocks")
+    per_request = 2048 + 6 * 577
+    assert ledger.kv_tokens == int(blocks / per_request * 32768)
+    pool = ledger.item("KV cache pool").gib
+    assert pool == pytest.approx(blocks * 16 * 16 * 256 * 2 * 10 / GiB)
+
+
+def test_mtp_draft_uses_the_target_layer_and_era_c_prices_it_in() -> None:
+    """DeepSeek-V3 NEXTN: one MTP layer of 1,152 B/token; Era B keeps it out of the budget,
+    Era C multiplies the cell by (1 + 1/61)."""
+
+    def ledger(version: str):
+        return plan(
+            Deployment(
+                Engine.SGLANG,
+                "deepseek-ai/DeepSeek-V3",
+                tp=8,
+                gpu="H200",
+                engine_version=version,
+                mem_fraction=0.88,
+                speculative_algorithm="NEXTN",
+            )
+        )
+
+    era_b, era_c = ledger("0.5.9"), ledger("main")
+    assert era_b.figure("draft_cell_bytes") == 1152
+    assert era_c.figure("cell_bytes") == int(70_272 * (1 + 1 / 61))
+    assert era_b.figure("rest_gib") == era_c.figure("rest_gib")
+    assert era_c.kv_tokens == pytest.approx(era_b.kv_tokens * 61 / 62, rel=1e-4)
+    draft = era_b.item("draft KV pool")
+    assert draft.exact is False  # the budget itself is estimated here
+    assert draft.gib == pytest.approx((era_b.kv_tokens + 1) * 1152 / GiB)
+
+
+def test_eagle_draft_from_the_catalog_is_exact() -> None:
+    ledger = plan(
+        Deployment(
+            Engine.SGLANG,
+            "meta-llama/Llama-3.1-70B-Instruct",
+            tp=4,
+            gpu="H100",
+            mem_fraction=0.85,
+            speculative_algorithm="EAGLE",
+            draft_model="meta-llama/Llama-3.1-8B-Instruct",
+            measured=Measured(free_before_load_gib=78.5, free_after_load_gib=45.0),
+        )
+    )
+    # draft: 32 layers x 2 heads per rank x 256 x 2 B
+    assert ledger.figure("draft_cell_bytes") == 32 * 2 * 256 * 2
+    assert ledger.item("draft KV pool").exact
+    assert ledger.item("draft weights").gib > 3.0
+
+
+def test_hicache_pool_in_the_ledger() -> None:
+    ledger = plan(
+        Deployment(
+            Engine.SGLANG,
+            "moonshotai/Kimi-K2.5",
+            tp=8,
+            gpu="RTX PRO 6000",
+            mem_fraction=0.88,
+            enable_hierarchical_cache=True,
+            hicache_ratio=4.0,
+            measured=Measured(free_before_load_gib=94.04, free_after_load_gib=21.71),
+        )
+    )
+    assert ledger.host_pool is not None
+    assert ledger.host_pool.tokens == ledger.kv_tokens * 4 + 1
+    assert ledger.host_pool.bytes_per_node == 8 * ledger.host_pool.bytes_per_rank
+
+
+def test_json_contract() -> None:
+    ledger = plan(Deployment(Engine.SGLANG, "Qwen/Qwen3-8B", gpu="RTX 4090"))
+    data = ledger.to_json()
+    for key in (
+        "engine",
+        "model",
+        "kv_tokens",
+        "kv_tokens_range",
+        "kv_bytes_per_token",
+        "ledger",
+        "concurrency",
+        "inputs",
+    ):
+        assert key in data
+    assert all(set(row) == {"item", "gib", "source", "exact"} for row in data["ledger"])
+    assert data["kv_tokens_range"][0] <= data["kv_tokens"] <= data["kv_tokens_range"][1]
+
+
+def test_vllm_cpu_offload_pool() -> None:
+    """100 GiB over TP2 for Qwen3-32B: blocks of 16 x 4 heads x 256 x 2 B x 64 layers x 2 ranks."""
+    ledger = plan(
+        Deployment(
+            Engine.VLLM,
+            "Qwen/Qwen3-32B",
+            tp=2,
+            gpu="H100",
+            context_length=32768,
+            kv_offloading_size_gib=100.0,
+        )
+    )
+    assert ledger.host_pool is not None
+    assert ledger.host_pool.tokens == 100 * GiB // (16 * 4 * 256 * 2 * 64 * 2) * 16
+    assert ledger.host_pool.bytes_per_rank == 50 * GiB

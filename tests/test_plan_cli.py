@@ -1,0 +1,252 @@
+"""`kvtier plan` and `kvtier advise` end to end, through main() as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvtier.cli import main
+
+SGLANG = [
+    "python",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "moonshotai/Kimi-K2.5",
+    "--tp",
+    "8",
+    "--mem-fraction-static",
+    "0.88",
+    "--speculative-algorithm",
+    "EAGLE3",
+]
+GPU = ["--gpu", "RTX PRO 6000", "--gpus", "8"]
+MEASURED = ["--free-before-load-gib", "94.04", "--free-after-load-gib", "21.71"]
+CATALOG = Path(__file__).resolve().parents[1] / "src" / "kvtier" / "spec" / "catalog" / "models"
+
+
+def run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_founding_plan_with_measured_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, ["plan", *GPU, *MEASURED, "--json", "--", *SGLANG])
+    assert abs(out["kv_tokens"] - 159_277) / 159_277 < 0.0005
+    assert out["kv_bytes_per_token"] == 70_272
+    assert out["kv_tokens_range"] is None
+    pool = next(i for i in out["ledger"] if i["item"] == "KV cache pool")
+    assert pool["gib"] == pytest.approx(10.42, abs=0.01) and pool["exact"]
+    assert {"engine", "model", "concurrency", "ledger"} <= set(out)
+    # the items divide the whole card (nvidia-smi 97,887 MiB)
+    assert sum(i["gib"] for i in out["ledger"]) == pytest.approx(97_887 / 1024, abs=0.01)
+
+
+def test_founding_plan_estimated(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, ["plan", *GPU, "--json", "--", *SGLANG])
+    low, high = out["kv_tokens_range"]
+    assert abs(out["kv_tokens"] - 159_277) / 159_277 < 0.10
+    assert low <= 159_277 <= high
+    weights = next(i for i in out["ledger"] if i["item"] == "weights")
+    assert not weights["exact"] and "estimated" in weights["source"]
+
+
+def test_quiet_prints_key_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *GPU, *MEASURED, "--quiet", "--", *SGLANG]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "kv_tokens 159,294"
+    assert "kv_pool_gib 10.43" in lines
+
+
+def test_table_marks_estimates_and_states_units(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *GPU, "--", *SGLANG]) == 0
+    out = capsys.readouterr().out
+    assert "GiB = 2^30 bytes" in out and "~" in out and "estimated" in out
+
+
+def test_plain_flags_for_vllm(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(
+        capsys,
+        [
+            "plan",
+            "--engine",
+            "vllm",
+            "--model",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--gpu-mem-gib",
+            "79.19",
+            "--gpu-memory-utilization",
+            "0.95",
+            "--max-model-len",
+            "8192",
+            "--weights-gib",
+            "14.99",
+            "--activation-gib",
+            "1.89",
+            "--non-torch-gib",
+            "0.25",
+            "--vllm-version",
+            "0.19.0",
+            "--context",
+            "8k,32k",
+            "--json",
+        ],
+    )
+    assert abs(out["kv_tokens"] - 476_016) / 476_016 < 0.005
+    assert [c["context"] for c in out["concurrency"]] == [8192, 32768]
+
+
+def test_ignored_flags_are_warned_about(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *GPU, *MEASURED, "--quiet", "--", *SGLANG, "--enable-foo"]) == 0
+    assert "--enable-foo" in capsys.readouterr().err
+
+
+def error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_unknown_model_names_closest_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_line(capsys, ["plan", "--engine", "sglang", "--model", "Kimi-K2.6", *GPU])
+    assert "closest catalog ids" in err and "moonshotai/Kimi-K2.5" in err
+
+
+def test_unknown_attention_is_refused_naming_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = json.loads((CATALOG / "qwen3-14b.json").read_text())["config"]
+    config["layer_types"] = ["linear_attention"] * config["num_hidden_layers"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    err = error_line(capsys, ["plan", "--engine", "sglang", "--model", str(tmp_path), *GPU])
+    assert "layer_types" in err and "linear_attention" in err
+
+
+def test_no_room_for_kv_is_said_as_the_engine_would(capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_line(
+        capsys,
+        [
+            "plan",
+            "--engine",
+            "sglang",
+            "--model",
+            "Qwen/Qwen3-14B",
+            "--tp",
+            "4",
+            "--gpu",
+            "RTX 4090",
+            "--free-before-load-gib",
+            "23.08",
+            "--free-after-load-gib",
+            "16.0",
+            "--mem-fraction-static",
+            "0.25",
+        ],
+    )
+    assert "Not enough memory" in err and "increase --mem-fraction-static above 0.307" in err
+
+
+def test_weights_that_do_not_fit_at_all(capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_line(
+        capsys,
+        [
+            "plan",
+            "--engine",
+            "sglang",
+            "--model",
+            "moonshotai/Kimi-K2.5",
+            "--tp",
+            "8",
+            "--gpu",
+            "RTX 4090",
+        ],
+    )
+    assert "do not fit" in err
+
+
+@pytest.mark.parametrize("launch", [["docker", "run", "x"], ["python -m sglang.launch_server '"]])
+def test_malformed_launch_command(capsys: pytest.CaptureFixture[str], launch: list[str]) -> None:
+    error_line(capsys, ["plan", *GPU, "--", *launch])
+
+
+def test_missing_engine_and_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "engine" in error_line(capsys, ["plan", "--model", "Qwen/Qwen3-8B"])
+    assert "model" in error_line(capsys, ["plan", "--engine", "vllm"])
+
+
+def test_advise_founding_hicache_and_options(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(
+        capsys, ["advise", *GPU, *MEASURED, "--host-ram-gb", "396", "--json", "--", *SGLANG]
+    )
+    by_name = {o["name"]: o for o in out["options"]}
+    ratio4 = by_name["HiCache ratio 4"]
+    assert ratio4["host_tokens"] == pytest.approx(637_000, rel=0.001)
+    assert ratio4["host_gb_per_rank"] == pytest.approx(44.8, abs=0.05)
+    assert ratio4["host_gb_per_node"] == pytest.approx(358, abs=0.5)
+    assert ratio4["node_check_ok"] == 1.0
+    assert by_name["HiCache ratio 8"]["node_check_ok"] == 0.0
+    assert "--enable-hierarchical-cache" in ratio4["flags"]
+    fp8 = by_name["KV cache fp8_e4m3"]
+    assert fp8["kv_tokens"] == pytest.approx(2 * out["kv_tokens"], rel=0.001)
+    fractions = [o for o in out["options"] if o["name"].startswith("--mem-fraction-static")]
+    assert fractions and all(o["free_at_end_gib"] >= 2.0 for o in fractions)
+    assert all(o["kv_tokens"] > out["kv_tokens"] for o in fractions)
+
+
+def test_advise_target_inverse(capsys: pytest.CaptureFixture[str]) -> None:
+    reach = run_json(
+        capsys,
+        [
+            "advise",
+            *GPU,
+            *MEASURED,
+            "--json",
+            "--target-requests",
+            "5",
+            "--context",
+            "32k",
+            "--",
+            *SGLANG,
+        ],
+    )["target"]
+    assert reach["option"]["flags"] == ["--mem-fraction-static", "0.89"]
+    assert reach["option"]["kv_tokens"] >= 5 * 32768
+    beyond = run_json(
+        capsys,
+        [
+            "advise",
+            *GPU,
+            *MEASURED,
+            "--json",
+            "--target-requests",
+            "64",
+            "--context",
+            "32k",
+            "--",
+            *SGLANG,
+        ],
+    )["target"]
+    assert beyond["option"] is None and "none reaches it" in beyond["reason"]
+
+
+def test_plan_never_imports_torch() -> None:
+    code = (
+        "import sys; from kvtier.cli import main; "
+        f"main({['plan', *GPU, *MEASURED, '--quiet', '--', *SGLANG]!r}); "
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_context_longer_than_the_model_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_line(
+        capsys, ["plan", *GPU, "--", "vllm", "serve", "Qwen/Qwen3-8B", "--max-model-len", "100000"]
+    )
+    assert "40960" in err
