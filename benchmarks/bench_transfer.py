@@ -1,0 +1,135 @@
+"""Page gather/scatter bandwidth between the device and host tiers, against a contiguous copy.
+
+Pages are 16 tokens of Llama-3.1-8B in bf16 on one rank (catalog `meta-llama/Llama-3.1-8B`:
+32 layers x 2 (K, V) x 8 KV heads x 128 x 2 B x 16 = 2 MiB). A batch of `B` pages at random,
+distinct indices is copied device -> host (an eviction / backup) and host -> device (a load
+back), layer by layer as the tiered cache moves them, both by `TensorStorage.copy_pages` on the
+calling thread and through `AsyncTransfer` (submit + wait). The baseline is one contiguous
+`Tensor.copy_` of the same number of bytes between the same two devices.
+
+Each figure is the best of `--repeat` runs, the three ways taking turns in every round. GB/s
+are decimal (10^9 bytes of page payload per second) of wall time; the `cpu` ratios compare this
+process's CPU time (all its threads) instead, which other jobs on the machine disturb less.
+
+    python benchmarks/bench_transfer.py [--pages N] [--batch B ...] [--repeat R]
+
+Without a GPU both tiers are host memory (the device tier is logical), so the figures measure
+the gather/scatter cost against a plain memcpy on the same machine, not PCIe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from kvtier.cache.storage import Tier
+from kvtier.cache.tensor_storage import KVLayout, TensorStorage
+from kvtier.cache.transfer import AsyncTransfer
+from kvtier.spec.catalog import resolve_model
+
+MODEL, PAGE_TOKENS, KV_DTYPE = "meta-llama/Llama-3.1-8B", 16, "bfloat16"
+LAYOUT = KVLayout.from_geometry(resolve_model(MODEL).kv, page_size=PAGE_TOKENS, dtype=KV_DTYPE)
+
+
+class Timing(NamedTuple):
+    wall_s: float
+    cpu_s: float  # this process's user + system time, all threads
+
+
+def best_times(runs: list[Callable[[], object]], repeat: int) -> list[Timing]:
+    """Fastest wall and CPU time of `repeat` runs of each callable, after a warm-up round.
+
+    The callables take turns within every round, so a busy machine slows them alike."""
+    best = [Timing(float("inf"), float("inf"))] * len(runs)
+    for round_ in range(repeat + 1):
+        for i, run in enumerate(runs):
+            wall, cpu = time.perf_counter(), time.process_time()
+            run()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if round_:
+                best[i] = Timing(min(best[i].wall_s, wall), min(best[i].cpu_s, cpu))
+    return best
+
+
+def contiguous(nbytes: int, device: torch.device) -> torch.Tensor:
+    pin = device.type == "cpu" and torch.cuda.is_available()
+    return torch.ones(nbytes, dtype=torch.uint8, device=device, pin_memory=pin)
+
+
+def measure(
+    engine: AsyncTransfer,
+    src: TensorStorage,
+    src_pages: list[int],
+    dst: TensorStorage,
+    dst_pages: list[int],
+    repeat: int,
+) -> list[Timing]:
+    """Timings of a contiguous copy of the same bytes, copy_pages, and the transfer engine."""
+    nbytes = len(src_pages) * LAYOUT.page_nbytes
+    a, b = contiguous(nbytes, src.device), contiguous(nbytes, dst.device)
+    return best_times(
+        [
+            lambda: b.copy_(a),
+            lambda: src.copy_pages(src_pages, dst, dst_pages),
+            lambda: engine.submit(src, src_pages, dst, dst_pages).wait(),
+        ],
+        repeat,
+    )
+
+
+def row(name: str, batch: int, nbytes: int, base: Timing, ways: list[Timing]) -> str:
+    line = f"{name:<14}{batch:>6}{nbytes >> 20:>6}{nbytes / base.wall_s / 1e9:>13.2f}"
+    for t in ways:
+        line += f"{nbytes / t.wall_s / 1e9:>12.2f}"
+        line += f"{base.wall_s / t.wall_s:>7.0%}{base.cpu_s / t.cpu_s:>6.0%}"
+    return line
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=512, help="pages per tier (2 MiB each)")
+    parser.add_argument("--batch", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    device = TensorStorage(LAYOUT, args.pages, Tier.DEVICE)
+    host = TensorStorage(LAYOUT, args.pages, Tier.HOST)
+    for storage in (device, host):
+        storage.data.view(torch.uint8).fill_(1)  # fault every page in before timing
+    gen = torch.Generator().manual_seed(args.seed)
+    where = "cuda" if device.device.type == "cuda" else "cpu (the device tier is host memory)"
+    print(
+        f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} threads, "
+        f"device tier on {where}"
+    )
+    print(
+        f"page {LAYOUT.page_nbytes:,} bytes ({MODEL}, {PAGE_TOKENS} tokens, {KV_DTYPE}), "
+        f"{args.pages} pages per tier, best of {args.repeat}"
+    )
+    print()
+    header = (
+        f"{'direction':<14}{'batch':>6}{'MiB':>6}{'contig GB/s':>13}"
+        f"{'copy_pages':>12}{'ratio':>7}{'cpu':>6}{'async':>12}{'ratio':>7}{'cpu':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    with AsyncTransfer() as engine:
+        for batch in args.batch:
+            nbytes = batch * LAYOUT.page_nbytes
+            for name, src, dst in (("device->host", device, host), ("host->device", host, device)):
+                src_pages = torch.randperm(args.pages, generator=gen)[:batch].tolist()
+                dst_pages = torch.randperm(args.pages, generator=gen)[:batch].tolist()
+                base, sync, queued = measure(engine, src, src_pages, dst, dst_pages, args.repeat)
+                print(row(name, batch, nbytes, base, [sync, queued]))
+
+
+if __name__ == "__main__":
+    main()
