@@ -1,0 +1,87 @@
+"""Speed of `kvtier simulate` on the Mooncake conversation trace with device + host tiers.
+
+    .venv/bin/python benchmarks/bench_simulate.py [--runs 5] [--trace PATH]
+
+The founding deployment (Kimi-K2.5, 8 x RTX PRO 6000, TP8, 159,277 device tokens, HiCache
+ratio 4, timing on). In-process phases are timed by wall clock and by this process's CPU time
+(the wall figure inflates on a loaded machine, the CPU figure does not); then the whole command
+runs in a fresh process the same way. The trace is read from ../shared when present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / ".." / "shared" / "traces" / "mooncake-conversation.jsonl"
+FLAGS = ["--model", "kimi-k2.5", "--gpu", "RTX PRO 6000", "--tp", "8", "--engine", "sglang",
+         "--mem-fraction-static", "0.88", "--device-tokens", "159277", "--hicache-ratio", "4"]
+BUDGET_S = 3.0
+
+
+def timed(fn, *args):  # type: ignore[no-untyped-def]
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn(*args)
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--trace", type=Path, default=TRACE)
+    args = parser.parse_args()
+    if not args.trace.exists():
+        print(f"trace not found: {args.trace}", file=sys.stderr)
+        return 1
+
+    from kvtier.budget.deployment import Deployment, Engine
+    from kvtier.sim.run import simulate
+    from kvtier.sim.setup import build_config
+    from kvtier.sim.trace import load_trace
+
+    deployment = Deployment(Engine.SGLANG, "kimi-k2.5", tp=8, gpu="RTX PRO 6000",
+                            mem_fraction=0.88, enable_hierarchical_cache=True, hicache_ratio=4.0)
+    config = build_config(deployment, 512, device_tokens=159_277)
+    rows: dict[str, list[tuple[float, float]]] = {"load trace": [], "simulate": [], "total": []}
+    result = None
+    for _ in range(args.runs):
+        trace, lw, lc = timed(load_trace, args.trace)
+        result, sw, sc = timed(simulate, trace, config)
+        rows["load trace"].append((lw, lc))
+        rows["simulate"].append((sw, sc))
+        rows["total"].append((lw + sw, lc + sc))
+    assert result is not None
+    cli = []
+    for _ in range(args.runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "kvtier", "simulate", str(args.trace), *FLAGS,
+                        "--quiet", "--json"], check=True, capture_output=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cli.append((wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime))
+    rows["`kvtier simulate` (fresh process)"] = cli
+
+    print(f"{len(trace.requests)} requests, device {config.device_blocks} blocks, host "
+          f"{config.host_blocks} blocks; hit rate {result.hit_rate:.4f}, finished "
+          f"{result.finished}, rejected {result.rejected}")
+    print("| phase | wall min s | wall median s | cpu median s |\n|---|---:|---:|---:|")
+    for name, values in rows.items():
+        walls = [w for w, _ in values]
+        cpus = [c for _, c in values]
+        print(f"| {name} | {min(walls):.2f} | {statistics.median(walls):.2f} | "
+              f"{statistics.median(cpus):.2f} |")
+    print(f"budget {BUDGET_S} s wall for the whole command; load average "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The scheduler's view of kvtier's own tiered cache, in accounting mode.
+
+`TieredCachePort` drives `kvtier.cache.hierarchy.TieredCache` over `AccountingStorage` and
+`ImmediateTransfer` (no bytes move; time is the timing model's business) exactly as an engine
+would: match, lock the matched prefix, load its host part back, allocate pages for the rest,
+insert after prefill, unlock when done. One page of the cache is one trace block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvtier.cache import request
+from kvtier.cache.hierarchy import TieredCache, WritePolicy
+from kvtier.cache.radix import MatchResult
+from kvtier.cache.storage import AccountingStorage, Tier
+from kvtier.sim.engine.port import PrefixHit
+from kvtier.sim.engine.store import AccountingStore
+
+
+class TieredCachePort:
+    """`CachePort` over a `TieredCache` with `device_pages` device and `host_pages` host pages,
+    and an L3 store of `store_pages` when that is positive (it needs a host tier)."""
+
+    def __init__(
+        self,
+        device_pages: int,
+        host_pages: int = 0,
+        write_policy: WritePolicy | str = WritePolicy.WRITE_THROUGH,
+        store_pages: int = 0,
+    ) -> None:
+        self.device_pages = device_pages
+        host = AccountingStorage(Tier.HOST, host_pages) if host_pages > 0 else None
+        self.store = AccountingStore(store_pages) if store_pages > 0 else None
+        self.cache = TieredCache(
+            AccountingStorage(Tier.DEVICE, device_pages), host, write_policy=write_policy,
+            store=self.store,
+        )
+        self._held: dict[int, request.Admission] = {}
+        self._last: tuple[Sequence[int], MatchResult] | None = None
+
+    def match(self, blocks: Sequence[int]) -> PrefixHit:
+        m = self.cache.match_prefix(blocks)
+        self._last = (blocks, m)
+        return PrefixHit(m.num_device_pages, m.num_host_pages, m.num_store_pages)
+
+    def admit(self, rid: int, blocks: Sequence[int], extra_pages: int) -> PrefixHit | None:
+        cache = self.cache
+        if self._last is not None and self._last[0] is blocks:
+            m = self._last[1]
+        else:
+            m = cache.match_prefix(blocks)
+        self._last = None
+        # check room first, so a refused admission leaves no trace (request.admit loads back
+        # the host part before it allocates the rest); the matched device pages do not count
+        need = len(blocks) - m.num_device_pages + extra_pages
+        if self.room() < need + m.num_device_pages:
+            cache.lock(m.last_node)
+            room = self.room()
+            cache.unlock(m.last_node)
+            if room < need:
+                return None
+        adm = request.admit(cache, blocks, extra_pages)
+        if adm is None:
+            raise RuntimeError("device pages counted as evictable could not be freed")
+        self._held[rid] = adm
+        return PrefixHit(adm.device_hit, adm.host_hit, adm.store_hit)
+
+    def room(self) -> int:
+        return self.cache.num_free_device_pages + self.cache.tree.size(Tier.DEVICE).evictable
+
+    def commit(self, rid: int) -> None:
+        """Insert the prompt's pages and move the lock onto them (SGLang's
+        cache_unfinished_req after the last prefill chunk)."""
+        adm = self._held[rid]
+        cache = self.cache
+        n = len(adm.keys)
+        result = cache.insert(adm.keys, adm.pages[:n])
+        cache.free_device(adm.pages[adm.num_cached : result.prefix_len])
+        cache.lock(result.last_node)
+        cache.unlock(adm.last_node)
+        # from here on only the output pages, adm.pages[n:], are the request's own
+        adm.num_cached, adm.last_node = n, result.last_node
+
+    def release(self, rid: int) -> None:
+        request.abort(self.cache, self._held.pop(rid))
+
+    def evictions(self) -> dict[str, int]:
+        c = self.cache.counters()
+        out = {Tier.DEVICE.value: c.device_evicted, Tier.HOST.value: c.host_evicted}
+        if self.store is not None:
+            out[Tier.STORE.value] = self.store.evicted
+        return out

@@ -1,0 +1,56 @@
+"""What the simulated scheduler asks of the KV cache, in trace blocks.
+
+The simulator keys the cache by trace block: one Mooncake `hash_ids` entry is one page key. A
+request's pages are its prompt blocks (shared through the tree) plus private pages for the
+tokens it will generate, which are never cached (a trace has no ids for generated text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+
+class PrefixHit(NamedTuple):
+    """Leading blocks of a prompt found in each tier, in order: device, then host, then store."""
+
+    device: int
+    host: int
+    store: int
+
+    @property
+    def blocks(self) -> int:
+        return self.device + self.host + self.store
+
+
+class CachePort(Protocol):
+    """The tiered cache as the scheduler drives it; one instance per simulated server."""
+
+    device_pages: int  # capacity of the device tier, in blocks
+
+    def match(self, blocks: Sequence[int]) -> PrefixHit:
+        """Longest cached prefix of `blocks` across tiers; refreshes its recency."""
+        ...
+
+    def admit(self, rid: int, blocks: Sequence[int], extra_pages: int) -> PrefixHit | None:
+        """Pin the longest cached prefix, load its host/store part to the device, and reserve
+        device pages for the other prompt blocks plus `extra_pages`, evicting as needed. Returns
+        the hit as served (a part that could not be loaded is recomputed, not a hit); None, and
+        no change, when the device cannot hold the request now."""
+        ...
+
+    def room(self) -> int:
+        """Device pages free or held by unpinned cached pages (evictable now)."""
+        ...
+
+    def commit(self, rid: int) -> None:
+        """Prefill finished: the request's prompt blocks enter the tree (still pinned)."""
+        ...
+
+    def release(self, rid: int) -> None:
+        """The request finished: unpin its blocks and free its private pages."""
+        ...
+
+    def evictions(self) -> dict[str, int]:
+        """Pages evicted so far, per tier name."""
+        ...

@@ -1,0 +1,233 @@
+"""One SGLang server as the simulator sees it: waiting queue, chunked prefill, decode batch.
+
+Each engine step is either a prefill batch or a decode step, prefill first, as SGLang's
+scheduler does (`get_next_batch_to_run`: a new extend batch when one can be formed, else
+decode). A prefill batch continues the request being chunked, then admits waiting requests in
+arrival order (`--schedule-policy fcfs`) while the chunk budget, the running-request cap and the
+device pages last; the head of the queue blocks the rest. An admitted request reserves device
+pages for its whole prompt and output, so nothing is ever retracted (SGLang reserves an
+estimate and retracts on overflow; this is the conservative side of that).
+
+A decode step produces one token for every running request. Consecutive decode steps of an
+unchanged batch are advanced together, up to the next finish or the next arrival.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from kvtier.cache.storage import Tier
+from kvtier.sim.engine.port import CachePort
+from kvtier.sim.metrics import RequestRecord
+from kvtier.sim.timing import TimingModel
+from kvtier.sim.trace import TraceRequest
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """The server's limits, as SGLang's flags set them."""
+
+    block_size: int  # trace tokens per page key
+    max_running_requests: int
+    chunked_prefill_size: int  # prefill tokens per step
+    context_length: int | None = None
+
+
+@dataclass(slots=True)
+class Live:
+    """A request between arrival and finish, with its progress."""
+
+    req: TraceRequest
+    rec: RequestRecord
+    prefilled: int = 0  # prompt tokens whose KV exists (hits included)
+    load_tokens: int = 0  # hit tokens still to copy to the device in the next step
+    store_tokens: int = 0  # of those, tokens to read from the L3 store first
+
+
+class Engine:
+    """The state machine the event loop drives; times in seconds."""
+
+    def __init__(self, cache: CachePort, timing: TimingModel, config: EngineConfig) -> None:
+        self.cache = cache
+        self.timing = timing
+        self.config = config
+        self.waiting: deque[Live] = deque()
+        self.prefilling: list[Live] = []
+        self.decoding: dict[int, Live] = {}
+        self._finish_heap: list[tuple[int, int]] = []  # (decode step it finishes at, rid)
+        self._decode_kv = 0  # KV tokens of the decode batch
+        self._steps = 0  # decode steps so far
+        self._pending: list[Live] = []  # what the step in flight prefills (chunked batch)
+        self._pending_decode = 0  # decode steps the step in flight covers
+        self._budget = 0  # prefill tokens left in the batch being formed
+        self._compute_s = 0.0
+        self._load_s = 0.0
+        self._store_s = 0.0
+        self.busy = False
+        self.pcie_busy_s = 0.0
+        # pages the head of the queue lacked at its last try; retried once the room is there
+        self._blocked_need = 0
+
+    @property
+    def running(self) -> int:
+        return len(self.prefilling) + len(self.decoding)
+
+    def pages_for(self, req: TraceRequest) -> tuple[int, int]:
+        """(prompt blocks, private pages for the output) a request holds at its peak."""
+        total = math.ceil((req.input_len + req.output_len) / self.config.block_size)
+        return len(req.blocks), total - len(req.blocks)
+
+    def never_fits(self, req: TraceRequest) -> str:
+        """Why `req` can never run on this server, or '' when it can."""
+        limit = self.config.context_length
+        if limit is not None and req.input_len + req.output_len > limit:
+            # SGLang refuses a prompt past the context length and clips the output to fit it;
+            # a trace's output length is a fact of the workload, so it is not cut here
+            total = req.input_len + req.output_len
+            return f"prompt and output take {total} tokens; the context length is {limit}"
+        prompt, extra = self.pages_for(req)
+        if prompt + extra > self.cache.device_pages:
+            return (
+                f"needs {prompt + extra} device blocks for prompt and output; "
+                f"the device holds {self.cache.device_pages}"
+            )
+        return ""
+
+    def arrive(self, live: Live) -> None:
+        self.waiting.append(live)
+
+    def start_step(self, now: float, horizon: float) -> float | None:
+        """Begin the next step at `now`; return its duration, or None when idle.
+
+        `horizon` is the next arrival time: a decode run stops there so a new request can be
+        prefilled, as the real scheduler would on its next iteration.
+        """
+        duration = self._start_prefill(now)
+        if duration is None:
+            duration = self._start_decode(now, horizon)
+        self.busy = duration is not None
+        return duration
+
+    def _admit(self, now: float) -> Live | None:
+        live = self.waiting[0]
+        req = live.req
+        device_hit = self.cache.match(req.blocks).device
+        prompt, extra = self.pages_for(req)
+        hit = self.cache.admit(req.rid, req.blocks, extra)
+        if hit is None:
+            # until a commit lengthens its device match, it needs at least this much room
+            self._blocked_need = prompt + extra - device_hit
+            return None
+        self._blocked_need = 0
+        self.waiting.popleft()
+        bs = self.config.block_size
+        on_device = req.prefix_tokens(hit.device, bs)
+        on_host = req.prefix_tokens(hit.device + hit.host, bs)
+        in_store = req.prefix_tokens(hit.blocks, bs)
+        live.rec.hit_tokens = {
+            Tier.DEVICE: on_device,
+            Tier.HOST: on_host - on_device,
+            Tier.STORE: in_store - on_host,
+        }
+        live.rec.admit_s = now
+        live.prefilled = in_store
+        live.load_tokens = in_store - on_device
+        live.store_tokens = in_store - on_host
+        return live
+
+    def _start_prefill(self, now: float) -> float | None:
+        cfg = self.config
+        self._pending = []
+        self._budget = cfg.chunked_prefill_size
+        self._compute_s = self._load_s = self._store_s = 0.0
+        for live in self.prefilling:  # the request being chunked goes first
+            if self._budget > 0:
+                self._take_chunk(live)
+        while (
+            self._budget > 0 and self.waiting and self.running < cfg.max_running_requests
+            and (not self._blocked_need or self.cache.room() >= self._blocked_need)
+        ):
+            admitted = self._admit(now)
+            if admitted is None:
+                break
+            self.prefilling.append(admitted)
+            self._take_chunk(admitted)
+        if not self._pending:
+            return None
+        self.pcie_busy_s += self._load_s
+        return self._store_s + self.timing.overlapped_s(self._compute_s, self._load_s)
+
+    def _take_chunk(self, live: Live) -> None:
+        # a full hit still recomputes the last prompt token to produce the first output
+        prefix = min(live.prefilled, live.req.input_len - 1)
+        chunk = min(live.req.input_len - prefix, self._budget)
+        self._budget -= chunk
+        self._compute_s += self.timing.prefill_s(chunk, prefix)
+        self._load_s += self.timing.load_s(live.load_tokens)
+        self._store_s += self.timing.store_read_s(live.store_tokens)
+        live.load_tokens = live.store_tokens = 0
+        live.prefilled = prefix + chunk
+        self._pending.append(live)
+
+    def _start_decode(self, now: float, horizon: float) -> float | None:
+        if not self.decoding:
+            return None
+        batch = len(self.decoding)
+        steps = self._finish_heap[0][0] - self._steps
+        if not self.waiting and now < horizon < math.inf:
+            until = self.timing.decode_steps_before(horizon - now, self._decode_kv, batch)
+            steps = min(steps, until)
+        self._pending_decode = steps
+        return self.timing.decode_steps_s(steps, self._decode_kv, batch)
+
+    def finish_step(self, now: float) -> list[RequestRecord]:
+        """Apply the step that ends at `now`; return the requests that finished."""
+        self.busy = False
+        done: list[RequestRecord] = []
+        if self._pending_decode:
+            self._steps += self._pending_decode
+            self._decode_kv += self._pending_decode * len(self.decoding)
+            self._pending_decode = 0
+            while self._finish_heap and self._finish_heap[0][0] <= self._steps:
+                _, rid = heapq.heappop(self._finish_heap)
+                live = self.decoding.pop(rid)
+                self._decode_kv -= live.req.input_len + live.req.output_len
+                done.append(self._finish(live, now))
+            return done
+        for live in self._pending:
+            if live.prefilled < live.req.input_len:
+                continue
+            self.prefilling.remove(live)
+            self.cache.commit(live.req.rid)
+            if self._blocked_need and self.waiting:
+                self._relax_need(live.req.blocks)
+            live.rec.first_token_s = now
+            if live.req.output_len == 1:
+                done.append(self._finish(live, now))
+                continue
+            # the first token came from prefill; the rest take one decode step each
+            self.decoding[live.req.rid] = live
+            self._decode_kv += live.req.input_len + 1
+            heapq.heappush(self._finish_heap, (self._steps + live.req.output_len - 1, live.req.rid))
+        self._pending = []
+        return done
+
+    def _relax_need(self, committed: tuple[int, ...]) -> None:
+        """The committed blocks are now on the device: the blocked head's match covers at least
+        their common prefix with its prompt, so it may need less room than at its last try."""
+        head = self.waiting[0].req
+        n = 0
+        for a, b in zip(head.blocks, committed, strict=False):
+            if a != b:
+                break
+            n += 1
+        prompt, extra = self.pages_for(head)
+        self._blocked_need = min(self._blocked_need, prompt + extra - n)
+
+    def _finish(self, live: Live, now: float) -> RequestRecord:
+        self.cache.release(live.req.rid)
+        live.rec.finish_s = now
+        return live.rec

@@ -1,0 +1,195 @@
+"""What a simulation measured: per-request records in, one frozen summary out.
+
+Token hit rate = prefix tokens served from a cache tier / prompt tokens, summed over the
+measured requests (those after the warm-up fraction); TTFT and queueing percentiles are over the
+measured requests too, throughput over the whole run. A tier's hit is the part of the matched
+prefix that was resident there when the request was scheduled: device first, then host, then
+store. Latency percentiles interpolate linearly between order statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from kvtier.cache.storage import Tier
+
+TIERS = (Tier.DEVICE, Tier.HOST, Tier.STORE)
+MAX_SERIES_POINTS = 200  # concurrency samples kept for charts
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request's life in the simulation; times in seconds from the trace start."""
+
+    rid: int
+    arrival_s: float
+    input_len: int
+    output_len: int
+    hit_tokens: dict[Tier, int] = field(default_factory=dict)
+    admit_s: float = math.nan
+    first_token_s: float = math.nan
+    finish_s: float = math.nan
+    rejected: str = ""  # why the request can never run; empty when it ran
+
+    @property
+    def finished(self) -> bool:
+        return not math.isnan(self.finish_s)
+
+
+class Percentiles(NamedTuple):
+    p50: float
+    p90: float
+    p99: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Summary of one run; `timed` is False for the reference modes, which have no clock."""
+
+    requests: int
+    measured: int  # requests after the warm-up fraction, over which hit rates are taken
+    finished: int
+    rejected: int
+    rejected_ids: tuple[int, ...]
+    input_tokens: int  # prompt tokens of the measured requests
+    hit_tokens_by_tier: dict[str, int]
+    prefill_tokens_saved: int  # over all requests that ran
+    timed: bool
+    ttft_s: Percentiles | None
+    queue_s: Percentiles | None
+    throughput_tok_s: float
+    duration_s: float
+    concurrency_max: int
+    concurrency_mean: float
+    concurrency_series: tuple[tuple[float, int, int], ...]  # (time, running, waiting)
+    evictions: dict[str, int]
+    pcie_busy_fraction: float
+    params: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def hit_rate(self) -> float:
+        hits = sum(self.hit_tokens_by_tier.values())
+        return hits / self.input_tokens if self.input_tokens else 0.0
+
+    @property
+    def hit_rate_by_tier(self) -> dict[str, float]:
+        n = self.input_tokens
+        return {t: (v / n if n else 0.0) for t, v in self.hit_tokens_by_tier.items()}
+
+    def to_json(self) -> dict[str, object]:
+        """The `--json` contract: requests, hit_rate, hit_rate_by_tier, ttft_s, throughput_tok_s,
+        rejected, plus everything else measured."""
+        return {
+            "params": self.params,
+            "requests": self.requests,
+            "measured_requests": self.measured,
+            "finished": self.finished,
+            "rejected": self.rejected,
+            "rejected_ids": list(self.rejected_ids),
+            "input_tokens": self.input_tokens,
+            "hit_rate": self.hit_rate,
+            "hit_rate_by_tier": self.hit_rate_by_tier,
+            "hit_tokens_by_tier": self.hit_tokens_by_tier,
+            "prefill_tokens_saved": self.prefill_tokens_saved,
+            "timed": self.timed,
+            "ttft_s": self.ttft_s._asdict() if self.ttft_s else None,
+            "queue_s": self.queue_s._asdict() if self.queue_s else None,
+            "throughput_tok_s": self.throughput_tok_s,
+            "duration_s": self.duration_s,
+            "concurrency": {
+                "max": self.concurrency_max,
+                "mean": self.concurrency_mean,
+                "series": [list(p) for p in self.concurrency_series],
+            },
+            "evictions": self.evictions,
+            "pcie_busy_fraction": self.pcie_busy_fraction,
+        }
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default), q in [0, 100]."""
+    if not sorted_values:
+        return math.nan
+    pos = (len(sorted_values) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def percentiles(values: Sequence[float]) -> Percentiles | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return Percentiles(percentile(s, 50), percentile(s, 90), percentile(s, 99))
+
+
+class Concurrency:
+    """Time-weighted running/waiting counts, sampled at every change."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int, int]] = []
+        self.max_running = 0
+        self._area = 0.0
+        self._last = (0.0, 0)
+
+    def observe(self, t: float, running: int, waiting: int) -> None:
+        last_t, last_running = self._last
+        self._area += last_running * (t - last_t)
+        self._last = (t, running)
+        if running > self.max_running:
+            self.max_running = running
+        if not self.samples or self.samples[-1][1:] != (running, waiting):
+            self.samples.append((t, running, waiting))
+
+    def mean(self, start: float, end: float) -> float:
+        return self._area / (end - start) if end > start else 0.0
+
+    def series(self) -> tuple[tuple[float, int, int], ...]:
+        step = max(1, math.ceil(len(self.samples) / MAX_SERIES_POINTS))
+        return tuple(self.samples[::step])
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    warmup_fraction: float,
+    timed: bool,
+    evictions: dict[str, int],
+    concurrency: Concurrency | None = None,
+    pcie_busy_s: float = 0.0,
+    params: dict[str, object] | None = None,
+) -> SimResult:
+    """Fold per-request records (in trace order) into a `SimResult`."""
+    skip = math.floor(warmup_fraction * len(records))
+    measured = records[skip:]
+    ran = [r for r in records if not r.rejected]
+    hits = {t.value: sum(r.hit_tokens.get(t, 0) for r in measured) for t in TIERS}
+    done = [r for r in records if r.finished]
+    timed_done = [r for r in measured if r.finished] if timed else []
+    start = min((r.arrival_s for r in records), default=0.0)
+    end = max((r.finish_s for r in done), default=start) if timed else start
+    duration = end - start
+    rejected = tuple(r.rid for r in records if r.rejected)
+    return SimResult(
+        requests=len(records),
+        measured=len(measured),
+        finished=len(done),
+        rejected=len(rejected),
+        rejected_ids=rejected,
+        input_tokens=sum(r.input_len for r in measured),
+        hit_tokens_by_tier=hits,
+        prefill_tokens_saved=sum(sum(r.hit_tokens.values()) for r in ran),
+        timed=timed,
+        ttft_s=percentiles([r.first_token_s - r.arrival_s for r in timed_done]),
+        queue_s=percentiles([r.admit_s - r.arrival_s for r in timed_done]),
+        throughput_tok_s=sum(r.output_len for r in done) / duration if duration > 0 else 0.0,
+        duration_s=duration,
+        concurrency_max=concurrency.max_running if concurrency else 0,
+        concurrency_mean=concurrency.mean(start, end) if concurrency else 0.0,
+        concurrency_series=concurrency.series() if concurrency else (),
+        evictions=evictions,
+        pcie_busy_fraction=pcie_busy_s / duration if duration > 0 else 0.0,
+        params=params or {},
+    )

@@ -1,0 +1,57 @@
+"""One timed simulation: a trace through the SGLang-like engine over kvtier's tiered cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kvtier.sim.engine.cacheport import TieredCachePort
+from kvtier.sim.engine.scheduler import Engine, EngineConfig
+from kvtier.sim.engine.simulator import Simulation
+from kvtier.sim.metrics import SimResult, summarize
+from kvtier.sim.setup import SimConfig
+from kvtier.sim.trace import Trace
+
+
+def simulate(
+    trace: Trace,
+    config: SimConfig,
+    warmup_fraction: float = 0.0,
+    progress: Callable[[int], None] | None = None,
+    params: dict[str, object] | None = None,
+) -> SimResult:
+    """Replay `trace` on the deployment `config` describes; `progress` gets settled requests."""
+    if trace.block_size != config.block_size:
+        raise ValueError("trace and config disagree on the block size")
+    port = TieredCachePort(config.device_blocks, config.host_blocks, config.write_policy,
+                           config.store_blocks)
+    engine = Engine(
+        port,
+        config.timing,
+        EngineConfig(config.block_size, config.max_running_requests, config.chunked_prefill_size,
+                     config.context_length),
+    )
+    sim = Simulation(trace, engine)
+    records = sim.run(progress)
+    settled = sum(1 for r in records if r.finished or r.rejected)
+    if settled != len(records):
+        raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
+    run_params: dict[str, object] = {
+        "mode": "timed",
+        "device_tokens": config.device_tokens,
+        "host_tokens": config.host_tokens,
+        "device_blocks": config.device_blocks,
+        "host_blocks": config.host_blocks,
+        "store_tokens": config.store_tokens,
+        "store_blocks": config.store_blocks,
+        "page_size": config.page_size,
+        "write_policy": config.write_policy,
+        "max_running_requests": config.max_running_requests,
+        "chunked_prefill_size": config.chunked_prefill_size,
+        "warmup_fraction": warmup_fraction,
+        "sources": dict(config.sources),
+        **(params or {}),
+    }
+    return summarize(
+        records, warmup_fraction, True, port.evictions(), sim.concurrency, engine.pcie_busy_s,
+        run_params,
+    )

@@ -1,0 +1,193 @@
+"""From a deployment to what the simulator runs: tier sizes in trace blocks, limits, timing.
+
+Device KV tokens come from the engine ledger (`kvtier.budget.plan`) unless given; the host tier
+is sized as SGLang's HiCache sizes it (`kvtier.budget.hicache.host_tokens`); the running-request
+cap and chunk size follow SGLang's rules for the same deployment. Each figure records its source.
+
+Granularity: the cache's page key is one trace block (512 tokens for Mooncake), so a tier of T
+tokens holds T // (ceil(512 / page_size) x page_size) blocks, and every block, a prompt's partial
+last block included, occupies a whole block of capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvtier.budget import sglang
+from kvtier.budget.deployment import Deployment, Engine
+from kvtier.budget.hicache import host_bytes_per_token, host_tokens
+from kvtier.budget.plan import build_ledger, resolve
+from kvtier.budget.sglang_defaults import default_mem_fraction
+from kvtier.errors import KvtierError
+from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
+from kvtier.spec.model import AttentionKind, ModelSpec
+from kvtier.spec.weights import weight_bytes
+
+GRANULARITY_NOTE = (
+    "cache pages are whole trace blocks: each block, a prompt's partial last block included, "
+    "takes {block_tokens} tokens of capacity (ceil({block}/page_size) x page_size); hits count "
+    "each matched block at its real size"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything a timed run needs, with where each figure came from."""
+
+    device_tokens: int
+    host_tokens: int
+    page_size: int
+    block_size: int  # trace tokens per page key
+    write_policy: str
+    max_running_requests: int
+    chunked_prefill_size: int
+    timing: TimingModel
+    sources: tuple[tuple[str, str], ...]
+    context_length: int | None = None  # longest prompt + output the server accepts
+    store_tokens: int = 0  # L3 store capacity; 0: no store
+
+    @property
+    def block_tokens(self) -> int:
+        """Tokens of tier capacity one trace block takes."""
+        return math.ceil(self.block_size / self.page_size) * self.page_size
+
+    @property
+    def device_blocks(self) -> int:
+        return self.device_tokens // self.block_tokens
+
+    @property
+    def host_blocks(self) -> int:
+        return self.host_tokens // self.block_tokens
+
+    @property
+    def store_blocks(self) -> int:
+        return self.store_tokens // self.block_tokens
+
+    def notes(self) -> list[str]:
+        return [GRANULARITY_NOTE.format(block_tokens=self.block_tokens, block=self.block_size)]
+
+
+def attention_dim(model: ModelSpec) -> int:
+    """Multiply-adds per (query, key) pair per layer, over all heads: QK^T plus PV widths.
+
+    MLA as SGLang runs it with the weights absorbed: QK^T over the latent plus its rope part,
+    PV over the latent.
+    """
+    kv = model.kv
+    heads = model.num_attention_heads
+    if kv.kind is AttentionKind.MLA:
+        return heads * (2 * kv.kv_lora_rank + kv.qk_rope_head_dim)
+    return heads * (kv.head_dim + kv.v_head_dim)
+
+
+def model_cost(model: ModelSpec, d: Deployment, kv_bytes_per_token: int) -> ModelCost:
+    """Per-rank costs of `model` at the deployment's TP; routed experts kept apart (their
+    `active` count is below their `count`) so decode reads only the experts a batch touches."""
+    weights = weight_bytes(model, d.tp, None if d.dtype == "auto" else d.dtype)
+    routed = {g.name for g in model.params if g.active < g.count}
+    experts = sum(g.bytes_per_rank for g in weights.groups if g.name in routed)
+    return ModelCost(
+        active_params=model.active_params,
+        weight_bytes_per_rank=float(weights.total_bytes - experts),
+        kv_bytes_per_token=kv_bytes_per_token,
+        num_layers=model.kv.num_layers,
+        attention_dim=attention_dim(model),
+        expert_bytes_per_rank=float(experts),
+        num_experts=model.num_experts if experts else 0,
+        experts_per_token=model.experts_per_token if experts else 0,
+    )
+
+
+def build_config(
+    deployment: Deployment,
+    block_size: int,
+    device_tokens: int | None = None,
+    write_policy: str = "write_through",
+    timing: TimingFlags | None = None,
+    store_tokens: int = 0,
+) -> SimConfig:
+    """Resolve `deployment` through the ledger and the GPU catalog into a `SimConfig`."""
+    d = deployment
+    if d.engine is not Engine.SGLANG:
+        raise KvtierError(
+            "simulate models SGLang's scheduler and HiCache; use an SGLang deployment"
+        )
+    if d.pp > 1 or d.enable_dp_attention:
+        raise KvtierError("simulate models one tensor-parallel group: --pp and DP attention "
+                          "are not modelled")
+    if d.gpu is None:
+        raise KvtierError("the timing model needs the GPU: pass --gpu (e.g. --gpu 'RTX PRO 6000')")
+    from kvtier.spec.gpu import resolve_gpu
+
+    flags = timing or TimingFlags()
+    inputs = resolve(d)
+    ledger = build_ledger(inputs)
+    gpu = resolve_gpu(d.gpu)
+    sources: list[tuple[str, str]] = []
+    if device_tokens is None:
+        device_tokens = ledger.kv_tokens
+        spread = f", range {ledger.kv_tokens_range[0]}-{ledger.kv_tokens_range[1]}" if (
+            ledger.kv_tokens_range) else ""
+        text = f"{device_tokens:,} from the {ledger.engine} ledger ({ledger.era}{spread})"
+        sources.append(("device tokens", text))
+    else:
+        sources.append(("device tokens", "--device-tokens"))
+    if device_tokens < 1:
+        raise KvtierError(f"device KV tokens must be positive, got {device_tokens}")
+    page = ledger.page_size
+    host = 0
+    if d.enable_hierarchical_cache or d.hicache_ratio is not None or d.hicache_size_gb:
+        layers = sglang.stage_layers(inputs.model.kv.num_layers, d.pp)
+        per_token = host_bytes_per_token(inputs.model.kv, inputs.attn_tp, layers, inputs.kv_dtype())
+        host = host_tokens(device_tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)
+        sources.append(("host tokens", "HostKVCache sizing (--hicache-size / --hicache-ratio)"))
+    if store_tokens:
+        if not host:
+            raise KvtierError("an L3 store stages its pages in the host tier: pass --hicache-ratio "
+                              "or --hicache-size with --store-tokens")
+        sources.append(("store tokens", "--store-tokens"))
+    num_reqs = sglang.max_num_reqs(device_tokens, inputs.context_length, d.max_running_requests)
+    max_running = sglang.max_running_requests(
+        device_tokens, num_reqs, d.max_running_requests, d.dp if d.enable_dp_attention else 1
+    )
+    sources.append(("max running requests", "model_runner rule over the device tokens"))
+    chunk = d.chunked_prefill_size
+    if chunk is None:
+        rule = sglang.era_for(d.engine_version).fraction_rule
+        chunk = default_mem_fraction(rule if rule in ("iii", "iv") else "iii", gpu.memory_mib,
+                                     d.tp, d.pp).chunked_prefill_size or 8192
+        sources.append(("chunked prefill size", "SGLang GPU-memory tier default"))
+    pcie = flags.pcie_gbps or gpu.pcie_gbps
+    tflops = flags.bf16_tflops or gpu.bf16_dense_tflops
+    hbm = flags.hbm_gbps or gpu.hbm_gbps
+    missing = [n for n, v in (("--pcie-gbps", pcie), ("--bf16-tflops", tflops),
+                              ("--hbm-gbps", hbm)) if not v]
+    if missing:
+        raise KvtierError(
+            f"the GPU catalog has no figure for {gpu.name}: pass {', '.join(missing)}"
+        )
+    assert pcie and tflops and hbm
+    gpus_per_node = flags.gpus_per_node or d.gpus
+    hw = Hardware(tflops, hbm, pcie, flags.host_gbps or default_host_gbps(pcie, gpus_per_node),
+                  gpus_per_node, flags.store_gbps)
+    cost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
+    sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
+    timing_model = TimingModel(cost, hw, d.tp, flags.compute_efficiency, flags.hbm_efficiency)
+    sources.append(("timing", (
+        f"prefill at {flags.compute_efficiency} x {tflops:g} TFLOPS x {d.tp} GPUs; decode at "
+        f"{flags.hbm_efficiency} x {hbm:g} GB/s; loads at {timing_model.load_gbps:g} GB/s per GPU "
+        f"(link {pcie:g}, host side {hw.host_gbps:g} over {min(d.tp, gpus_per_node)} GPUs)")))
+    return SimConfig(
+        device_tokens=device_tokens,
+        host_tokens=host,
+        page_size=page,
+        block_size=block_size,
+        write_policy=write_policy,
+        max_running_requests=max_running,
+        chunked_prefill_size=chunk,
+        timing=timing_model,
+        sources=tuple(sources),
+        context_length=inputs.context_length,
+        store_tokens=store_tokens,
+    )

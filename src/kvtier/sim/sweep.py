@@ -1,0 +1,106 @@
+"""Sweeps: the same trace over several values of one deployment parameter.
+
+`--sweep hicache-ratio=0,1,2,4,8` runs the simulation once per value; every other setting stays.
+A ratio of 0 means no host tier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+from kvtier.errors import KvtierError
+
+if TYPE_CHECKING:
+    from kvtier.budget.deployment import Deployment
+    from kvtier.sim.metrics import SimResult
+    from kvtier.sim.timing import TimingFlags
+
+
+def _float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise KvtierError(f"--sweep {name}: {raw!r} is not a number") from None
+    if value < 0:
+        raise KvtierError(f"--sweep {name}: {raw} is negative")
+    return value
+
+
+def _hicache_ratio(d: Deployment, t: TimingFlags, raw: str) -> tuple[Deployment, TimingFlags]:
+    ratio = _float("hicache-ratio", raw)
+    if ratio == 0:
+        return d.with_values("sweep", enable_hierarchical_cache=False, hicache_ratio=None,
+                             hicache_size_gb=None), t
+    return d.with_values("sweep", enable_hierarchical_cache=True, hicache_ratio=ratio,
+                         hicache_size_gb=None), t
+
+
+def _mem_fraction(d: Deployment, t: TimingFlags, raw: str) -> tuple[Deployment, TimingFlags]:
+    return d.with_values("sweep", mem_fraction=_float("mem-fraction-static", raw)), t
+
+
+def _kv_dtype(d: Deployment, t: TimingFlags, raw: str) -> tuple[Deployment, TimingFlags]:
+    return d.with_values("sweep", kv_cache_dtype=raw), t
+
+
+def _pcie(d: Deployment, t: TimingFlags, raw: str) -> tuple[Deployment, TimingFlags]:
+    gbps = _float("pcie-gbps", raw)
+    if gbps == 0:
+        raise KvtierError("--sweep pcie-gbps: a bandwidth must be positive")
+    return d, dataclasses.replace(t, pcie_gbps=gbps)
+
+
+Apply = Callable[["Deployment", "TimingFlags", str], "tuple[Deployment, TimingFlags]"]
+
+SWEEPABLE: dict[str, Apply] = {
+    "hicache-ratio": _hicache_ratio,
+    "mem-fraction-static": _mem_fraction,
+    "kv-cache-dtype": _kv_dtype,
+    "pcie-gbps": _pcie,
+}
+# These change the device pool, which --device-tokens pins.
+CHANGES_DEVICE_TOKENS = frozenset({"mem-fraction-static", "kv-cache-dtype"})
+
+
+class Sweep(NamedTuple):
+    param: str
+    values: tuple[str, ...]
+
+
+def parse_sweep(text: str) -> Sweep:
+    """`NAME=v1,v2,...` -> Sweep; refuses unknown names and empty lists."""
+    name, eq, rest = text.partition("=")
+    name = name.strip()
+    if not eq or name not in SWEEPABLE:
+        raise KvtierError(
+            f"--sweep {text!r}: expected NAME=v1,v2,... with NAME one of {', '.join(SWEEPABLE)}"
+        )
+    values = tuple(v.strip() for v in rest.split(",") if v.strip())
+    if not values:
+        raise KvtierError(f"--sweep {name}: no values given")
+    return Sweep(name, values)
+
+
+def run_sweep(
+    sweep: Sweep,
+    deployment: Deployment,
+    timing: TimingFlags,
+    run_one: Callable[[Deployment, TimingFlags, dict[str, object]], SimResult],
+) -> list[SimResult]:
+    """One result per value, in the order given; each result's params carry the swept value."""
+    apply = SWEEPABLE[sweep.param]
+    results = []
+    for raw in sweep.values:
+        d, t = apply(deployment, timing, raw)
+        results.append(run_one(d, t, {"sweep_param": sweep.param, "sweep_value": raw}))
+    return results
+
+
+def sweep_json(sweep: Sweep, results: list[SimResult]) -> dict[str, object]:
+    """Chartable sweep data: the parameter and one entry per run with its metrics."""
+    return {
+        "param": sweep.param,
+        "runs": [{"value": v, **r.to_json()} for v, r in zip(sweep.values, results, strict=True)],
+    }

@@ -1,0 +1,162 @@
+"""Workload traces in the Mooncake JSONL format, read and written with validation.
+
+One request per line: `timestamp` (ms since the start of the trace), `input_length`,
+`output_length` and `hash_ids`, the prompt's prefix-block hashes over blocks of 512 tokens
+(Mooncake FAST'25 release, `FAST25-release/README.md`). Equal ids mark reusable prefix KV blocks;
+`len(hash_ids) == ceil(input_length / 512)`, so the last block holds the remainder.
+
+A malformed line is refused with its line number; nothing is dropped or repaired silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvtier.errors import KvtierError
+
+MOONCAKE_BLOCK_TOKENS = 512  # Mooncake FAST'25 README: "The block size is 512 tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of a trace; `rid` is its 0-based position in the trace."""
+
+    rid: int
+    arrival_s: float
+    input_len: int
+    output_len: int
+    blocks: tuple[int, ...]
+
+    def block_tokens(self, index: int, block_size: int = MOONCAKE_BLOCK_TOKENS) -> int:
+        """Tokens block `index` holds: `block_size`, except the last, which holds the rest."""
+        if index < len(self.blocks) - 1:
+            return block_size
+        return self.input_len - block_size * (len(self.blocks) - 1)
+
+    def prefix_tokens(self, num_blocks: int, block_size: int = MOONCAKE_BLOCK_TOKENS) -> int:
+        """Tokens in the first `num_blocks` blocks, each at its real size."""
+        if num_blocks >= len(self.blocks):
+            return self.input_len
+        return num_blocks * block_size
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A validated workload: requests in arrival order over `block_size`-token blocks."""
+
+    requests: tuple[TraceRequest, ...]
+    block_size: int = MOONCAKE_BLOCK_TOKENS
+    source: str = ""
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(r.input_len for r in self.requests)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_len for r in self.requests)
+
+    @property
+    def duration_s(self) -> float:
+        return self.requests[-1].arrival_s - self.requests[0].arrival_s if self.requests else 0.0
+
+
+def scale_time(trace: Trace, factor: float) -> Trace:
+    """The same requests with every arrival time multiplied by `factor` (2: half the load)."""
+    if not factor > 0:
+        raise KvtierError(f"--time-scale must be positive, got {factor}")
+    requests = tuple(dataclasses.replace(r, arrival_s=r.arrival_s * factor) for r in trace.requests)
+    return dataclasses.replace(trace, requests=requests)
+
+
+def _int_field(obj: dict[str, object], key: str, where: str, minimum: int) -> int:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KvtierError(f"{where}: `{key}` must be an integer, got {value!r}")
+    if value < minimum:
+        raise KvtierError(f"{where}: `{key}` must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_request(obj: object, rid: int, where: str, block_size: int) -> TraceRequest:
+    """Validate one decoded trace line into a `TraceRequest`."""
+    if not isinstance(obj, dict):
+        raise KvtierError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    ts = obj.get("timestamp")
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
+        raise KvtierError(f"{where}: `timestamp` must be a non-negative number of ms, got {ts!r}")
+    input_len = _int_field(obj, "input_length", where, 1)
+    output_len = _int_field(obj, "output_length", where, 1)
+    ids = obj.get("hash_ids")
+    # `type(h) is int` also refuses bools, which JSON `true` would give
+    if not isinstance(ids, list) or not all(type(h) is int for h in ids):
+        raise KvtierError(f"{where}: `hash_ids` must be a list of integers")
+    expected = math.ceil(input_len / block_size)
+    if len(ids) != expected:
+        raise KvtierError(
+            f"{where}: {len(ids)} hash_ids for input_length {input_len}; "
+            f"expected ceil({input_len}/{block_size}) = {expected}"
+        )
+    return TraceRequest(rid, ts / 1000.0, input_len, output_len, tuple(ids))
+
+
+def iter_lines(lines: Iterable[str], block_size: int, name: str) -> Iterator[TraceRequest]:
+    """Parse JSONL lines; blank lines are allowed, timestamps must not go backwards."""
+    last_ts = 0.0
+    rid = 0
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{name}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise KvtierError(f"{where}: not valid JSON ({exc.msg})") from None
+        req = parse_request(obj, rid, where, block_size)
+        if req.arrival_s < last_ts:
+            raise KvtierError(f"{where}: timestamp goes backwards; a trace is in arrival order")
+        last_ts = req.arrival_s
+        rid += 1
+        yield req
+
+
+def load_trace(path: str | Path, block_size: int = MOONCAKE_BLOCK_TOKENS) -> Trace:
+    """Read a Mooncake JSONL trace; raise `KvtierError` naming the first bad line."""
+    p = Path(path)
+    try:
+        with p.open(encoding="utf-8") as fh:
+            requests = tuple(iter_lines(fh, block_size, p.name))
+    except OSError as exc:
+        raise KvtierError(f"cannot read trace {p}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise KvtierError(f"{p}: not a UTF-8 text file") from None
+    if not requests:
+        raise KvtierError(f"{p}: the trace holds no requests")
+    return Trace(requests, block_size, str(p))
+
+
+def to_jsonl(requests: Iterable[TraceRequest]) -> Iterator[str]:
+    """Mooncake JSONL lines (with newline) for `requests`; timestamps in whole ms."""
+    for r in requests:
+        row = {
+            "timestamp": round(r.arrival_s * 1000),
+            "input_length": r.input_len,
+            "output_length": r.output_len,
+            "hash_ids": list(r.blocks),
+        }
+        yield json.dumps(row) + "\n"
+
+
+def write_trace(requests: Iterable[TraceRequest], path: str | Path) -> int:
+    """Write `requests` as Mooncake JSONL; return how many were written."""
+    n = 0
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for line in to_jsonl(requests):
+            fh.write(line)
+            n += 1
+    return n

@@ -1,0 +1,205 @@
+"""`kvtier simulate` end to end: generate, reference modes, timed runs, sweeps, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvtier.cli import main
+
+FOUNDING = [
+    "--model",
+    "kimi-k2.5",
+    "--gpu",
+    "RTX PRO 6000",
+    "--tp",
+    "8",
+    "--mem-fraction-static",
+    "0.88",
+    "--engine",
+    "sglang",
+]
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sim") / "chat.jsonl"
+    assert (
+        main(
+            [
+                "simulate",
+                "--generate",
+                "chat",
+                "--seed",
+                "3",
+                "--requests",
+                "300",
+                "--rate",
+                "0.2",
+                "-o",
+                str(path),
+            ]
+        )
+        == 0
+    )
+    return path
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_generate_writes_a_mooncake_trace(chat: Path) -> None:
+    rows = [json.loads(line) for line in chat.read_text().splitlines()]
+    assert len(rows) == 300
+    assert set(rows[0]) == {"timestamp", "input_length", "output_length", "hash_ids"}
+
+
+def test_unbounded_json(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, ["simulate", str(chat), "--unbounded", "--json"])
+    assert out["requests"] == 300
+    assert out["rejected"] == 0
+    assert out["ttft_s"] is None and out["timed"] is False
+    assert out["hit_rate"] == out["hit_rate_by_tier"]["device"] > 0
+
+
+def test_lru_is_bounded_by_the_ceiling(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ceiling = _json(capsys, ["simulate", str(chat), "--unbounded", "--json"])["hit_rate"]
+    small = _json(capsys, ["simulate", str(chat), "--lru-tokens", "20000", "--json"])["hit_rate"]
+    assert 0 < small < ceiling
+
+
+def test_timed_run_carries_the_json_contract(
+    chat: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _json(
+        capsys,
+        [
+            "simulate",
+            str(chat),
+            *FOUNDING,
+            "--device-tokens",
+            "159277",
+            "--hicache-ratio",
+            "2",
+            "--warmup-fraction",
+            "0.5",
+            "--json",
+        ],
+    )
+    for key in (
+        "requests",
+        "hit_rate",
+        "hit_rate_by_tier",
+        "ttft_s",
+        "throughput_tok_s",
+        "rejected",
+    ):
+        assert key in out
+    assert set(out["ttft_s"]) == {"p50", "p90", "p99"}
+    assert out["ttft_s"]["p50"] <= out["ttft_s"]["p90"] <= out["ttft_s"]["p99"]
+    assert out["measured_requests"] == 150
+    assert out["params"]["device_blocks"] == 311
+    assert out["params"]["host_blocks"] == 622
+    assert out["finished"] + out["rejected"] == 300
+    assert any("whole trace blocks" in n for n in out["notes"])
+
+
+def test_sweep_gives_one_run_per_value(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(
+        capsys,
+        [
+            "simulate",
+            str(chat),
+            *FOUNDING,
+            "--device-tokens",
+            "20000",
+            "--sweep",
+            "hicache-ratio=0,2,8",
+            "--json",
+        ],
+    )
+    runs = out["sweep"]["runs"]
+    assert out["sweep"]["param"] == "hicache-ratio"
+    assert [r["value"] for r in runs] == ["0", "2", "8"]
+    assert [r["params"]["host_blocks"] for r in runs] == [0, 78, 312]
+    rates = [r["hit_rate"] for r in runs]
+    assert rates == sorted(rates)
+
+
+def test_launch_command_after_the_trace(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(
+        capsys,
+        [
+            "simulate",
+            str(chat),
+            "--gpu",
+            "RTX PRO 6000",
+            "--device-tokens",
+            "50000",
+            "--json",
+            "--",
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "moonshotai/Kimi-K2.5",
+            "--tp",
+            "8",
+            "--enable-hierarchical-cache",
+            "--hicache-ratio",
+            "4",
+        ],
+    )
+    assert out["params"]["host_tokens"] == 200_001
+
+
+def test_terminal_table(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(chat), *FOUNDING, "--device-tokens", "159277"]) == 0
+    text = capsys.readouterr().out
+    assert "token hit rate, all tiers" in text
+    assert "TTFT p50 / p90 / p99 (s)" in text
+    assert "note: cache pages are whole trace blocks" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--unbounded", "--lru-tokens", "100"], "pick one"),
+        (["--warmup-fraction", "1.0", "--unbounded"], "--warmup-fraction"),
+        (["--sweep", "color=1,2", *FOUNDING], "expected NAME=v1,v2"),
+        (["--store-tokens", "100000", "--device-tokens", "50000", *FOUNDING],
+         "stages its pages in the host tier"),
+        (["--time-scale", "0", "--device-tokens", "50000", *FOUNDING], "--time-scale"),
+        (
+            ["--sweep", "mem-fraction-static=0.8,0.9", "--device-tokens", "5", *FOUNDING],
+            "drop --device-tokens",
+        ),
+    ],
+)
+def test_user_errors_are_one_line(
+    chat: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code = main(["simulate", str(chat), *argv, "--json"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("kvtier: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_bad_trace_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1]}\n')
+    assert main(["simulate", str(bad), "--unbounded"]) == 2
+    assert "bad.jsonl:1: 1 hash_ids for input_length 600" in capsys.readouterr().err
+
+
+def test_help_documents_the_ceiling_and_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = capsys.readouterr().out
+    assert "longest prefix of its hash_ids seen" in text
+    assert "kvtier simulate --generate chat" in text

@@ -1,0 +1,145 @@
+"""The simulated SGLang server on hand-sized scenarios: every time below is derived by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtier.cache.storage import Tier
+from kvtier.sim.engine.cacheport import TieredCachePort
+from kvtier.sim.engine.scheduler import Engine, EngineConfig
+from kvtier.sim.engine.simulator import Simulation
+from kvtier.sim.engine.store import AccountingStore
+from kvtier.sim.run import simulate
+from kvtier.sim.setup import SimConfig
+from kvtier.sim.timing import Hardware, ModelCost, TimingModel
+from kvtier.sim.trace import Trace, TraceRequest
+
+COST = ModelCost(8_000_000_000, 16e9, 131_072, 32, 8192)
+HW = Hardware(989.0, 3350.0, 25.0, 100.0, 8)
+TM = TimingModel(COST, HW, 1)
+
+
+def config(
+    device_blocks: int, host_blocks: int = 0, chunk: int = 8192, max_running: int = 64
+) -> SimConfig:
+    return SimConfig(
+        device_blocks * 512, host_blocks * 512, 1, 512, "write_through", max_running, chunk, TM, ()
+    )
+
+
+def req(
+    rid: int, t: float, input_len: int, output_len: int, blocks: tuple[int, ...]
+) -> TraceRequest:
+    return TraceRequest(rid, t, input_len, output_len, blocks)
+
+
+def test_one_request_alone() -> None:
+    r = req(0, 0.0, 1500, 10, (1, 2, 3))
+    result = simulate(Trace((r,)), config(100))
+    prefill = TM.prefill_s(1500, 0)
+    decode = TM.decode_steps_s(9, 1501, 1)  # the first token came from prefill
+    assert result.ttft_s is not None
+    assert result.ttft_s.p50 == pytest.approx(prefill, rel=1e-12)
+    assert result.duration_s == pytest.approx(prefill + decode, rel=1e-12)
+    assert result.throughput_tok_s == pytest.approx(10 / (prefill + decode), rel=1e-12)
+    assert result.hit_rate == 0
+
+
+def test_a_repeated_prompt_recomputes_only_its_last_token() -> None:
+    a = req(0, 0.0, 1500, 2, (1, 2, 3))
+    b = req(1, 100.0, 1500, 2, (1, 2, 3))
+    result = simulate(Trace((a, b)), config(100))
+    assert result.hit_tokens_by_tier["device"] == 1500  # b: all three blocks, 512 + 512 + 476
+    assert result.hit_rate == 0.5
+    assert result.ttft_s is not None
+    # p50 of two TTFTs is their mean
+    expected = (TM.prefill_s(1500, 0) + TM.prefill_s(1, 1499)) / 2
+    assert result.ttft_s.p50 == pytest.approx(expected, rel=1e-12)
+
+
+def test_host_hits_load_back_overlapped_with_compute() -> None:
+    # device of 4 blocks: a (3 blocks + 1 output block) then c (4 blocks) push a to the host
+    a = req(0, 0.0, 1500, 10, (1, 2, 3))
+    c = req(1, 100.0, 2000, 10, (7, 8, 9, 10))
+    b = req(2, 200.0, 1600, 10, (1, 2, 3, 4))
+    result = simulate(Trace((a, c, b)), config(5, host_blocks=20))
+    assert result.hit_tokens_by_tier == {"device": 0, "host": 1536, "store": 0}
+    loaded = TM.overlapped_s(TM.prefill_s(64, 1536), TM.load_s(1536))
+    assert result.pcie_busy_fraction == pytest.approx(TM.load_s(1536) / result.duration_s)
+    without = simulate(Trace((a, c, b)), config(5))
+    assert without.hit_rate == 0
+    assert result.duration_s < without.duration_s
+    assert loaded < TM.prefill_s(1600, 0)
+
+
+def test_chunked_prefill_splits_a_long_prompt() -> None:
+    r = req(0, 0.0, 5000, 1, tuple(range(10)))
+    result = simulate(Trace((r,)), config(100, chunk=2048))
+    chunks = TM.prefill_s(2048, 0) + TM.prefill_s(2048, 2048) + TM.prefill_s(904, 4096)
+    assert result.ttft_s is not None
+    assert result.ttft_s.p50 == pytest.approx(chunks, rel=1e-12)
+    assert result.duration_s == pytest.approx(chunks, rel=1e-12)  # one output token: done
+
+
+def test_requests_that_can_never_fit_are_rejected_and_reported() -> None:
+    small = req(0, 0.0, 1000, 10, (1, 2))
+    huge = req(1, 0.0, 4000, 2000, tuple(range(10, 18)))  # 12 blocks with its output
+    result = simulate(Trace((small, huge)), config(8))
+    assert (result.finished, result.rejected, result.rejected_ids) == (1, 1, (1,))
+
+
+def test_the_queue_waits_for_device_pages() -> None:
+    # each request needs 3 blocks; 4 device blocks hold one at a time
+    a = req(0, 0.0, 1000, 600, (1, 2))
+    b = req(1, 0.0, 1000, 600, (3, 4))
+    result = simulate(Trace((a, b)), config(4))
+    first = TM.prefill_s(1000, 0) + TM.decode_steps_s(599, 1001, 1)
+    assert result.queue_s is not None
+    assert result.queue_s.p50 == pytest.approx(first / 2, rel=1e-9)  # b waits all of a; a none
+    assert result.concurrency_max == 1
+
+
+def test_decode_batches_every_running_request() -> None:
+    a = req(0, 0.0, 512, 100, (1,))
+    b = req(1, 0.0, 512, 100, (2,))
+    result = simulate(Trace((a, b)), config(100))
+    prefill = TM.prefill_s(512, 0) * 2  # one batch of two 512-token chunks
+    decode = TM.decode_steps_s(99, 2 * 513, 2)
+    assert result.duration_s == pytest.approx(prefill + decode, rel=1e-12)
+    assert result.concurrency_max == 2
+
+
+def test_requests_past_the_context_length_are_rejected() -> None:
+    ok = req(0, 0.0, 1000, 10, (1, 2))
+    long = req(1, 0.0, 3000, 1200, tuple(range(10, 16)))
+    limited = SimConfig(100 * 512, 0, 1, 512, "write_through", 64, 8192, TM, (),
+                        context_length=4096)
+    result = simulate(Trace((ok, long)), limited)
+    assert result.rejected_ids == (1,)
+    assert simulate(Trace((ok, long)), config(100)).rejected == 0
+
+
+def test_store_hits_are_read_then_loaded() -> None:
+    # device 5, host 8 blocks: d pushes a out of the host into the store; b then finds a there
+    a = req(0, 0.0, 1500, 10, (1, 2, 3))
+    c = req(1, 100.0, 2000, 10, (7, 8, 9, 10))
+    d = req(2, 200.0, 2000, 10, (20, 21, 22, 23))
+    b = req(3, 300.0, 1600, 10, (1, 2, 3, 4))
+    port = TieredCachePort(5, 8, store_pages=100)
+    sim = Simulation(Trace((a, c, d, b)), Engine(port, TM, EngineConfig(512, 64, 8192)))
+    records = sim.run()
+    rec = records[3]
+    assert rec.hit_tokens == {Tier.DEVICE: 0, Tier.HOST: 0, Tier.STORE: 1536}
+    expected = TM.store_read_s(1536) + TM.overlapped_s(TM.prefill_s(64, 1536), TM.load_s(1536))
+    assert rec.first_token_s - rec.admit_s == pytest.approx(expected, rel=1e-12)
+    assert TM.store_read_s(1536) == 1536 * 131_072 * 1 / 5e9
+    assert port.evictions()["store"] == 0
+
+
+def test_accounting_store_drops_its_oldest_page_when_full() -> None:
+    store = AccountingStore(2)
+    store.save([b"a", b"b"], [b"", b""])
+    assert store.load([b"a"]) == [b""]  # a is now the most recent
+    store.save([b"c"], [b""])
+    assert (store.contains_prefix([b"a", b"c"]), store.contains_prefix([b"b"])) == (2, 0)
+    assert store.evicted == 1 and len(store) == 2

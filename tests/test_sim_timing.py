@@ -1,0 +1,113 @@
+"""The timing model's formulas, and the founding deployment as the simulator sizes it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvtier.budget.deployment import Deployment, Engine
+from kvtier.errors import KvtierError
+from kvtier.sim.setup import build_config
+from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
+
+DENSE = ModelCost(8_000_000_000, 16e9, 131_072, 32, 8192)
+H100 = Hardware(989.0, 3350.0, 64.0, 256.0, 8)
+
+
+def test_prefill_flops_are_linear_plus_causal_attention() -> None:
+    tm = TimingModel(DENSE, H100, 1)
+    # 100 new tokens after 1000 cached: pairs = 100 x 1000 + 100 x 101 / 2
+    pairs = 100 * 1000 + 5050
+    assert tm.prefill_flops(100, 1000) == 2 * 8e9 * 100 + 2 * 32 * 8192 * pairs
+    assert tm.prefill_s(100, 1000) == tm.prefill_flops(100, 1000) / (989e12 * 0.4)
+    assert TimingModel(DENSE, H100, 4).prefill_s(100, 0) == tm.prefill_s(100, 0) / 4
+
+
+def test_decode_steps_add_up_one_by_one() -> None:
+    tm = TimingModel(DENSE, H100, 1)
+    one_by_one = sum(tm.decode_steps_s(1, 5000 + 7 * j, 7) for j in range(40))
+    assert tm.decode_steps_s(40, 5000, 7) == pytest.approx(one_by_one, rel=1e-12)
+    assert tm.decode_steps_s(1, 0, 1) == 16e9 / (3350e9 * 0.8)
+
+
+@pytest.mark.parametrize("budget", [1e-4, 0.005, 0.3, 2.0])
+def test_decode_steps_before_is_the_fewest_steps_reaching_the_budget(budget: float) -> None:
+    tm = TimingModel(DENSE, H100, 1)
+    k = tm.decode_steps_before(budget, 20_000, 16)
+    assert tm.decode_steps_s(k, 20_000, 16) >= budget
+    assert k == 1 or tm.decode_steps_s(k - 1, 20_000, 16) < budget
+
+
+def test_moe_decode_reads_only_the_experts_a_batch_touches() -> None:
+    moe = ModelCost(
+        1, 10e9, 1, 1, 1, expert_bytes_per_rank=80e9, num_experts=64, experts_per_token=4
+    )
+    assert moe.weight_bytes_read(1) == pytest.approx(10e9 + 80e9 * 4 / 64)
+    assert moe.weight_bytes_read(2) == pytest.approx(10e9 + 80e9 * (1 - (60 / 64) ** 2))
+    assert moe.weight_bytes_read(10_000) == pytest.approx(90e9)
+
+
+def test_loads_share_the_host_side_of_the_node() -> None:
+    assert TimingModel(DENSE, H100, 8).load_gbps == 32.0  # 256 GB/s over 8 loading GPUs
+    assert TimingModel(DENSE, H100, 2).load_gbps == 64.0  # the link is the limit
+    tm = TimingModel(DENSE, H100, 8)
+    assert tm.load_s(1000) == 1000 * 131_072 / 32e9
+    assert default_host_gbps(25.0, 8) == 100.0
+
+
+def test_layerwise_overlap_hides_the_shorter_of_load_and_compute() -> None:
+    tm = TimingModel(DENSE, H100, 1)  # 32 layers
+    assert tm.overlapped_s(3.2, 0.0) == pytest.approx(3.2)
+    # load 1.6 s, compute 3.2 s: 32 x 0.1 + 0.05 (the first layer's load is not hidden)
+    assert tm.overlapped_s(3.2, 1.6) == pytest.approx(3.25)
+    assert tm.overlapped_s(1.6, 3.2) == pytest.approx(3.25)
+
+
+def founding(**values: object) -> Deployment:
+    return Deployment(
+        Engine.SGLANG, "kimi-k2.5", tp=8, gpu="RTX PRO 6000", mem_fraction=0.88, **values
+    )  # type: ignore[arg-type]
+
+
+def test_founding_deployment_as_the_simulator_sizes_it() -> None:
+    config = build_config(
+        founding(hicache_ratio=4.0, enable_hierarchical_cache=True), 512, device_tokens=159_277
+    )
+    assert config.device_blocks == 159_277 // 512 == 311
+    # HostKVCache: int(159277 x 4) tokens, aligned up by one page of 1
+    assert config.host_tokens == 637_109
+    assert config.host_blocks == 1244
+    assert config.chunked_prefill_size == 8192  # 96 GB card: the < 160 GiB tier
+    assert config.max_running_requests == 2048
+    cost = config.timing.model
+    assert cost.kv_bytes_per_token == 70_272  # (512 + 64) x 61 x 2 B
+    assert cost.attention_dim == 64 * (2 * 512 + 64)
+    assert (cost.num_experts, cost.experts_per_token) == (384, 8)
+    assert config.timing.load_gbps == 32.0  # 64 GB/s links, 8 GPUs over 4 host links
+
+
+def test_page_size_sets_the_capacity_of_a_block() -> None:
+    config = build_config(founding(page_size=96), 512, device_tokens=159_277)
+    assert config.block_tokens == 6 * 96
+    assert config.device_blocks == 159_277 // 576
+
+
+def test_flags_override_the_catalog() -> None:
+    flags = TimingFlags(pcie_gbps=25.0, host_gbps=400.0, gpus_per_node=8)
+    config = build_config(founding(), 512, device_tokens=10_000, timing=flags)
+    assert config.timing.load_gbps == 25.0
+    assert math.isclose(config.timing.hw.bf16_dense_tflops, 504.0)
+
+
+@pytest.mark.parametrize(
+    ("deployment", "message"),
+    [
+        (Deployment(Engine.VLLM, "kimi-k2.5", tp=8, gpu="RTX PRO 6000"), "SGLang"),
+        (Deployment(Engine.SGLANG, "kimi-k2.5", tp=8), "needs the GPU"),
+        (Deployment(Engine.SGLANG, "kimi-k2.5", tp=4, pp=2, gpu="RTX PRO 6000"), "--pp"),
+    ],
+)
+def test_what_the_simulator_does_not_model_is_refused(deployment: Deployment, message: str) -> None:
+    with pytest.raises(KvtierError, match=message):
+        build_config(deployment, 512, device_tokens=10_000)
