@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cli_support import KIMI_LAUNCH
 from kvtier.budget.deployment import Engine
 from kvtier.budget.launch import parse_launch
 from kvtier.errors import KvtierError
@@ -19,19 +20,7 @@ FOUNDING = {
 @pytest.mark.parametrize(
     "command",
     [
-        [
-            "python",
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            "moonshotai/Kimi-K2.5",
-            "--tp",
-            "8",
-            "--mem-fraction-static",
-            "0.88",
-            "--speculative-algorithm",
-            "EAGLE3",
-        ],
+        KIMI_LAUNCH,
         [
             "python3",
             "-m",
@@ -63,18 +52,7 @@ FOUNDING = {
             "  --tp 8 \\\n"
             "  --mem-fraction-static 0.88 --speculative-algorithm EAGLE3"
         ],
-        [
-            "sglang",
-            "serve",
-            "--model-path",
-            "moonshotai/Kimi-K2.5",
-            "--tp",
-            "8",
-            "--mem-fraction-static",
-            "0.88",
-            "--speculative-algorithm",
-            "EAGLE3",
-        ],
+        ["sglang", "serve", *KIMI_LAUNCH[3:]],
     ],
 )
 def test_sglang_forms(command: list[str]) -> None:

@@ -52,6 +52,24 @@ def test_flags_before_or_after_the_log(capsys: pytest.CaptureFixture[str]) -> No
     assert after == before
 
 
+def test_json_before_or_after_the_log(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--json", str(SEED)]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert main(["explain", str(SEED), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == before
+
+
+def test_quiet_prints_key_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--quiet", str(SEED)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == [
+        "observed_kv_tokens 159277",
+        "predicted_kv_tokens 159294",
+        "predicted_kv_tokens_range 159200 159389",
+    ]
+    assert {"verdict match", "kv_cache_dtype bfloat16", "reserve_gib 11.28"} <= set(lines)
+
+
 def test_terminal_output_names_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", str(SEED)]) == 0
     out = capsys.readouterr().out

@@ -9,29 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from cli_support import KIMI_LAUNCH, error_line, run_json
 from kvtier.cli import main
 
-SGLANG = [
-    "python",
-    "-m",
-    "sglang.launch_server",
-    "--model-path",
-    "moonshotai/Kimi-K2.5",
-    "--tp",
-    "8",
-    "--mem-fraction-static",
-    "0.88",
-    "--speculative-algorithm",
-    "EAGLE3",
-]
+SGLANG = KIMI_LAUNCH
 GPU = ["--gpu", "RTX PRO 6000", "--gpus", "8"]
 MEASURED = ["--free-before-load-gib", "94.04", "--free-after-load-gib", "21.71"]
 CATALOG = Path(__file__).resolve().parents[1] / "src" / "kvtier" / "spec" / "catalog" / "models"
-
-
-def run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
-    assert main(argv) == 0
-    return json.loads(capsys.readouterr().out)
 
 
 def test_founding_plan_with_measured_figures(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,8 +42,27 @@ def test_founding_plan_estimated(capsys: pytest.CaptureFixture[str]) -> None:
 def test_quiet_prints_key_figures(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", *GPU, *MEASURED, "--quiet", "--", *SGLANG]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "kv_tokens 159,294"
+    assert lines[0] == "kv_tokens 159294"
     assert "kv_pool_gib 10.43" in lines
+    # whole requests: floor(159,294 / 8,192) = 19
+    assert "requests@8192 19" in lines
+    assert not any(line.startswith("kv_tokens_range") for line in lines)  # measured: exact
+
+
+def test_quiet_lines_are_key_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            ["advise", *GPU, "--quiet", "--target-requests", "8", "--context", "32k", "--", *SGLANG]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    keys = [line.split()[0] for line in lines]
+    assert len(keys) == len(set(keys))
+    assert all(len(line.split()) >= 2 and "," not in line for line in lines), lines
+    low, high = next(line for line in lines if line.startswith("kv_tokens_range ")).split()[1:]
+    assert int(low) <= 159_277 <= int(high)
+    assert "option.kv_cache_fp8_e4m3" in keys and "target_option" in keys
 
 
 def test_table_marks_estimates_and_states_units(capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,17 +103,20 @@ def test_plain_flags_for_vllm(capsys: pytest.CaptureFixture[str]) -> None:
     assert [c["context"] for c in out["concurrency"]] == [8192, 32768]
 
 
+def test_advise_prints_each_flag_set_whole_at_80_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["advise", *GPU, *MEASURED, "--host-ram-gb", "396", "--", *SGLANG]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  flags: --enable-hierarchical-cache --hicache-ratio 4" in lines
+    assert "  flags: --kv-cache-dtype fp8_e4m3" in lines
+    assert "at most max_running_requests = 48" in " ".join(" ".join(lines).split())
+
+
 def test_ignored_flags_are_warned_about(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", *GPU, *MEASURED, "--quiet", "--", *SGLANG, "--enable-foo"]) == 0
     assert "--enable-foo" in capsys.readouterr().err
-
-
-def error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1, err
-    return err
 
 
 def test_unknown_model_names_closest_ids(capsys: pytest.CaptureFixture[str]) -> None:
@@ -243,6 +249,24 @@ def test_plan_never_imports_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_plan_never_imports_the_simulator_or_the_html_report() -> None:
+    code = (
+        "import sys; from kvtier.cli import main; "
+        f"main({['plan', *GPU, *MEASURED, '--quiet', '--', *SGLANG]!r}); "
+        "print(sorted(m for m in sys.modules "
+        "if m.startswith(('kvtier.sim', 'kvtier.report.html'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_options_after_the_launch_command_belong_to_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # --json after `--` is a word of the engine command (ignored, warned about), not kvtier's
+    assert main(["plan", *GPU, *MEASURED, "--quiet", "--", *SGLANG, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("kv_tokens ") and "--json" in err
 
 
 def test_context_longer_than_the_model_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

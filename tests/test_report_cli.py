@@ -85,3 +85,16 @@ def test_one_command_explains_the_log_and_sweeps_the_host_ratio(tmp_path: Path) 
     assert "<dd>159,277</dd>" in html and "159,294 (+17)" in html
     assert html.count('class="chart"') == 6
     assert re.findall(r"<tr><td>([^<]*)</td><td>60</td>", html) == ["0", "2", "4"]
+
+
+def test_a_launch_command_after_the_simulate_arguments_is_theirs(tmp_path: Path) -> None:
+    trace = tmp_path / "chat.jsonl"
+    assert main(["simulate", "--generate", "chat", "--requests", "20", "-o", str(trace)]) == 0
+    argv = ["simulate", str(trace), "--gpu", "RTX PRO 6000", "--device-tokens", "20000"]
+    launch = ["--", "python", "-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2.5",
+              "--tp", "8", "--enable-hierarchical-cache", "--hicache-ratio", "2"]  # fmt: skip
+    payload = command_json([*argv, *launch])
+    assert payload["params"]["host_tokens"] == 40_001  # the launch command's ratio 2
+    out = tmp_path / "r.html"
+    assert main(["report", "-o", str(out), "--simulate", *argv[1:], *launch]) == 0
+    assert out.stat().st_size > 0

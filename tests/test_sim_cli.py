@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_support import KIMI_LAUNCH, run_json
 from kvtier.cli import main
 
 FOUNDING = [
@@ -47,11 +48,6 @@ def chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
-    assert main(argv) == 0
-    return json.loads(capsys.readouterr().out)
-
-
 def test_generate_writes_a_mooncake_trace(chat: Path) -> None:
     rows = [json.loads(line) for line in chat.read_text().splitlines()]
     assert len(rows) == 300
@@ -59,7 +55,7 @@ def test_generate_writes_a_mooncake_trace(chat: Path) -> None:
 
 
 def test_unbounded_json(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = _json(capsys, ["simulate", str(chat), "--unbounded", "--json"])
+    out = run_json(capsys, ["simulate", str(chat), "--unbounded", "--json"])
     assert out["requests"] == 300
     assert out["rejected"] == 0
     assert out["ttft_s"] is None and out["timed"] is False
@@ -67,15 +63,15 @@ def test_unbounded_json(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_lru_is_bounded_by_the_ceiling(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    ceiling = _json(capsys, ["simulate", str(chat), "--unbounded", "--json"])["hit_rate"]
-    small = _json(capsys, ["simulate", str(chat), "--lru-tokens", "20000", "--json"])["hit_rate"]
+    ceiling = run_json(capsys, ["simulate", str(chat), "--unbounded", "--json"])["hit_rate"]
+    small = run_json(capsys, ["simulate", str(chat), "--lru-tokens", "20000", "--json"])["hit_rate"]
     assert 0 < small < ceiling
 
 
 def test_timed_run_carries_the_json_contract(
     chat: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = _json(
+    out = run_json(
         capsys,
         [
             "simulate",
@@ -109,7 +105,7 @@ def test_timed_run_carries_the_json_contract(
 
 
 def test_sweep_gives_one_run_per_value(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = _json(
+    out = run_json(
         capsys,
         [
             "simulate",
@@ -131,7 +127,7 @@ def test_sweep_gives_one_run_per_value(chat: Path, capsys: pytest.CaptureFixture
 
 
 def test_launch_command_after_the_trace(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = _json(
+    out = run_json(
         capsys,
         [
             "simulate",
@@ -142,19 +138,58 @@ def test_launch_command_after_the_trace(chat: Path, capsys: pytest.CaptureFixtur
             "50000",
             "--json",
             "--",
-            "python",
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            "moonshotai/Kimi-K2.5",
-            "--tp",
-            "8",
+            *KIMI_LAUNCH,
             "--enable-hierarchical-cache",
             "--hicache-ratio",
             "4",
         ],
     )
     assert out["params"]["host_tokens"] == 200_001
+
+
+def test_options_before_or_after_the_trace(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    after = run_json(capsys, ["simulate", str(chat), "--unbounded", "--json"])
+    before = run_json(capsys, ["simulate", "--unbounded", "--json", str(chat)])
+    assert after == before and after["params"]["mode"] == "unbounded"
+
+
+def test_help_states_the_simulator_names_and_defaults() -> None:
+    from kvtier.cli import simulate as cli
+    from kvtier.sim import timing
+    from kvtier.sim.sweep import SWEEPABLE
+    from kvtier.sim.workload import GENERATORS
+
+    assert tuple(GENERATORS) == cli.WORKLOADS
+    assert tuple(SWEEPABLE) == cli.SWEEPS
+    assert f"prefill at {timing.COMPUTE_EFFICIENCY} of dense bf16 peak" in cli.EPILOG
+    assert f"decode at\n{timing.HBM_EFFICIENCY} of HBM bandwidth" in cli.EPILOG
+    assert f"reads at {timing.STORE_GBPS} GB/s" in cli.EPILOG
+
+
+def test_quiet_prints_key_figures(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    full = run_json(capsys, ["simulate", str(chat), "--unbounded", "--json"])
+    assert main(["simulate", str(chat), "--unbounded", "--quiet"]) == 0
+    lines = dict(line.split(" ", 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["requests"] == "300"
+    assert float(lines["hit_rate_pct"]) == pytest.approx(100 * full["hit_rate"], abs=0.005)
+
+
+def test_sweep_table_fits_80_columns(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", str(chat), *FOUNDING, "--device-tokens", "20000"]
+    assert main([*argv, "--sweep", "hicache-ratio=0,2"]) == 0
+    table = capsys.readouterr().out.split("note:")[0].splitlines()
+    assert max(len(line) for line in table) <= 80
+    assert "ratio" in table[2] and "hit %" in table[2] and "p99 s" in table[2]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0.012345, "0.0123"), (0.5, "0.500"), (2.7256, "2.73"), (27.22, "27.2"), (1234.5, "1,234")],
+)
+def test_seconds_keep_three_significant_digits(value: float, text: str) -> None:
+    from kvtier.report.sim_view import seconds
+
+    assert seconds(value) == text
 
 
 def test_terminal_table(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,6 +42,20 @@ class Measured:
     gpu_mem_gib: float | None = None
 
 
+# field -> the flag named in an error (SGLang's name; vLLM's takes the same check)
+_HOST_SIZES = (
+    ("hicache_ratio", "--hicache-ratio"),
+    ("hicache_size_gb", "--hicache-size"),
+    ("kv_cache_memory_bytes", "--kv-cache-memory-bytes"),
+    ("kv_offloading_size_gib", "--kv-offloading-size"),
+)
+_COUNTS = (
+    ("max_running_requests", "--max-running-requests"),
+    ("max_total_tokens", "--max-total-tokens"),
+    ("cuda_graph_max_bs", "--cuda-graph-max-bs"),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Deployment:
     """One engine instance on one node as the engine would configure it.
@@ -97,6 +111,14 @@ class Deployment:
             raise KvtierError(f"page/block size must be at least 1, got {self.page_size}")
         if self.context_length is not None and self.context_length < 1:
             raise KvtierError(f"context length must be at least 1, got {self.context_length}")
+        for name, flag in _HOST_SIZES:
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise KvtierError(f"{flag} must not be negative, got {value}")
+        for name, flag in _COUNTS:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise KvtierError(f"{flag} must be at least 1, got {value}")
 
     @property
     def gpus(self) -> int:

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvtier.budget.deployment import Deployment
 from kvtier.budget.kvdtype import KVDtype, resolve_kv_dtype
-from kvtier.budget.ledger import Input
+from kvtier.budget.ledger import Input, Ledger
 from kvtier.spec.model import ModelSpec
+from kvtier.units import GiB, MiB
+
+
+def card_memory(mib: int) -> str:
+    """A card's memory as GiB and as the MiB nvidia-smi prints: '95.59 GiB (97,887 MiB)'."""
+    return f"{mib * MiB / GiB:.2f} GiB ({mib:,} MiB)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +44,20 @@ class PlanInputs:
         model_dtype = self.model.dtype if d.dtype == "auto" else d.dtype
         return resolve_kv_dtype(d.engine, d.kv_cache_dtype, model_dtype)
 
+    def ledger(self, **figures: Any) -> Ledger:
+        """A `Ledger` of this deployment: engine, model, GPU and parallelism filled in the same way
+        for every engine, the engine's figures given."""
+        d = self.deployment
+        return Ledger(
+            engine=d.engine.value,
+            model=self.model.model_id,
+            gpu=self.gpu_name or "custom",
+            gpus=d.gpus,
+            tp=d.tp,
+            pp=d.pp,
+            **figures,
+        )
+
     def base_inputs(self) -> list[Input]:
         """The inputs every ledger lists, with where each came from."""
         d = self.deployment
@@ -47,12 +68,13 @@ class PlanInputs:
             Input("kv cache dtype", self.kv_dtype().name, d.origin("kv_cache_dtype")),
             Input(
                 "context length",
-                str(self.context_length),
+                f"{self.context_length:,}",
                 d.origin("context_length") if d.context_length else "model config",
             ),
         ]
         if self.gpu_mem_mib is not None:
-            rows.append(Input("card memory", f"{self.gpu_mem_mib} MiB", "GPU catalog (nvidia-smi)"))
+            card = card_memory(self.gpu_mem_mib)
+            rows.append(Input("card memory", card, "GPU catalog (nvidia-smi)"))
         if d.speculative_algorithm:
             rows.append(
                 Input("speculative", d.speculative_algorithm, d.origin("speculative_algorithm"))

@@ -309,13 +309,7 @@ def build(p: PlanInputs) -> Ledger:
 
     running = sglang.max_running_requests(tokens, reqs, flag, d.dp)
     host_pool = _host_pool(p, tokens, page, dtype, layers) if d.enable_hierarchical_cache else None
-    return Ledger(
-        engine="sglang",
-        model=p.model.model_id,
-        gpu=p.gpu_name or "custom",
-        gpus=d.gpus,
-        tp=d.tp,
-        pp=d.pp,
+    return p.ledger(
         era=era.label,
         items=tuple(items),
         kv_tokens=tokens,

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from kvtier.budget.kvdtype import KVDtype
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry
+from kvtier.units import GiB
 
 DEFAULT_BLOCK_SIZE = 16  # CUDA platform default (CacheConfig block_size)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
@@ -87,6 +88,11 @@ def available_gib(
 def num_blocks(available_bytes: int, page: int, layers: int) -> int:
     """get_num_blocks: int(available // page_size // num_layers), never negative."""
     return max(available_bytes // page // layers, 0)
+
+
+def blocks_in_gib(gib: float, page: int, layers: int) -> int:
+    """`num_blocks` for a GiB figure (the form logs and ledgers carry it in)."""
+    return num_blocks(int(gib * GiB), page, layers)
 
 
 def blocks_per_request(max_model_len: int, block_size: int) -> int:

@@ -162,7 +162,7 @@ def build(p: PlanInputs) -> Ledger:
     pool = _Pool(p, block)
 
     def blocks_for(gib: float) -> int:
-        return vllm.num_blocks(int(gib * GiB), page, pool.layers) if gib > 0 else 0
+        return vllm.blocks_in_gib(gib, page, pool.layers)
 
     blocks = blocks_for(available.value)
     if blocks <= 0:
@@ -264,13 +264,7 @@ def build(p: PlanInputs) -> Ledger:
             f"--kv-offloading-size {d.kv_offloading_size_gib:g} GiB over {world} ranks "
             "(CPUOffloadingSpec)",
         )
-    return Ledger(
-        engine="vllm",
-        model=p.model.model_id,
-        gpu=p.gpu_name or "custom",
-        gpus=d.gpus,
-        tp=d.tp,
-        pp=d.pp,
+    return p.ledger(
         era=era.label,
         items=tuple(items),
         kv_tokens=tokens,

@@ -1,24 +1,32 @@
-"""`kvtier advise`: the ways to more KV capacity for a deployment, priced, with the engine flags.
-
-    kvtier advise --gpu "RTX PRO 6000" --host-ram-gb 396 -- python -m sglang.launch_server \\
-        --model-path moonshotai/Kimi-K2.5 --tp 8 --mem-fraction-static 0.88
-    kvtier advise ... --target-requests 64 --context 32k
-"""
+"""`kvtier advise`: the ways to more KV capacity for a deployment, priced, with the engine flags."""
 
 from __future__ import annotations
 
 import argparse
 
+from kvtier.cli.parser import add_subcommand
 from kvtier.cli.plan import add_deployment_arguments, deployment_from_args, warn_ignored
 from kvtier.errors import KvtierError
 
+EPILOG = """\
+examples:
+  kvtier advise --gpu "RTX PRO 6000" --gpus 8 --host-ram-gb 396 -- python -m \\
+      sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8 --mem-fraction-static 0.88
+  kvtier advise --engine sglang --model kimi-k2.5 --gpu "RTX PRO 6000" --tp 8 \\
+      --mem-fraction-static 0.88 --target-requests 64 --context 32k
+  kvtier advise --engine vllm --model llama-3.1-8b --gpu h100 --max-model-len 8192 --json
+"""
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_subcommand(
+        subparsers,
         "advise",
+        usage="%(prog)s [options] [-- LAUNCH COMMAND ...]",
         help="options for more KV capacity, and which flag reaches a target",
         description="Each option with its predicted KV tokens, concurrency, cost or risk, and "
         "the exact engine flags. GPU figures in GiB (2^30), host RAM in decimal GB.",
+        epilog=EPILOG,
     )
     a = p.add_argument_group("advice")
     a.add_argument(
@@ -48,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         help="requests that must run at once (with one --context length)",
     )
-    add_deployment_arguments(p)
+    add_deployment_arguments(p, launch=True)
     p.set_defaults(run=run)
 
 

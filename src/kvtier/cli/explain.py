@@ -1,8 +1,5 @@
 """`kvtier explain LOG`: read an SGLang or vLLM startup log, recompute its KV pool, explain it.
 
-    kvtier explain server.log
-    kvtier explain server.log --model moonshotai/Kimi-K2.5 --host-ram-gb 396 --json
-
 Deployment flags are those of `kvtier plan`; they fill in what the log leaves out, and a value the
 log states wins (a contradiction is reported as a warning).
 """
@@ -12,7 +9,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kvtier.cli.parser import add_subcommand
+from kvtier.cli.plan import add_deployment_arguments
 from kvtier.errors import KvtierError
+
+EPILOG = """\
+examples:
+  kvtier explain examples/logs/sglang-kimi-k25-eagle3.log --host-ram-gb 396
+  kvtier explain examples/logs/vllm-llama31-8b-h100.log --json
+  kvtier explain --quiet examples/logs/sglang-kimi-k25-eagle3.log
+  kvtier explain - < examples/logs/vllm-llama31-8b-h100.log
+"""
 
 # kvtier flag dest -> setting name the log reader uses; the first given of a group wins.
 _SETTINGS = (
@@ -42,43 +49,38 @@ _SETTINGS = (
     ("host_ram_gb", "host_ram_gb"),
 )
 
+# Deployment flags explain takes from the log alone, or does not use: refused, not ignored.
+_UNUSED = (
+    "hicache_ratio",
+    "hicache_size",
+    "kv_cache_memory_bytes",
+    "free_before_load_gib",
+    "free_after_load_gib",
+    "weights_gib",
+    "activation_gib",
+    "non_torch_gib",
+    "context",
+    "pcie_gbps",
+)
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from kvtier.cli.plan import add_deployment_arguments
-
-    p = subparsers.add_parser(
+    p = add_subcommand(
+        subparsers,
         "explain",
+        usage="%(prog)s LOG [options]",
         help="recompute and explain the KV pool of an SGLang or vLLM startup log",
         description="Reads a startup log (raw, docker or journalctl; several ranks or starts), "
         "recomputes the KV token count from the log's own figures, shows where each GPU's "
         "memory went (GiB = 2^30 bytes) and the options for more KV capacity.",
+        epilog=EPILOG,
     )
     p.add_argument("log", help="startup log file ('-' for standard input)")
     p.add_argument(
         "--host-ram-gb", type=float, help="host RAM available per node, decimal GB (HiCache check)"
     )
-    add_deployment_arguments(p)
+    add_deployment_arguments(p, launch=False)
     p.set_defaults(run=run)
-
-
-def _options_after_log(args: argparse.Namespace) -> argparse.Namespace:
-    """Options written after LOG land in plan's trailing launch-command words: parse them."""
-    words = [w for w in args.launch or [] if w != "--"]
-    if not words:
-        return args
-    from kvtier.cli.plan import add_deployment_arguments
-
-    again = argparse.ArgumentParser(prog="kvtier explain LOG")
-    again.add_argument("--host-ram-gb", type=float)
-    add_deployment_arguments(again)
-    parsed = again.parse_args(words)
-    if parsed.launch:
-        raise KvtierError(
-            "explain reads the launch settings from the log; drop the command after the log "
-            f"({' '.join(parsed.launch)[:60]!r})"
-        )
-    merged = vars(args) | {k: v for k, v in vars(parsed).items() if v not in (None, False)}
-    return argparse.Namespace(**merged)
 
 
 def _read(path: str) -> str:
@@ -96,7 +98,21 @@ def run(args: argparse.Namespace) -> int:
     from kvtier.logs.explain import explain_log
     from kvtier.report.explain_view import print_explanation
 
-    args = _options_after_log(args)
+    if args.launch:
+        raise KvtierError(
+            "explain reads the launch settings from the log; drop the command after `--` "
+            f"({' '.join(args.launch)[:60]!r})"
+        )
+    unused = [dest for dest in _UNUSED if getattr(args, dest) is not None]
+    if unused:
+        raise KvtierError(
+            f"explain does not use --{unused[0].replace('_', '-')}: the log states the "
+            "deployment (kvtier plan and advise take it)"
+        )
+    if args.gpu is not None:
+        from kvtier.spec.gpu import resolve_gpu
+
+        resolve_gpu(args.gpu)  # an unknown name fails here, not later in the options note
     flags: dict[str, object] = {}
     for dest, name in _SETTINGS:
         value = getattr(args, dest, None)
@@ -111,5 +127,5 @@ def run(args: argparse.Namespace) -> int:
         gpu_mem_gib=args.gpu_mem_gib,
     )
     explanation = explain_log(_read(args.log), flags, measured)
-    print_explanation(explanation, as_json=args.json)
+    print_explanation(explanation, as_json=args.json, quiet=args.quiet)
     return 0

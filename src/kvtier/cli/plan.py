@@ -1,10 +1,7 @@
 """`kvtier plan`: the per-GPU memory ledger of a deployment, from flags or a pasted launch command.
 
-    kvtier plan --gpu "RTX PRO 6000" --gpus 8 -- python -m sglang.launch_server \\
-        --model-path moonshotai/Kimi-K2.5 --tp 8 --mem-fraction-static 0.88
-
-`add_deployment_arguments` and `deployment_from_args` are shared with `advise` (and any command
-that describes a deployment the same way).
+`add_deployment_arguments` and `deployment_from_args` are shared with `advise`, `explain` and
+`simulate` (every command that describes a deployment the same way).
 """
 
 from __future__ import annotations
@@ -13,6 +10,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
 
 if TYPE_CHECKING:
@@ -73,9 +71,18 @@ def _contexts(raw: str) -> tuple[int, ...]:
     return values
 
 
-def add_deployment_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags that describe a deployment; a launch command after `--` supplies the rest."""
-    g = p.add_argument_group("deployment (override the launch command)")
+def add_deployment_arguments(p: argparse.ArgumentParser, *, launch: bool) -> None:
+    """Flags that describe a deployment; with `launch`, a launch command after `--` gives the rest.
+
+    The parser must be a `SubcommandParser`, which puts the words after `--` in `args.launch`.
+    """
+    if launch:
+        p.add_argument_group(
+            "launch command",
+            "after `--`: the engine's own command (python -m sglang.launch_server ... or vllm "
+            "serve ...); kvtier reads the flags it models and names the ones it ignores",
+        )
+    g = p.add_argument_group("deployment (override the launch command)" if launch else "deployment")
     g.add_argument("--engine", choices=("sglang", "vllm"))
     g.add_argument("--model", help="catalog id, config.json path or model directory")
     g.add_argument("--gpu", help="GPU catalog name, e.g. 'H100 80GB', 'RTX PRO 6000'")
@@ -113,12 +120,7 @@ def add_deployment_arguments(p: argparse.ArgumentParser) -> None:
     )
     o.add_argument("--pcie-gbps", type=float, help="host-to-GPU GB/s per card (default: catalog)")
     o.add_argument("--json", action="store_true", help="machine-readable output")
-    o.add_argument("--quiet", action="store_true", help="only the key figures")
-    p.add_argument(
-        "launch",
-        nargs=argparse.REMAINDER,
-        help="-- followed by the engine's launch command (optional)",
-    )
+    o.add_argument("--quiet", action="store_true", help="only the key figures, as `key value`")
 
 
 def deployment_from_args(args: argparse.Namespace) -> Deployment:
@@ -126,8 +128,7 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
     from kvtier.budget.deployment import Deployment, Engine, Measured
     from kvtier.budget.launch import parse_launch
 
-    words = [w for w in args.launch if w != "--"] if args.launch else []
-    launch = parse_launch(words) if words else None
+    launch = parse_launch(args.launch) if args.launch else None
     engine = args.engine or (launch.engine.value if launch else None)
     if engine is None:
         raise KvtierError("say which engine: --engine sglang|vllm, or paste a launch command")
@@ -169,14 +170,28 @@ def warn_ignored(deployment: Deployment) -> None:
         )
 
 
+EPILOG = """\
+examples:
+  kvtier plan --engine vllm --model llama-3.1-8b --gpu h100 --max-model-len 8192
+  kvtier plan --gpu "RTX PRO 6000" --gpus 8 --free-before-load-gib 94.04 \\
+      --free-after-load-gib 21.71 -- python -m sglang.launch_server \\
+      --model-path moonshotai/Kimi-K2.5 --tp 8 --mem-fraction-static 0.88
+  kvtier plan --gpu h100 --context 8k,32k --json -- vllm serve meta-llama/Llama-3.1-8B-Instruct
+  kvtier plan --engine sglang --model qwen3-32b --gpu h100 --tp 2 --quiet
+"""
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_subcommand(
+        subparsers,
         "plan",
+        usage="%(prog)s [options] [-- LAUNCH COMMAND ...]",
         help="per-GPU memory ledger and KV tokens of a deployment",
         description="How the engine divides each GPU: weights, KV pool, draft, reserve, free "
         "(GiB = 2^30 bytes per GPU), the KV token count and concurrency at context lengths.",
+        epilog=EPILOG,
     )
-    add_deployment_arguments(p)
+    add_deployment_arguments(p, launch=True)
     p.set_defaults(run=run)
 
 

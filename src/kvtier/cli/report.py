@@ -13,14 +13,29 @@ import io
 import json
 from typing import Any
 
+from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
 
 KINDS = ("plan", "advise", "explain", "simulate")
 
 
+EPILOG = """\
+examples:
+  kvtier report examples/logs/sglang-kimi-k25-eagle3.log -o report.html
+  kvtier report examples/logs/vllm-llama31-8b-h100.log -o report.html --title "Llama 8B on H100"
+  kvtier simulate --generate chat --requests 500 -o chat.jsonl
+  kvtier report examples/logs/sglang-kimi-k25-eagle3.log -o report.html --simulate chat.jsonl \\
+      --gpu "RTX PRO 6000" --sweep hicache-ratio=0,2,4 -- python -m sglang.launch_server \\
+      --model-path moonshotai/Kimi-K2.5 --tp 8 --mem-fraction-static 0.88
+"""
+
+
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = add_subcommand(
+        subparsers,
         "report",
+        usage="%(prog)s [LOG] -o HTML [options] [--simulate ARGS ... [-- LAUNCH COMMAND ...]]",
+        epilog=EPILOG,
         help="write an HTML report with charts (memory, capacity, simulation)",
         description="Write one self-contained HTML file (no network needed to view or print it): "
         "per-GPU memory, KV capacity against context length with the options to grow it, and "
@@ -56,10 +71,13 @@ def run(args: argparse.Namespace) -> int:
         payloads[kind] = payload
     if args.log:
         payloads["explain"] = command_json(["explain", args.log])
+    if args.launch and args.simulate is None:
+        raise KvtierError("report: a launch command after `--` belongs to --simulate ARGS")
     if args.simulate is not None:
         if not args.simulate:
             raise KvtierError("report: --simulate needs the arguments for `kvtier simulate`")
-        payloads["simulate"] = command_json(["simulate", *args.simulate])
+        launch = ["--", *args.launch] if args.launch else []
+        payloads["simulate"] = command_json(["simulate", *args.simulate, *launch])
     if not payloads:
         raise KvtierError("report: give a LOG, --simulate ARGS or --from KIND=FILE")
     title = args.title or default_title(payloads)
@@ -78,6 +96,8 @@ def saved_payload(spec: str) -> tuple[str, dict[str, Any]]:
             data = json.load(handle)
     except OSError as exc:
         raise KvtierError(f"report: cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise KvtierError(f"report: {path} is not JSON: not UTF-8 text") from exc
     except json.JSONDecodeError as exc:
         raise KvtierError(f"report: {path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
     if not isinstance(data, dict):
@@ -93,12 +113,12 @@ def command_json(argv: list[str]) -> dict[str, Any]:
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
-            args = parser.parse_args([*argv, "--json"])
+            args = parser.parse_args(with_json(argv))
     except SystemExit as exc:
         if not exc.code:  # --help: argparse printed it to stdout
             raise
         last = errors.getvalue().strip().splitlines()[-1:] or ["bad arguments"]
-        raise KvtierError(f"report: {last[0]}") from exc
+        raise KvtierError(f"report: {last[0].removeprefix('kvtier: error: ')}") from exc
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = int(args.run(args) or 0)
@@ -109,6 +129,12 @@ def command_json(argv: list[str]) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise KvtierError(f"report: `kvtier {argv[0]} --json` printed no JSON") from exc
     return data
+
+
+def with_json(argv: list[str]) -> list[str]:
+    """`argv` with `--json` among the kvtier options, before any launch command after `--`."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    return [*argv[:cut], "--json", *argv[cut:]]
 
 
 def default_title(payloads: dict[str, dict[str, Any]]) -> str:

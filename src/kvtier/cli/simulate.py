@@ -7,8 +7,14 @@ import json
 import sys
 from typing import Any
 
+from kvtier.cli.parser import add_subcommand
 from kvtier.cli.plan import add_deployment_arguments, deployment_from_args, warn_ignored
 from kvtier.errors import KvtierError
+
+# Names and defaults the help text states; kvtier.sim is imported only when a simulation runs
+# (tests check these against kvtier.sim.workload.GENERATORS, sim.sweep.SWEEPABLE, sim.timing).
+WORKLOADS = ("chat", "system-prompt", "agent", "doc-qa")
+SWEEPS = ("hicache-ratio", "mem-fraction-static", "kv-cache-dtype", "pcie-gbps")
 
 DESCRIPTION = """\
 Replay a Mooncake-format trace (JSONL: timestamp ms, input_length, output_length, hash_ids over
@@ -32,34 +38,28 @@ pages of capacity, partial last blocks included.
 EPILOG = """\
 examples:
   kvtier simulate --generate chat --seed 1 --requests 2000 -o chat.jsonl
-  kvtier simulate chat.jsonl --unbounded
-  kvtier simulate chat.jsonl --lru-tokens 200000
-  kvtier simulate chat.jsonl --model kimi-k2.5 --gpu "RTX PRO 6000" --tp 8 \\
+  kvtier simulate chat.jsonl --unbounded --json
+  kvtier simulate chat.jsonl --engine sglang --model kimi-k2.5 --gpu "RTX PRO 6000" --tp 8 \\
       --mem-fraction-static 0.88 --device-tokens 159277 --hicache-ratio 4
-  kvtier simulate chat.jsonl --gpu "RTX PRO 6000" --sweep hicache-ratio=0,2,4,8 --json -- \\
+  kvtier simulate chat.jsonl --gpu "RTX PRO 6000" --sweep hicache-ratio=0,2,4,8 -- \\
       python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8
 
 timing constants (override with the flags below): prefill at 0.4 of dense bf16 peak, decode at
 0.8 of HBM bandwidth, host->device loads at min(--pcie-gbps, --host-gbps / GPUs loading), overlapped
-layer by layer with prefill compute. See docs/simulate.md.
+layer by layer with prefill compute; the L3 store reads at 5.0 GB/s per node. See docs/simulate.md.
 """
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from kvtier.sim.sweep import SWEEPABLE
-    from kvtier.sim.timing import COMPUTE_EFFICIENCY, HBM_EFFICIENCY, STORE_GBPS
-    from kvtier.sim.workload import GENERATORS
-
-    p = subparsers.add_parser(
-        "simulate", help="replay a workload trace against a deployment and its tiered KV cache",
+    p = add_subcommand(
+        subparsers, "simulate", usage="%(prog)s [TRACE] [options] [-- LAUNCH COMMAND ...]",
+        help="replay a workload trace against a deployment and its tiered KV cache",
         description=DESCRIPTION, epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    # SUPPRESS: a second parse of the options after the trace must not reset it (_options_after)
-    p.add_argument("trace", nargs="?", default=argparse.SUPPRESS, help="Mooncake JSONL trace")
+    p.add_argument("trace", nargs="?", help="Mooncake JSONL trace")
     w = p.add_argument_group("synthetic workloads (written in the Mooncake format)")
-    w.add_argument("--generate", choices=sorted(GENERATORS), metavar="KIND",
-                   help=f"generate a workload: {', '.join(GENERATORS)}")
+    w.add_argument("--generate", choices=WORKLOADS, metavar="KIND",
+                   help=f"generate a workload: {', '.join(WORKLOADS)}")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--requests", type=int, default=1000)
     w.add_argument("--rate", type=float, default=1.0, help="sessions (or requests) per second")
@@ -77,40 +77,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--time-scale", type=float, default=1.0, metavar="F",
                    help="multiply arrival times by F (2: the same trace at half the load)")
     s.add_argument("--sweep", metavar="NAME=V1,V2",
-                   help=f"one run per value; NAME one of {', '.join(SWEEPABLE)}")
-    t = p.add_argument_group("timing model")
-    t.add_argument("--compute-efficiency", type=float, default=COMPUTE_EFFICIENCY,
-                   help=f"share of dense bf16 peak prefill reaches (default {COMPUTE_EFFICIENCY})")
-    t.add_argument("--hbm-efficiency", type=float, default=HBM_EFFICIENCY,
-                   help=f"share of HBM bandwidth decode reaches (default {HBM_EFFICIENCY})")
+                   help=f"one run per value; NAME one of {', '.join(SWEEPS)}")
+    t = p.add_argument_group("timing model (defaults: see the end of this help)")
+    t.add_argument("--compute-efficiency", type=float,
+                   help="share of dense bf16 peak prefill reaches")
+    t.add_argument("--hbm-efficiency", type=float, help="share of HBM bandwidth decode reaches")
     t.add_argument("--bf16-tflops", type=float,
                    help="dense bf16 TFLOP/s per GPU (default: catalog)")
     t.add_argument("--hbm-gbps", type=float, help="HBM GB/s per GPU (default: catalog)")
     t.add_argument("--host-gbps", type=float,
                    help="host-side GB/s of the node shared by GPUs loading at once "
                    "(default: --pcie-gbps x GPUs per node / 2)")
-    t.add_argument("--store-gbps", type=float, default=STORE_GBPS,
-                   help=f"L3 store read GB/s of the node (default {STORE_GBPS}: one NVMe SSD)")
+    t.add_argument("--store-gbps", type=float, help="L3 store read GB/s of the node")
     t.add_argument("--gpus-per-node", type=int, dest="gpus", help="same as --gpus")
-    add_deployment_arguments(p)
-    p.set_defaults(run=run, simulate_parser=p)
-
-
-def _options_after_trace(args: argparse.Namespace) -> None:
-    """Parse the options written after the trace path.
-
-    The shared launch-command positional takes every word after the first positional, so in
-    `simulate TRACE --flags -- LAUNCH` it holds `--flags -- LAUNCH`: parse the part before `--`.
-    """
-    words = list(args.launch or [])
-    if not words or words[0] == "--":
-        return
-    cut = words.index("--") if "--" in words else len(words)
-    args.launch = []
-    args.simulate_parser.parse_args(words[:cut], namespace=args)
-    if args.launch:
-        raise KvtierError(f"unexpected argument {args.launch[0]!r} (one trace per run)")
-    args.launch = words[cut:]
+    add_deployment_arguments(p, launch=True)
+    p.set_defaults(run=run)
 
 
 def _progress_bar(enabled: bool) -> Any:
@@ -131,7 +112,8 @@ def _check(args: argparse.Namespace) -> None:
     if (args.unbounded or args.lru_tokens is not None) and args.sweep:
         raise KvtierError("--sweep applies to timed runs, not to --unbounded / --lru-tokens")
     for name in ("compute_efficiency", "hbm_efficiency"):
-        if not 0.0 < getattr(args, name) <= 1.0:
+        value = getattr(args, name)
+        if value is not None and not 0.0 < value <= 1.0:
             raise KvtierError(f"--{name.replace('_', '-')} must be in (0, 1]")
     if args.store_tokens < 0:
         raise KvtierError(f"--store-tokens must not be negative, got {args.store_tokens}")
@@ -146,9 +128,8 @@ def run(args: argparse.Namespace) -> int:
     from kvtier.sim.trace import Trace, load_trace, scale_time, write_trace
     from kvtier.sim.workload import generate
 
-    _options_after_trace(args)
     _check(args)
-    trace_path = getattr(args, "trace", None)
+    trace_path = args.trace
     if args.generate and trace_path:
         raise KvtierError("give a trace file or --generate KIND, not both")
     if args.generate:
@@ -170,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _reference(args: argparse.Namespace, trace: Any) -> int:
-    from kvtier.report.sim_view import run_table
+    from kvtier.report.sim_view import quiet_lines, run_table
     from kvtier.sim import reference
 
     if args.unbounded:
@@ -181,13 +162,21 @@ def _reference(args: argparse.Namespace, trace: Any) -> int:
         title = f"single-tier LRU of {args.lru_tokens:,} tokens (whole blocks, no clock)"
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
+    elif args.quiet:
+        print("\n".join(quiet_lines(result)))
     else:
         _print(run_table(result, title))
     return 0
 
 
 def _timed(args: argparse.Namespace, trace: Any) -> int:
-    from kvtier.report.sim_view import rejected_line, run_table, sweep_table
+    from kvtier.report.sim_view import (
+        quiet_lines,
+        rejected_line,
+        run_table,
+        sweep_quiet_lines,
+        sweep_table,
+    )
     from kvtier.sim.run import simulate
     from kvtier.sim.setup import build_config
     from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_json
@@ -195,8 +184,11 @@ def _timed(args: argparse.Namespace, trace: Any) -> int:
 
     deployment = deployment_from_args(args)
     warn_ignored(deployment)
-    flags = TimingFlags(args.compute_efficiency, args.hbm_efficiency, args.bf16_tflops,
-                        args.hbm_gbps, args.pcie_gbps, args.host_gbps, args.gpus, args.store_gbps)
+    given = {name: getattr(args, name) for name in (
+        "compute_efficiency", "hbm_efficiency", "bf16_tflops", "hbm_gbps", "pcie_gbps", "host_gbps",
+        "store_gbps")}
+    flags = TimingFlags(gpus_per_node=args.gpus,
+                        **{name: value for name, value in given.items() if value is not None})
     notes: list[str] = []
     sources: list[tuple[str, str]] = []
 
@@ -223,6 +215,9 @@ def _timed(args: argparse.Namespace, trace: Any) -> int:
         if args.json:
             print(json.dumps({"sweep": sweep_json(sweep, results), "notes": notes}, indent=2))
             return 0
+        if args.quiet:
+            print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
+            return 0
         _print(sweep_table(sweep.param, sweep.values, results))
         lines = [rejected_line(r) for r in results]
     else:
@@ -230,18 +225,19 @@ def _timed(args: argparse.Namespace, trace: Any) -> int:
         if args.json:
             print(json.dumps({**result.to_json(), "notes": notes}, indent=2))
             return 0
+        if args.quiet:
+            print("\n".join(quiet_lines(result)))
+            return 0
         _print(run_table(result, f"{deployment.model} on {deployment.tp} x {deployment.gpu}"))
         lines = [rejected_line(result)]
     for line in [*filter(None, lines), *notes]:
         print(f"note: {line}")
-    if not args.quiet:
-        for name, source in sources:
-            print(f"source: {name}: {source}")
+    for name, source in sources:
+        print(f"source: {name}: {source}")
     return 0
 
 
 def _print(table: Any) -> None:
-    from rich.console import Console
+    from kvtier.report.ledger_view import terminal
 
-    # a pipe gets rich's 80 columns by default: too narrow for the sweep table
-    Console(width=None if sys.stdout.isatty() else 120).print(table)
+    terminal().print(table)

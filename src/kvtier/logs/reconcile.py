@@ -22,7 +22,6 @@ from kvtier.budget.kvdtype import KVDtype
 from kvtier.logs.facts import Fact, stated
 from kvtier.logs.inputs import LogInputs
 from kvtier.spec.model import ModelSpec
-from kvtier.units import GiB
 
 # Every GiB figure both engines print is formatted with two decimals (%.2f).
 PRINTED_HALF_UNIT = 0.005
@@ -64,7 +63,7 @@ class Reconciliation:
         if self.matches:
             return "match: within the rounding of the printed figures"
         return (
-            f"mismatch: {self.relative_difference:+.3%} outside the rounding of the printed figures"
+            f"mismatch: {self.relative_difference:+.2%} outside the rounding of the printed figures"
         )
 
 
@@ -130,7 +129,8 @@ def _vllm(inp: LogInputs) -> Reconciliation:
     block = inp.page_size.value
 
     def tokens(available_gib: float) -> int:
-        return vllm_tokens(available_gib, per_token, block)
+        # a block of all layers is `block` tokens of `per_token` bytes: one "layer" of that page
+        return vllm_budget.blocks_in_gib(available_gib, per_token * block, 1) * block
 
     nominal, low, high = _spread(tokens, (v.available.value,), (PRINTED_HALF_UNIT,))
     formula = (
@@ -139,12 +139,6 @@ def _vllm(inp: LogInputs) -> Reconciliation:
     return _result(
         inp, per_token, nominal, low, high, formula, [("available KV (GiB)", v.available)]
     )
-
-
-def vllm_tokens(available_gib: float, bytes_per_token: int, block_size: int) -> int:
-    """vLLM: whole blocks of `block_size` tokens in the available bytes (get_num_blocks)."""
-    block_bytes = bytes_per_token * block_size
-    return vllm_budget.num_blocks(int(available_gib * GiB), block_bytes, 1) * block_size
 
 
 def _result(

@@ -56,6 +56,7 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
         "answer": ledger.answer,
         "options": [o.to_json() for o in e.options.options],
         "options_priced_at_kv_tokens": e.options.base.kv_tokens if e.options.base else None,
+        "max_running_requests": e.options.base.max_running_requests if e.options.base else None,
         "notes": list(rec.notes) + ([e.options.note] if e.options.note else []),
         "warnings": list(rec.warnings),
     }
@@ -78,29 +79,55 @@ def _value(value: object) -> str:
         return f"{round(value, 4):g}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    return str(value)
+    # a dtype is named as everywhere else in kvtier: bfloat16, not torch.bfloat16
+    return str(value).removeprefix("torch.")
+
+
+def quiet_lines(e: Explanation) -> list[str]:
+    """The key figures as `key value` lines, plain numbers (no separators, GiB to 2 decimals)."""
+    rec, ledger = e.reconciliation, e.ledger
+    lines = [
+        f"observed_kv_tokens {rec.observed.value}",
+        f"predicted_kv_tokens {rec.predicted}",
+        f"predicted_kv_tokens_range {rec.predicted_low} {rec.predicted_high}",
+        f"difference {rec.difference}",
+        f"difference_pct {100 * rec.relative_difference:.2f}",
+        f"verdict {'match' if rec.matches else 'mismatch'}",
+        f"kv_bytes_per_token {rec.kv_bytes_per_token}",
+        f"kv_cache_dtype {rec.kv_dtype.name}",
+    ]
+    if ledger.reserve is not None:
+        lines.append(f"reserve_gib {ledger.reserve.gib:.2f}")
+    if ledger.free_end is not None:
+        lines.append(f"free_end_gib {ledger.free_end.gib:.2f}")
+    return lines
 
 
 def _where(fact: Fact[Any]) -> dict[str, Any]:
     return {"line": fact.line, "text": fact.text.strip(), "rank": fact.rank}
 
 
-def print_explanation(e: Explanation, as_json: bool = False) -> None:
+def print_explanation(e: Explanation, as_json: bool = False, quiet: bool = False) -> None:
     if as_json:
         print(json.dumps(explanation_json(e), indent=2))
         return
-    from rich.console import Console
+    if quiet:
+        print("\n".join(quiet_lines(e)))
+        return
+    from rich.text import Text
 
-    console = Console()
+    from kvtier.report.ledger_view import terminal
+
+    console = terminal()
     _header(console, e)
     _ledger(console, e)
     console.print()
-    console.print(e.ledger.answer, highlight=False)
+    console.print(e.ledger.answer, markup=False)
     _options(console, e)
     for note in e.reconciliation.notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {note}", markup=False)
     for warning in e.reconciliation.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
 
 
 def _header(console: Console, e: Explanation) -> None:
@@ -108,10 +135,10 @@ def _header(console: Console, e: Explanation) -> None:
 
     rec = e.reconciliation
     console.print(
-        f"[bold]{'SGLang' if e.engine == 'sglang' else 'vLLM'} startup log[/]: "
+        f"{'SGLang' if e.engine == 'sglang' else 'vLLM'} startup log: "
         f"{rec.model.model_id} ({rec.model_source.where}), "
         f"{rec.kv_bytes_per_token:,} bytes of KV per token per GPU ({rec.kv_dtype.name})",
-        highlight=False,
+        markup=False,
     )
     table = Table(title="KV tokens: logged vs recomputed", title_justify="left")
     table.add_column("")
@@ -124,10 +151,10 @@ def _header(console: Console, e: Explanation) -> None:
         f"{rec.formula}; rounding of the printed figures: "
         f"{rec.predicted_low:,} - {rec.predicted_high:,}",
     )
-    table.add_row("difference", f"{rec.difference:+,}", f"{rec.relative_difference:+.3%}")
+    table.add_row("difference", f"{rec.difference:+,}", f"{rec.relative_difference:+.2%}")
     console.print(table)
     colour = "green" if rec.matches else "red"
-    console.print(f"[{colour}]{rec.verdict}[/]", highlight=False)
+    console.print(rec.verdict, style=colour, markup=False)
     inputs = Table(title="inputs", title_justify="left")
     inputs.add_column("input")
     inputs.add_column("value", justify="right")
@@ -140,6 +167,8 @@ def _header(console: Console, e: Explanation) -> None:
 def _ledger(console: Console, e: Explanation) -> None:
     from rich.table import Table
 
+    from kvtier.report.ledger_view import gib_cell
+
     table = Table(title="one GPU, from the log (GiB = 2^30 bytes)", title_justify="left")
     table.add_column("item")
     table.add_column("GiB", justify="right")
@@ -151,22 +180,20 @@ def _ledger(console: Console, e: Explanation) -> None:
                 table.add_row(f"  {name}", "?", f"not in the log: {why}")
             unlogged = []
         name = f"  {item.item}" if part == "from reserve" else item.item
-        if part == "reserve":
-            name = f"[bold]{name}[/]"
-        table.add_row(name, ("" if item.exact else "~") + f"{item.gib:.2f}", item.source)
+        table.add_row(name, gib_cell(item.gib, item.exact), item.source)
     for name, why in unlogged:
         table.add_row(f"  {name}", "?", f"not in the log: {why}")
     console.print(table)
 
 
 def _options(console: Console, e: Explanation) -> None:
-    from kvtier.report.ledger_view import options_table
+    from kvtier.report.ledger_view import options_table, print_option_details
 
     menu = e.options
     if menu.note:
-        console.print(f"note: {menu.note}", highlight=False)
+        console.print(f"note: {menu.note}", markup=False)
     if menu.base is None or not menu.options:
         return
-    contexts = [c.context for c in menu.base.concurrency]
     console.print()
-    console.print(options_table(menu.options, contexts))
+    console.print(options_table(menu.base, menu.options))
+    print_option_details(console, menu.options)

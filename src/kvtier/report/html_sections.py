@@ -15,6 +15,7 @@ from kvtier.report.charts import (
     Series,
     line_chart,
 )
+from kvtier.report.concurrency import requests_caption, whole_requests
 from kvtier.report.html_memory import memory_section
 from kvtier.report.html_parts import Payload, Section, figure, need, source_text, table, tokens
 from kvtier.report.html_sim import simulation_section
@@ -92,7 +93,7 @@ def capacity_section(kind: str, payload: Payload) -> Section:
     ctxs = contexts(payload)
 
     def fits(kv_tokens: int, ctx: int) -> int:
-        return min(kv_tokens // ctx, cap) if cap else kv_tokens // ctx
+        return whole_requests(kv_tokens / ctx, cap)
 
     lines: dict[tuple[tuple[tuple[int, int], ...], bool], list[str]] = {
         (tuple((c, fits(base, c)) for c in ctxs), False): ["now"]
@@ -128,8 +129,7 @@ def capacity_section(kind: str, payload: Payload) -> Section:
     ]
     heading = "Concurrent requests by context length"
     caption = (
-        "Requests = floor(KV tokens / context length)"
-        + (f", at most max_running_requests = {cap:,}" if cap else "")
+        requests_caption(cap).capitalize()
         + ": every running request keeps its whole context on the GPU. A host tier caches "
         "more contexts (dashed) but does not let more requests run at once. Both axes double "
         "per step; a context that does not fit even once is left off the chart (0 in the table)."

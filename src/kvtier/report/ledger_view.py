@@ -1,16 +1,19 @@
 """Terminal rendering of a `Ledger` and of capacity options (rich tables); `--json` and `--quiet`.
 
-`ledger_table` and `options_table` are reused by `explain`. Figures are GiB (2**30) per GPU;
-estimated figures are marked with `~` and their source states the range.
+`options_table` and `print_option_details` are reused by `explain`. Figures are GiB (2**30) per
+GPU to two decimals; host sizes are decimal GB; estimated figures are marked `~` and dim, and
+their source states the range. Colour carries meaning only (estimates dim, verdicts green/red).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvtier.budget.ledger import Ledger
+from kvtier.report.concurrency import requests_caption, whole_requests
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,12 +25,28 @@ if TYPE_CHECKING:
 ESTIMATED_MARK = "~"
 
 
+def terminal() -> Console:
+    """The console every view prints to: no automatic highlighting of numbers and strings."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def gib_cell(gib: float, exact: bool) -> str:
+    """A GiB figure to two decimals; an estimate is marked and dim."""
+    return f"{gib:.2f}" if exact else f"[dim]{ESTIMATED_MARK}{gib:.2f}[/]"
+
+
 def _tokens(ledger: Ledger) -> str:
     text = f"{ledger.kv_tokens:,}"
     if ledger.kv_tokens_range:
         low, high = ledger.kv_tokens_range
         text += f" (estimated, {low:,} - {high:,})"
     return text
+
+
+def context_header(context: int) -> str:
+    return f"@{context // 1024}k" if context % 1024 == 0 else f"@{context:,}"
 
 
 def ledger_table(ledger: Ledger) -> Table:
@@ -41,49 +60,75 @@ def ledger_table(ledger: Ledger) -> Table:
     table.add_column("GiB", justify="right")
     table.add_column("source", overflow="fold")
     for it in ledger.items:
-        mark = "" if it.exact else ESTIMATED_MARK
-        table.add_row(it.item, f"{mark}{it.gib:.2f}", it.source)
+        table.add_row(it.item, gib_cell(it.gib, it.exact), it.source)
     return table
 
 
 def concurrency_table(ledger: Ledger) -> Table:
     from rich.table import Table
 
-    table = Table(title="requests the KV pool holds at once", title_justify="left")
+    cap = ledger.max_running_requests
+    table = Table(
+        title="requests the KV pool holds at once",
+        caption=requests_caption(cap),
+        title_justify="left",
+        caption_justify="left",
+    )
     table.add_column("context (tokens)", justify="right")
     table.add_column("requests", justify="right")
     for c in ledger.concurrency:
-        text = f"{c.requests:.2f}"
+        text = f"{whole_requests(c.requests, cap):,}"
         if c.low is not None and c.high is not None:
-            text += f" ({c.low:.2f} - {c.high:.2f})"
+            text += f" [dim]({whole_requests(c.low, cap):,} - {whole_requests(c.high, cap):,})[/]"
         table.add_row(f"{c.context:,}", text)
     return table
 
 
-def options_table(options: Sequence[Option], contexts: Sequence[int]) -> Table:
-    """Ways to more KV capacity: predicted tokens, concurrency, cost/risk and the engine flags."""
+def options_table(base: Ledger, options: Sequence[Option]) -> Table:
+    """Ways to more KV capacity: GPU KV tokens and requests at once at each context length.
+
+    Costs and engine flags follow the table (`print_option_details`), so that no flag is wrapped.
+    """
     from rich.table import Table
 
-    table = Table(title="options (tokens are GPU KV tokens per rank's pool)", title_justify="left")
-    table.add_column("option")
+    cap = base.max_running_requests
+    contexts = [c.context for c in base.concurrency]
+    table = Table(
+        title="options (KV tokens: one rank's GPU pool)",
+        caption=requests_caption(cap),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("option", no_wrap=True)
     table.add_column("KV tokens", justify="right")
     for ctx in contexts:
-        table.add_column(f"@{ctx // 1024}k" if ctx % 1024 == 0 else f"@{ctx}", justify="right")
-    table.add_column("cost / risk", overflow="fold")
-    table.add_column("flags", overflow="fold")
+        table.add_column(context_header(ctx), justify="right")
+    table.add_row(
+        "now",
+        f"{base.kv_tokens:,}",
+        *(f"{whole_requests(c.requests, cap):,}" for c in base.concurrency),
+    )
     for opt in options:
         conc = dict(opt.concurrency)
-        cells = [f"{conc[c]:.2f}" if c in conc else "-" for c in contexts]
+        cells = [f"{whole_requests(conc[c], cap):,}" if c in conc else "-" for c in contexts]
         tokens = f"{opt.kv_tokens:,}" if opt.kv_tokens is not None else "-"
-        table.add_row(opt.name, tokens, *cells, opt.cost, " ".join(opt.flags))
+        table.add_row(opt.name, tokens, *cells)
     return table
 
 
+def print_option_details(console: Console, options: Sequence[Option]) -> None:
+    """Each option's cost or risk, then its engine flags on a line of their own (copy-paste)."""
+    for opt in options:
+        console.print(f"{opt.name}: {opt.cost}", markup=False)
+        if opt.flags:
+            console.print(f"  flags: {' '.join(opt.flags)}", markup=False, soft_wrap=True)
+
+
 def render_ledger(ledger: Ledger, console: Console) -> None:
-    console.print(f"[bold]{ledger.engine}[/] {ledger.model} - {ledger.era}")
+    console.print(f"{ledger.engine} {ledger.model} - {ledger.era}")
     console.print(ledger_table(ledger))
     console.print(
-        f"KV tokens: [bold]{_tokens(ledger)}[/]  ({ledger.kv_bytes_per_token:,} B per "
+        f"KV tokens: {_tokens(ledger)}  ({ledger.kv_bytes_per_token:,} B per "
         f"token per GPU, page {ledger.page_size})"
     )
     if ledger.max_running_requests is not None:
@@ -96,26 +141,39 @@ def render_ledger(ledger: Ledger, console: Console) -> None:
         )
     console.print(concurrency_table(ledger))
     for row in ledger.inputs:
-        console.print(f"  input {row.name}: {row.value}  [dim]({row.origin})[/]")
+        console.print(f"  input {row.name}: {row.value}  ({row.origin})", markup=False)
     for note in ledger.notes:
-        console.print(f"  note: {note}")
+        console.print(f"  note: {note}", markup=False)
     if not ledger.exact:
         console.print(
             f"  {ESTIMATED_MARK} estimated: pass the measured figures "
             "(--free-before-load-gib/--free-after-load-gib or --weights-gib ...) "
-            "for exact numbers"
+            "for exact numbers",
+            markup=False,
         )
 
 
 def quiet_lines(ledger: Ledger) -> list[str]:
-    """The key figures, one per line."""
-    lines = [
-        f"kv_tokens {_tokens(ledger)}",
+    """The key figures as `key value` lines, plain numbers (no separators, GiB to 2 decimals)."""
+    lines = [f"kv_tokens {ledger.kv_tokens}"]
+    if ledger.kv_tokens_range:
+        lines.append(f"kv_tokens_range {ledger.kv_tokens_range[0]} {ledger.kv_tokens_range[1]}")
+    lines += [
         f"kv_bytes_per_token {ledger.kv_bytes_per_token}",
         f"kv_pool_gib {ledger.item('KV cache pool').gib:.2f}",
     ]
-    lines += [f"requests@{c.context} {c.requests:.2f}" for c in ledger.concurrency]
+    cap = ledger.max_running_requests
+    if cap is not None:
+        lines.append(f"max_running_requests {cap}")
+    if ledger.host_pool is not None:
+        lines.append(f"host_pool_tokens {ledger.host_pool.tokens}")
+    lines += [f"requests@{c.context} {whole_requests(c.requests, cap)}" for c in ledger.concurrency]
     return lines
+
+
+def option_key(option: Option) -> str:
+    """An option's name as one `--quiet` key: 'KV cache fp8_e4m3' -> 'kv_cache_fp8_e4m3'."""
+    return re.sub(r"[^a-z0-9.]+", "_", option.name.lower()).strip("_")
 
 
 def print_json(data: Any) -> None:
@@ -128,9 +186,7 @@ def print_ledger(ledger: Ledger, as_json: bool = False, quiet: bool = False) -> 
     elif quiet:
         print("\n".join(quiet_lines(ledger)))
     else:
-        from rich.console import Console
-
-        render_ledger(ledger, Console())
+        render_ledger(ledger, terminal())
 
 
 def print_advice(
@@ -150,24 +206,26 @@ def print_advice(
     if quiet:
         lines = quiet_lines(ledger)
         lines += [
-            f"option {o.name}: {o.kv_tokens if o.kv_tokens is not None else '-'}" for o in options
+            f"option.{option_key(o)} {o.kv_tokens if o.kv_tokens is not None else '-'}"
+            for o in options
         ]
         if answer:
-            lines.append(f"target: {answer.reason}")
+            lines.append(f"target_tokens_needed {answer.tokens_needed}")
+            lines.append(f"target_option {option_key(answer.option) if answer.option else '-'}")
         print("\n".join(lines))
         return
-    from rich.console import Console
-
-    console = Console()
+    console = terminal()
     console.print(
-        f"[bold]{ledger.engine}[/] {ledger.model} on {ledger.gpus} x {ledger.gpu}: "
+        f"{ledger.engine} {ledger.model} on {ledger.gpus} x {ledger.gpu}: "
         f"KV tokens {_tokens(ledger)}, fraction {ledger.mem_fraction}"
     )
-    console.print(options_table(options, [c.context for c in ledger.concurrency]))
+    console.print(options_table(ledger, options))
+    print_option_details(console, options)
     if answer:
-        flags = " ".join(answer.option.flags) if answer.option else ""
         console.print(
             f"target {answer.requests} x {answer.context:,} tokens "
-            f"({answer.tokens_needed:,} needed): {answer.reason}"
-            + (f"\n  flags: {flags}" if flags else "")
+            f"({answer.tokens_needed:,} needed): {answer.reason}",
+            markup=False,
         )
+        if answer.option and answer.option.flags:
+            console.print(f"  flags: {' '.join(answer.option.flags)}", markup=False, soft_wrap=True)

@@ -1,7 +1,13 @@
-"""Terminal rendering of simulation results (rich tables): one run, or a sweep of runs."""
+"""Terminal rendering of simulation results (rich tables): one run, or a sweep of runs.
+
+Hit rates and shares are percentages to two decimals; seconds carry three significant digits,
+so that a column of TTFTs reads alike from milliseconds to minutes. The sweep table fits 80
+columns. `quiet_lines` gives the key figures as `key value` lines.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -10,13 +16,25 @@ from kvtier.sim.metrics import SimResult
 if TYPE_CHECKING:
     from rich.table import Table
 
+# swept flag -> its short column header
+SHORT_NAMES = {
+    "hicache-ratio": "ratio",
+    "mem-fraction-static": "fraction",
+    "kv-cache-dtype": "dtype",
+    "pcie-gbps": "PCIe GB/s",
+}
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:.2f}%"
 
 
-def _s(x: float) -> str:
-    return f"{x:.3f}" if x < 100 else f"{x:,.1f}"
+def seconds(x: float) -> str:
+    """Three significant digits, never an exponent: 0.0123, 0.123, 1.23, 12.3, 123, 1,234."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    decimals = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"
 
 
 def run_table(result: SimResult, title: str) -> Table:
@@ -35,13 +53,15 @@ def run_table(result: SimResult, title: str) -> Table:
     table.add_row("prefill tokens saved", f"{result.prefill_tokens_saved:,}")
     if result.timed and result.ttft_s and result.queue_s:
         t, q = result.ttft_s, result.queue_s
-        table.add_row("TTFT p50 / p90 / p99 (s)", f"{_s(t.p50)} / {_s(t.p90)} / {_s(t.p99)}")
-        table.add_row("queueing p50 / p99 (s)", f"{_s(q.p50)} / {_s(q.p99)}")
+        table.add_row(
+            "TTFT p50 / p90 / p99 (s)", f"{seconds(t.p50)} / {seconds(t.p90)} / {seconds(t.p99)}"
+        )
+        table.add_row("queueing p50 / p99 (s)", f"{seconds(q.p50)} / {seconds(q.p99)}")
         table.add_row("output throughput (tok/s)", f"{result.throughput_tok_s:,.1f}")
         table.add_row("simulated time (s)", f"{result.duration_s:,.1f}")
         table.add_row(
             "running requests max / mean",
-            f"{result.concurrency_max} / {result.concurrency_mean:.1f}",
+            f"{result.concurrency_max:,} / {result.concurrency_mean:,.1f}",
         )
         table.add_row("PCIe busy (host->device loads)", _pct(result.pcie_busy_fraction))
     for tier, n in result.evictions.items():
@@ -59,29 +79,67 @@ def rejected_line(result: SimResult, limit: int = 20) -> str:
 
 
 def sweep_table(param: str, values: Sequence[str], results: Sequence[SimResult]) -> Table:
-    """One row per swept value: hit rates, TTFT p50/p99 and throughput."""
+    """One row per swept value: hit rates (%), TTFT p50/p99 (s), throughput and rejections."""
     from rich.table import Table
 
-    table = Table(title=f"sweep over {param}", title_justify="left")
-    table.add_column(param, justify="right")
-    table.add_column("hit rate", justify="right")
-    table.add_column("device", justify="right")
-    table.add_column("host", justify="right")
-    table.add_column("TTFT p50 (s)", justify="right")
-    table.add_column("TTFT p99 (s)", justify="right")
-    table.add_column("tok/s", justify="right")
-    table.add_column("rejected", justify="right")
+    table = Table(
+        title=f"sweep over --{param}",
+        caption="hit %: prompt tokens found in a cache tier (all, device, host)",
+        title_justify="left",
+        caption_justify="left",
+    )
+    for header in (
+        SHORT_NAMES.get(param, param),
+        "hit %",
+        "device",
+        "host",
+        "p50 s",
+        "p99 s",
+        "tok/s",
+        "rej",
+    ):
+        table.add_column(header, justify="right")
     for value, r in zip(values, results, strict=True):
         by_tier = r.hit_rate_by_tier
         ttft = r.ttft_s
         table.add_row(
             value,
-            _pct(r.hit_rate),
-            _pct(by_tier.get("device", 0.0)),
-            _pct(by_tier.get("host", 0.0)),
-            _s(ttft.p50) if ttft else "-",
-            _s(ttft.p99) if ttft else "-",
+            f"{100 * r.hit_rate:.2f}",
+            f"{100 * by_tier.get('device', 0.0):.2f}",
+            f"{100 * by_tier.get('host', 0.0):.2f}",
+            seconds(ttft.p50) if ttft else "-",
+            seconds(ttft.p99) if ttft else "-",
             f"{r.throughput_tok_s:,.1f}" if r.timed else "-",
-            str(r.rejected),
+            f"{r.rejected:,}",
         )
     return table
+
+
+def quiet_lines(result: SimResult, suffix: str = "") -> list[str]:
+    """The key figures of one run as `key value` lines; `suffix` tells sweep runs apart."""
+    lines = [
+        f"requests{suffix} {result.requests}",
+        f"rejected{suffix} {result.rejected}",
+        f"hit_rate_pct{suffix} {100 * result.hit_rate:.2f}",
+    ]
+    lines += [
+        f"hit_rate_pct.{tier}{suffix} {100 * rate:.2f}"
+        for tier, rate in result.hit_rate_by_tier.items()
+    ]
+    if result.timed and result.ttft_s:
+        t = result.ttft_s
+        lines += [
+            f"ttft_p50_s{suffix} {t.p50:.4g}",
+            f"ttft_p99_s{suffix} {t.p99:.4g}",
+            f"throughput_tok_s{suffix} {result.throughput_tok_s:.1f}",
+        ]
+    return lines
+
+
+def sweep_quiet_lines(param: str, values: Sequence[str], results: Sequence[SimResult]) -> list[str]:
+    """`quiet_lines` of each run, keys suffixed `@NAME=VALUE`."""
+    return [
+        line
+        for value, r in zip(values, results, strict=True)
+        for line in quiet_lines(r, f"@{param}={value}")
+    ]

@@ -1,0 +1,47 @@
+"""Running kvtier as a user does, for the command-line tests: `main()` in this process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvtier.cli import main
+
+# The founding deployment's SGLang launch command (examples/logs/sglang-kimi-k25-eagle3.log).
+KIMI_LAUNCH = [
+    "python",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "moonshotai/Kimi-K2.5",
+    "--tp",
+    "8",
+    "--mem-fraction-static",
+    "0.88",
+    "--speculative-algorithm",
+    "EAGLE3",
+]
+
+
+def run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    """The JSON object `kvtier ARGV` prints; the command must succeed."""
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """The one line `kvtier ARGV` prints to stderr on a user error (exit code 2, no traceback).
+
+    A usage error leaves argparse through SystemExit; every other error returns from main().
+    """
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("kvtier: error: "), err
+    return err
