@@ -198,7 +198,8 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
             ("host_gb_per_node", per_rank * d.gpus / GB),
         ]
         cost = (
-            f"{per_rank / GB:.1f} GB pinned RAM per rank, {per_rank * d.gpus / GB:.1f} GB per node"
+            f"{tokens:,} host tokens: {per_rank / GB:.1f} GB pinned RAM per rank, "
+            f"{per_rank * d.gpus / GB:.1f} GB per node"
         )
         if host.ram_available_gb is not None:
             check = hicache.check_host_ram(per_rank, d.gpus, int(host.ram_available_gb * GB))

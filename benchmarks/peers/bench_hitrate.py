@@ -1,0 +1,178 @@
+"""Hit rate and time: `kvtier simulate --lru-tokens` against kvcache-simulator's LRU.
+
+Both replay the same Mooncake trace in file order through an LRU prefix cache of the same
+number of 512-token blocks and count hit tokens over the requests after the first half.
+kvcache-simulator sizes its cache as floor(GiB x 2^30 / (bytes per token x 512)) blocks; the
+bytes per token come from kvtier's catalog (DeepSeek-V3 MLA: (512 + 64) x 61 x 2 B) and are
+checked against the peer's own figure.
+
+    .venv/bin/python benchmarks/peers/bench_hitrate.py [--budgets-gib 10,40,160,640] [--repeat 3]
+        [--check-granularity]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from common import KVTIER, TOOLS_VENV, TRACE, machine, markdown_table, need, run_timed
+
+from kvtier.spec.catalog import resolve_model
+
+BLOCK = 512
+GIB = 2**30
+TOLERANCE_PP = 0.1
+
+
+def bytes_per_token(model: str) -> int:
+    """bf16 KV bytes of one token on one rank (MLA latent: not split by tensor parallelism)."""
+    kv = resolve_model(model).kv
+    return kv.elements_per_token_per_layer(1) * kv.num_layers * 2
+
+
+def peer(trace: Path, budgets: list[float], repeat: int) -> tuple[dict, float, float]:
+    cmd = [str(need(TOOLS_VENV / "bin" / "kvcache-simulator", "kvcache-simulator venv")), "run",
+           "--trace", str(trace), "--model", "deepseek-v3", "--block-size", str(BLOCK),
+           "--budgets-gib", ",".join(f"{b:g}" for b in budgets), "--policies", "lru",
+           "--format", "json", "--no-progress"]
+    t = run_timed(cmd, repeat)
+    return json.loads(t.stdout), t.wall_s, t.cpu_s
+
+
+def kvtier_cli(trace: Path, blocks: int, repeat: int) -> tuple[dict, float, float]:
+    cmd = [str(KVTIER), "simulate", str(trace), "--lru-tokens", str(blocks * BLOCK),
+           "--warmup-fraction", "0.5", "--json"]
+    t = run_timed(cmd, repeat)
+    return json.loads(t.stdout), t.wall_s, t.cpu_s
+
+
+def kvtier_library(trace: Path, blocks: list[int]) -> tuple[list[float], float, float]:
+    """The same replays in this process, the trace loaded once (what a sweep script does)."""
+    from kvtier.sim import reference
+    from kvtier.sim.trace import load_trace
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    loaded = load_trace(trace)
+    rates = [reference.lru(loaded, b * BLOCK, 0.5).hit_rate for b in blocks]
+    return rates, time.perf_counter() - t0, time.process_time() - c0
+
+
+def kvtier_block_nodes(trace: Path, blocks: list[int]) -> list[int]:
+    """Hit tokens when kvtier's tree holds one block per node (inserted block by block), so its
+    whole-node eviction frees exactly one block, as the peer's trie does. A diagnostic run
+    where the hit rates differ: equal hit tokens here isolate eviction granularity as the one
+    difference between the two LRUs. Quadratic in blocks per request: slow, not timed."""
+    from kvtier.cache.hierarchy import TieredCache
+    from kvtier.cache.storage import AccountingStorage, Tier
+    from kvtier.sim.trace import load_trace
+
+    loaded = load_trace(trace)
+    start = math.floor(len(loaded.requests) * 0.5)
+    out = []
+    for pages in blocks:
+        cache = TieredCache(AccountingStorage(Tier.DEVICE, pages))
+        hits = 0
+        for i, req in enumerate(loaded.requests):
+            keys = list(req.blocks[:pages])
+            m = cache.match_prefix(keys)
+            if i >= start:
+                hits += req.prefix_tokens(m.num_device_pages, BLOCK)
+            cache.lock(m.last_device_node)  # the peer protects the matched path likewise
+            held = list(m.device_pages)
+            for j in range(len(held), len(keys)):
+                page = cache.alloc_device(1)
+                if page is None:
+                    break
+                held += page
+                cache.insert(keys[: j + 1], held)
+            cache.unlock(m.last_device_node)
+        out.append(hits)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, default=TRACE)
+    ap.add_argument("--budgets-gib", default="10,40,160,640")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per command; the best counts")
+    ap.add_argument("--check-granularity", action="store_true",
+                    help="replay every budget with one block per node (slow), not only the "
+                    "budgets whose hit rates differ by more than the tolerance")
+    args = ap.parse_args()
+    trace = need(args.trace, "trace")
+    budgets = [float(b) for b in args.budgets_gib.split(",")]
+    bpt = bytes_per_token("deepseek-v3")
+    blocks = [math.floor(b * GIB / (bpt * BLOCK)) for b in budgets]
+    print(f"machine: {machine()}")
+    print(f"trace: {trace.name}; LRU, {BLOCK}-token blocks, {bpt} B/token; best of {args.repeat}")
+
+    peer(trace, budgets[:1], 1)  # builds the peer's C++ backend once, untimed
+    rows: list[list[object]] = []
+    notes: list[str] = []
+    failures: list[str] = []
+    peer_total = [0.0, 0.0]
+    ours_total = [0.0, 0.0]
+    for gib, n in zip(budgets, blocks, strict=True):
+        theirs, p_wall, p_cpu = peer(trace, [gib], args.repeat)
+        if theirs["metadata"]["bytesPerToken"] != bpt:
+            raise SystemExit(f"bytes per token differ: {theirs['metadata']['bytesPerToken']} "
+                             f"(peer) vs {bpt} (kvtier)")
+        if not theirs["points"]:
+            raise SystemExit(f"{gib} GiB: the peer reports no point (cache underfilled)")
+        point = theirs["points"][0]
+        lru = point["results"]["lru"]
+        ours, o_wall, o_cpu = kvtier_cli(trace, n, args.repeat)
+        if point["cacheBlocks"] != n or ours["params"]["lru_blocks"] != n:
+            raise SystemExit(f"{gib} GiB: capacities differ ({point['cacheBlocks']} vs {n})")
+        if lru["totalTokens"] != ours["input_tokens"]:
+            raise SystemExit(f"{gib} GiB: measured windows differ "
+                             f"({lru['totalTokens']} vs {ours['input_tokens']} tokens)")
+        diff_pp = 100 * (ours["hit_rate"] - lru["hitRate"])
+        if abs(diff_pp) > TOLERANCE_PP or args.check_granularity:
+            [granular] = kvtier_block_nodes(trace, [n])
+            if granular != lru["hitTokens"]:
+                gap = granular - lru["hitTokens"]
+                verdict = f"still {gap:+,} hit tokens with one block per node"
+            elif diff_pp:
+                verdict = "equal with one block per node: the gap is eviction granularity"
+            else:
+                verdict = "equal with one block per node too"
+            notes.append(f"{gib:g} GiB: hit rates differ by {diff_pp:+.4f} pp; {verdict}")
+            if granular != lru["hitTokens"]:
+                failures.append(notes[-1])
+        peer_total[0] += p_wall
+        peer_total[1] += p_cpu
+        ours_total[0] += o_wall
+        ours_total[1] += o_cpu
+        rows.append([f"{gib:g}", f"{n:,}", f"{100 * lru['hitRate']:.4f}%",
+                     f"{100 * ours['hit_rate']:.4f}%", f"{diff_pp:+.4f}",
+                     f"{lru['hitTokens'] - ours['hit_tokens_by_tier']['device']:,}",
+                     f"{p_wall:.2f}", f"{o_wall:.2f}", f"{p_cpu:.2f}", f"{o_cpu:.2f}",
+                     f"{p_cpu / o_cpu:.2f}x"])
+    _, all_wall, all_cpu = peer(trace, budgets, args.repeat)
+    lib_rates, lib_wall, lib_cpu = kvtier_library(trace, blocks)
+    rows.append(["all, one command each", "-", "-", "-", "-", "-", f"{all_wall:.2f}",
+                 f"{ours_total[0]:.2f}", f"{all_cpu:.2f}", f"{ours_total[1]:.2f}",
+                 f"{all_cpu / ours_total[1]:.2f}x"])
+    rows.append(["all, kvtier in-process", "-", "-", "-", "-", "-", f"{all_wall:.2f}",
+                 f"{lib_wall:.2f}", f"{all_cpu:.2f}", f"{lib_cpu:.2f}",
+                 f"{all_cpu / lib_cpu:.2f}x"])
+    print()
+    print(markdown_table(
+        ["GiB", "blocks", "peer hit", "kvtier hit", "diff pp", "peer - kvtier hit tokens",
+         "peer wall s", "kvtier wall s", "peer cpu s", "kvtier cpu s", "speed (peer/kvtier cpu)"],
+        rows))
+    print(f"\nkvtier in-process hit rates: {', '.join(f'{100 * r:.4f}%' for r in lib_rates)}")
+    for line in notes:
+        print(f"note: {line}")
+    for line in failures:
+        print(f"FAIL {line}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""SGLang's side of bench_radix: replay an operation sequence through its RadixCache.
+
+Runs in the SGLang virtualenv (benchmarks/peers/setup.sh):
+    benchmarks/peers/.venv-sglang/bin/python benchmarks/peers/sglang_radix_runner.py SEQUENCE.json
+prints JSON: matched tokens, evicted tokens, seconds (token expansion excluded).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import stubs
+
+stubs.install()
+
+import torch  # noqa: E402
+from radix_ops import expand_all, read_sequence  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
+
+
+class MockAllocator:
+    """Stands in for the token-to-KV pool: takes freed index tensors back and counts them."""
+
+    device = "cpu"
+
+    def __init__(self) -> None:
+        self.freed = 0
+
+    def free(self, indices: torch.Tensor) -> None:
+        self.freed += len(indices)
+
+    def free_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
+        self.freed += len(indices) - start_pos
+
+
+def main() -> int:
+    seq = read_sequence(Path(sys.argv[1]))
+    page, capacity = seq["page_size"], seq["capacity_tokens"]
+    requests = expand_all(seq)
+    longest = max(len(t) for t in requests)
+    fake = torch.arange(longest, dtype=torch.int64)  # fake KV indices; values are never read
+    allocator = MockAllocator()
+    cache = RadixCache.create_simulated(mock_allocator=allocator, page_size=page)
+    matched = 0
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    for tokens in requests:
+        key = RadixKey(tokens)
+        matched += cache.match_prefix(MatchPrefixParams(key=key)).device_prefix_len
+        cache.insert(InsertParams(key=key, value=fake[: len(tokens)]))
+        excess = cache.evictable_size() + cache.protected_size() - capacity
+        if excess > 0:
+            cache.evict(EvictParams(num_tokens=excess))
+    seconds = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    print(json.dumps({"matched_tokens": matched, "evicted_tokens": allocator.freed,
+                      "cached_tokens": cache.total_size(), "wall_s": seconds, "cpu_s": cpu,
+                      "requests": len(requests)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
