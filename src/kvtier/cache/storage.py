@@ -28,7 +28,9 @@ class PageStorage(Protocol):
     tier: Tier
     num_pages: int
 
-    def copy_pages(self, src_pages: Sequence[int], dst: PageStorage, dst_pages: Sequence[int]) -> None:
+    def copy_pages(
+        self, src_pages: Sequence[int], dst: PageStorage, dst_pages: Sequence[int]
+    ) -> None:
         """Copy `src_pages` of this storage into `dst_pages` of `dst`, synchronously."""
         ...
 
@@ -72,7 +74,9 @@ class AccountingStorage:
         self.tier = tier
         self.num_pages = num_pages
 
-    def copy_pages(self, src_pages: Sequence[int], dst: PageStorage, dst_pages: Sequence[int]) -> None:
+    def copy_pages(
+        self, src_pages: Sequence[int], dst: PageStorage, dst_pages: Sequence[int]
+    ) -> None:
         if len(src_pages) != len(dst_pages):
             raise ValueError("source and destination page counts differ")
 
@@ -113,3 +117,24 @@ class ImmediateTransfer:
 
     def close(self) -> None:
         return None
+
+
+@runtime_checkable
+class PageStoreHook(Protocol):
+    """An L3 store of pages keyed by chained page hashes (kvtier.cache.keys.store_key).
+
+    The cache hands host pages it evicts to `save`, asks `contains_prefix` at match time, and
+    fetches with `load`. Pages are the serialized bytes of `PageStorage.read_page_bytes`.
+    """
+
+    def save(self, hashes: Sequence[bytes], blobs: Sequence[bytes]) -> None:
+        """Store one blob per hash (a store may drop pages under its own capacity limit)."""
+        ...
+
+    def contains_prefix(self, hashes: Sequence[bytes]) -> int:
+        """How many leading hashes are stored."""
+        ...
+
+    def load(self, hashes: Sequence[bytes]) -> list[bytes | None]:
+        """The blob of each hash, None where it is no longer stored."""
+        ...

@@ -1,0 +1,409 @@
+"""Radix tree over page keys; each node knows on which tiers its run of pages lives.
+
+A node holds a run of page keys and, per tier, the page indices of those pages:
+
+    node.keys    [k0, k1, k2]        one key per page
+    node.device  [17, 4, 9] | None   device pool indices (None: evicted from the device)
+    node.host    [201, 7, 88] | None host pool indices (None: no host copy)
+
+Invariants (checked by kvtier.cache.integrity):
+  * a node in the tree has pages on the device, on the host, or both;
+  * the device-resident nodes form a prefix-closed subtree: a device node's parent is on the device
+    (eviction goes leaf first, load-back loads whole chains);
+  * `lock_ref` counts the locks held on the node or below it (a lock walks up to the root);
+  * a node is protected on every tier while `lock_ref > 0` or `pinned > 0` (a copy in flight).
+
+The tree moves no bytes and owns no allocator: kvtier.cache.hierarchy.TieredCache frees pages
+and drives eviction through `pop_candidate`. Mirrors the node model of SGLang's
+mem_cache/radix_cache.py and hiradix_cache.py (v0.5.x): value/host_value, lock_ref, hit_count,
+splitting a node where a match ends inside it; keys are pages, not tokens.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from kvtier.cache.eviction import EvictionPolicy, priority_of
+from kvtier.cache.keys import PageKey
+from kvtier.cache.storage import Tier
+
+_IN_DEVICE_HEAP = 1
+_IN_HOST_HEAP = 2
+
+
+class TreeNode:
+    """One run of pages. Fields are plain attributes for speed; mutate them only via RadixTree."""
+
+    __slots__ = (
+        "children",
+        "created",
+        "device",
+        "hit_count",
+        "host",
+        "keys",
+        "last_access",
+        "lock_ref",
+        "parent",
+        "pinned",
+        "queued",
+        "stored",
+    )
+
+    def __init__(self, keys: list[PageKey], parent: TreeNode | None, tick: int) -> None:
+        self.keys = keys
+        self.device: list[int] | None = None
+        self.host: list[int] | None = None
+        self.stored = False
+        self.parent = parent
+        self.children: dict[PageKey, TreeNode] = {}
+        self.lock_ref = 0
+        self.pinned = 0
+        self.last_access = tick
+        self.created = tick
+        self.hit_count = 0
+        self.queued = 0
+
+    @property
+    def protected(self) -> bool:
+        return self.lock_ref > 0 or self.pinned > 0
+
+    def __repr__(self) -> str:
+        where = ("D" if self.device is not None else "") + ("H" if self.host is not None else "")
+        return f"TreeNode({len(self.keys)} pages, {where or '-'}, lock={self.lock_ref})"
+
+
+class MatchResult(NamedTuple):
+    """Longest cached prefix of a key sequence.
+
+    `device_pages` are the device indices of the leading pages resident on the device; the next
+    `num_host_pages` pages exist only on the host (load them with TieredCache.load_back); the
+    next `num_store_pages` after those are in the L3 store (0 without a store).
+    `last_device_node` ends the device part (the root when none), `last_node` the whole match.
+    """
+
+    device_pages: list[int]
+    num_host_pages: int
+    last_device_node: TreeNode
+    last_node: TreeNode
+    num_store_pages: int = 0
+
+    @property
+    def num_device_pages(self) -> int:
+        return len(self.device_pages)
+
+
+class InsertResult(NamedTuple):
+    """`prefix_len` leading pages were already on the device: the caller's pages at those
+    positions are duplicates (free those the caller allocated itself). The rest are now owned
+    by the tree. `last_node` holds the last inserted page."""
+
+    prefix_len: int
+    last_node: TreeNode
+
+
+class TierSize(NamedTuple):
+    """Pages of one tier held by the tree: evictable (unprotected) + protected = total."""
+
+    evictable: int
+    protected: int
+
+    @property
+    def total(self) -> int:
+        return self.evictable + self.protected
+
+
+class RadixTree:
+    """Page-keyed radix tree with per-tier page runs, path locks and lazy eviction heaps."""
+
+    def __init__(self, eviction: EvictionPolicy | str = EvictionPolicy.LRU) -> None:
+        self.priority = priority_of(eviction)
+        self.clock = 0
+        self.root = TreeNode([], None, 0)
+        self.root.device = []
+        self.root.lock_ref = 1  # NOTE: the root is never evictable
+        self.device_total = 0
+        self.device_protected = 0
+        self.host_total = 0
+        self.host_protected = 0
+        self._heaps: tuple[list[tuple[object, int, TreeNode]], ...] = ([], [])
+        self._seq = 0
+        # Called as on_split(old_suffix, new_prefix) when a pinned node is split.
+        self.on_split: Callable[[TreeNode, TreeNode], None] | None = None
+
+    # ---- lookup and insertion -------------------------------------------------------------
+
+    def match_prefix(self, keys: Sequence[PageKey]) -> MatchResult:
+        """Longest prefix of `keys` in the tree (device or host), splitting the node where the
+        match ends inside it. Touches the matched nodes (last_access)."""
+        if not isinstance(keys, list):
+            keys = list(keys)
+        self.clock += 1
+        tick = self.clock
+        node = self.root
+        last_device = node
+        device_pages: list[int] = []
+        num_host = 0
+        i, n = 0, len(keys)
+        while i < n:
+            child = node.children.get(keys[i])
+            if child is None:
+                break
+            m = _common_len(child.keys, keys, i)
+            if m < len(child.keys):
+                child = self._split(child, m)
+            child.last_access = tick
+            if child.device is not None:
+                device_pages += child.device
+                last_device = child
+            else:
+                num_host += m
+            node = child
+            i += m
+        return MatchResult(device_pages, num_host, last_device, node)
+
+    def insert(self, keys: Sequence[PageKey], device_pages: Sequence[int]) -> InsertResult:
+        """Cache `keys` with their device pages. Pages already on the device are reported as
+        duplicates; host-only nodes on the path take the caller's device pages back."""
+        if len(keys) != len(device_pages):
+            raise ValueError(f"{len(keys)} keys but {len(device_pages)} device pages")
+        if not isinstance(keys, list):
+            keys = list(keys)
+        self.clock += 1
+        tick = self.clock
+        node = self.root
+        prefix_len = 0
+        i, n = 0, len(keys)
+        while i < n:
+            child = node.children.get(keys[i])
+            if child is None:
+                break
+            m = _common_len(child.keys, keys, i)
+            if m < len(child.keys):
+                child = self._split(child, m)
+            child.last_access = tick
+            child.hit_count += 1
+            if child.device is None:
+                self.set_device(child, list(device_pages[i : i + m]))
+                self.offer(child)
+            elif prefix_len == i:
+                prefix_len += m
+            node = child
+            i += m
+        if i < n:
+            leaf = TreeNode(list(keys[i:]), node, tick)
+            leaf.hit_count = 1
+            node.children[keys[i]] = leaf
+            self.set_device(leaf, list(device_pages[i:]))
+            self.offer(leaf)
+            node = leaf
+        return InsertResult(prefix_len, node)
+
+    def attach_host(
+        self, parent: TreeNode, keys: Sequence[PageKey], host_pages: list[int]
+    ) -> TreeNode:
+        """Add a host-only leaf under `parent` (pages fetched from the L3 store)."""
+        if not keys or len(keys) != len(host_pages) or keys[0] in parent.children:
+            raise ValueError("attach_host needs new, non-empty keys with one host page each")
+        self.clock += 1
+        leaf = TreeNode(list(keys), parent, self.clock)
+        leaf.stored = True
+        parent.children[keys[0]] = leaf
+        self.set_host(leaf, host_pages)
+        self.offer(leaf)
+        return leaf
+
+    def _split(self, node: TreeNode, m: int) -> TreeNode:
+        """Cut `node` after `m` pages; the new node is the prefix and becomes `node`'s parent."""
+        parent = node.parent
+        assert parent is not None
+        new = TreeNode(node.keys[:m], parent, node.created)
+        new.last_access = node.last_access
+        new.hit_count = node.hit_count
+        new.lock_ref = node.lock_ref
+        new.pinned = node.pinned
+        new.stored = node.stored
+        if node.device is not None:
+            new.device = node.device[:m]
+            node.device = node.device[m:]
+        if node.host is not None:
+            new.host = node.host[:m]
+            node.host = node.host[m:]
+        node.keys = node.keys[m:]
+        node.parent = new
+        new.children = {node.keys[0]: node}
+        parent.children[new.keys[0]] = new
+        if node.pinned and self.on_split is not None:
+            self.on_split(node, new)
+        return new
+
+    # ---- locks and pins ---------------------------------------------------------------------
+
+    def lock(self, node: TreeNode) -> None:
+        """Protect `node` and its ancestors on every tier (SGLang inc_lock_ref)."""
+        root = self.root
+        while node is not root:
+            if node.lock_ref == 0 and node.pinned == 0:
+                self._protect(node, 1)
+            node.lock_ref += 1
+            node = node.parent  # type: ignore[assignment]
+
+    def unlock(self, node: TreeNode) -> None:
+        """Undo one `lock(node)` (SGLang dec_lock_ref)."""
+        root = self.root
+        while node is not root:
+            if node.lock_ref <= 0:
+                raise ValueError(f"unlock of {node!r} without a matching lock")
+            node.lock_ref -= 1
+            if node.lock_ref == 0 and node.pinned == 0:
+                self._protect(node, -1)
+                self.offer(node)
+            node = node.parent  # type: ignore[assignment]
+
+    def pin(self, node: TreeNode) -> None:
+        """Protect this node alone while a copy of its pages is in flight."""
+        if node.lock_ref == 0 and node.pinned == 0:
+            self._protect(node, 1)
+        node.pinned += 1
+
+    def unpin(self, node: TreeNode) -> None:
+        if node.pinned <= 0:
+            raise ValueError(f"unpin of {node!r} without a matching pin")
+        node.pinned -= 1
+        if node.pinned == 0 and node.lock_ref == 0:
+            self._protect(node, -1)
+            self.offer(node)
+
+    def _protect(self, node: TreeNode, sign: int) -> None:
+        if node.device is not None:
+            self.device_protected += sign * len(node.device)
+        if node.host is not None:
+            self.host_protected += sign * len(node.host)
+
+    # ---- page runs --------------------------------------------------------------------------
+
+    def set_device(self, node: TreeNode, pages: list[int] | None) -> None:
+        """Replace the node's device run (None: evicted from the device), keeping sizes."""
+        delta = (0 if pages is None else len(pages)) - (
+            0 if node.device is None else len(node.device)
+        )
+        node.device = pages
+        self.device_total += delta
+        if node.lock_ref or node.pinned:
+            self.device_protected += delta
+
+    def set_host(self, node: TreeNode, pages: list[int] | None) -> None:
+        """Replace the node's host run (None: no host copy), keeping sizes."""
+        delta = (0 if pages is None else len(pages)) - (0 if node.host is None else len(node.host))
+        node.host = pages
+        self.host_total += delta
+        if node.lock_ref or node.pinned:
+            self.host_protected += delta
+
+    def remove(self, node: TreeNode) -> None:
+        """Unlink a childless node whose page runs are already cleared."""
+        parent = node.parent
+        if parent is None or node.children or node.device is not None or node.host is not None:
+            raise ValueError(f"cannot remove {node!r}: it has children or pages")
+        del parent.children[node.keys[0]]
+        node.parent = None
+        if parent is not self.root:
+            self.offer(parent)
+
+    # ---- eviction candidates ----------------------------------------------------------------
+
+    def offer(self, node: TreeNode) -> None:
+        """Queue a node that may have become evictable on its outermost tier; checked on pop."""
+        if node is self.root:
+            return
+        if node.device is not None:
+            if not node.queued & _IN_DEVICE_HEAP:
+                node.queued |= _IN_DEVICE_HEAP
+                self._push(0, node)
+        elif node.host is not None and not node.queued & _IN_HOST_HEAP:
+            node.queued |= _IN_HOST_HEAP
+            self._push(1, node)
+
+    def _push(self, heap: int, node: TreeNode) -> None:
+        self._seq += 1
+        heapq.heappush(self._heaps[heap], (self.priority(node), self._seq, node))
+
+    def pop_candidate(self, tier: Tier) -> TreeNode | None:
+        """Next node to evict from `tier` by the policy, or None. A device candidate is an
+        unprotected device node with no device child; a host candidate an unprotected host-only
+        node with no child."""
+        idx = 0 if tier is Tier.DEVICE else 1
+        bit = _IN_DEVICE_HEAP if idx == 0 else _IN_HOST_HEAP
+        heap = self._heaps[idx]
+        priority = self.priority
+        while heap:
+            prio, _, node = heapq.heappop(heap)
+            node.queued &= ~bit
+            if not self.is_candidate(node, tier):
+                continue
+            now = priority(node)
+            if now != prio:  # touched since queued: requeue at its current place
+                node.queued |= bit
+                self._push(idx, node)
+                continue
+            return node
+        return None
+
+    def is_candidate(self, node: TreeNode, tier: Tier) -> bool:
+        if node.parent is None or node.lock_ref or node.pinned:
+            return False
+        if tier is Tier.DEVICE:
+            if node.device is None:
+                return False
+            return all(c.device is None for c in node.children.values())
+        return node.device is None and node.host is not None and not node.children
+
+    def is_queued(self, node: TreeNode, tier: Tier) -> bool:
+        return bool(node.queued & (_IN_DEVICE_HEAP if tier is Tier.DEVICE else _IN_HOST_HEAP))
+
+    # ---- sizes --------------------------------------------------------------------------------
+
+    def size(self, tier: Tier) -> TierSize:
+        if tier is Tier.DEVICE:
+            return TierSize(self.device_total - self.device_protected, self.device_protected)
+        if tier is Tier.HOST:
+            return TierSize(self.host_total - self.host_protected, self.host_protected)
+        raise ValueError(f"the tree does not hold {tier} pages")
+
+    def nodes(self) -> list[TreeNode]:
+        """Every node below the root, parents before children."""
+        return self.nodes_below(self.root)
+
+    def nodes_below(self, node: TreeNode) -> list[TreeNode]:
+        """Every node under `node` (not `node` itself), parents before children."""
+        out: list[TreeNode] = []
+        stack = list(node.children.values())
+        while stack:
+            child = stack.pop()
+            out.append(child)
+            stack.extend(child.children.values())
+        return out
+
+    def path(self, node: TreeNode, stop: TreeNode) -> list[TreeNode]:
+        """Nodes from `stop`'s child down to `node` (top-down); `stop` must be an ancestor."""
+        out: list[TreeNode] = []
+        while node is not stop:
+            if node.parent is None:
+                raise ValueError("stale node: no longer in the tree")
+            out.append(node)
+            node = node.parent
+        out.reverse()
+        return out
+
+
+def _common_len(run: list[PageKey], keys: Sequence[PageKey], start: int) -> int:
+    """How many leading keys of `run` equal keys[start:]."""
+    n = len(run)
+    if run == keys[start : start + n]:
+        return n
+    limit = min(n, len(keys) - start)
+    m = 0
+    while m < limit and run[m] == keys[start + m]:
+        m += 1
+    return m
