@@ -1,5 +1,7 @@
 # Each target bootstraps a virtualenv in .venv on first use (offline-safe: package registries only).
 VENV ?= .venv
+# The torch the test suite is pinned to (CPU wheel); the `torch` extra itself accepts a range.
+TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
@@ -7,6 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check '$(TORCH)'
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,torch]'
 	touch $(STAMP)
 
