@@ -46,10 +46,28 @@ def payloads(n: int, size: int = 4096, seed: int = 0) -> list[bytes]:
     return [rng.randbytes(size) for _ in range(n)]
 
 
-def free_port() -> int:
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(cluster: bool = False) -> int:
+    """A free loopback port; for a cluster node also its bus port (port + 10000), which must
+    exist too, so the kernel's high ephemeral ports are out."""
+    if not cluster:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20_000, 40_000)
+        if _bindable(port) and _bindable(port + 10_000):
+            return port
+    raise RuntimeError("no free loopback port pair for a redis cluster node")
 
 
 class RedisServer:
@@ -58,7 +76,7 @@ class RedisServer:
     def __init__(self, workdir: Path, *extra: str) -> None:
         assert REDIS_SERVER is not None, "redis-server is not installed"
         self.binary = REDIS_SERVER
-        self.port = free_port()
+        self.port = free_port(cluster="--cluster-enabled" in extra)
         self.workdir = workdir
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
