@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/kvtier explain examples/logs/sglang-kimi-k25-eagle3.log
+	$(VENV)/bin/kvtier explain examples/logs/sglang-kimi-k25-eagle3.log --host-ram-gb 396
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
