@@ -208,3 +208,21 @@ def test_admission_that_cannot_fit_leaves_nothing_locked() -> None:
     assert admit(cache, KEYS[:2] + page_hashes([9, 9, 9], 1, KEYS[1])) is None
     assert cache.size_info().device.protected == 0
     cache.check_integrity([])
+
+
+def test_refused_admission_loads_nothing_back_and_takes_a_given_match() -> None:
+    cache = _cache(device=4, host=8)
+    _put(cache, KEYS[:4])
+    cache.evict(Tier.DEVICE, 4)  # all four now live on the host only
+    keys = KEYS[:4] + page_hashes([9], 1, KEYS[3])
+    match = cache.match_prefix(keys)
+    assert (match.num_device_pages, match.num_host_pages) == (0, 4)
+    # four to load back, one new page and one output page: 6 > 4 device pages
+    assert admit(cache, keys, 1, match) is None
+    assert cache.counters().loaded_from_host == 0, "a refused admission loaded pages back"
+    assert cache.num_free_device_pages == 4 and cache.size_info().device.total == 0
+    cache.check_integrity([])
+    adm = admit(cache, KEYS[:4], 0, cache.match_prefix(KEYS[:4]))
+    assert adm is not None and (adm.host_hit, adm.num_cached) == (4, 4)
+    assert cache.counters().loaded_from_host == 4
+    cache.check_integrity(adm.pages[4:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from hashlib import blake2b
 
 import pytest
@@ -59,3 +60,41 @@ def test_store_key_accepts_digests_and_block_ids_only() -> None:
 def test_page_size_must_be_positive() -> None:
     with pytest.raises(ValueError):
         page_hashes([1], 0)
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40), st.integers(1, 5))
+def test_packed_page_keys_equal_the_tuple_per_page_model(tokens: list[int], page: int) -> None:
+    model = [tuple(tokens[i : i + page]) for i in range(0, len(tokens) - page + 1, page)]
+    keys = page_keys(tokens, page)
+    assert keys == model and list(keys) == model and len(keys) == len(model)
+    assert page_keys(array("q", tokens), page) == keys
+    for i in range(len(model)):
+        assert keys[i] == model[i] and keys[i - len(model)] == model[i]
+        assert keys[i:] == model[i:] and keys[:i] + keys[i:] == keys
+    with pytest.raises(IndexError):
+        keys[len(model)]
+
+
+@given(
+    st.lists(st.integers(0, 3), max_size=30),
+    st.lists(st.integers(0, 3), max_size=30),
+    st.integers(1, 3),
+    st.integers(0, 12),
+)
+def test_common_len_counts_the_equal_leading_pages(
+    a: list[int], b: list[int], page: int, start: int
+) -> None:
+    run, keys = page_keys(a, page), page_keys(b, page)
+    expected = 0
+    while (
+        expected < len(run)
+        and start + expected < len(keys)
+        and run[expected] == keys[start + expected]
+    ):
+        expected += 1
+    assert run.common_len(keys, start) == expected
+
+
+def test_token_page_keys_cannot_name_a_store_page() -> None:
+    with pytest.raises(TypeError):
+        store_key(page_keys([1, 2], 2)[0])

@@ -6,8 +6,17 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kvtier.cache import AccountingStorage, EvictionPolicy, RadixTree, Tier, TieredCache
+from kvtier.cache import (
+    AccountingStorage,
+    EvictionPolicy,
+    RadixTree,
+    Tier,
+    TieredCache,
+    page_keys,
+)
 
 
 def _cache(pages: int = 16, eviction: str = "lru") -> TieredCache:
@@ -171,3 +180,37 @@ def test_integrity_check_catches_a_page_with_two_owners_and_a_leak() -> None:
 def test_importing_the_cache_does_not_import_torch() -> None:
     code = "import sys, kvtier.cache; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(0, 2), max_size=12), st.booleans(), st.integers(0, 6)),
+        max_size=25,
+    ),
+    st.integers(1, 2),
+)
+@settings(max_examples=60, deadline=None)
+def test_packed_token_keys_drive_the_tree_like_tuple_keys(
+    ops: list[tuple[list[int], bool, int]], page: int
+) -> None:
+    """The same requests keyed by packed TokenPages and by a list of tuples per page give the
+    same matches, duplicates, node runs and evictions."""
+    packed, tuples = _cache(64), _cache(64)
+    for tokens, do_insert, evict in ops:
+        keys = page_keys(tokens, page)
+        as_list = [tuple(tokens[i : i + page]) for i in range(0, len(keys) * page, page)]
+        outcome = []
+        for cache, k in ((packed, keys), (tuples, as_list)):
+            match = cache.match_prefix(k)
+            got = [match.device_pages, match.num_host_pages, len(match.last_node.keys)]
+            if do_insert:
+                new = cache.alloc_device(len(k) - match.num_device_pages)
+                assert new is not None
+                result = cache.insert(k, match.device_pages + new)
+                cache.free_device(new[: result.prefix_len - match.num_device_pages])
+                got.append(result.prefix_len)
+            got.append(cache.evict(Tier.DEVICE, evict))
+            got.append(sorted((list(n.keys), n.device) for n in cache.tree.nodes()))
+            cache.check_integrity([])
+            outcome.append(got)
+        assert outcome[0] == outcome[1]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvtier.cache.eviction import EvictionPolicy
-from kvtier.cache.keys import PageKey, store_key
+from kvtier.cache.keys import PageKey, as_run, store_key
 from kvtier.cache.pool import PagePool
 from kvtier.cache.radix import InsertResult, MatchResult, RadixTree, TreeNode
 from kvtier.cache.storage import (
@@ -343,7 +343,7 @@ class TieredCache:
         if store is None or match.num_store_pages == 0:
             return match
         start = match.num_device_pages + match.num_host_pages
-        want = list(keys[start : start + match.num_store_pages])
+        want = as_run(keys)[start : start + match.num_store_pages]
         tree.lock(match.last_node)
         host_pages = self._alloc(Tier.HOST, len(want))
         tree.unlock(match.last_node)

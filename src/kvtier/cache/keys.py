@@ -4,23 +4,115 @@ The tree never sees tokens. A key only has to be hashable and equal for equal pa
 equal context: a tuple of the page's token ids (`page_keys`), a chained digest (`page_hashes`,
 also the L3 store's page name), or an external block id such as a Mooncake trace's `hash_ids`.
 A partial last page has no key: only page-aligned prefixes are cached.
+
+A run of keys is a list of keys or, for token ids, a `TokenPages`: the same tuples packed into
+one bytes object, so the tree compares and cuts a whole run with C-level bytes operations
+instead of one Python object per page. One tree uses one kind of run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from array import array
+from collections.abc import Hashable, Iterator, Sequence
 from hashlib import blake2b
+from typing import overload
 
 PageKey = Hashable
 
 HASH_BYTES = 16
+_TOKEN = "q"  # token ids packed as signed 64-bit integers
+_TOKEN_BYTES = 8
 
 
-def page_keys(tokens: Sequence[int], page_size: int) -> list[tuple[int, ...]]:
-    """One tuple of token ids per full page; a trailing partial page is dropped."""
+class TokenPages(Sequence[tuple[int, ...]]):
+    """The page keys of a token sequence, packed: item i is the tuple of page i's token ids
+    (what `page_keys` yields), stored as int64 bytes. Equal to a list of those tuples."""
+
+    __slots__ = ("data", "page_size", "width")
+
+    def __init__(self, data: bytes, page_size: int) -> None:
+        self.data = data
+        self.page_size = page_size
+        self.width = page_size * _TOKEN_BYTES  # bytes per page
+
+    def __len__(self) -> int:
+        return len(self.data) // self.width
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, ...]: ...
+    @overload
+    def __getitem__(self, i: slice) -> TokenPages: ...
+    def __getitem__(self, i: int | slice) -> tuple[int, ...] | TokenPages:
+        w = self.width
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                raise ValueError("TokenPages slices take no step")
+            return TokenPages(self.data[start * w : max(start, stop) * w], self.page_size)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("page index out of range")
+        return tuple(array(_TOKEN, self.data[i * w : (i + 1) * w]))
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        tokens = array(_TOKEN, self.data)
+        return zip(*[iter(tokens)] * self.page_size, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenPages):
+            return self.page_size == other.page_size and self.data == other.data
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a run, like a list, is not a key
+
+    def __add__(self, other: TokenPages) -> TokenPages:
+        if not isinstance(other, TokenPages) or other.page_size != self.page_size:
+            return NotImplemented
+        return TokenPages(self.data + other.data, self.page_size)
+
+    def common_len(self, other: TokenPages, start: int) -> int:
+        """How many leading pages of this run equal other's pages from `start` on."""
+        w, data, theirs = self.width, self.data, other.data
+        n = min(len(self), len(other) - start)
+        if n <= 0:
+            return 0
+        if theirs.startswith(data if n == len(self) else data[: n * w], start * w):
+            return n
+        # bisect on run equality: O(log n) steps, O(n) bytes compared in all
+        lo, hi = 0, n - 1  # pages [0, lo) match; page hi is past the first mismatch or at it
+        base = start * w
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if theirs.startswith(data[lo * w : mid * w], base + lo * w):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def __repr__(self) -> str:
+        return f"TokenPages({len(self)} pages of {self.page_size})"
+
+
+def page_keys(tokens: Sequence[int], page_size: int) -> TokenPages:
+    """One tuple of token ids per full page, packed (`TokenPages`); a trailing partial page is
+    dropped. Token ids must fit a signed 64-bit integer."""
     _check_page_size(page_size)
     full = len(tokens) - len(tokens) % page_size
-    return [tuple(tokens[i : i + page_size]) for i in range(0, full, page_size)]
+    if isinstance(tokens, array) and tokens.typecode == _TOKEN:
+        data = tokens[:full].tobytes() if full < len(tokens) else tokens.tobytes()
+    else:
+        data = array(_TOKEN, tokens[:full]).tobytes()
+    return TokenPages(data, page_size)
+
+
+def as_run(keys: Sequence[PageKey]) -> list[PageKey] | TokenPages:
+    """`keys` as a run the tree takes: a TokenPages or a list (copied only when not one)."""
+    if isinstance(keys, (list, TokenPages)):
+        return keys
+    return list(keys)
 
 
 def page_hashes(tokens: Sequence[int], page_size: int, prior: bytes = b"") -> list[bytes]:

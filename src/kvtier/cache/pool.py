@@ -1,7 +1,8 @@
 """Page allocator of one tier: which page indices are free.
 
-O(1) per page: a free stack plus an allocated-bitmap that catches double frees and frees of
-pages never handed out.
+A free stack plus the set of allocated pages. Every operation is a C-level bulk operation on the
+whole request (list slicing, set update / difference), with no Python loop per page, and still
+catches double frees and frees of pages never handed out.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class PagePool:
         self.capacity = capacity
         # NOTE: popped from the end, so low indices go first.
         self._free = list(range(capacity - 1, -1, -1))
-        self._allocated = bytearray(capacity)
+        self._allocated: set[int] = set()
 
     @property
     def num_free(self) -> int:
@@ -39,38 +40,39 @@ class PagePool:
             return []
         pages = free[-n:]
         del free[-n:]
-        allocated = self._allocated
-        for p in pages:
-            allocated[p] = 1
+        self._allocated.update(pages)
         return pages
 
     def free(self, pages: Iterable[int]) -> None:
         """Return pages; raises ValueError on a page that is not allocated (nothing freed)."""
-        pages = list(pages)
+        if not isinstance(pages, list):
+            pages = list(pages)
         if not pages:
             return
         allocated = self._allocated
-        if min(pages) >= 0 and max(pages) < self.capacity and len(set(pages)) == len(pages):
-            for p in pages:
-                if not allocated[p]:
-                    break
-            else:
-                for p in pages:
-                    allocated[p] = 0
-                self._free.extend(pages)
-                return
+        before = len(allocated)
+        allocated.difference_update(pages)
+        if len(allocated) == before - len(pages):
+            self._free.extend(pages)  # each page was allocated, and listed once
+            return
+        # a page was free, foreign or listed twice: put back exactly the pages that were
+        # allocated, which are those in range and not on the free stack
+        free = set(self._free)
+        allocated.update(p for p in pages if 0 <= p < self.capacity and p not in free)
         seen: set[int] = set()
         for p in pages:
-            if not 0 <= p < self.capacity or not allocated[p] or p in seen:
+            if p not in allocated or p in seen:
                 raise ValueError(f"page {p} is not allocated (double free or foreign page)")
             seen.add(p)
+        raise AssertionError("unreachable: the allocated set shrank by fewer pages than freed")
 
     def is_allocated(self, page: int) -> bool:
-        return 0 <= page < self.capacity and bool(self._allocated[page])
+        return page in self._allocated
 
     def check(self) -> None:
-        """Raise AssertionError when the free stack and the bitmap disagree."""
+        """Raise AssertionError when the free stack and the allocated set disagree."""
         free = self._free
         assert len(set(free)) == len(free), "a page is free twice"
-        assert all(not self._allocated[p] for p in free), "a free page is marked allocated"
-        assert sum(self._allocated) + len(free) == self.capacity, "free + used != capacity"
+        assert self._allocated.isdisjoint(free), "a free page is marked allocated"
+        assert all(0 <= p < self.capacity for p in self._allocated), "a foreign page is allocated"
+        assert len(self._allocated) + len(free) == self.capacity, "free + used != capacity"

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvtier.cache.hierarchy import TieredCache
-from kvtier.cache.keys import PageKey
-from kvtier.cache.radix import TreeNode
+from kvtier.cache.keys import PageKey, as_run
+from kvtier.cache.radix import KeyRun, MatchResult, TreeNode
+from kvtier.cache.storage import Tier
 from kvtier.cache.types import LoadBackHandle
 
 
@@ -21,7 +22,7 @@ class Admission:
     """A running request's pages. `pages[:num_cached]` belong to the tree (locked through
     `last_node`); the rest were allocated for the request. Hits are counted in pages."""
 
-    keys: list[PageKey]
+    keys: KeyRun
     pages: list[int]
     num_cached: int
     last_node: TreeNode
@@ -31,12 +32,21 @@ class Admission:
     load: LoadBackHandle | None
 
 
-def admit(cache: TieredCache, keys: Sequence[PageKey], extra_pages: int = 0) -> Admission | None:
-    """Match `keys`, load their host (and store) part back, lock the prefix and allocate device
-    pages for the uncached rest plus `extra_pages`. None when the device cannot hold them; the
-    tree is left consistent and nothing is locked then."""
-    keys = list(keys)
-    match = cache.match_prefix(keys)
+def admit(
+    cache: TieredCache,
+    keys: Sequence[PageKey],
+    extra_pages: int = 0,
+    match: MatchResult | None = None,
+) -> Admission | None:
+    """Match `keys` (or take `match`, the caller's fresh `cache.match_prefix(keys)`), load their
+    host (and store) part back, lock the prefix and allocate device pages for the uncached rest
+    plus `extra_pages`. None when the device cannot hold them: that is checked before anything
+    is loaded, so a refused admission changes nothing but the matched nodes' access times."""
+    keys = as_run(keys)[:]
+    if match is None:
+        match = cache.match_prefix(keys)
+    if not fits(cache, match, len(keys) - match.num_device_pages + extra_pages):
+        return None
     cached_before = match.num_device_pages + match.num_host_pages
     store_hit = 0
     if match.num_store_pages:
@@ -59,11 +69,26 @@ def admit(cache: TieredCache, keys: Sequence[PageKey], extra_pages: int = 0) -> 
     )
 
 
+def fits(cache: TieredCache, match: MatchResult, need: int) -> bool:
+    """Whether `need` more device pages can be had (free, or evictable once the matched path is
+    locked) without touching the matched prefix."""
+    room = cache.num_free_device_pages + cache.tree.size(Tier.DEVICE).evictable
+    # locking the path takes at most its device pages out of the evictable ones
+    if room - match.num_device_pages >= need:
+        return True
+    if room < need:
+        return False
+    cache.lock(match.last_node)
+    room = cache.num_free_device_pages + cache.tree.size(Tier.DEVICE).evictable
+    cache.unlock(match.last_node)
+    return room >= need
+
+
 def finish(cache: TieredCache, adm: Admission, keys: Sequence[PageKey] | None = None) -> int:
     """Cache the request's pages under `keys` (default: its admitted keys; longer keys cover
     pages it grew into), free duplicates and pages beyond the keys, and unlock. Returns the
     number of leading pages that were already on the device."""
-    keys = adm.keys if keys is None else list(keys)
+    keys = adm.keys if keys is None else as_run(keys)
     n = len(keys)
     if n > len(adm.pages) or n < adm.num_cached or keys[: adm.num_cached] != adm.keys[
         : adm.num_cached

@@ -51,18 +51,9 @@ class TieredCachePort:
         else:
             m = cache.match_prefix(blocks)
         self._last = None
-        # check room first, so a refused admission leaves no trace (request.admit loads back
-        # the host part before it allocates the rest); the matched device pages do not count
-        need = len(blocks) - m.num_device_pages + extra_pages
-        if self.room() < need + m.num_device_pages:
-            cache.lock(m.last_node)
-            room = self.room()
-            cache.unlock(m.last_node)
-            if room < need:
-                return None
-        adm = request.admit(cache, blocks, extra_pages)
+        adm = request.admit(cache, blocks, extra_pages, m)
         if adm is None:
-            raise RuntimeError("device pages counted as evictable could not be freed")
+            return None
         self._held[rid] = adm
         return PrefixHit(adm.device_hit, adm.host_hit, adm.store_hit)
 
