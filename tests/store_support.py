@@ -1,13 +1,16 @@
-"""Store test helpers: a fingerprint, random pages, throwaway redis-server processes."""
+"""Store test helpers: a fingerprint, random pages, a hand-moved clock, throwaway redis-server
+processes, and the store_worker.py child process."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,11 +30,22 @@ FP = StoreFingerprint(
     page_size=16,
 )
 
+TESTS = Path(__file__).resolve().parent
 REDIS_SERVER = shutil.which("redis-server")
 # CI installs redis-server (.ci/run): there a missing binary fails the tests instead of skipping
 needs_redis = pytest.mark.skipif(
     REDIS_SERVER is None and not os.environ.get("CI"), reason="redis-server is not installed"
 )
+
+
+class Clock:
+    """A clock the test moves by hand: set `now`."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def chain(n: int, seed: int = 0, page_size: int = 16) -> list[bytes]:
@@ -133,3 +147,16 @@ def running_redis(workdir: Path, *extra: str) -> Iterator[RedisServer]:
         yield srv
     finally:
         srv.stop()
+
+
+def run_worker(url: str, action: str, pages: int, seed: int) -> dict[str, object]:
+    """The JSON result of one `store_worker.py URL ACTION PAGES SEED` child process."""
+    out = subprocess.run(
+        [sys.executable, str(TESTS / "store_worker.py"), url, action, str(pages), str(seed)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=TESTS,
+        timeout=60,
+    )
+    return json.loads(out.stdout)

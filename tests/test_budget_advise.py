@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from budget_support import kimi
 from kvtier.budget.advise import (
     HostSetup,
     all_options,
@@ -16,14 +17,7 @@ from kvtier.budget.plan import build_ledger, resolve
 from kvtier.budget.target import solve, tokens_needed
 from kvtier.units import GiB
 
-FOUNDING = Deployment(
-    Engine.SGLANG,
-    "moonshotai/Kimi-K2.5",
-    tp=8,
-    gpu="RTX PRO 6000",
-    mem_fraction=0.88,
-    measured=Measured(free_before_load_gib=94.04, free_after_load_gib=21.71, free_end_gib=7.90),
-)
+FOUNDING = kimi(Measured(free_before_load_gib=94.04, free_after_load_gib=21.71, free_end_gib=7.90))
 
 
 def founding():

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from budget_support import kimi
 from kvtier.budget import estimate
-from kvtier.budget.deployment import Deployment, Engine, Measured
+from kvtier.budget.deployment import Measured
 from kvtier.budget.estimate import Term, spread
 from kvtier.budget.ledger import context_lengths
 from kvtier.budget.plan import plan
@@ -26,17 +27,6 @@ def test_spread_brackets_every_choice_in_the_ranges(
 def test_spread_of_known_terms_is_exact() -> None:
     result = spread({"a": Term.known(3.0, "")}, lambda v: v["a"] * 2)
     assert result.exact and result.low == result.high == 6.0
-
-
-def kimi(measured: Measured) -> Deployment:
-    return Deployment(
-        Engine.SGLANG,
-        "moonshotai/Kimi-K2.5",
-        tp=8,
-        gpu="RTX PRO 6000",
-        mem_fraction=0.88,
-        measured=measured,
-    )
 
 
 def test_each_measured_figure_narrows_the_range() -> None:

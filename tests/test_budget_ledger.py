@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from budget_support import kimi
 from kvtier.budget import vllm
 from kvtier.budget.deployment import Deployment, Engine, Measured
 from kvtier.budget.plan import plan
@@ -106,15 +107,10 @@ def test_eagle_draft_from_the_catalog_is_exact() -> None:
 
 def test_hicache_pool_in_the_ledger() -> None:
     ledger = plan(
-        Deployment(
-            Engine.SGLANG,
-            "moonshotai/Kimi-K2.5",
-            tp=8,
-            gpu="RTX PRO 6000",
-            mem_fraction=0.88,
+        kimi(
+            Measured(free_before_load_gib=94.04, free_after_load_gib=21.71),
             enable_hierarchical_cache=True,
             hicache_ratio=4.0,
-            measured=Measured(free_before_load_gib=94.04, free_after_load_gib=21.71),
         )
     )
     assert ledger.host_pool is not None

@@ -19,17 +19,7 @@ from kvtier.store import disk, open_store
 from kvtier.store.base import StoreStats, StoreUnavailable
 from kvtier.store.blob import HEADER_SIZE, encode_blob
 from kvtier.store.disk import DiskStore
-from store_support import FP, chain, payloads
-
-TESTS = Path(__file__).resolve().parent
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from store_support import FP, TESTS, Clock, chain, payloads, run_worker
 
 
 def test_put_get_exists_delete(tmp_path: Path) -> None:
@@ -232,8 +222,8 @@ def test_stale_temporaries_are_swept(tmp_path: Path) -> None:
 
 def test_two_processes_share_a_disk_store(tmp_path: Path) -> None:
     url = f"file://{tmp_path}"
-    first = _worker(url, "put", 12, seed=7)
-    second = _worker(url, "get", 12, seed=7)
+    first = run_worker(url, "put", 12, seed=7)
+    second = run_worker(url, "get", 12, seed=7)
     assert first == {"written": 12, "errors": 0}
     assert second == {"prefix": 12, "hits": 12, "exact": True, "errors": 0}
 
@@ -247,15 +237,3 @@ def test_processes_racing_on_one_capped_store_never_see_a_torn_page(tmp_path: Pa
     assert all(r["hits"] > 0 for r in results)
     assert sum(r["evicted"] for r in results) > 0  # the cap was hit while others were reading
     assert not list(tmp_path.rglob("*.tmp"))
-
-
-def _worker(url: str, action: str, pages: int, seed: int) -> dict[str, object]:
-    out = subprocess.run(
-        [sys.executable, str(TESTS / "store_worker.py"), url, action, str(pages), str(seed)],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=TESTS,
-        timeout=60,
-    )
-    return json.loads(out.stdout)

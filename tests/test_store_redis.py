@@ -4,9 +4,6 @@ a server killed and restarted mid-run, a stalled server, out-of-memory, cluster 
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,17 +16,17 @@ from kvtier.store.base import StoreUnavailable
 from kvtier.store.blob import encode_blob
 from kvtier.store.redis_store import RedisStore, page_key
 from kvtier.store.resilient import ResilientStore
-from store_support import FP, RedisServer, chain, needs_redis, payloads, running_redis
-
-TESTS = Path(__file__).resolve().parent
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from store_support import (
+    FP,
+    Clock,
+    RedisServer,
+    chain,
+    free_port,
+    needs_redis,
+    payloads,
+    run_worker,
+    running_redis,
+)
 
 
 @pytest.fixture
@@ -69,8 +66,6 @@ def test_missing_redis_py_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_unreachable_server_is_misses_and_errors_not_exceptions() -> None:
-    from store_support import free_port
-
     clock = Clock()
     store = ResilientStore(
         RedisStore(f"redis://127.0.0.1:{free_port()}/0", FP, timeout_s=0.2), clock=clock
@@ -183,8 +178,8 @@ def test_out_of_memory_refuses_writes_keeps_reads(tmp_path: Path) -> None:
 @needs_redis
 @pytest.mark.redis
 def test_two_processes_share_a_redis_store(server: RedisServer) -> None:
-    first = _worker(server.url, "put", 12, seed=3)
-    second = _worker(server.url, "get", 12, seed=3)
+    first = run_worker(server.url, "put", 12, seed=3)
+    second = run_worker(server.url, "get", 12, seed=3)
     assert first == {"written": 12, "errors": 0}
     assert second == {"prefix": 12, "hits": 12, "exact": True, "errors": 0}
 
@@ -209,20 +204,6 @@ def test_cluster_url_talks_to_a_one_node_cluster(tmp_path: Path) -> None:
 
 
 def test_redis_store_raises_unavailable_without_the_breaker() -> None:
-    from store_support import free_port
-
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", FP, timeout_s=0.2)
     with pytest.raises(StoreUnavailable):
         store.get(chain(1))
-
-
-def _worker(url: str, action: str, pages: int, seed: int) -> dict[str, object]:
-    out = subprocess.run(
-        [sys.executable, str(TESTS / "store_worker.py"), url, action, str(pages), str(seed)],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=TESTS,
-        timeout=60,
-    )
-    return json.loads(out.stdout)

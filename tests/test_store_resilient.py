@@ -9,15 +9,7 @@ import pytest
 
 from kvtier.store.base import StoreCounters, StoreStats, StoreUnavailable
 from kvtier.store.resilient import ResilientStore
-from store_support import FP, chain, payloads
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from store_support import FP, Clock, chain, payloads
 
 
 class FlakyStore:

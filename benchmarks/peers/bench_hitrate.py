@@ -19,7 +19,16 @@ import sys
 import time
 from pathlib import Path
 
-from common import KVTIER, TOOLS_VENV, TRACE, machine, markdown_table, need, run_timed
+from common import (
+    KVTIER,
+    TOOLS_VENV,
+    TRACE,
+    machine,
+    markdown_table,
+    need,
+    report_outcome,
+    run_timed,
+)
 
 from kvtier.spec.catalog import resolve_model
 
@@ -35,17 +44,38 @@ def bytes_per_token(model: str) -> int:
 
 
 def peer(trace: Path, budgets: list[float], repeat: int) -> tuple[dict, float, float]:
-    cmd = [str(need(TOOLS_VENV / "bin" / "kvcache-simulator", "kvcache-simulator venv")), "run",
-           "--trace", str(trace), "--model", "deepseek-v3", "--block-size", str(BLOCK),
-           "--budgets-gib", ",".join(f"{b:g}" for b in budgets), "--policies", "lru",
-           "--format", "json", "--no-progress"]
+    cmd = [
+        str(need(TOOLS_VENV / "bin" / "kvcache-simulator", "kvcache-simulator venv")),
+        "run",
+        "--trace",
+        str(trace),
+        "--model",
+        "deepseek-v3",
+        "--block-size",
+        str(BLOCK),
+        "--budgets-gib",
+        ",".join(f"{b:g}" for b in budgets),
+        "--policies",
+        "lru",
+        "--format",
+        "json",
+        "--no-progress",
+    ]
     t = run_timed(cmd, repeat)
     return json.loads(t.stdout), t.wall_s, t.cpu_s
 
 
 def kvtier_cli(trace: Path, blocks: int, repeat: int) -> tuple[dict, float, float]:
-    cmd = [str(KVTIER), "simulate", str(trace), "--lru-tokens", str(blocks * BLOCK),
-           "--warmup-fraction", "0.5", "--json"]
+    cmd = [
+        str(KVTIER),
+        "simulate",
+        str(trace),
+        "--lru-tokens",
+        str(blocks * BLOCK),
+        "--warmup-fraction",
+        "0.5",
+        "--json",
+    ]
     t = run_timed(cmd, repeat)
     return json.loads(t.stdout), t.wall_s, t.cpu_s
 
@@ -99,9 +129,12 @@ def main() -> int:
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--budgets-gib", default="10,40,160,640")
     ap.add_argument("--repeat", type=int, default=3, help="runs per command; the best counts")
-    ap.add_argument("--check-granularity", action="store_true",
-                    help="replay every budget with one block per node (slow), not only the "
-                    "budgets whose hit rates differ by more than the tolerance")
+    ap.add_argument(
+        "--check-granularity",
+        action="store_true",
+        help="replay every budget with one block per node (slow), not only the "
+        "budgets whose hit rates differ by more than the tolerance",
+    )
     args = ap.parse_args()
     trace = need(args.trace, "trace")
     budgets = [float(b) for b in args.budgets_gib.split(",")]
@@ -119,8 +152,10 @@ def main() -> int:
     for gib, n in zip(budgets, blocks, strict=True):
         theirs, p_wall, p_cpu = peer(trace, [gib], args.repeat)
         if theirs["metadata"]["bytesPerToken"] != bpt:
-            raise SystemExit(f"bytes per token differ: {theirs['metadata']['bytesPerToken']} "
-                             f"(peer) vs {bpt} (kvtier)")
+            raise SystemExit(
+                f"bytes per token differ: {theirs['metadata']['bytesPerToken']} "
+                f"(peer) vs {bpt} (kvtier)"
+            )
         if not theirs["points"]:
             raise SystemExit(f"{gib} GiB: the peer reports no point (cache underfilled)")
         point = theirs["points"][0]
@@ -129,8 +164,10 @@ def main() -> int:
         if point["cacheBlocks"] != n or ours["params"]["lru_blocks"] != n:
             raise SystemExit(f"{gib} GiB: capacities differ ({point['cacheBlocks']} vs {n})")
         if lru["totalTokens"] != ours["input_tokens"]:
-            raise SystemExit(f"{gib} GiB: measured windows differ "
-                             f"({lru['totalTokens']} vs {ours['input_tokens']} tokens)")
+            raise SystemExit(
+                f"{gib} GiB: measured windows differ "
+                f"({lru['totalTokens']} vs {ours['input_tokens']} tokens)"
+            )
         diff_pp = 100 * (ours["hit_rate"] - lru["hitRate"])
         if abs(diff_pp) > TOLERANCE_PP or args.check_granularity:
             [granular] = kvtier_block_nodes(trace, [n])
@@ -148,30 +185,74 @@ def main() -> int:
         peer_total[1] += p_cpu
         ours_total[0] += o_wall
         ours_total[1] += o_cpu
-        rows.append([f"{gib:g}", f"{n:,}", f"{100 * lru['hitRate']:.4f}%",
-                     f"{100 * ours['hit_rate']:.4f}%", f"{diff_pp:+.4f}",
-                     f"{lru['hitTokens'] - ours['hit_tokens_by_tier']['device']:,}",
-                     f"{p_wall:.2f}", f"{o_wall:.2f}", f"{p_cpu:.2f}", f"{o_cpu:.2f}",
-                     f"{p_cpu / o_cpu:.2f}x"])
+        rows.append(
+            [
+                f"{gib:g}",
+                f"{n:,}",
+                f"{100 * lru['hitRate']:.4f}%",
+                f"{100 * ours['hit_rate']:.4f}%",
+                f"{diff_pp:+.4f}",
+                f"{lru['hitTokens'] - ours['hit_tokens_by_tier']['device']:,}",
+                f"{p_wall:.2f}",
+                f"{o_wall:.2f}",
+                f"{p_cpu:.2f}",
+                f"{o_cpu:.2f}",
+                f"{p_cpu / o_cpu:.2f}x",
+            ]
+        )
     _, all_wall, all_cpu = peer(trace, budgets, args.repeat)
     lib_rates, lib_wall, lib_cpu = kvtier_library(trace, blocks)
-    rows.append(["all, one command each", "-", "-", "-", "-", "-", f"{all_wall:.2f}",
-                 f"{ours_total[0]:.2f}", f"{all_cpu:.2f}", f"{ours_total[1]:.2f}",
-                 f"{all_cpu / ours_total[1]:.2f}x"])
-    rows.append(["all, kvtier in-process", "-", "-", "-", "-", "-", f"{all_wall:.2f}",
-                 f"{lib_wall:.2f}", f"{all_cpu:.2f}", f"{lib_cpu:.2f}",
-                 f"{all_cpu / lib_cpu:.2f}x"])
+    rows.append(
+        [
+            "all, one command each",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            f"{all_wall:.2f}",
+            f"{ours_total[0]:.2f}",
+            f"{all_cpu:.2f}",
+            f"{ours_total[1]:.2f}",
+            f"{all_cpu / ours_total[1]:.2f}x",
+        ]
+    )
+    rows.append(
+        [
+            "all, kvtier in-process",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            f"{all_wall:.2f}",
+            f"{lib_wall:.2f}",
+            f"{all_cpu:.2f}",
+            f"{lib_cpu:.2f}",
+            f"{all_cpu / lib_cpu:.2f}x",
+        ]
+    )
     print()
-    print(markdown_table(
-        ["GiB", "blocks", "peer hit", "kvtier hit", "diff pp", "peer - kvtier hit tokens",
-         "peer wall s", "kvtier wall s", "peer cpu s", "kvtier cpu s", "speed (peer/kvtier cpu)"],
-        rows))
+    print(
+        markdown_table(
+            [
+                "GiB",
+                "blocks",
+                "peer hit",
+                "kvtier hit",
+                "diff pp",
+                "peer - kvtier hit tokens",
+                "peer wall s",
+                "kvtier wall s",
+                "peer cpu s",
+                "kvtier cpu s",
+                "speed (peer/kvtier cpu)",
+            ],
+            rows,
+        )
+    )
     print(f"\nkvtier in-process hit rates: {', '.join(f'{100 * r:.4f}%' for r in lib_rates)}")
-    for line in notes:
-        print(f"note: {line}")
-    for line in failures:
-        print(f"FAIL {line}", file=sys.stderr)
-    return 1 if failures else 0
+    return report_outcome(notes, failures)
 
 
 if __name__ == "__main__":

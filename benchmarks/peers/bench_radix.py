@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from common import PEERS, SGLANG_VENV, TRACE, machine, markdown_table, need
+from common import PEERS, SGLANG_VENV, TRACE, machine, markdown_table, need, report_outcome
 from radix_ops import expand_all, read_sequence
 
 from kvtier.cache.hierarchy import TieredCache
@@ -39,8 +39,11 @@ def write_sequence(trace: Path, requests: int, page: int, capacity: int, out: Pa
                 break
             r = json.loads(line)
             rows.append([r["input_length"], r["hash_ids"]])
-    out.write_text(json.dumps({"page_size": page, "capacity_tokens": capacity,
-                               "block_size": 512, "requests": rows}))
+    out.write_text(
+        json.dumps(
+            {"page_size": page, "capacity_tokens": capacity, "block_size": 512, "requests": rows}
+        )
+    )
 
 
 @contextmanager
@@ -93,15 +96,24 @@ def kvtier_replay(path: Path) -> dict[str, float]:
         if excess > 0:
             evicted += cache.evict(Tier.DEVICE, excess).freed * page
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"matched_tokens": matched, "evicted_tokens": evicted,
-            "cached_tokens": cache.tree.size(Tier.DEVICE).total * page, "wall_s": wall,
-            "cpu_s": cpu, "keys_cpu_s": keys_cpu, "requests": len(requests)}
+    return {
+        "matched_tokens": matched,
+        "evicted_tokens": evicted,
+        "cached_tokens": cache.tree.size(Tier.DEVICE).total * page,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "keys_cpu_s": keys_cpu,
+        "requests": len(requests),
+    }
 
 
 def sglang_replay(path: Path, venv: Path) -> dict[str, float]:
     python = need(venv / "bin" / "python", "SGLang venv")
-    proc = subprocess.run([str(python), str(PEERS / "sglang_radix_runner.py"), str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(python), str(PEERS / "sglang_radix_runner.py"), str(path)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"SGLang runner failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -117,8 +129,10 @@ def main() -> int:
     args = ap.parse_args()
     trace = need(args.trace, "trace")
     print(f"machine: {machine()}")
-    print(f"trace: first {args.requests} requests of {trace.name}; capacity "
-          f"{args.capacity_tokens:,} tokens; per request: match, insert, evict to capacity")
+    print(
+        f"trace: first {args.requests} requests of {trace.name}; capacity "
+        f"{args.capacity_tokens:,} tokens; per request: match, insert, evict to capacity"
+    )
     rows: list[list[object]] = []
     notes: list[str] = []
     failures: list[str] = []
@@ -131,32 +145,56 @@ def main() -> int:
             if ours["matched_tokens"] != theirs["matched_tokens"]:
                 with sglang_split_times():
                     stamped = kvtier_replay(seq)["matched_tokens"]
-                line = (f"page {page}: matched tokens differ: kvtier {ours['matched_tokens']:,}"
-                        f" vs SGLang {theirs['matched_tokens']:,}; ")
+                line = (
+                    f"page {page}: matched tokens differ: kvtier {ours['matched_tokens']:,}"
+                    f" vs SGLang {theirs['matched_tokens']:,}; "
+                )
                 if stamped == theirs["matched_tokens"]:
-                    notes.append(line + "equal when kvtier's split also stamps the suffix "
-                                 "(SGLang's access-time rule): the gap is that rule")
+                    notes.append(
+                        line + "equal when kvtier's split also stamps the suffix "
+                        "(SGLang's access-time rule): the gap is that rule"
+                    )
                 else:
                     failures.append(line + f"{stamped:,} with SGLang's split rule")
             n = ours["requests"]
-            rows.append([page, f"{theirs['matched_tokens']:,}", f"{ours['matched_tokens']:,}",
-                         f"{theirs['evicted_tokens']:,}", f"{ours['evicted_tokens']:,}",
-                         f"{theirs['cpu_s']:.2f}", f"{ours['keys_cpu_s']:.2f}",
-                         f"{ours['cpu_s'] - ours['keys_cpu_s']:.2f}",
-                         f"{n / theirs['cpu_s']:,.0f}", f"{n / ours['cpu_s']:,.0f}",
-                         f"{theirs['cpu_s'] / ours['cpu_s']:.2f}x",
-                         f"{theirs['wall_s'] / ours['wall_s']:.2f}x"])
+            rows.append(
+                [
+                    page,
+                    f"{theirs['matched_tokens']:,}",
+                    f"{ours['matched_tokens']:,}",
+                    f"{theirs['evicted_tokens']:,}",
+                    f"{ours['evicted_tokens']:,}",
+                    f"{theirs['cpu_s']:.2f}",
+                    f"{ours['keys_cpu_s']:.2f}",
+                    f"{ours['cpu_s'] - ours['keys_cpu_s']:.2f}",
+                    f"{n / theirs['cpu_s']:,.0f}",
+                    f"{n / ours['cpu_s']:,.0f}",
+                    f"{theirs['cpu_s'] / ours['cpu_s']:.2f}x",
+                    f"{theirs['wall_s'] / ours['wall_s']:.2f}x",
+                ]
+            )
     print()
-    print(markdown_table(["page", "SGLang matched", "kvtier matched", "SGLang evicted",
-                          "kvtier evicted", "SGLang cpu s", "kvtier page_keys cpu s",
-                          "kvtier cache cpu s", "SGLang req/s", "kvtier req/s",
-                          "speed-up (cpu)", "speed-up (wall)"], rows))
+    print(
+        markdown_table(
+            [
+                "page",
+                "SGLang matched",
+                "kvtier matched",
+                "SGLang evicted",
+                "kvtier evicted",
+                "SGLang cpu s",
+                "kvtier page_keys cpu s",
+                "kvtier cache cpu s",
+                "SGLang req/s",
+                "kvtier req/s",
+                "speed-up (cpu)",
+                "speed-up (wall)",
+            ],
+            rows,
+        )
+    )
     print(f"\ngoal: kvtier >= {GOAL:g}x SGLang's RadixCache")
-    for line in notes:
-        print(f"note: {line}")
-    for line in failures:
-        print(f"FAIL {line}", file=sys.stderr)
-    return 1 if failures else 0
+    return report_outcome(notes, failures)
 
 
 if __name__ == "__main__":

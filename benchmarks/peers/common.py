@@ -41,8 +41,9 @@ def run_timed(cmd: list[str], repeat: int = 1) -> Timed:
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
-            raise SystemExit(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n"
-                             f"{proc.stderr[-2000:]}")
+            raise SystemExit(
+                f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stderr[-2000:]}"
+            )
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         best_wall, best_cpu = min(best_wall, wall), min(best_cpu, cpu)
         out = proc.stdout
@@ -67,8 +68,10 @@ def machine() -> str:
     except OSError:
         pass
     load = os.getloadavg()[0]
-    return (f"{model}, {os.cpu_count()} logical CPUs, no GPU, Python "
-            f"{platform.python_version()}, load average {load:.1f} at start")
+    return (
+        f"{model}, {os.cpu_count()} logical CPUs, no GPU, Python "
+        f"{platform.python_version()}, load average {load:.1f} at start"
+    )
 
 
 def markdown_table(header: list[str], rows: list[list[object]]) -> str:
@@ -79,12 +82,33 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     numeric = [all(_is_number(r[i]) for r in cells[1:]) for i in range(len(header))]
 
     def line(row: list[str]) -> str:
-        return "| " + " | ".join(c.rjust(w) if n else c.ljust(w)
-                                 for c, w, n in zip(row, widths, numeric, strict=True)) + " |"
+        return (
+            "| "
+            + " | ".join(
+                c.rjust(w) if n else c.ljust(w)
+                for c, w, n in zip(row, widths, numeric, strict=True)
+            )
+            + " |"
+        )
 
-    sep = "|" + "|".join(("-" * (w + 1) + ":") if n else ("-" * (w + 2))
-                         for w, n in zip(widths, numeric, strict=True)) + "|"
+    sep = (
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if n else ("-" * (w + 2))
+            for w, n in zip(widths, numeric, strict=True)
+        )
+        + "|"
+    )
     return "\n".join([line(cells[0]), sep, *(line(r) for r in cells[1:])])
+
+
+def report_outcome(notes: list[str], failures: list[str]) -> int:
+    """Print the notes (stdout) and failures (stderr); the exit code: 1 if anything failed."""
+    for line in notes:
+        print(f"note: {line}")
+    for line in failures:
+        print(f"FAIL {line}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def _is_number(text: str) -> bool:

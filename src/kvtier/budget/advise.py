@@ -69,7 +69,8 @@ def _conc(ledger: Ledger) -> tuple[tuple[int, float], ...]:
     return tuple((c.context, c.requests) for c in ledger.concurrency)
 
 
-def _fraction_flag(p: PlanInputs) -> str:
+def fraction_flag(p: PlanInputs) -> str:
+    """The engine's memory-fraction flag."""
     return (
         "--mem-fraction-static"
         if p.deployment.engine is Engine.SGLANG
@@ -107,7 +108,7 @@ def fraction_options(p: PlanInputs, base: Ledger, margin_gib: float) -> list[Opt
         return []  # the KV size is fixed by --kv-cache-memory-bytes
     top = max_safe_fraction(p, base, margin_gib)
     free = free_at_end(base)
-    flag = _fraction_flag(p)
+    flag = fraction_flag(p)
     if top <= base.mem_fraction:
         return [
             Option(

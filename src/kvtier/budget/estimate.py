@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+from kvtier.errors import KvtierError
 from kvtier.units import GiB
 
 
@@ -73,6 +74,17 @@ def weights_term(nbytes: int, source: str) -> Term:
         gib * (1 + WEIGHTS_REL_UNCERTAINTY),
         f"{source} (+-{WEIGHTS_REL_UNCERTAINTY:.1%})",
     )
+
+
+def weights_per_gpu(
+    measured_gib: float | None, measured_source: str, nbytes: int | None, spec_source: str
+) -> Term:
+    """The weights per GPU as measured, else from the model spec; neither fails closed."""
+    if measured_gib is not None:
+        return Term.known(measured_gib, measured_source)
+    if nbytes is not None:
+        return weights_term(nbytes, spec_source)
+    raise KvtierError("the weights per GPU are unknown: pass --weights-gib")
 
 
 def spread(terms: Mapping[str, Term], formula: Callable[[Mapping[str, float]], float]) -> Term:

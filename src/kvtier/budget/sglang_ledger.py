@@ -90,12 +90,10 @@ def _memory_terms(p: PlanInputs) -> dict[str, Term]:
         )
     if m.free_after_load_gib is not None:
         terms["after"] = Term.known(m.free_after_load_gib, "measured: 'Load weight end. avail mem'")
-    elif m.weights_gib is not None:
-        terms["weights"] = Term.known(m.weights_gib, "measured weights")
-    elif p.weights_bytes is not None:
-        terms["weights"] = estimate.weights_term(p.weights_bytes, p.weights_source)
     else:
-        raise KvtierError("the weights per GPU are unknown: pass --weights-gib")
+        terms["weights"] = estimate.weights_per_gpu(
+            m.weights_gib, "measured weights", p.weights_bytes, p.weights_source
+        )
     return terms
 
 

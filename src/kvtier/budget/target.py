@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvtier.budget.advise import Option, max_safe_fraction, variant
+from kvtier.budget.advise import Option, fraction_flag, max_safe_fraction, variant
 from kvtier.budget.deployment import Engine
 from kvtier.budget.inputs import PlanInputs
 from kvtier.budget.ledger import Ledger
@@ -53,24 +53,19 @@ def solve(
 ) -> TargetAnswer:
     """Try, in order: nothing, a higher fraction, FP8 KV, FP8 plus a higher fraction."""
     need = tokens_needed(base, requests, context)
-    flag = (
-        "--mem-fraction-static"
-        if p.deployment.engine is Engine.SGLANG
-        else "--gpu-memory-utilization"
-    )
+
+    def answer(option: Option | None, reason: str) -> TargetAnswer:
+        return TargetAnswer(requests, context, need, option, reason)
+
+    flag = fraction_flag(p)
     fp8 = "fp8_e4m3" if p.deployment.engine is Engine.SGLANG else "fp8"
     top = max_safe_fraction(p, base, margin_gib)
     if base.kv_tokens >= need:
-        return TargetAnswer(
-            requests, context, need, None, f"already fits: {base.kv_tokens:,} tokens >= {need:,}"
-        )
+        return answer(None, f"already fits: {base.kv_tokens:,} tokens >= {need:,}")
     found = _smallest_fraction(p, base.mem_fraction, top, need)
     if found:
         f, led = found
-        return TargetAnswer(
-            requests,
-            context,
-            need,
+        return answer(
             Option(f"{flag} {f:.2f}", (flag, f"{f:.2f}"), led.kv_tokens, (), "raise the fraction"),
             f"{flag} {f:.2f} gives {led.kv_tokens:,} tokens (max safe {top:.2f})",
         )
@@ -78,10 +73,7 @@ def solve(
     if to_fp8:
         halved = variant(p, kv_cache_dtype=fp8)
         if halved is not None and halved.kv_tokens >= need:
-            return TargetAnswer(
-                requests,
-                context,
-                need,
+            return answer(
                 Option(
                     f"KV cache {fp8}",
                     ("--kv-cache-dtype", fp8),
@@ -94,10 +86,7 @@ def solve(
         found = _smallest_fraction(p, base.mem_fraction, top, need, kv_cache_dtype=fp8)
         if found:
             f, led = found
-            return TargetAnswer(
-                requests,
-                context,
-                need,
+            return answer(
                 Option(
                     f"KV cache {fp8} + {flag} {f:.2f}",
                     ("--kv-cache-dtype", fp8, flag, f"{f:.2f}"),
@@ -110,10 +99,7 @@ def solve(
     best = variant(p, mem_fraction=top, **({"kv_cache_dtype": fp8} if to_fp8 else {}))
     best_tokens = best.kv_tokens if best else base.kv_tokens
     ratio = math.ceil(need / base.kv_tokens)
-    return TargetAnswer(
-        requests,
-        context,
-        need,
+    return answer(
         None,
         f"none reaches it within a {margin_gib:.1f} GiB margin: at best "
         f"{best_tokens:,} tokens ({best_tokens / context:.1f} requests of {context:,}); "

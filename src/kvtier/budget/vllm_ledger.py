@@ -32,12 +32,9 @@ def _terms(p: PlanInputs, era: vllm.Era) -> dict[str, Term]:
         )
     else:
         raise KvtierError("need the GPU (--gpu or --gpu-mem-gib)")
-    if m.weights_gib is not None:
-        terms["weights"] = Term.known(m.weights_gib, "measured: 'Model loading took'")
-    elif p.weights_bytes is not None:
-        terms["weights"] = estimate.weights_term(p.weights_bytes, p.weights_source)
-    else:
-        raise KvtierError("the weights per GPU are unknown: pass --weights-gib")
+    terms["weights"] = estimate.weights_per_gpu(
+        m.weights_gib, "measured: 'Model loading took'", p.weights_bytes, p.weights_source
+    )
     if m.activation_gib is not None:
         terms["activation"] = Term.known(m.activation_gib, "measured: torch peak increase")
     else:

@@ -124,6 +124,31 @@ HATCH_DEF = (
 )
 
 
+def _y_grid(
+    ticks: Sequence[float], fy: Callable[[float], float], left: float, plot_w: float, fmt: Fmt
+) -> list[str]:
+    """A horizontal grid line and its label at each y tick."""
+    return [
+        f'<line x1="{left}" x2="{left + plot_w}" y1="{fy(t):.2f}" y2="{fy(t):.2f}" '
+        f'class="grid"/><text x="{left - 6}" y="{fy(t) + 4:.2f}" text-anchor="end">'
+        f"{escape(fmt(t))}</text>"
+        for t in ticks
+    ]
+
+
+def _axis_labels(
+    x_label: str, y_label: str, left: float, top: float, plot_w: float, plot_h: float
+) -> str:
+    """The x baseline, both axis titles, and the close of the `axes` group."""
+    return (
+        f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}" '
+        f'stroke="#333"/><text x="{left + plot_w / 2}" y="{top + plot_h + 36}" '
+        f'text-anchor="middle" class="axis-label">{escape(x_label)}</text>'
+        f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle" '
+        f'class="axis-label">{escape(y_label)}</text></g>'
+    )
+
+
 def stacked_bar(
     segments: Sequence[Segment],
     *,
@@ -227,25 +252,14 @@ def line_chart(
 
     out = _svg_open(width, height, title)
     out.append('<g class="axes">')
-    for t in y_ticks:
-        out.append(
-            f'<line x1="{pad_l}" x2="{pad_l + plot_w}" y1="{fy(t):.2f}" y2="{fy(t):.2f}" '
-            f'class="grid"/><text x="{pad_l - 6}" y="{fy(t) + 4:.2f}" text-anchor="end">'
-            f"{escape(y_fmt(t))}</text>"
-        )
+    out.extend(_y_grid(y_ticks, fy, pad_l, plot_w, y_fmt))
     for t in xs:
         out.append(
             f'<line x1="{fx(t):.2f}" x2="{fx(t):.2f}" y1="{pad_t + plot_h}" '
             f'y2="{pad_t + plot_h + 4}" stroke="#333"/><text x="{fx(t):.2f}" '
             f'y="{pad_t + plot_h + 18}" text-anchor="middle">{escape(x_fmt(t))}</text>'
         )
-    out.append(
-        f'<line x1="{pad_l}" x2="{pad_l + plot_w}" y1="{pad_t + plot_h}" y2="{pad_t + plot_h}" '
-        f'stroke="#333"/><text x="{pad_l + plot_w / 2}" y="{pad_t + plot_h + 36}" '
-        f'text-anchor="middle" class="axis-label">{escape(x_label)}</text>'
-        f'<text transform="translate(14 {pad_t + plot_h / 2}) rotate(-90)" text-anchor="middle" '
-        f'class="axis-label">{escape(y_label)}</text></g>'
-    )
+    out.append(_axis_labels(x_label, y_label, pad_l, pad_t, plot_w, plot_h))
     for s in series:
         pts = sorted(s.points)
         path = " ".join(f"{fx(x):.2f},{fy(y):.2f}" for x, y in pts)
@@ -293,19 +307,8 @@ def stacked_columns(
 
     out = _svg_open(width, height, title)
     out.append('<g class="axes">')
-    for t in y_ticks:
-        out.append(
-            f'<line x1="{pad_l}" x2="{pad_l + plot_w}" y1="{fy(t):.2f}" y2="{fy(t):.2f}" '
-            f'class="grid"/><text x="{pad_l - 6}" y="{fy(t) + 4:.2f}" text-anchor="end">'
-            f"{escape(y_fmt(t))}</text>"
-        )
-    out.append(
-        f'<line x1="{pad_l}" x2="{pad_l + plot_w}" y1="{pad_t + plot_h}" y2="{pad_t + plot_h}" '
-        f'stroke="#333"/><text x="{pad_l + plot_w / 2}" y="{pad_t + plot_h + 36}" '
-        f'text-anchor="middle" class="axis-label">{escape(x_label)}</text>'
-        f'<text transform="translate(14 {pad_t + plot_h / 2}) rotate(-90)" text-anchor="middle" '
-        f'class="axis-label">{escape(y_label)}</text></g>'
-    )
+    out.extend(_y_grid(y_ticks, fy, pad_l, plot_w, y_fmt))
+    out.append(_axis_labels(x_label, y_label, pad_l, pad_t, plot_w, plot_h))
     for i, category in enumerate(categories):
         cx = pad_l + slot * (i + 0.5)
         base = 0.0

@@ -57,14 +57,6 @@ class Trace:
     def input_tokens(self) -> int:
         return sum(r.input_len for r in self.requests)
 
-    @property
-    def output_tokens(self) -> int:
-        return sum(r.output_len for r in self.requests)
-
-    @property
-    def duration_s(self) -> float:
-        return self.requests[-1].arrival_s - self.requests[0].arrival_s if self.requests else 0.0
-
 
 def scale_time(trace: Trace, factor: float) -> Trace:
     """The same requests with every arrival time multiplied by `factor` (2: half the load)."""

@@ -99,10 +99,36 @@ def _sessions(
     return rows
 
 
+def _shared_prefixes(
+    rng: random.Random,
+    n: int,
+    rate: float,
+    ids: _IdSource,
+    prefixes: list[tuple[int, ...]],
+    tail_len: Callable[[], int],
+    output_len: Callable[[], int],
+) -> list[_Row]:
+    """Single-turn requests arriving as a Poisson process, each one of `prefixes` (the k-th
+    picked with weight 1/k, Zipf-like) followed by a fresh tail."""
+    weights = [1 / (k + 1) for k in range(len(prefixes))]
+    rows: list[_Row] = []
+    t = 0.0
+    for i in range(n):
+        t += rng.expovariate(rate)
+        prefix = rng.choices(prefixes, weights)[0]
+        prompt_len = len(prefix) * BLOCK + tail_len()
+        blocks = _prompt(_Context(list(prefix), len(prefix) * BLOCK), prompt_len, ids)
+        rows.append((round(t, 3), i, prompt_len, output_len(), blocks))
+    return rows
+
+
 def chat(rng: random.Random, n: int, rate: float) -> list[_Row]:
     ids = _IdSource()
     return _sessions(
-        rng, n, rate, ids,
+        rng,
+        n,
+        rate,
+        ids,
         turns=lambda: 1 + int(rng.expovariate(1 / 4)),
         first_len=lambda: _lognormal(rng, 1500, 0.8, 32, 16000),
         step_len=lambda: _lognormal(rng, 300, 0.9, 8, 8000),
@@ -114,23 +140,25 @@ def chat(rng: random.Random, n: int, rate: float) -> list[_Row]:
 def system_prompt(rng: random.Random, n: int, rate: float) -> list[_Row]:
     ids = _IdSource()
     prompts = [tuple(ids.fresh(rng.randint(2, 8))) for _ in range(8)]
-    weights = [1 / (k + 1) for k in range(len(prompts))]
-    rows: list[_Row] = []
-    t = 0.0
-    for i in range(n):
-        t += rng.expovariate(rate)
-        prefix = rng.choices(prompts, weights)[0]
-        prompt_len = len(prefix) * BLOCK + _lognormal(rng, 200, 0.8, 8, 4000)
-        blocks = _prompt(_Context(list(prefix), len(prefix) * BLOCK), prompt_len, ids)
-        rows.append((round(t, 3), i, prompt_len, _lognormal(rng, 200, 0.7, 8, 2000), blocks))
-    return rows
+    return _shared_prefixes(
+        rng,
+        n,
+        rate,
+        ids,
+        prompts,
+        tail_len=lambda: _lognormal(rng, 200, 0.8, 8, 4000),
+        output_len=lambda: _lognormal(rng, 200, 0.7, 8, 2000),
+    )
 
 
 def agent(rng: random.Random, n: int, rate: float) -> list[_Row]:
     ids = _IdSource()
     tools = tuple(ids.fresh(4))  # a tool-definition preamble every agent shares
     return _sessions(
-        rng, n, rate, ids,
+        rng,
+        n,
+        rate,
+        ids,
         turns=lambda: rng.randint(8, 40),
         first_len=lambda: _lognormal(rng, 1000, 0.6, 16, 8000),
         step_len=lambda: _lognormal(rng, 600, 1.0, 16, 16000),
@@ -143,16 +171,15 @@ def agent(rng: random.Random, n: int, rate: float) -> list[_Row]:
 def doc_qa(rng: random.Random, n: int, rate: float) -> list[_Row]:
     ids = _IdSource()
     docs = [tuple(ids.fresh(rng.randint(16, 64))) for _ in range(max(4, n // 50))]
-    weights = [1 / (k + 1) for k in range(len(docs))]  # Zipf-like popularity
-    rows: list[_Row] = []
-    t = 0.0
-    for i in range(n):
-        t += rng.expovariate(rate)
-        doc = rng.choices(docs, weights)[0]
-        prompt_len = len(doc) * BLOCK + _lognormal(rng, 80, 0.6, 4, 1000)
-        blocks = _prompt(_Context(list(doc), len(doc) * BLOCK), prompt_len, ids)
-        rows.append((round(t, 3), i, prompt_len, _lognormal(rng, 250, 0.6, 8, 2000), blocks))
-    return rows
+    return _shared_prefixes(
+        rng,
+        n,
+        rate,
+        ids,
+        docs,
+        tail_len=lambda: _lognormal(rng, 80, 0.6, 4, 1000),
+        output_len=lambda: _lognormal(rng, 250, 0.6, 8, 2000),
+    )
 
 
 GENERATORS: dict[str, Callable[[random.Random, int, float], list[_Row]]] = {  # kind -> rows

@@ -124,6 +124,16 @@ class StoreCounters:
             for name, delta in deltas.items():
                 self._values[name] += delta
 
+    def add_reads(self, pages: Sequence[bytes | None]) -> None:
+        """Count one batch lookup: `pages` holds, per page asked for, its payload or None."""
+        hits = sum(p is not None for p in pages)
+        self.add(
+            gets=len(pages),
+            hits=hits,
+            misses=len(pages) - hits,
+            bytes_read=sum(len(p) for p in pages if p is not None),
+        )
+
     def snapshot(self) -> StoreStats:
         with self._lock:
             return StoreStats(**self._values)

@@ -144,13 +144,7 @@ class DiskStore:
         paths = [self.path_of(h) for h in hashes]
         out = [self._read(path, h) for path, h in zip(paths, hashes, strict=True)]
         _stamp([path for path, page in zip(paths, out, strict=True) if page is not None])
-        hits = sum(p is not None for p in out)
-        self._counters.add(
-            gets=len(hashes),
-            hits=hits,
-            misses=len(hashes) - hits,
-            bytes_read=sum(len(p) for p in out if p is not None),
-        )
+        self._counters.add_reads(out)
         return out
 
     def exists_prefix(self, hashes: Sequence[PageHash]) -> int:

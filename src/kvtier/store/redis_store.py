@@ -141,13 +141,7 @@ class RedisStore:
             out.append(payload)
         if damaged:
             self.delete(damaged)
-        hits = sum(p is not None for p in out)
-        self._counters.add(
-            gets=len(hashes),
-            hits=hits,
-            misses=len(hashes) - hits,
-            bytes_read=sum(len(p) for p in out if p is not None),
-        )
+        self._counters.add_reads(out)
         return out
 
     def exists_prefix(self, hashes: Sequence[PageHash]) -> int:

@@ -46,17 +46,7 @@ class ResilientStore:
         return self._open_until is not None and self._clock() < self._open_until
 
     def put(self, hashes: Sequence[PageHash], payloads: Sequence[bytes]) -> int:
-        if not self._allow():
-            self._counters.add(refused=len(hashes))
-            return 0
-        try:
-            written = self.inner.put(hashes, payloads)
-        except StoreUnavailable as exc:
-            self._fail(exc)
-            self._counters.add(refused=len(hashes))
-            return 0
-        self._succeed()
-        return written
+        return self._call(lambda: self.inner.put(hashes, payloads), refused=len(hashes))
 
     def get(self, hashes: Sequence[PageHash]) -> list[bytes | None]:
         if self._allow():
@@ -71,26 +61,10 @@ class ResilientStore:
         return [None] * len(hashes)
 
     def exists_prefix(self, hashes: Sequence[PageHash]) -> int:
-        if not self._allow():
-            return 0
-        try:
-            found = self.inner.exists_prefix(hashes)
-        except StoreUnavailable as exc:
-            self._fail(exc)
-            return 0
-        self._succeed()
-        return found
+        return self._call(lambda: self.inner.exists_prefix(hashes))
 
     def delete(self, hashes: Sequence[PageHash]) -> int:
-        if not self._allow():
-            return 0
-        try:
-            removed = self.inner.delete(hashes)
-        except StoreUnavailable as exc:
-            self._fail(exc)
-            return 0
-        self._succeed()
-        return removed
+        return self._call(lambda: self.inner.delete(hashes))
 
     def stats(self) -> StoreStats:
         """The inner store's counters plus errors, refusals and skips seen here."""
@@ -98,6 +72,20 @@ class ResilientStore:
 
     def close(self) -> None:
         self.inner.close()
+
+    def _call(self, call: Callable[[], int], refused: int = 0) -> int:
+        """`call()` through the breaker; 0 when the circuit is open or the call fails, in which
+        case `refused` pages are counted as not written."""
+        if self._allow():
+            try:
+                result = call()
+            except StoreUnavailable as exc:
+                self._fail(exc)
+            else:
+                self._succeed()
+                return result
+        self._counters.add(refused=refused)
+        return 0
 
     def _allow(self) -> bool:
         with self._lock:

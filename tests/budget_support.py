@@ -1,0 +1,22 @@
+"""The founding deployment as budget tests build it, with its measured figures chosen per test."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kvtier.budget.deployment import Deployment, Engine, Measured
+
+
+def kimi(measured: Measured, **changes: Any) -> Deployment:
+    """Kimi-K2.5 on SGLang, TP8 over RTX PRO 6000 cards, --mem-fraction-static 0.88
+    (examples/logs/sglang-kimi-k25-eagle3.log, without its draft model)."""
+    base = Deployment(
+        Engine.SGLANG,
+        "moonshotai/Kimi-K2.5",
+        tp=8,
+        gpu="RTX PRO 6000",
+        mem_fraction=0.88,
+        measured=measured,
+    )
+    return dataclasses.replace(base, **changes)
