@@ -132,10 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("--device-pages", type=int, default=16_384)
     parser.add_argument("--host-ratio", type=float, default=4.0)
-    parser.add_argument("--write-policy", choices=[p.value for p in WritePolicy],
-                        default=WritePolicy.WRITE_THROUGH.value)
-    parser.add_argument("--eviction", choices=[p.value for p in EvictionPolicy],
-                        default=EvictionPolicy.LRU.value)
+    parser.add_argument(
+        "--write-policy",
+        choices=[p.value for p in WritePolicy],
+        default=WritePolicy.WRITE_THROUGH.value,
+    )
+    parser.add_argument(
+        "--eviction", choices=[p.value for p in EvictionPolicy], default=EvictionPolicy.LRU.value
+    )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
@@ -145,24 +149,34 @@ def main(argv: list[str] | None = None) -> int:
     requests = load_trace(args.trace)
     pages = sum(len(k) for k, _ in requests)
     distinct = len({h for k, _ in requests for h in k})
-    print(f"trace: {len(requests)} requests, {pages} pages, {distinct} distinct; "
-          f"device {args.device_pages} pages, host x{args.host_ratio}, {args.write_policy}, "
-          f"{args.eviction}, {args.concurrency} concurrent")
+    print(
+        f"trace: {len(requests)} requests, {pages} pages, {distinct} distinct; "
+        f"device {args.device_pages} pages, host x{args.host_ratio}, {args.write_policy}, "
+        f"{args.eviction}, {args.concurrency} concurrent"
+    )
     best: dict[str, float] | None = None
     for _ in range(args.repeat):
         result = replay(requests, args)
         if best is None or result["cpu_s"] < best["cpu_s"]:
             best = result
     assert best is not None
-    print(f"evicted: device {best['device_evicted']:,} pages, host {best['host_evicted']:,}; "
-          f"loaded back {best['loaded_from_host']:,}; refused {best['refused']}")
+    print(
+        f"evicted: device {best['device_evicted']:,} pages, host {best['host_evicted']:,}; "
+        f"loaded back {best['loaded_from_host']:,}; refused {best['refused']}"
+    )
     print(f"hit rate: device {best['device_hit_rate']:.1%}, host {best['host_hit_rate']:.1%}")
-    print(f"best of {args.repeat}: {best['page_ops']:,} page ops, {best['calls']:,} tree calls "
-          f"in {best['wall_s']:.2f} s wall, {best['cpu_s']:.2f} s cpu")
-    print(f"page ops/s: {best['page_ops'] / best['wall_s']:,.0f} wall, "
-          f"{best['page_ops'] / best['cpu_s']:,.0f} per cpu-s")
-    print(f"tree calls/s: {best['calls'] / best['wall_s']:,.0f} wall, "
-          f"{best['calls'] / best['cpu_s']:,.0f} per cpu-s")
+    print(
+        f"best of {args.repeat}: {best['page_ops']:,} page ops, {best['calls']:,} tree calls "
+        f"in {best['wall_s']:.2f} s wall, {best['cpu_s']:.2f} s cpu"
+    )
+    print(
+        f"page ops/s: {best['page_ops'] / best['wall_s']:,.0f} wall, "
+        f"{best['page_ops'] / best['cpu_s']:,.0f} per cpu-s"
+    )
+    print(
+        f"tree calls/s: {best['calls'] / best['wall_s']:,.0f} wall, "
+        f"{best['calls'] / best['cpu_s']:,.0f} per cpu-s"
+    )
     print(f"requests/s: {len(requests) / best['wall_s']:,.0f} wall")
     return 0
 

@@ -21,8 +21,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / ".." / "shared" / "traces" / "mooncake-conversation.jsonl"
-FLAGS = ["--model", "kimi-k2.5", "--gpu", "RTX PRO 6000", "--tp", "8", "--engine", "sglang",
-         "--mem-fraction-static", "0.88", "--device-tokens", "159277", "--hicache-ratio", "4"]
+FLAGS = [
+    "--model",
+    "kimi-k2.5",
+    "--gpu",
+    "RTX PRO 6000",
+    "--tp",
+    "8",
+    "--engine",
+    "sglang",
+    "--mem-fraction-static",
+    "0.88",
+    "--device-tokens",
+    "159277",
+    "--hicache-ratio",
+    "4",
+]
 BUDGET_S = 3.0
 
 
@@ -46,8 +60,15 @@ def main() -> int:
     from kvtier.sim.setup import build_config
     from kvtier.sim.trace import load_trace
 
-    deployment = Deployment(Engine.SGLANG, "kimi-k2.5", tp=8, gpu="RTX PRO 6000",
-                            mem_fraction=0.88, enable_hierarchical_cache=True, hicache_ratio=4.0)
+    deployment = Deployment(
+        Engine.SGLANG,
+        "kimi-k2.5",
+        tp=8,
+        gpu="RTX PRO 6000",
+        mem_fraction=0.88,
+        enable_hierarchical_cache=True,
+        hicache_ratio=4.0,
+    )
     config = build_config(deployment, 512, device_tokens=159_277)
     rows: dict[str, list[tuple[float, float]]] = {"load trace": [], "simulate": [], "total": []}
     result = None
@@ -62,24 +83,42 @@ def main() -> int:
     for _ in range(args.runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "kvtier", "simulate", str(args.trace), *FLAGS,
-                        "--quiet", "--json"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kvtier",
+                "simulate",
+                str(args.trace),
+                *FLAGS,
+                "--quiet",
+                "--json",
+            ],
+            check=True,
+            capture_output=True,
+        )
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cli.append((wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime))
     rows["`kvtier simulate` (fresh process)"] = cli
 
-    print(f"{len(trace.requests)} requests, device {config.device_blocks} blocks, host "
-          f"{config.host_blocks} blocks; hit rate {result.hit_rate:.4f}, finished "
-          f"{result.finished}, rejected {result.rejected}")
+    print(
+        f"{len(trace.requests)} requests, device {config.device_blocks} blocks, host "
+        f"{config.host_blocks} blocks; hit rate {result.hit_rate:.4f}, finished "
+        f"{result.finished}, rejected {result.rejected}"
+    )
     print("| phase | wall min s | wall median s | cpu median s |\n|---|---:|---:|---:|")
     for name, values in rows.items():
         walls = [w for w, _ in values]
         cpus = [c for _, c in values]
-        print(f"| {name} | {min(walls):.2f} | {statistics.median(walls):.2f} | "
-              f"{statistics.median(cpus):.2f} |")
-    print(f"budget {BUDGET_S} s wall for the whole command; load average "
-          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        print(
+            f"| {name} | {min(walls):.2f} | {statistics.median(walls):.2f} | "
+            f"{statistics.median(cpus):.2f} |"
+        )
+    print(
+        f"budget {BUDGET_S} s wall for the whole command; load average "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     return 0
 
 

@@ -31,8 +31,14 @@ def _trace(path: Path) -> None:
         shared = list(range(rng.randint(0, 6)))  # a shared system prompt of 0-6 blocks
         own = list(range(next_id, next_id + rng.randint(1, 8)))
         next_id += len(own)
-        rows.append({"timestamp": 0, "input_length": 512 * (len(shared) + len(own)),
-                     "output_length": rng.randint(1, 1500), "hash_ids": shared + own})
+        rows.append(
+            {
+                "timestamp": 0,
+                "input_length": 512 * (len(shared) + len(own)),
+                "output_length": rng.randint(1, 1500),
+                "hash_ids": shared + own,
+            }
+        )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -47,7 +53,10 @@ def test_replay_on_a_small_trace_evicts_and_hits(
     out = capsys.readouterr().out
     assert "page ops/s" in out
     config = argparse.Namespace(
-        device_pages=64, host_ratio=4.0, write_policy="write_through", eviction="lru",
+        device_pages=64,
+        host_ratio=4.0,
+        write_policy="write_through",
+        eviction="lru",
         concurrency=4,
     )
     result = bench.replay(bench.load_trace(trace), config)

@@ -206,8 +206,10 @@ def test_terminal_table(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (["--unbounded", "--lru-tokens", "100"], "pick one"),
         (["--warmup-fraction", "1.0", "--unbounded"], "--warmup-fraction"),
         (["--sweep", "color=1,2", *FOUNDING], "expected NAME=v1,v2"),
-        (["--store-tokens", "100000", "--device-tokens", "50000", *FOUNDING],
-         "stages its pages in the host tier"),
+        (
+            ["--store-tokens", "100000", "--device-tokens", "50000", *FOUNDING],
+            "stages its pages in the host tier",
+        ),
         (["--time-scale", "0", "--device-tokens", "50000", *FOUNDING], "--time-scale"),
         (
             ["--sweep", "mem-fraction-static=0.8,0.9", "--device-tokens", "5", *FOUNDING],

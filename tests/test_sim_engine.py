@@ -112,8 +112,9 @@ def test_decode_batches_every_running_request() -> None:
 def test_requests_past_the_context_length_are_rejected() -> None:
     ok = req(0, 0.0, 1000, 10, (1, 2))
     long = req(1, 0.0, 3000, 1200, tuple(range(10, 16)))
-    limited = SimConfig(100 * 512, 0, 1, 512, "write_through", 64, 8192, TM, (),
-                        context_length=4096)
+    limited = SimConfig(
+        100 * 512, 0, 1, 512, "write_through", 64, 8192, TM, (), context_length=4096
+    )
     result = simulate(Trace((ok, long)), limited)
     assert result.rejected_ids == (1,)
     assert simulate(Trace((ok, long)), config(100)).rejected == 0

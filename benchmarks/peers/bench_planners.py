@@ -28,8 +28,12 @@ from kvtier.spec.weights import weight_bytes
 
 CASES = SHARED / "cases" / "dev-logs.json"
 # model_type of each public config.json (kvtier's catalog keeps only the fields it reads)
-MODEL_TYPE = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-              "Qwen3ForCausalLM": "qwen3", "DeepseekV2ForCausalLM": "deepseek_v2"}
+MODEL_TYPE = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+}
 
 
 class Case(NamedTuple):
@@ -47,18 +51,48 @@ class Case(NamedTuple):
 
 
 CASE_ARGS = [
-    Case("V11", "RTX 3090", "0.6.6", 0.90, 8192, ("qwen2.5-7b", "rtx3090-24gb", "fp16"), "",
-         None),
-    Case("L05", "H100 80GB", "0.19.0", 0.95, 8192, ("llama-3-8b", "h100-80gb", "fp16"),
-         "as llama-3-8b (same shapes)", "h100-80"),
-    Case("L11", "H100 80GB", "0.19.0", 0.95, 8192, ("llama-3-70b", "h100-80gb", "fp8"),
-         "as llama-3-70b --dtype fp8", "h100-80"),
-    Case("L16", "H100 80GB", "0.19.0", 0.95, 8192, None, "Qwen3-8B not in its registry",
-         "h100-80"),
-    Case("L19", "H100 80GB", "0.19.0", 0.95, 8192, ("deepseek-v2-lite", "h100-80gb", "fp16"),
-         "", "h100-80"),
-    Case("S04", "RTX 3090", "0.4.2", 0.88, None, ("qwen2.5-7b", "rtx3090-24gb", "fp16"),
-         "as qwen2.5-7b (same shapes)", None),
+    Case("V11", "RTX 3090", "0.6.6", 0.90, 8192, ("qwen2.5-7b", "rtx3090-24gb", "fp16"), "", None),
+    Case(
+        "L05",
+        "H100 80GB",
+        "0.19.0",
+        0.95,
+        8192,
+        ("llama-3-8b", "h100-80gb", "fp16"),
+        "as llama-3-8b (same shapes)",
+        "h100-80",
+    ),
+    Case(
+        "L11",
+        "H100 80GB",
+        "0.19.0",
+        0.95,
+        8192,
+        ("llama-3-70b", "h100-80gb", "fp8"),
+        "as llama-3-70b --dtype fp8",
+        "h100-80",
+    ),
+    Case("L16", "H100 80GB", "0.19.0", 0.95, 8192, None, "Qwen3-8B not in its registry", "h100-80"),
+    Case(
+        "L19",
+        "H100 80GB",
+        "0.19.0",
+        0.95,
+        8192,
+        ("deepseek-v2-lite", "h100-80gb", "fp16"),
+        "",
+        "h100-80",
+    ),
+    Case(
+        "S04",
+        "RTX 3090",
+        "0.4.2",
+        0.88,
+        None,
+        ("qwen2.5-7b", "rtx3090-24gb", "fp16"),
+        "as qwen2.5-7b (same shapes)",
+        None,
+    ),
     Case("S08", "RTX 4090", "0.5.6", 0.80, None, None, "Qwen3-14B not in its registry", None),
     Case("S09", "RTX 5080", "0.4.10", None, None, None, "Qwen3-0.6B, RTX 5080 not in it", None),
 ]
@@ -76,8 +110,12 @@ def logged_card_gib(case: dict[str, Any]) -> float:
 
 def logged_weights_gib(case: dict[str, Any]) -> float:
     obs = case["observed"]
-    for name in ("weights_memory_gib", "weights_gib", "weight_mem_usage_gb",
-                 "weight_mem_derived_gb"):
+    for name in (
+        "weights_memory_gib",
+        "weights_gib",
+        "weight_mem_usage_gb",
+        "weight_mem_derived_gb",
+    ):
         if name in obs:
             return float(obs[name])
     raise KeyError(f"{case['id']}: no logged weights")
@@ -87,27 +125,49 @@ def measured_flags(case: dict[str, Any]) -> list[str]:
     """kvtier plan's measured-figure flags from the log's numbers."""
     obs = case["observed"]
     if case["engine"] == "vllm":
-        pairs = [("--gpu-mem-gib", logged_card_gib(case)),
-                 ("--weights-gib", logged_weights_gib(case)),
-                 ("--activation-gib", obs.get("torch_activation_peak_gib",
-                                              obs.get("activation_peak_gib"))),
-                 ("--non-torch-gib", obs.get("non_torch_forward_increase_gib",
-                                             obs.get("non_torch_gib"))),
-                 ("--cuda-graph-gib", obs.get("cuda_graph_estimated_gib"))]
+        pairs = [
+            ("--gpu-mem-gib", logged_card_gib(case)),
+            ("--weights-gib", logged_weights_gib(case)),
+            (
+                "--activation-gib",
+                obs.get("torch_activation_peak_gib", obs.get("activation_peak_gib")),
+            ),
+            (
+                "--non-torch-gib",
+                obs.get("non_torch_forward_increase_gib", obs.get("non_torch_gib")),
+            ),
+            ("--cuda-graph-gib", obs.get("cuda_graph_estimated_gib")),
+        ]
     elif "avail_mem_before_load_gb" in obs:  # the weights are the difference of the two
-        pairs = [("--free-before-load-gib", obs["avail_mem_before_load_gb"]),
-                 ("--free-after-load-gib", obs["avail_mem_after_load_gb"])]
+        pairs = [
+            ("--free-before-load-gib", obs["avail_mem_before_load_gb"]),
+            ("--free-after-load-gib", obs["avail_mem_after_load_gb"]),
+        ]
     else:
-        pairs = [("--free-after-load-gib", obs["avail_mem_after_load_gb"]),
-                 ("--weights-gib", logged_weights_gib(case))]
+        pairs = [
+            ("--free-after-load-gib", obs["avail_mem_after_load_gb"]),
+            ("--weights-gib", logged_weights_gib(case)),
+        ]
     return [str(x) for k, v in pairs if v is not None for x in (k, v)]
 
 
 def kvtier_plan(case: dict[str, Any], args: Case, measured: bool) -> int:
     engine = case["engine"]
-    cmd = [str(KVTIER), "plan", "--engine", engine, "--model", case["model"].split(" ")[0],
-           "--gpu", args.gpu, "--tp", str(case["tp"]), f"--{engine}-version", args.version,
-           "--json"]
+    cmd = [
+        str(KVTIER),
+        "plan",
+        "--engine",
+        engine,
+        "--model",
+        case["model"].split(" ")[0],
+        "--gpu",
+        args.gpu,
+        "--tp",
+        str(case["tp"]),
+        f"--{engine}-version",
+        args.version,
+        "--json",
+    ]
     if args.fraction is not None:
         flag = "--gpu-memory-utilization" if engine == "vllm" else "--mem-fraction-static"
         cmd += [flag, str(args.fraction)]
@@ -126,9 +186,22 @@ def ridgepoint(case: dict[str, Any], args: Case) -> int | None:
         return None
     model, gpu, dtype = args.ridgepoint
     ctx = args.context or 8192
-    cmd = [str(need(TOOLS_VENV / "bin" / "ridgepoint", "tools venv")), "fit", model,
-           "--gpu", f"{gpu}:{case['tp']}", "--engine", case["engine"], "--dtype", dtype,
-           "--kv-cache-dtype", "bf16", "--ctx", str(ctx), "--json"]
+    cmd = [
+        str(need(TOOLS_VENV / "bin" / "ridgepoint", "tools venv")),
+        "fit",
+        model,
+        "--gpu",
+        f"{gpu}:{case['tp']}",
+        "--engine",
+        case["engine"],
+        "--dtype",
+        dtype,
+        "--kv-cache-dtype",
+        "bf16",
+        "--ctx",
+        str(ctx),
+        "--json",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"{case['id']}: {' '.join(cmd)}\n{out.stderr}")
@@ -150,14 +223,29 @@ def kvfit(case: dict[str, Any], args: Case, flags: list[str] | None, tmp: Path) 
     config["model_type"] = MODEL_TYPE[config["architectures"][0]]
     spec = resolve_model(entry.model_id)
     answers = tmp / f"{case['id']}.json"
-    answers.write_text(json.dumps({"config": config,
-                                   "weight_bytes": weight_bytes(spec, 1).param_bytes}))
+    answers.write_text(
+        json.dumps({"config": config, "weight_bytes": weight_bytes(spec, 1).param_bytes})
+    )
     ctx = args.context or 8192
     tp = case["tp"]
-    cmd = [str(need(TOOLS_VENV / "bin" / "python", "tools venv")),
-           str(PEERS / "kvfit_offline.py"), str(answers), "--", entry.model_id,
-           "--hardware", args.kvfit_hardware or "h100-80", "--gpus", str(tp), "--tp", str(tp),
-           "--context", str(ctx), "--kv-dtype", "bf16", "--json"]
+    cmd = [
+        str(need(TOOLS_VENV / "bin" / "python", "tools venv")),
+        str(PEERS / "kvfit_offline.py"),
+        str(answers),
+        "--",
+        entry.model_id,
+        "--hardware",
+        args.kvfit_hardware or "h100-80",
+        "--gpus",
+        str(tp),
+        "--tp",
+        str(tp),
+        "--context",
+        str(ctx),
+        "--kv-dtype",
+        "bf16",
+        "--json",
+    ]
     if args.fraction is not None:  # else kvfit's own default
         cmd += ["--utilization", str(args.fraction)]
     if flags:
@@ -168,8 +256,12 @@ def kvfit(case: dict[str, Any], args: Case, flags: list[str] | None, tmp: Path) 
     if out.returncode != 0:
         raise SystemExit(f"{case['id']}: {' '.join(cmd)}\n{out.stderr}")
     layout = json.loads(out.stdout)["concurrency"]["recommended"]["layout"]
-    available = (layout["budget_per_rank_gib"] - layout["weights_per_rank_gib"]
-                 - layout["fixed_cache_per_rank_gib"] - layout["runtime_reserve_per_rank_gib"])
+    available = (
+        layout["budget_per_rank_gib"]
+        - layout["weights_per_rank_gib"]
+        - layout["fixed_cache_per_rank_gib"]
+        - layout["runtime_reserve_per_rank_gib"]
+    )
     return math.floor(available / (layout["kv_per_sequence_per_rank_gib"] / ctx))
 
 
@@ -191,8 +283,9 @@ def kvfit_reserve(case: dict[str, Any]) -> list[str]:
     obs = case["observed"]
     if case["engine"] != "vllm":
         return []
-    reserve = (obs.get("torch_activation_peak_gib", obs.get("activation_peak_gib"))
-               + obs.get("non_torch_forward_increase_gib", obs.get("non_torch_gib")))
+    reserve = obs.get("torch_activation_peak_gib", obs.get("activation_peak_gib")) + obs.get(
+        "non_torch_forward_increase_gib", obs.get("non_torch_gib")
+    )
     return ["--runtime-reserve-gib", f"{reserve:.4f}"]
 
 
@@ -220,23 +313,53 @@ def main() -> int:
             rp = ridgepoint(case, args)
             kf_measured = kvfit(case, args, kvfit_measured(case, args), Path(tmp))
             reserve = kvfit_reserve(case)
-            kf_reserve = kvfit(case, args, reserve and kvfit_measured(case, args) + reserve,
-                               Path(tmp))
+            kf_reserve = kvfit(
+                case, args, reserve and kvfit_measured(case, args) + reserve, Path(tmp)
+            )
             kf_spec = kvfit(case, args, None, Path(tmp))
-            errs = [error(p, logged)
-                    for p in (exact, spec, kf_measured, kf_reserve, kf_spec, rp)]
+            errs = [error(p, logged) for p in (exact, spec, kf_measured, kf_reserve, kf_spec, rp)]
             for column, err in zip(errors, errs, strict=True):
                 if err is not None:
                     column.append(abs(err))
-            rows.append([args.id, case["engine"], case["model"].split(" ")[0].split("/")[-1],
-                         f"{logged:,}", *map(percent, errs), args.ridgepoint_note or "-"])
-    rows.append(["mean abs error", "-", "-", "-",
-                 *(f"{sum(c) / len(c):.2f}% ({len(c)})" for c in errors), "-"])
+            rows.append(
+                [
+                    args.id,
+                    case["engine"],
+                    case["model"].split(" ")[0].split("/")[-1],
+                    f"{logged:,}",
+                    *map(percent, errs),
+                    args.ridgepoint_note or "-",
+                ]
+            )
+    rows.append(
+        [
+            "mean abs error",
+            "-",
+            "-",
+            "-",
+            *(f"{sum(c) / len(c):.2f}% ({len(c)})" for c in errors),
+            "-",
+        ]
+    )
     print()
-    print(markdown_table(["case", "engine", "model", "logged KV tokens",
-                          "kvtier, log figures", "kvtier, spec only", "kvfit, log figures",
-                          "kvfit, + profiled reserve", "kvfit, spec only", "ridgepoint",
-                          "ridgepoint model"], rows))
+    print(
+        markdown_table(
+            [
+                "case",
+                "engine",
+                "model",
+                "logged KV tokens",
+                "kvtier, log figures",
+                "kvtier, spec only",
+                "kvfit, log figures",
+                "kvfit, + profiled reserve",
+                "kvfit, spec only",
+                "ridgepoint",
+                "ridgepoint model",
+            ],
+            rows,
+        )
+    )
     return 0
 
 

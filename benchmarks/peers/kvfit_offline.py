@@ -24,8 +24,10 @@ def main() -> int:
         if url.endswith("/config.json"):
             return answers["config"]
         if "/api/models/" in url:
-            return {"sha": "local", "siblings": [
-                {"rfilename": "model.safetensors", "size": answers["weight_bytes"]}]}
+            return {
+                "sha": "local",
+                "siblings": [{"rfilename": "model.safetensors", "size": answers["weight_bytes"]}],
+            }
         raise hf.HuggingFaceError(f"offline: no local answer for {url}")
 
     hf._fetch_json = local_json

@@ -63,9 +63,18 @@ def main() -> int:
             cache.evict(EvictParams(num_tokens=excess))
     seconds = time.perf_counter() - t0
     cpu = time.process_time() - c0
-    print(json.dumps({"matched_tokens": matched, "evicted_tokens": allocator.freed,
-                      "cached_tokens": cache.total_size(), "wall_s": seconds, "cpu_s": cpu,
-                      "requests": len(requests)}))
+    print(
+        json.dumps(
+            {
+                "matched_tokens": matched,
+                "evicted_tokens": allocator.freed,
+                "cached_tokens": cache.total_size(),
+                "wall_s": seconds,
+                "cpu_s": cpu,
+                "requests": len(requests),
+            }
+        )
+    )
     return 0
 
 

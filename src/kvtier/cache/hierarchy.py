@@ -86,7 +86,8 @@ class TieredCache:
             raise ValueError("an L3 store needs a host tier to stage its pages")
         self.write_policy = WritePolicy(write_policy)
         self.write_threshold = (
-            write_threshold if write_threshold is not None
+            write_threshold
+            if write_threshold is not None
             else WRITE_THRESHOLD.get(self.write_policy, 0)
         )
         self.device = device

@@ -90,9 +90,11 @@ def finish(cache: TieredCache, adm: Admission, keys: Sequence[PageKey] | None = 
     number of leading pages that were already on the device."""
     keys = adm.keys if keys is None else as_run(keys)
     n = len(keys)
-    if n > len(adm.pages) or n < adm.num_cached or keys[: adm.num_cached] != adm.keys[
-        : adm.num_cached
-    ]:
+    if (
+        n > len(adm.pages)
+        or n < adm.num_cached
+        or keys[: adm.num_cached] != adm.keys[: adm.num_cached]
+    ):
         raise ValueError("finish keys must extend the admitted prefix and fit the request's pages")
     result = cache.insert(keys, adm.pages[:n])
     cache.free_device(adm.pages[adm.num_cached : result.prefix_len] + adm.pages[n:])

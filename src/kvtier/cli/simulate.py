@@ -52,42 +52,71 @@ layer by layer with prefill compute; the L3 store reads at 5.0 GB/s per node. Se
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = add_subcommand(
-        subparsers, "simulate", usage="%(prog)s [TRACE] [options] [-- LAUNCH COMMAND ...]",
+        subparsers,
+        "simulate",
+        usage="%(prog)s [TRACE] [options] [-- LAUNCH COMMAND ...]",
         help="replay a workload trace against a deployment and its tiered KV cache",
-        description=DESCRIPTION, epilog=EPILOG,
+        description=DESCRIPTION,
+        epilog=EPILOG,
     )
     p.add_argument("trace", nargs="?", help="Mooncake JSONL trace")
     w = p.add_argument_group("synthetic workloads (written in the Mooncake format)")
-    w.add_argument("--generate", choices=WORKLOADS, metavar="KIND",
-                   help=f"generate a workload: {', '.join(WORKLOADS)}")
+    w.add_argument(
+        "--generate",
+        choices=WORKLOADS,
+        metavar="KIND",
+        help=f"generate a workload: {', '.join(WORKLOADS)}",
+    )
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--requests", type=int, default=1000)
     w.add_argument("--rate", type=float, default=1.0, help="sessions (or requests) per second")
     w.add_argument("-o", "--output", help="write the generated trace here and stop")
     s = p.add_argument_group("simulation")
     s.add_argument("--device-tokens", type=int, help="device KV tokens (default: the ledger's)")
-    s.add_argument("--hicache-write-policy", default="write_through",
-                   choices=("write_through", "write_through_selective", "write_back"))
-    s.add_argument("--store-tokens", type=int, default=0,
-                   help="L3 store (disk) capacity in tokens behind the host tier (default: none)")
+    s.add_argument(
+        "--hicache-write-policy",
+        default="write_through",
+        choices=("write_through", "write_through_selective", "write_back"),
+    )
+    s.add_argument(
+        "--store-tokens",
+        type=int,
+        default=0,
+        help="L3 store (disk) capacity in tokens behind the host tier (default: none)",
+    )
     s.add_argument("--unbounded", action="store_true", help="reference: a cache that never evicts")
     s.add_argument("--lru-tokens", type=int, help="reference: single-tier LRU of N tokens")
-    s.add_argument("--warmup-fraction", type=float, default=0.0,
-                   help="measure hit rates and latency only after the first F of the requests")
-    s.add_argument("--time-scale", type=float, default=1.0, metavar="F",
-                   help="multiply arrival times by F (2: the same trace at half the load)")
-    s.add_argument("--sweep", metavar="NAME=V1,V2",
-                   help=f"one run per value; NAME one of {', '.join(SWEEPS)}")
+    s.add_argument(
+        "--warmup-fraction",
+        type=float,
+        default=0.0,
+        help="measure hit rates and latency only after the first F of the requests",
+    )
+    s.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="multiply arrival times by F (2: the same trace at half the load)",
+    )
+    s.add_argument(
+        "--sweep", metavar="NAME=V1,V2", help=f"one run per value; NAME one of {', '.join(SWEEPS)}"
+    )
     t = p.add_argument_group("timing model (defaults: see the end of this help)")
-    t.add_argument("--compute-efficiency", type=float,
-                   help="share of dense bf16 peak prefill reaches")
+    t.add_argument(
+        "--compute-efficiency", type=float, help="share of dense bf16 peak prefill reaches"
+    )
     t.add_argument("--hbm-efficiency", type=float, help="share of HBM bandwidth decode reaches")
-    t.add_argument("--bf16-tflops", type=float,
-                   help="dense bf16 TFLOP/s per GPU (default: catalog)")
+    t.add_argument(
+        "--bf16-tflops", type=float, help="dense bf16 TFLOP/s per GPU (default: catalog)"
+    )
     t.add_argument("--hbm-gbps", type=float, help="HBM GB/s per GPU (default: catalog)")
-    t.add_argument("--host-gbps", type=float,
-                   help="host-side GB/s of the node shared by GPUs loading at once "
-                   "(default: --pcie-gbps x GPUs per node / 2)")
+    t.add_argument(
+        "--host-gbps",
+        type=float,
+        help="host-side GB/s of the node shared by GPUs loading at once "
+        "(default: --pcie-gbps x GPUs per node / 2)",
+    )
     t.add_argument("--store-gbps", type=float, help="L3 store read GB/s of the node")
     t.add_argument("--gpus-per-node", type=int, dest="gpus", help="same as --gpus")
     add_deployment_arguments(p, launch=True)
@@ -117,8 +146,15 @@ def _check(args: argparse.Namespace) -> None:
             raise KvtierError(f"--{name.replace('_', '-')} must be in (0, 1]")
     if args.store_tokens < 0:
         raise KvtierError(f"--store-tokens must not be negative, got {args.store_tokens}")
-    for name in ("pcie_gbps", "host_gbps", "bf16_tflops", "hbm_gbps", "gpus", "device_tokens",
-                 "store_gbps"):
+    for name in (
+        "pcie_gbps",
+        "host_gbps",
+        "bf16_tflops",
+        "hbm_gbps",
+        "gpus",
+        "device_tokens",
+        "store_gbps",
+    ):
         value = getattr(args, name, None)
         if value is not None and value <= 0:
             raise KvtierError(f"--{name.replace('_', '-')} must be positive, got {value}")
@@ -184,17 +220,29 @@ def _timed(args: argparse.Namespace, trace: Any) -> int:
 
     deployment = deployment_from_args(args)
     warn_ignored(deployment)
-    given = {name: getattr(args, name) for name in (
-        "compute_efficiency", "hbm_efficiency", "bf16_tflops", "hbm_gbps", "pcie_gbps", "host_gbps",
-        "store_gbps")}
-    flags = TimingFlags(gpus_per_node=args.gpus,
-                        **{name: value for name, value in given.items() if value is not None})
+    given = {
+        name: getattr(args, name)
+        for name in (
+            "compute_efficiency",
+            "hbm_efficiency",
+            "bf16_tflops",
+            "hbm_gbps",
+            "pcie_gbps",
+            "host_gbps",
+            "store_gbps",
+        )
+    }
+    flags = TimingFlags(
+        gpus_per_node=args.gpus,
+        **{name: value for name, value in given.items() if value is not None},
+    )
     notes: list[str] = []
     sources: list[tuple[str, str]] = []
 
     def run_one(d: Any, t: TimingFlags, params: dict[str, object]) -> Any:
-        config = build_config(d, trace.block_size, args.device_tokens, args.hicache_write_policy, t,
-                              args.store_tokens)
+        config = build_config(
+            d, trace.block_size, args.device_tokens, args.hicache_write_policy, t, args.store_tokens
+        )
         if not notes:
             notes.extend(config.notes())
             sources.extend(config.sources)
@@ -203,14 +251,17 @@ def _timed(args: argparse.Namespace, trace: Any) -> int:
             return simulate(trace, config, args.warmup_fraction, params=params)
         with bar:
             task = bar.add_task("simulating", total=len(trace.requests))
-            return simulate(trace, config, args.warmup_fraction,
-                            lambda n: bar.update(task, completed=n), params)
+            return simulate(
+                trace, config, args.warmup_fraction, lambda n: bar.update(task, completed=n), params
+            )
 
     if args.sweep:
         sweep = parse_sweep(args.sweep)
         if sweep.param in CHANGES_DEVICE_TOKENS and args.device_tokens is not None:
-            raise KvtierError(f"--sweep {sweep.param} changes the device pool; "
-                              "drop --device-tokens so the ledger sizes it")
+            raise KvtierError(
+                f"--sweep {sweep.param} changes the device pool; "
+                "drop --device-tokens so the ledger sizes it"
+            )
         results = run_sweep(sweep, deployment, flags, run_one)
         if args.json:
             print(json.dumps({"sweep": sweep_json(sweep, results), "notes": notes}, indent=2))

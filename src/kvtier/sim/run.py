@@ -22,13 +22,18 @@ def simulate(
     """Replay `trace` on the deployment `config` describes; `progress` gets settled requests."""
     if trace.block_size != config.block_size:
         raise ValueError("trace and config disagree on the block size")
-    port = TieredCachePort(config.device_blocks, config.host_blocks, config.write_policy,
-                           config.store_blocks)
+    port = TieredCachePort(
+        config.device_blocks, config.host_blocks, config.write_policy, config.store_blocks
+    )
     engine = Engine(
         port,
         config.timing,
-        EngineConfig(config.block_size, config.max_running_requests, config.chunked_prefill_size,
-                     config.context_length),
+        EngineConfig(
+            config.block_size,
+            config.max_running_requests,
+            config.chunked_prefill_size,
+            config.context_length,
+        ),
     )
     sim = Simulation(trace, engine)
     records = sim.run(progress)
@@ -52,6 +57,11 @@ def simulate(
         **(params or {}),
     }
     return summarize(
-        records, warmup_fraction, True, port.evictions(), sim.concurrency, engine.pcie_busy_s,
+        records,
+        warmup_fraction,
+        True,
+        port.evictions(),
+        sim.concurrency,
+        engine.pcie_busy_s,
         run_params,
     )

@@ -114,8 +114,9 @@ def build_config(
             "simulate models SGLang's scheduler and HiCache; use an SGLang deployment"
         )
     if d.pp > 1 or d.enable_dp_attention:
-        raise KvtierError("simulate models one tensor-parallel group: --pp and DP attention "
-                          "are not modelled")
+        raise KvtierError(
+            "simulate models one tensor-parallel group: --pp and DP attention are not modelled"
+        )
     if d.gpu is None:
         raise KvtierError("the timing model needs the GPU: pass --gpu (e.g. --gpu 'RTX PRO 6000')")
     from kvtier.spec.gpu import resolve_gpu
@@ -127,8 +128,11 @@ def build_config(
     sources: list[tuple[str, str]] = []
     if device_tokens is None:
         device_tokens = ledger.kv_tokens
-        spread = f", range {ledger.kv_tokens_range[0]}-{ledger.kv_tokens_range[1]}" if (
-            ledger.kv_tokens_range) else ""
+        spread = (
+            f", range {ledger.kv_tokens_range[0]}-{ledger.kv_tokens_range[1]}"
+            if (ledger.kv_tokens_range)
+            else ""
+        )
         text = f"{device_tokens:,} from the {ledger.engine} ledger ({ledger.era}{spread})"
         sources.append(("device tokens", text))
     else:
@@ -144,8 +148,10 @@ def build_config(
         sources.append(("host tokens", "HostKVCache sizing (--hicache-size / --hicache-ratio)"))
     if store_tokens:
         if not host:
-            raise KvtierError("an L3 store stages its pages in the host tier: pass --hicache-ratio "
-                              "or --hicache-size with --store-tokens")
+            raise KvtierError(
+                "an L3 store stages its pages in the host tier: pass --hicache-ratio "
+                "or --hicache-size with --store-tokens"
+            )
         sources.append(("store tokens", "--store-tokens"))
     num_reqs = sglang.max_num_reqs(device_tokens, inputs.context_length, d.max_running_requests)
     max_running = sglang.max_running_requests(
@@ -155,29 +161,45 @@ def build_config(
     chunk = d.chunked_prefill_size
     if chunk is None:
         rule = sglang.era_for(d.engine_version).fraction_rule
-        chunk = default_mem_fraction(rule if rule in ("iii", "iv") else "iii", gpu.memory_mib,
-                                     d.tp, d.pp).chunked_prefill_size or 8192
+        chunk = (
+            default_mem_fraction(
+                rule if rule in ("iii", "iv") else "iii", gpu.memory_mib, d.tp, d.pp
+            ).chunked_prefill_size
+            or 8192
+        )
         sources.append(("chunked prefill size", "SGLang GPU-memory tier default"))
     pcie = flags.pcie_gbps or gpu.pcie_gbps
     tflops = flags.bf16_tflops or gpu.bf16_dense_tflops
     hbm = flags.hbm_gbps or gpu.hbm_gbps
-    missing = [n for n, v in (("--pcie-gbps", pcie), ("--bf16-tflops", tflops),
-                              ("--hbm-gbps", hbm)) if not v]
+    missing = [
+        n
+        for n, v in (("--pcie-gbps", pcie), ("--bf16-tflops", tflops), ("--hbm-gbps", hbm))
+        if not v
+    ]
     if missing:
         raise KvtierError(
             f"the GPU catalog has no figure for {gpu.name}: pass {', '.join(missing)}"
         )
     assert pcie and tflops and hbm
     gpus_per_node = flags.gpus_per_node or d.gpus
-    hw = Hardware(tflops, hbm, pcie, flags.host_gbps or default_host_gbps(pcie, gpus_per_node),
-                  gpus_per_node, flags.store_gbps)
+    hw = Hardware(
+        tflops,
+        hbm,
+        pcie,
+        flags.host_gbps or default_host_gbps(pcie, gpus_per_node),
+        gpus_per_node,
+        flags.store_gbps,
+    )
     cost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
     sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
     timing_model = TimingModel(cost, hw, d.tp, flags.compute_efficiency, flags.hbm_efficiency)
-    sources.append(("timing", (
-        f"prefill at {flags.compute_efficiency} x {tflops:g} TFLOPS x {d.tp} GPUs; decode at "
-        f"{flags.hbm_efficiency} x {hbm:g} GB/s; loads at {timing_model.load_gbps:g} GB/s per GPU "
-        f"(link {pcie:g}, host side {hw.host_gbps:g} over {min(d.tp, gpus_per_node)} GPUs)")))
+    timing = (
+        f"prefill at {flags.compute_efficiency} x {tflops:g} TFLOPS x {d.tp} GPUs; "
+        f"decode at {flags.hbm_efficiency} x {hbm:g} GB/s; "
+        f"loads at {timing_model.load_gbps:g} GB/s per GPU (link {pcie:g}, "
+        f"host side {hw.host_gbps:g} over {min(d.tp, gpus_per_node)} GPUs)"
+    )
+    sources.append(("timing", timing))
     return SimConfig(
         device_tokens=device_tokens,
         host_tokens=host,

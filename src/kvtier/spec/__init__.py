@@ -12,7 +12,17 @@ from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec, P
 from kvtier.spec.weights import WeightBytes, weight_bytes
 
 __all__ = [
-    "AttentionKind", "GpuSpec", "KVGeometry", "LayerKind", "ModelSpec", "ParamGroup",
-    "WeightBytes", "catalog_ids", "model_for_architecture", "model_from_config", "resolve_gpu",
-    "resolve_model", "weight_bytes",
+    "AttentionKind",
+    "GpuSpec",
+    "KVGeometry",
+    "LayerKind",
+    "ModelSpec",
+    "ParamGroup",
+    "WeightBytes",
+    "catalog_ids",
+    "model_for_architecture",
+    "model_from_config",
+    "resolve_gpu",
+    "resolve_model",
+    "weight_bytes",
 ]

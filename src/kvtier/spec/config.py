@@ -17,16 +17,28 @@ from kvtier.spec.quant import parse_quantization
 from kvtier.spec.vision import vision_params
 
 # Decoder-only architectures and multimodal wrappers (decoder under `text_config`) understood here
-TEXT_ARCHITECTURES = frozenset({
-    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
-    "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
-    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
-    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GptOssForCausalLM",
-})
-WRAPPER_ARCHITECTURES = frozenset({
-    "KimiK25ForConditionalGeneration", "Gemma3ForConditionalGeneration",
-    "Llama4ForConditionalGeneration",
-})
+TEXT_ARCHITECTURES = frozenset(
+    {
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "MixtralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
+        "GptOssForCausalLM",
+    }
+)
+WRAPPER_ARCHITECTURES = frozenset(
+    {
+        "KimiK25ForConditionalGeneration",
+        "Gemma3ForConditionalGeneration",
+        "Llama4ForConditionalGeneration",
+    }
+)
 _LAYER_TYPES = {
     "full_attention": LayerKind.FULL,
     "sliding_attention": LayerKind.SLIDING,
@@ -73,11 +85,22 @@ def _build(
     vision = config.get("vision_config") if arch in WRAPPER_ARCHITECTURES else None
     if vision:
         count = vision_params(arch, vision, int(text["hidden_size"]))
-        params += (ParamGroup(VISION_TOWER, count, count, False,
-                              quantized("vision_tower.encoder.blocks.0.mlp.fc0", True)),)
+        params += (
+            ParamGroup(
+                VISION_TOWER,
+                count,
+                count,
+                False,
+                quantized("vision_tower.encoder.blocks.0.mlp.fc0", True),
+            ),
+        )
     _, experts, top_k, _ = moe_layout(arch, text)
-    dtype = text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") \
+    dtype = (
+        text.get("torch_dtype")
+        or text.get("dtype")
+        or config.get("torch_dtype")
         or config.get("dtype")
+    )
     if not dtype:
         raise UnsupportedModel(f"{model_id}: config states no `torch_dtype`")
     context = text.get("max_position_embeddings") or text.get("seq_length")
@@ -114,8 +137,13 @@ def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
     if text.get("kv_lora_rank"):
         latent = int(text["kv_lora_rank"]) + int(text["qk_rope_head_dim"])
         return KVGeometry(
-            kind=AttentionKind.MLA, num_kv_heads=1, head_dim=latent, v_head_dim=0,
-            layer_kinds=kinds, sliding_window=window, attention_chunk_size=chunk,
+            kind=AttentionKind.MLA,
+            num_kv_heads=1,
+            head_dim=latent,
+            v_head_dim=0,
+            layer_kinds=kinds,
+            sliding_window=window,
+            attention_chunk_size=chunk,
             kv_lora_rank=int(text["kv_lora_rank"]),
             qk_rope_head_dim=int(text["qk_rope_head_dim"]),
         )
@@ -148,8 +176,9 @@ def _layer_kinds(arch: str, text: Mapping[str, Any], n: int) -> tuple[LayerKind,
         return tuple(LayerKind.SLIDING if i % 2 == 0 else LayerKind.FULL for i in range(n))
     if arch in ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"):
         pattern = int(text.get("sliding_window_pattern", 6))
-        return tuple(LayerKind.FULL if (i + 1) % pattern == 0 else LayerKind.SLIDING
-                     for i in range(n))
+        return tuple(
+            LayerKind.FULL if (i + 1) % pattern == 0 else LayerKind.SLIDING for i in range(n)
+        )
     if arch == "Llama4ForConditionalGeneration" and text.get("attention_chunk_size"):
         # RoPE layers attend within chunks; every no-RoPE layer attends globally
         rope = text.get("no_rope_layers")

@@ -17,8 +17,23 @@ from importlib import resources
 from kvtier.errors import KvtierError
 
 _IGNORED = frozenset({"nvidia", "geforce", "amd", "instinct", "tensor", "core", "gpu"})
-_DESCRIPTORS = frozenset({"sxm", "pcie", "hbm", "hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x",
-                          "gddr7", "blackwell", "edition", "workstation", "server"})
+_DESCRIPTORS = frozenset(
+    {
+        "sxm",
+        "pcie",
+        "hbm",
+        "hbm2e",
+        "hbm3",
+        "hbm3e",
+        "gddr6",
+        "gddr6x",
+        "gddr7",
+        "blackwell",
+        "edition",
+        "workstation",
+        "server",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +58,15 @@ class GpuSpec:
         """A GPU known only by its memory (`--gpu-mem-gib`)."""
         if memory_gib <= 0:
             raise KvtierError(f"GPU memory must be positive, got {memory_gib} GiB")
-        return cls(f"custom {memory_gib:g} GiB", round(memory_gib * 1024), None, None, None, None,
-                   source="given on the command line")
+        return cls(
+            f"custom {memory_gib:g} GiB",
+            round(memory_gib * 1024),
+            None,
+            None,
+            None,
+            None,
+            source="given on the command line",
+        )
 
 
 @cache
@@ -52,9 +74,16 @@ def gpu_catalog() -> tuple[GpuSpec, ...]:
     """Every catalog GPU, in file order."""
     text = resources.files("kvtier.spec.catalog").joinpath("gpus.json").read_text("utf-8")
     return tuple(
-        GpuSpec(g["name"], int(g["memory_mib"]), float(g["hbm_gbps"]),
-                float(g["bf16_dense_tflops"]), int(g["pcie_gen"]), float(g["pcie_gbps"]),
-                tuple(g.get("aliases", ())), g["source"])
+        GpuSpec(
+            g["name"],
+            int(g["memory_mib"]),
+            float(g["hbm_gbps"]),
+            float(g["bf16_dense_tflops"]),
+            int(g["pcie_gen"]),
+            float(g["pcie_gbps"]),
+            tuple(g.get("aliases", ())),
+            g["source"],
+        )
         for g in json.loads(text)["gpus"]
     )
 
@@ -80,13 +109,15 @@ def resolve_gpu(name: str) -> GpuSpec:
             if not want or any(w not in words for w in want):
                 continue
             rest = [w for w in words if w not in want]
-            if all(w in _DESCRIPTORS or (w.endswith("gb") and _memory_agrees(w, gpu))
-                   for w in rest) and (best is None or len(want) > best[0]):
+            if all(
+                w in _DESCRIPTORS or (w.endswith("gb") and _memory_agrees(w, gpu)) for w in rest
+            ) and (best is None or len(want) > best[0]):
                 best = (len(want), gpu)
     if best is None:
         names = {a.lower(): g.name for g in gpu_catalog() for a in (g.name, *g.aliases)}
         close = difflib.get_close_matches(name.lower(), list(names), n=len(names), cutoff=0.0)
         picks = list(dict.fromkeys(names[c] for c in close))[:3]
-        raise KvtierError(f"unknown GPU {name!r}; closest: {', '.join(picks)} "
-                          "(or give --gpu-mem-gib)")
+        raise KvtierError(
+            f"unknown GPU {name!r}; closest: {', '.join(picks)} (or give --gpu-mem-gib)"
+        )
     return best[1]

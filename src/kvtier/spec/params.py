@@ -36,15 +36,23 @@ _MLP_PREFIX = {
     "Llama4ForConditionalGeneration": "feed_forward",
 }
 _GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
-_QK_NORM = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM",
-            "Gemma3ForConditionalGeneration")
+_QK_NORM = (
+    "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration",
+)
 
 
 def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int, int]:
     """Per layer whether its MLP is a MoE block, plus experts, experts per token, shared experts."""
     n = int(text["num_hidden_layers"])
-    experts = int(text.get("n_routed_experts") or text.get("num_local_experts")
-                  or text.get("num_experts") or 0)
+    experts = int(
+        text.get("n_routed_experts")
+        or text.get("num_local_experts")
+        or text.get("num_experts")
+        or 0
+    )
     if experts == 0:
         return [False] * n, 0, 0, 0
     top_k = int(text.get("num_experts_per_tok") or text.get("experts_per_token") or 0)
@@ -89,11 +97,24 @@ def decoder_params(
 
     groups: list[ParamGroup] = []
 
-    def add(name: str, count: int, sharded: bool, module: str, linear: bool = True,
-            active: int | None = None) -> None:
+    def add(
+        name: str,
+        count: int,
+        sharded: bool,
+        module: str,
+        linear: bool = True,
+        active: int | None = None,
+    ) -> None:
         if count:
-            groups.append(ParamGroup(name, count, count if active is None else active, sharded,
-                                     quantized(module, linear)))
+            groups.append(
+                ParamGroup(
+                    name,
+                    count,
+                    count if active is None else active,
+                    sharded,
+                    quantized(module, linear),
+                )
+            )
 
     add(EMBEDDING, vocab * h, True, f"{prefix}model.embed_tokens", linear=False)
     norms = n * (4 if arch in _GEMMA else 2) * h + h
@@ -124,25 +145,42 @@ def decoder_params(
 
     n_moe = sum(moe)
     dense_inter = int(text.get("intermediate_size_mlp") or text.get("intermediate_size") or 0)
-    add(DENSE_MLP, (n - n_moe) * 3 * h * dense_inter, True,
-        f"{layer}.{first_dense}.{mlp}.down_proj")
+    add(
+        DENSE_MLP, (n - n_moe) * 3 * h * dense_inter, True, f"{layer}.{first_dense}.{mlp}.down_proj"
+    )
     if n_moe:
         inter = int(text.get("moe_intermediate_size") or text["intermediate_size"])
         per_expert = 3 * h * inter
         if arch == "GptOssForCausalLM":
             per_expert += 2 * inter + h  # gate_up and down biases
         experts_module = f"{layer}.{first_moe}.{mlp}.experts.0.down_proj"
-        add(ROUTED_EXPERTS, n_moe * experts * per_expert, True, experts_module,
-            active=n_moe * top_k * per_expert)
-        add(SHARED_EXPERTS, n_moe * n_shared * 3 * h * inter, True,
-            f"{layer}.{first_moe}.{mlp}.shared_experts.down_proj")
-        router_bias = experts if arch == "GptOssForCausalLM" or text.get(
-            "topk_method") == "noaux_tc" else 0
-        router = "router" if arch in ("GptOssForCausalLM", "Llama4ForConditionalGeneration") \
-            else "gate"
+        add(
+            ROUTED_EXPERTS,
+            n_moe * experts * per_expert,
+            True,
+            experts_module,
+            active=n_moe * top_k * per_expert,
+        )
+        add(
+            SHARED_EXPERTS,
+            n_moe * n_shared * 3 * h * inter,
+            True,
+            f"{layer}.{first_moe}.{mlp}.shared_experts.down_proj",
+        )
+        router_bias = (
+            experts if arch == "GptOssForCausalLM" or text.get("topk_method") == "noaux_tc" else 0
+        )
+        router = (
+            "router" if arch in ("GptOssForCausalLM", "Llama4ForConditionalGeneration") else "gate"
+        )
         # DeepSeek's MoEGate is not an nn.Linear; the others' routers are
-        add(ROUTER, n_moe * (experts * h + router_bias), False,
-            f"{layer}.{first_moe}.{mlp}.{router}", linear=not arch.startswith(("Deepseek", "Kimi")))
+        add(
+            ROUTER,
+            n_moe * (experts * h + router_bias),
+            False,
+            f"{layer}.{first_moe}.{mlp}.{router}",
+            linear=not arch.startswith(("Deepseek", "Kimi")),
+        )
     add(NORMS, norms, False, f"{prefix}model.norm", linear=False)
     if not text.get("tie_word_embeddings", False):
         add(LM_HEAD, vocab * h, True, f"{prefix}lm_head")
@@ -176,8 +214,11 @@ def load_buffers(arch: str, text: Mapping[str, Any]) -> tuple[ParamGroup, ...]:
     buffers = []
     if text.get("kv_lora_rank"):
         rotary = int(text["qk_rope_head_dim"])
-        absorbed = int(text["kv_lora_rank"]) * heads * (
-            int(text["qk_nope_head_dim"]) + int(text["v_head_dim"]))
+        absorbed = (
+            int(text["kv_lora_rank"])
+            * heads
+            * (int(text["qk_nope_head_dim"]) + int(text["v_head_dim"]))
+        )
         n = int(text["num_hidden_layers"])
         buffers.append(ParamGroup(MLA_ABSORBED, n * absorbed, n * absorbed, True, False))
     else:

@@ -20,8 +20,16 @@ from kvtier.spec.model import ModelSpec
 from kvtier.spec.params import ATTENTION_KV, EMBEDDING, LM_HEAD
 from kvtier.units import gib
 
-DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4,
-               "fp32": 4, "float": 4}
+DTYPE_BYTES = {
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+}
 _VOCAB_PADDING = 64
 
 
@@ -95,8 +103,9 @@ def weight_bytes(spec: ModelSpec, tp: int, dtype: str | None = None) -> WeightBy
         else:
             params = g.count // tp
         width = quant.bytes_per_param if g.quantized and quant else plain
-        groups.append(GroupBytes(g.name, params, round(params * width), g.sharded, g.quantized,
-                                 buffer))
+        groups.append(
+            GroupBytes(g.name, params, round(params * width), g.sharded, g.quantized, buffer)
+        )
     sharded = sum(g.bytes_per_rank for g in groups if g.sharded)
     replicated = sum(g.bytes_per_rank for g in groups if not g.sharded)
     return WeightBytes(tp, sharded, replicated, tuple(groups))

@@ -33,7 +33,9 @@ class TieredCachePort:
         host = AccountingStorage(Tier.HOST, host_pages) if host_pages > 0 else None
         self.store = AccountingStore(store_pages) if store_pages > 0 else None
         self.cache = TieredCache(
-            AccountingStorage(Tier.DEVICE, device_pages), host, write_policy=write_policy,
+            AccountingStorage(Tier.DEVICE, device_pages),
+            host,
+            write_policy=write_policy,
             store=self.store,
         )
         self._held: dict[int, request.Admission] = {}

@@ -147,7 +147,9 @@ class Engine:
             if self._budget > 0:
                 self._take_chunk(live)
         while (
-            self._budget > 0 and self.waiting and self.running < cfg.max_running_requests
+            self._budget > 0
+            and self.waiting
+            and self.running < cfg.max_running_requests
             and (not self._blocked_need or self.cache.room() >= self._blocked_need)
         ):
             admitted = self._admit(now)

@@ -34,8 +34,9 @@ class CatalogEntry(NamedTuple):
 def _entries() -> dict[str, CatalogEntry]:
     """Catalog entries by every lower-cased name they answer to (id, alias, id without org)."""
     by_name: dict[str, CatalogEntry] = {}
-    for item in sorted(resources.files(__package__).joinpath("models").iterdir(),
-                       key=lambda p: p.name):
+    for item in sorted(
+        resources.files(__package__).joinpath("models").iterdir(), key=lambda p: p.name
+    ):
         if not item.name.endswith(".json"):
             continue
         data = json.loads(item.read_text(encoding="utf-8"))
@@ -55,8 +56,13 @@ def catalog_ids() -> list[str]:
 
 def model_for_architecture(arch_class: str) -> list[str]:
     """Catalog ids whose config names `arch_class` (e.g. from a log's `type=...`) first."""
-    return sorted({e.model_id for e in _entries().values()
-                   if e.config.get("architectures", [None])[0] == arch_class})
+    return sorted(
+        {
+            e.model_id
+            for e in _entries().values()
+            if e.config.get("architectures", [None])[0] == arch_class
+        }
+    )
 
 
 def resolve_model(name_or_path: str) -> ModelSpec:
@@ -79,8 +85,10 @@ def resolve_model(name_or_path: str) -> ModelSpec:
     for guess in (_cache_repo_id(path), path.name if is_path else None):
         if guess and (entry := catalog_entry(guess)) is not None:
             return _from_entry(entry)
-    raise KvtierError(f"unknown model {name_or_path!r}; closest catalog ids: "
-                      + ", ".join(closest_ids(name_or_path)))
+    raise KvtierError(
+        f"unknown model {name_or_path!r}; closest catalog ids: "
+        + ", ".join(closest_ids(name_or_path))
+    )
 
 
 def closest_ids(name: str, n: int = 3) -> list[str]:
@@ -123,7 +131,7 @@ def _cache_repo_id(path: Path) -> str | None:
     """`org/name` of a path inside a Hugging Face cache (`.../models--org--name/snapshots/...`)."""
     for part in path.parts:
         if part.startswith(_HF_CACHE_DIR) and part.count("--") >= 2:
-            org, _, name = part[len(_HF_CACHE_DIR):].partition("--")
+            org, _, name = part[len(_HF_CACHE_DIR) :].partition("--")
             return f"{org}/{name}"
     return None
 
@@ -152,8 +160,11 @@ def _hf_cache_config(repo_id: str) -> Path | None:
             pinned = repo / "snapshots" / ref.read_text(encoding="utf-8").strip() / "config.json"
             if pinned.is_file():
                 return pinned
-        found = sorted((repo / "snapshots").glob("*/config.json"),
-                       key=lambda p: p.stat().st_mtime, reverse=True)
+        found = sorted(
+            (repo / "snapshots").glob("*/config.json"),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
         if found:
             return found[0]
     return None
