@@ -129,8 +129,8 @@ def quiet_lines(result: SimResult, suffix: str = "") -> list[str]:
     if result.timed and result.ttft_s:
         t = result.ttft_s
         lines += [
-            f"ttft_p50_s{suffix} {t.p50:.4g}",
-            f"ttft_p99_s{suffix} {t.p99:.4g}",
+            f"ttft_p50_s{suffix} {t.p50:.3f}",
+            f"ttft_p99_s{suffix} {t.p99:.3f}",
             f"throughput_tok_s{suffix} {result.throughput_tok_s:.1f}",
         ]
     return lines
