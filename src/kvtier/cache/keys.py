@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Iterator, Sequence
+from functools import cache
 from hashlib import blake2b
+from struct import Struct
 from typing import overload
 
 PageKey = Hashable
@@ -28,15 +30,17 @@ class TokenPages(Sequence[tuple[int, ...]]):
     """The page keys of a token sequence, packed: item i is the tuple of page i's token ids
     (what `page_keys` yields), stored as int64 bytes. Equal to a list of those tuples."""
 
-    __slots__ = ("data", "page_size", "width")
+    __slots__ = ("_page", "_pages", "data", "page_size", "width")
 
     def __init__(self, data: bytes, page_size: int) -> None:
         self.data = data
         self.page_size = page_size
         self.width = page_size * _TOKEN_BYTES  # bytes per page
+        self._pages = len(data) // self.width
+        self._page = _page_struct(page_size)
 
     def __len__(self) -> int:
-        return len(self.data) // self.width
+        return self._pages
 
     @overload
     def __getitem__(self, i: int) -> tuple[int, ...]: ...
@@ -45,15 +49,15 @@ class TokenPages(Sequence[tuple[int, ...]]):
     def __getitem__(self, i: int | slice) -> tuple[int, ...] | TokenPages:
         w = self.width
         if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
+            start, stop, step = i.indices(self._pages)
             if step != 1:
                 raise ValueError("TokenPages slices take no step")
             return TokenPages(self.data[start * w : max(start, stop) * w], self.page_size)
         if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
+            i += self._pages
+        if not 0 <= i < self._pages:
             raise IndexError("page index out of range")
-        return tuple(array(_TOKEN, self.data[i * w : (i + 1) * w]))
+        return self._page.unpack_from(self.data, i * w)
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
         tokens = array(_TOKEN, self.data)
@@ -76,10 +80,10 @@ class TokenPages(Sequence[tuple[int, ...]]):
     def common_len(self, other: TokenPages, start: int) -> int:
         """How many leading pages of this run equal other's pages from `start` on."""
         w, data, theirs = self.width, self.data, other.data
-        n = min(len(self), len(other) - start)
+        n = min(self._pages, other._pages - start)
         if n <= 0:
             return 0
-        if theirs.startswith(data if n == len(self) else data[: n * w], start * w):
+        if theirs.startswith(data if n == self._pages else data[: n * w], start * w):
             return n
         # bisect on run equality: O(log n) steps, O(n) bytes compared in all
         lo, hi = 0, n - 1  # pages [0, lo) match; page hi is past the first mismatch or at it
@@ -141,6 +145,12 @@ def store_key(key: PageKey) -> bytes:
     if isinstance(key, int) and key >= 0:
         return key.to_bytes(8, "little")
     raise TypeError(f"page key {key!r} cannot name a store page: use page_hashes or integer ids")
+
+
+@cache
+def _page_struct(page_size: int) -> Struct:
+    """Unpacks one page's token ids to a tuple, laid out as array(_TOKEN) packs them."""
+    return Struct(f"={page_size}{_TOKEN}")
 
 
 def _check_page_size(page_size: int) -> None:
