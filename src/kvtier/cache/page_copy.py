@@ -18,13 +18,23 @@ is pinned); whoever reads the destination waits for that stream first.
 from __future__ import annotations
 
 import ctypes
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
 
     from kvtier.cache.tensor_storage import TensorStorage
+
+
+@cache
+def _layer_pool() -> ThreadPoolExecutor:
+    """Threads that copy whole layers of a host-to-host batch at once: memmove releases the GIL,
+    and one thread of memmoves cannot reach the bandwidth of a multi-threaded contiguous copy."""
+    return ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
 
 
 def page_runs(src_pages: list[int], dst_pages: list[int]) -> tuple[tuple[int, int, int], ...]:
@@ -62,6 +72,24 @@ class PageCopy:
     @property
     def num_layers(self) -> int:
         return self.src.layout.num_layers
+
+    def copy_all_layers(self) -> None:
+        """Copy every layer; host-to-host batches split their layers over a few threads."""
+        layers = range(self.num_layers)
+        host_to_host = self.src.device.type == "cpu" and self.dst.device.type == "cpu"
+        workers = _layer_pool()._max_workers
+        if not host_to_host or self.src_idx is not None or workers < 2 or len(self.runs) < 8:
+            for layer in layers:
+                self.copy_layer(layer)
+            return
+        for done in [
+            _layer_pool().submit(self._copy_layers, layers[i::workers]) for i in range(workers)
+        ]:
+            done.result()
+
+    def _copy_layers(self, layers: range) -> None:
+        for layer in layers:
+            self.copy_layer(layer)
 
     def copy_layer(self, layer: int) -> None:
         """Copy `layer` of every page in the batch (data, and FP8 scales)."""

@@ -184,8 +184,7 @@ class TensorStorage:
         import torch
 
         copy = self.plan_copy(src_pages, dst, dst_pages)
-        for layer in range(self.layout.num_layers):
-            copy.copy_layer(layer)
+        copy.copy_all_layers()
         if "cuda" in (self.device.type, copy.dst.device.type):
             torch.cuda.current_stream().synchronize()  # the protocol's copy is synchronous
 
