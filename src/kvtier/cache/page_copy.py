@@ -73,23 +73,25 @@ class PageCopy:
     def num_layers(self) -> int:
         return self.src.layout.num_layers
 
-    def copy_all_layers(self) -> None:
-        """Copy every layer; host-to-host batches split their layers over a few threads."""
-        layers = range(self.num_layers)
+    @property
+    def layers_at_once(self) -> int:
+        """How many layers to copy at once: host-to-host runs go to the layer pool's threads."""
         host_to_host = self.src.device.type == "cpu" and self.dst.device.type == "cpu"
-        workers = _layer_pool()._max_workers
-        if not host_to_host or self.src_idx is not None or workers < 2 or len(self.runs) < 8:
-            for layer in layers:
-                self.copy_layer(layer)
-            return
-        for done in [
-            _layer_pool().submit(self._copy_layers, layers[i::workers]) for i in range(workers)
-        ]:
+        if not host_to_host or self.src_idx is not None or len(self.runs) < 8:
+            return 1
+        return _layer_pool()._max_workers
+
+    def copy_layers(self, layers: range) -> None:
+        """Copy `layers` concurrently (the first on this thread, the rest on the layer pool)."""
+        futures = [_layer_pool().submit(self.copy_layer, layer) for layer in layers[1:]]
+        self.copy_layer(layers[0])
+        for done in futures:
             done.result()
 
-    def _copy_layers(self, layers: range) -> None:
-        for layer in layers:
-            self.copy_layer(layer)
+    def copy_all_layers(self) -> None:
+        step = self.layers_at_once
+        for first in range(0, self.num_layers, step):
+            self.copy_layers(range(first, min(first + step, self.num_layers)))
 
     def copy_layer(self, layer: int) -> None:
         """Copy `layer` of every page in the batch (data, and FP8 scales)."""

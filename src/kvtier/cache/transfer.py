@@ -21,6 +21,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kvtier.cache.page_copy import PageCopy
 from kvtier.cache.storage import PageStorage
 from kvtier.cache.tensor_storage import TensorStorage
 
@@ -189,7 +190,15 @@ class AsyncTransfer:
         while (job := self._queue.get()) is not None:
             copy, handle, ready = job
             try:
-                if self._stream is None:
+                if isinstance(copy, PageCopy) and self._stream is None:
+                    # layers land together in groups, and are announced in order
+                    step = copy.layers_at_once
+                    for first in range(0, copy.num_layers, step):
+                        layers = range(first, min(first + step, copy.num_layers))
+                        copy.copy_layers(layers)
+                        for _ in layers:
+                            handle._landed_layer()
+                elif self._stream is None:
                     for layer in range(copy.num_layers):
                         copy.copy_layer(layer)
                         handle._landed_layer()
