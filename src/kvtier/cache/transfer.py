@@ -21,7 +21,6 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kvtier.cache.page_copy import PageCopy
 from kvtier.cache.storage import PageStorage
 from kvtier.cache.tensor_storage import TensorStorage
 
@@ -35,14 +34,18 @@ class TransferError(RuntimeError):
 
 class _LayerCopy(Protocol):
     num_layers: int
+    layers_at_once: int
 
     def copy_layer(self, layer: int) -> None: ...
+
+    def copy_layers(self, layers: range) -> None: ...
 
 
 class _WholeCopy:
     """Storages without layers (accounting): the whole batch counts as one layer."""
 
     num_layers = 1
+    layers_at_once = 1
 
     def __init__(
         self, src: PageStorage, src_pages: Sequence[int], dst: PageStorage, dst_pages: Sequence[int]
@@ -54,6 +57,9 @@ class _WholeCopy:
     def copy_layer(self, layer: int) -> None:
         src, src_pages, dst, dst_pages = self._args
         src.copy_pages(src_pages, dst, dst_pages)
+
+    def copy_layers(self, layers: range) -> None:
+        self.copy_layer(0)
 
 
 class LayerHandle:
@@ -190,7 +196,7 @@ class AsyncTransfer:
         while (job := self._queue.get()) is not None:
             copy, handle, ready = job
             try:
-                if isinstance(copy, PageCopy) and self._stream is None:
+                if self._stream is None:
                     # layers land together in groups, and are announced in order
                     step = copy.layers_at_once
                     for first in range(0, copy.num_layers, step):
@@ -198,10 +204,6 @@ class AsyncTransfer:
                         copy.copy_layers(layers)
                         for _ in layers:
                             handle._landed_layer()
-                elif self._stream is None:
-                    for layer in range(copy.num_layers):
-                        copy.copy_layer(layer)
-                        handle._landed_layer()
                 else:
                     self._run_on_stream(copy, handle, ready)
             except Exception as error:  # surfaces on the handle's wait()
