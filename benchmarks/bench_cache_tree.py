@@ -23,12 +23,14 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kvtier.cache import (
     AccountingStorage,
     Admission,
     EvictionPolicy,
+    PageStorage,
     Tier,
     TieredCache,
     WritePolicy,
@@ -80,11 +82,16 @@ def load_trace(path: Path) -> list[tuple[list[int], int]]:
     return out
 
 
-def replay(requests: list[tuple[list[int], int]], args: argparse.Namespace) -> dict[str, float]:
+def replay(
+    requests: list[tuple[list[int], int]],
+    args: argparse.Namespace,
+    storage: Callable[[Tier, int], PageStorage] = AccountingStorage,
+) -> dict[str, float]:
+    """Replay the trace; `storage` makes each tier's storage (accounting only by default)."""
     host_pages = int(args.device_pages * args.host_ratio)
     cache = Counting(
-        AccountingStorage(Tier.DEVICE, args.device_pages),
-        AccountingStorage(Tier.HOST, host_pages) if host_pages else None,
+        storage(Tier.DEVICE, args.device_pages),
+        storage(Tier.HOST, host_pages) if host_pages else None,
         write_policy=args.write_policy,
         eviction=args.eviction,
     )

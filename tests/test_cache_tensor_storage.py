@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import torch
@@ -18,8 +18,8 @@ from cache_tensor_support import (
     mla_geometry,
     tiers,
 )
-from kvtier.cache import quant
-from kvtier.cache.page_copy import page_runs
+from kvtier.cache import page_copy, quant
+from kvtier.cache.page_copy import PageCopy
 from kvtier.cache.storage import AccountingStorage, PageStorage, Tier
 from kvtier.cache.tensor_storage import KVLayout, TensorStorage
 from kvtier.errors import UnsupportedModel
@@ -211,22 +211,63 @@ def test_importing_the_cache_does_not_import_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@settings(max_examples=100, deadline=None)
+def _segment_kinds(copy: PageCopy) -> list[str]:
+    return [type(segment).__name__.strip("_") for segment in copy.segments]
+
+
+@pytest.mark.parametrize(
+    ("src_pages", "dst_pages", "kinds"),
+    [
+        ([2, 1, 0], [5, 4, 3], ["Slice"]),  # as a fresh pool hands them out: one run
+        ([9, 3, 14, 6], [4, 5, 6, 7], ["Gather"]),  # neighbours in the destination
+        ([4, 5, 6, 7], [9, 3, 14, 6], ["Scatter"]),  # neighbours in the source
+        ([9, 3, 14, 6], [1, 12, 7, 2], ["Buffered"]),  # neighbours nowhere
+        ([0, 1, 2, 9, 3], [4, 5, 6, 11, 0], ["Slice", "Buffered"]),  # a run, and a stray pair
+    ],
+)
+def test_a_batch_is_cut_into_runs_along_the_side_with_fewer(
+    src_pages: list[int], dst_pages: list[int], kinds: list[str]
+) -> None:
+    layout = KVLayout.from_geometry(gqa_geometry(), page_size=4)
+    src, dst = TensorStorage(layout, 16, Tier.DEVICE), TensorStorage(layout, 16, Tier.HOST)
+    row_bytes = layout.page_nbytes // layout.num_layers
+    with mock.patch.object(page_copy, "_MIN_RUN_BYTES", 3 * row_bytes):
+        assert _segment_kinds(src.plan_copy(src_pages, dst, dst_pages)) == kinds
+
+
+@settings(max_examples=150, deadline=None)
 @given(st.data())
-def test_page_runs_cover_exactly_the_pairs(data: st.DataObject) -> None:
-    src = data.draw(st.lists(st.integers(0, 40), unique=True, max_size=20))
-    dst = data.draw(st.permutations(range(40)))[: len(src)]
-    runs = page_runs(src, dst)
-    expanded = [(s + i, d + i) for s, d, n in runs for i in range(n)]
-    assert sorted(expanded) == sorted(zip(src, dst, strict=True))
-    # maximal: no run continues into the next one
-    for (s, d, n), (s2, d2, _) in itertools.pairwise(runs):
-        assert (s + n, d + n) != (s2, d2)
-
-
-def test_pages_handed_out_in_reverse_order_copy_as_one_run() -> None:
-    assert page_runs([2, 1, 0], [5, 4, 3]) == ((0, 3, 3),)
-    assert page_runs([0, 1, 5], [7, 8, 2]) == ((0, 7, 2), (5, 2, 1))
+def test_any_batch_moves_exactly_its_pages(data: st.DataObject) -> None:
+    """Whatever the placement and however it is cut (runs of any length, small buffers), each
+    destination page ends up with its source page's bytes and no other page changes."""
+    kind = data.draw(st.sampled_from(["mha-bf16", "mla-bf16", "mha-fp8", "mla-fp8"]))
+    geometry = gqa_geometry(layers=3) if kind.startswith("mha") else mla_geometry(layers=3)
+    dtype = "fp8_e4m3" if kind.endswith("fp8") else "bfloat16"
+    layout = KVLayout.from_geometry(geometry, page_size=2, dtype=dtype)
+    row_bytes = layout.page_nbytes // layout.num_layers
+    src = TensorStorage(layout, data.draw(st.integers(1, 24)), Tier.DEVICE)
+    dst = TensorStorage(layout, data.draw(st.integers(1, 24)), Tier.HOST)
+    n = data.draw(st.integers(0, min(src.num_pages, dst.num_pages)))
+    src_pages = data.draw(st.permutations(range(src.num_pages)))[:n]
+    dst_pages = data.draw(st.permutations(range(dst.num_pages)))[:n]
+    if data.draw(st.booleans()):  # neighbours, as an allocator hands them out
+        dst_pages = sorted(dst_pages)
+    fill_random_bits(src, seed=data.draw(st.integers(0, 9)))
+    fill_random_bits(dst, seed=10)
+    before = dst.read_page_bytes(range(dst.num_pages))
+    min_run = data.draw(st.integers(1, 5))
+    buffer_rows = data.draw(st.integers(1, 7))
+    with (
+        mock.patch.object(page_copy, "_MIN_RUN_BYTES", min_run * row_bytes),
+        mock.patch.object(page_copy, "_BUFFER_BYTES", buffer_rows * row_bytes // layout.parts),
+    ):
+        copy = src.plan_copy(src_pages, dst, dst_pages)
+    layers_at_once = data.draw(st.integers(1, layout.num_layers))  # as the transfer worker runs it
+    for first in range(0, layout.num_layers, layers_at_once):
+        copy.copy_layers(first, min(first + layers_at_once, layout.num_layers))
+    after = dst.read_page_bytes(range(dst.num_pages))
+    moved = dict(zip(dst_pages, src.read_page_bytes(src_pages), strict=True))
+    assert after == [moved.get(p, before[p]) for p in range(dst.num_pages)]
 
 
 def test_overlapping_copy_within_one_storage_reads_before_it_writes() -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cache_tensor_support import DEVICES, fill_random_bits, gqa_geometry, mla_geometry, tiers
-from kvtier.cache import quant
+from kvtier.cache import page_copy, quant
 from kvtier.cache.page_copy import PageCopy
 from kvtier.cache.storage import AccountingStorage, PageStorage, Tier
 from kvtier.cache.tensor_storage import KVLayout
@@ -67,21 +67,28 @@ class _Gate:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, hold_layer: int) -> None:
         self.reached = threading.Event()
         self.opened = threading.Event()
-        copy_layer = PageCopy.copy_layer
+        copy_layers = PageCopy.copy_layers
 
-        def gated(copy: PageCopy, layer: int) -> None:
-            if layer == hold_layer:
+        def gated(copy: PageCopy, first: int, end: int) -> None:
+            if first <= hold_layer < end:
                 self.reached.set()
                 assert self.opened.wait(10)
-            copy_layer(copy, layer)
+            copy_layers(copy, first, end)
 
-        monkeypatch.setattr(PageCopy, "copy_layer", gated)
+        monkeypatch.setattr(PageCopy, "copy_layers", gated)
 
 
-def test_layers_land_in_order_and_can_be_consumed_early(engine, monkeypatch) -> None:
+@pytest.mark.parametrize("layers_at_once", [1, 2])
+def test_layers_land_in_order_and_can_be_consumed_early(
+    engine, monkeypatch, layers_at_once: int
+) -> None:
     layout = KVLayout.from_geometry(gqa_geometry(layers=4), page_size=4)
     dev, host = tiers(layout, "cpu")
     fill_random_bits(host, seed=1)
+    # two pages of one layer: layers_at_once of them make one op
+    op_bytes = layers_at_once * 2 * layout.page_nbytes // layout.num_layers
+    monkeypatch.setattr(page_copy, "_CPU_OP_BYTES", op_bytes)
+    assert host.plan_copy([0, 1], dev, [4, 5]).layers_at_once == layers_at_once
     gate = _Gate(monkeypatch, hold_layer=2)
     handle = engine.submit(host, [0, 1], dev, [4, 5])
     assert gate.reached.wait(10)
@@ -133,14 +140,15 @@ def test_worker_errors_surface_on_wait_and_the_engine_carries_on(engine) -> None
 def test_an_error_mid_batch_keeps_the_layers_that_landed(engine, monkeypatch) -> None:
     layout = KVLayout.from_geometry(gqa_geometry(layers=3), page_size=4)
     dev, host = tiers(layout, "cpu")
-    copy_layer = PageCopy.copy_layer
+    monkeypatch.setattr(page_copy, "_CPU_OP_BYTES", 1)  # one layer per op
+    copy_layers = PageCopy.copy_layers
 
-    def fail_on_layer_2(copy: PageCopy, layer: int) -> None:
-        if layer == 2:
+    def fail_on_layer_2(copy: PageCopy, first: int, end: int) -> None:
+        if first <= 2 < end:
             raise RuntimeError("lost the bus")
-        copy_layer(copy, layer)
+        copy_layers(copy, first, end)
 
-    monkeypatch.setattr(PageCopy, "copy_layer", fail_on_layer_2)
+    monkeypatch.setattr(PageCopy, "copy_layers", fail_on_layer_2)
     handle = engine.submit(dev, [0], host, [0])
     with pytest.raises(TransferError, match="page copy failed"):
         handle.wait()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvtier.cache import quant
-from kvtier.cache.page_copy import PageCopy
+from kvtier.cache.page_copy import PageCopy, words
 from kvtier.cache.quant import KVDtype
 from kvtier.cache.storage import PageStorage, Tier
 from kvtier.errors import UnsupportedModel
@@ -167,18 +167,20 @@ class TensorStorage:
             [self._make_part(layer, part) for part in range(layout.parts)]
             for layer in range(layout.num_layers)
         ]
+        # every layer's parts as rows of pages, for page copies
+        rows = layout.num_layers * layout.parts
+        self._rows = words(self.data.view(rows, num_pages, -1))
+        self._scale_rows = None if self.scales is None else self.scales.view(rows, num_pages, 1)
 
     # -- page movement ------------------------------------------------------------------------
 
     def plan_copy(self, src_pages: Pages, dst: PageStorage, dst_pages: Pages) -> PageCopy:
-        """Check a copy of pages into `dst` and prepare its indices; run it with `copy_layer`."""
+        """Check a copy of pages into `dst` and plan it; run it with `PageCopy.copy_layers`."""
         if not isinstance(dst, TensorStorage) or dst.layout != self.layout:
             raise ValueError("page copies need two tensor storages with the same KV layout")
         if len(src_pages) != len(dst_pages):
             raise ValueError("source and destination page counts differ")
-        src_idx = self._index(src_pages)
-        dst_idx = dst._index(dst_pages, unique=True)
-        return PageCopy.plan(self, src_idx, dst, dst_idx)
+        return PageCopy.plan(self, self._pages(src_pages), dst, dst._pages(dst_pages, unique=True))
 
     def copy_pages(self, src_pages: Pages, dst: PageStorage, dst_pages: Pages) -> None:
         import torch
@@ -193,6 +195,8 @@ class TensorStorage:
 
         idx = self._index(pages)
         n = int(idx.numel())
+        if n == 0:
+            return []
         dim = self._page_dim + 1
         elements = self.data.index_select(dim, idx).movedim(dim, 0).contiguous().cpu()
         element_bytes = elements.view(n, -1).view(torch.uint8)
@@ -270,6 +274,15 @@ class TensorStorage:
         if self.layout.kind is not kind:
             raise ValueError(f"this storage holds a {self.layout.kind} cache, not {kind}")
 
+    def _pages(self, pages: Pages, *, unique: bool = False) -> list[int]:
+        """`pages` as a checked list of ints (the checks of `_index`, without tensor ops)."""
+        out = pages.tolist() if hasattr(pages, "tolist") else [int(p) for p in pages]
+        if out and (min(out) < 0 or max(out) >= self.num_pages):
+            raise ValueError(f"index out of range [0, {self.num_pages})")
+        if unique and len(set(out)) != len(out):
+            raise ValueError("destination indices repeat")
+        return out
+
     def _index(
         self, pages: Pages, *, limit: int | None = None, unique: bool = False
     ) -> torch.Tensor:
@@ -290,6 +303,14 @@ class TensorStorage:
         if not 0 <= layer < self.layout.num_layers:
             raise ValueError(f"layer {layer} out of range [0, {self.layout.num_layers})")
         return self._parts[layer][part]
+
+    def rows(self, first: int, end: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Layers [first, end) as rows for page copies: data [layers x parts, pages, words]
+        (see `page_copy.words`) and FP8 scales [layers x parts, pages, 1]; views."""
+        parts = self.layout.parts
+        data = self._rows[first * parts : end * parts]
+        scales = None if self._scale_rows is None else self._scale_rows[first * parts : end * parts]
+        return data, scales
 
     def _make_part(self, layer: int, part: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.layout.kind is AttentionKind.MLA:

@@ -8,7 +8,8 @@ the same pages sees its result.
 
 On a GPU the worker issues copies on its own CUDA stream, ordered after the work the submitting
 thread had queued on its current stream, and records one event per layer; waiting on a layer
-waits for its event. Without a GPU the copies are plain CPU work on the worker thread.
+waits for its event. Without a GPU the copies are plain CPU work on the worker thread, a few
+layers per op when a layer of the batch is small (`PageCopy.layers_at_once`).
 
 The engine owns no pages: the caller keeps the source and destination pages allocated (locked)
 until the handle is done.
@@ -36,9 +37,7 @@ class _LayerCopy(Protocol):
     num_layers: int
     layers_at_once: int
 
-    def copy_layer(self, layer: int) -> None: ...
-
-    def copy_layers(self, layers: range) -> None: ...
+    def copy_layers(self, first: int, end: int) -> None: ...
 
 
 class _WholeCopy:
@@ -54,12 +53,9 @@ class _WholeCopy:
             raise ValueError("source and destination page counts differ")
         self._args = (src, list(src_pages), dst, list(dst_pages))
 
-    def copy_layer(self, layer: int) -> None:
+    def copy_layers(self, first: int, end: int) -> None:
         src, src_pages, dst, dst_pages = self._args
         src.copy_pages(src_pages, dst, dst_pages)
-
-    def copy_layers(self, layers: range) -> None:
-        self.copy_layer(0)
 
 
 class LayerHandle:
@@ -71,14 +67,16 @@ class LayerHandle:
     def __init__(self, num_layers: int, *, whole: bool = False) -> None:
         self.num_layers = num_layers
         self.whole = whole
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._landed = 0  # layers [0, _landed) have been issued (CPU: copied)
         self._events: list[Any] = []  # CUDA: one event per issued layer
         self._error: BaseException | None = None
+        # a waiter sleeps on the flag of the layer it needs: one wake-up, not one per layer
+        self._flags: dict[int, threading.Event] = {}
 
     def done(self) -> bool:
         """True once every layer has landed or the batch failed."""
-        with self._cond:
+        with self._lock:
             if self._error is not None:
                 return True
             if self._landed < self.num_layers:
@@ -89,7 +87,7 @@ class LayerHandle:
     def wait(self) -> None:
         """Block until the whole batch has landed; raise `TransferError` if it failed."""
         self._wait_issued(self.num_layers - 1)
-        with self._cond:
+        with self._lock:
             error, events = self._error, list(self._events)
         if error is not None:
             raise TransferError("page copy failed") from error
@@ -106,7 +104,7 @@ class LayerHandle:
         elif not 0 <= layer < self.num_layers:
             raise ValueError(f"layer {layer} out of range [0, {self.num_layers})")
         self._wait_issued(layer)
-        with self._cond:
+        with self._lock:
             if self._landed <= layer:
                 raise TransferError("page copy failed") from self._error
             event = self._events[layer] if self._events else None
@@ -114,20 +112,27 @@ class LayerHandle:
             event.synchronize()
 
     def _wait_issued(self, layer: int) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._landed > layer or self._error is not None)
+        with self._lock:
+            if self._landed > layer or self._error is not None:
+                return
+            flag = self._flags.setdefault(layer, threading.Event())
+        flag.wait()
 
     def _landed_layer(self, event: Any = None) -> None:
-        with self._cond:
+        with self._lock:
             if event is not None:
                 self._events.append(event)
             self._landed += 1
-            self._cond.notify_all()
+            flag = self._flags.pop(self._landed - 1, None)
+        if flag is not None:
+            flag.set()
 
     def _fail(self, error: BaseException) -> None:
-        with self._cond:
+        with self._lock:
             self._error = error
-            self._cond.notify_all()
+            flags, self._flags = list(self._flags.values()), {}
+        for flag in flags:
+            flag.set()
 
 
 _Job = tuple[_LayerCopy, LayerHandle, Any]
@@ -197,12 +202,11 @@ class AsyncTransfer:
             copy, handle, ready = job
             try:
                 if self._stream is None:
-                    # layers land together in groups, and are announced in order
                     step = copy.layers_at_once
                     for first in range(0, copy.num_layers, step):
-                        layers = range(first, min(first + step, copy.num_layers))
-                        copy.copy_layers(layers)
-                        for _ in layers:
+                        end = min(first + step, copy.num_layers)
+                        copy.copy_layers(first, end)
+                        for _ in range(first, end):
                             handle._landed_layer()
                 else:
                     self._run_on_stream(copy, handle, ready)
@@ -217,7 +221,7 @@ class AsyncTransfer:
         with torch.cuda.stream(stream):
             stream.wait_event(ready)
             for layer in range(copy.num_layers):
-                copy.copy_layer(layer)
+                copy.copy_layers(layer, layer + 1)
                 event = torch.cuda.Event()
                 event.record(stream)
                 handle._landed_layer(event)
