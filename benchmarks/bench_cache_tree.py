@@ -134,7 +134,7 @@ def replay(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("--device-pages", type=int, default=16_384)
@@ -149,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
     if not args.trace.exists():
         print(f"skipped: trace {args.trace.name} not found (pass --trace)")
         return 0

@@ -148,19 +148,14 @@ def survey() -> None:
             moved[way, "scatter"] += sum(map(len, plan.scatters))
             moved[way, "buffered"] += len(plan.rest)
 
-    replay_args = argparse.Namespace(
-        device_pages=16_384,
-        host_ratio=4.0,
-        write_policy="write_through",
-        eviction="lru",
-        concurrency=32,
-    )
+    replay_args = bench_cache_tree.arguments().parse_args([])  # the tree benchmark's defaults
     requests = bench_cache_tree.load_trace(bench_cache_tree.DEFAULT_TRACE)
     bench_cache_tree.replay(requests, replay_args, storage=Surveyed)
     print()
     print(
-        "copies made replaying the Mooncake conversation trace (16,384 device pages, host x4, "
-        f"write-through, LRU), runs of >= {min_run} pages:"
+        "copies made replaying the Mooncake conversation trace "
+        f"({replay_args.device_pages:,} device pages, host x{replay_args.host_ratio:g}, "
+        f"{replay_args.write_policy}, {replay_args.eviction}), runs of >= {min_run} pages:"
     )
     kinds = ("slice", "gather", "scatter", "buffered")
     print(f"{'copy':<16}{'pages':>10}" + "".join(f"{k:>10}" for k in kinds))
@@ -170,7 +165,7 @@ def survey() -> None:
         print(f"{way:<16}{total:>10,}{shares}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=512, help="pages per tier (2 MiB each)")
     parser.add_argument("--batch", type=int, nargs="+", default=[16, 64, 256])
@@ -185,7 +180,7 @@ def main() -> None:
         choices=["gather", "scatter", "random"],
         default=["gather", "scatter", "random"],
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     device = TensorStorage(LAYOUT, args.pages, Tier.DEVICE)
     host = TensorStorage(LAYOUT, args.pages, Tier.HOST)
