@@ -174,13 +174,20 @@ class TensorStorage:
 
     # -- page movement ------------------------------------------------------------------------
 
-    def plan_copy(self, src_pages: Pages, dst: PageStorage, dst_pages: Pages) -> PageCopy:
-        """Check a copy of pages into `dst` and plan it; run it with `PageCopy.copy_layers`."""
+    def check_copy(
+        self, src_pages: Pages, dst: PageStorage, dst_pages: Pages
+    ) -> tuple[list[int], TensorStorage, list[int]]:
+        """Check a copy of pages into `dst`: raises ValueError on a bad batch; returns the
+        arguments of `PageCopy.plan` after `self` (cheap, no tensor ops)."""
         if not isinstance(dst, TensorStorage) or dst.layout != self.layout:
             raise ValueError("page copies need two tensor storages with the same KV layout")
         if len(src_pages) != len(dst_pages):
             raise ValueError("source and destination page counts differ")
-        return PageCopy.plan(self, self._pages(src_pages), dst, dst._pages(dst_pages, unique=True))
+        return self._pages(src_pages), dst, dst._pages(dst_pages, unique=True)
+
+    def plan_copy(self, src_pages: Pages, dst: PageStorage, dst_pages: Pages) -> PageCopy:
+        """Check a copy of pages into `dst` and plan it; run it with `PageCopy.copy_layers`."""
+        return PageCopy.plan(self, *self.check_copy(src_pages, dst, dst_pages))
 
     def copy_pages(self, src_pages: Pages, dst: PageStorage, dst_pages: Pages) -> None:
         import torch

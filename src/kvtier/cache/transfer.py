@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kvtier.cache.page_copy import PageCopy
 from kvtier.cache.storage import PageStorage
 from kvtier.cache.tensor_storage import TensorStorage
 
@@ -135,7 +137,11 @@ class LayerHandle:
             flag.set()
 
 
-_Job = tuple[_LayerCopy, LayerHandle, Any]
+_Job = tuple[Callable[[], _LayerCopy], LayerHandle, Any]
+
+
+def _same(copy: _LayerCopy) -> _LayerCopy:
+    return copy
 
 
 class AsyncTransfer:
@@ -159,17 +165,23 @@ class AsyncTransfer:
         dst: PageStorage,
         dst_pages: Sequence[int],
     ) -> LayerHandle:
-        """Queue a copy of `src_pages` of `src` into `dst_pages` of `dst`; checks run here."""
-        copy: _LayerCopy
+        """Queue a copy of `src_pages` of `src` into `dst_pages` of `dst`.
+
+        The batch is checked here (ValueError on a bad one) and planned on the worker: the
+        caller pays only the checks, and on a GPU the plan's tensors belong to the worker's
+        stream, where they are used."""
+        plan: Callable[[], _LayerCopy]
         if isinstance(src, TensorStorage):
-            copy = src.plan_copy(src_pages, dst, dst_pages)
+            plan = partial(PageCopy.plan, src, *src.check_copy(src_pages, dst, dst_pages))
+            handle = LayerHandle(src.layout.num_layers)
         else:
-            copy = _WholeCopy(src, src_pages, dst, dst_pages)
-        handle = LayerHandle(copy.num_layers, whole=isinstance(copy, _WholeCopy))
+            whole = _WholeCopy(src, src_pages, dst, dst_pages)
+            plan = partial(_same, whole)
+            handle = LayerHandle(1, whole=True)
         with self._lock:
             if self._closed:
                 raise RuntimeError("transfer engine is closed")
-            self._queue.put((copy, handle, self._ready_event()))
+            self._queue.put((plan, handle, self._ready_event()))
         return handle
 
     def close(self) -> None:
@@ -199,9 +211,10 @@ class AsyncTransfer:
 
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
-            copy, handle, ready = job
+            plan, handle, ready = job
             try:
                 if self._stream is None:
+                    copy = plan()
                     step = copy.layers_at_once
                     for first in range(0, copy.num_layers, step):
                         end = min(first + step, copy.num_layers)
@@ -209,17 +222,20 @@ class AsyncTransfer:
                         for _ in range(first, end):
                             handle._landed_layer()
                 else:
-                    self._run_on_stream(copy, handle, ready)
+                    self._run_on_stream(plan, handle, ready)
             except Exception as error:  # surfaces on the handle's wait()
                 handle._fail(error)
 
-    def _run_on_stream(self, copy: _LayerCopy, handle: LayerHandle, ready: Any) -> None:
+    def _run_on_stream(
+        self, plan: Callable[[], _LayerCopy], handle: LayerHandle, ready: Any
+    ) -> None:
         import torch
 
         stream = self._stream
         assert stream is not None
         with torch.cuda.stream(stream):
             stream.wait_event(ready)
+            copy = plan()
             for layer in range(copy.num_layers):
                 copy.copy_layers(layer, layer + 1)
                 event = torch.cuda.Event()
