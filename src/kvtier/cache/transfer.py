@@ -49,11 +49,9 @@ class _WholeCopy:
     layers_at_once = 1
 
     def __init__(
-        self, src: PageStorage, src_pages: Sequence[int], dst: PageStorage, dst_pages: Sequence[int]
+        self, src: PageStorage, src_pages: list[int], dst: PageStorage, dst_pages: list[int]
     ) -> None:
-        if len(src_pages) != len(dst_pages):
-            raise ValueError("source and destination page counts differ")
-        self._args = (src, list(src_pages), dst, list(dst_pages))
+        self._args = (src, src_pages, dst, dst_pages)
 
     def copy_layers(self, first: int, end: int) -> None:
         src, src_pages, dst, dst_pages = self._args
@@ -140,10 +138,6 @@ class LayerHandle:
 _Job = tuple[Callable[[], _LayerCopy], LayerHandle, Any]
 
 
-def _same(copy: _LayerCopy) -> _LayerCopy:
-    return copy
-
-
 class AsyncTransfer:
     """A `TransferEngine` with a worker thread, and a CUDA stream when a GPU is present."""
 
@@ -175,8 +169,9 @@ class AsyncTransfer:
             plan = partial(PageCopy.plan, src, *src.check_copy(src_pages, dst, dst_pages))
             handle = LayerHandle(src.layout.num_layers)
         else:
-            whole = _WholeCopy(src, src_pages, dst, dst_pages)
-            plan = partial(_same, whole)
+            if len(src_pages) != len(dst_pages):
+                raise ValueError("source and destination page counts differ")
+            plan = partial(_WholeCopy, src, list(src_pages), dst, list(dst_pages))
             handle = LayerHandle(1, whole=True)
         with self._lock:
             if self._closed:
