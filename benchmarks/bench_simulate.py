@@ -55,7 +55,7 @@ def main() -> int:
         print(f"trace not found: {args.trace}", file=sys.stderr)
         return 1
 
-    from kvtier.budget.deployment import Deployment, Engine
+    from kvtier.engines.deployment import Deployment, Engine
     from kvtier.sim.run import simulate
     from kvtier.sim.setup import build_config
     from kvtier.sim.trace import load_trace

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kvtier.budget.deployment import Deployment, Engine, Measured
+from kvtier.engines.deployment import Deployment, Engine, Measured
 
 
 def kimi(measured: Measured, **changes: Any) -> Deployment:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from budget_support import kimi
-from kvtier.budget.advise import (
+from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.ledger.advise import (
     HostSetup,
     all_options,
     fraction_options,
     max_safe_fraction,
     variant,
 )
-from kvtier.budget.deployment import Deployment, Engine, Measured
-from kvtier.budget.plan import build_ledger, resolve
-from kvtier.budget.target import solve, tokens_needed
+from kvtier.ledger.plan import build_ledger, resolve
+from kvtier.ledger.target import solve, tokens_needed
 from kvtier.units import GiB
 
 FOUNDING = kimi(Measured(free_before_load_gib=94.04, free_after_load_gib=21.71, free_end_gib=7.90))

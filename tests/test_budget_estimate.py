@@ -7,11 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from budget_support import kimi
-from kvtier.budget import estimate
-from kvtier.budget.deployment import Measured
-from kvtier.budget.estimate import Term, spread
-from kvtier.budget.ledger import context_lengths
-from kvtier.budget.plan import plan
+from kvtier.engines import estimate
+from kvtier.engines.deployment import Measured
+from kvtier.engines.estimate import Term, spread
+from kvtier.engines.ledger import context_lengths
+from kvtier.ledger.plan import plan
 
 
 @given(st.floats(1, 100), st.floats(0, 5), st.floats(1, 50), st.floats(0, 5))

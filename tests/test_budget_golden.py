@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.budget.deployment import Deployment, Engine, Measured
-from kvtier.budget.plan import plan
+from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.ledger.plan import plan
 from kvtier.units import GiB
 
 FIXTURE = Path(__file__).parent / "fixtures" / "budget_cases.json"

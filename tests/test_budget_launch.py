@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cli_support import KIMI_LAUNCH
-from kvtier.budget.deployment import Engine
-from kvtier.budget.launch import parse_launch
+from kvtier.engines.deployment import Engine
+from kvtier.engines.launch import parse_launch
 from kvtier.errors import KvtierError
 
 FOUNDING = {

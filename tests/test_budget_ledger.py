@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from budget_support import kimi
-from kvtier.budget import vllm
-from kvtier.budget.deployment import Deployment, Engine, Measured
-from kvtier.budget.plan import plan
+from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.vllm import pool as vllm
+from kvtier.ledger.plan import plan
 from kvtier.units import GiB
 
 

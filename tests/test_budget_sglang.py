@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvtier.budget import hicache, sglang
-from kvtier.budget.deployment import Engine
-from kvtier.budget.kvdtype import KVDtype, resolve_kv_dtype
-from kvtier.budget.sglang_defaults import default_mem_fraction
+from kvtier.engines.deployment import Engine
+from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
+from kvtier.engines.sglang import hicache
+from kvtier.engines.sglang import pool as sglang
+from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GB, GiB

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvtier.budget import vllm
-from kvtier.budget.deployment import Deployment, Engine, Measured
-from kvtier.budget.kvdtype import KVDtype, resolve_kv_dtype
-from kvtier.budget.plan import plan
+from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
+from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
+from kvtier.ledger.plan import plan
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB
 

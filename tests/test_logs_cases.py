@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.logs.explain import explain_log
+from kvtier.ledger.explain import explain_log
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 SHARED_CASES = Path(__file__).resolve().parents[1] / ".." / "shared" / "cases"

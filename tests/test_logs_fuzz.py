@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvtier.engines.detect import detect_engine
+from kvtier.engines.sglang.log import parse_sglang
+from kvtier.engines.vllm.log import parse_vllm
 from kvtier.errors import KvtierError
-from kvtier.logs.detect import detect_engine
-from kvtier.logs.explain import explain_log
+from kvtier.ledger.explain import explain_log
 from kvtier.logs.lines import read_lines
-from kvtier.logs.sglang import parse_sglang
-from kvtier.logs.vllm import parse_vllm
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 REAL_LINES = [

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from kvtier.engines.detect import parse_log
+from kvtier.engines.sglang.log import SGLangStartup, parse_sglang
+from kvtier.engines.vllm.log import VllmStartup, parse_vllm
 from kvtier.errors import KvtierError
-from kvtier.logs.detect import parse_log
-from kvtier.logs.explain import explain_log
+from kvtier.ledger.explain import explain_log
 from kvtier.logs.lines import read_lines
 from kvtier.logs.pyargs import parse_dict, parse_kwargs
-from kvtier.logs.sglang import SGLangStartup, parse_sglang
-from kvtier.logs.vllm import VllmStartup, parse_vllm
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 SEED = (FIXTURES / "seed-sglang.log").read_text(encoding="utf-8")

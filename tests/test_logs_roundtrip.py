@@ -10,13 +10,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtier.budget import sglang as sglang_budget
-from kvtier.budget import vllm as vllm_budget
-from kvtier.budget.deployment import Engine
-from kvtier.budget.kvdtype import resolve_kv_dtype
-from kvtier.logs.detect import parse_log
-from kvtier.logs.inputs import log_inputs
-from kvtier.logs.reconcile import Reconciliation, reconcile
+from kvtier.engines.deployment import Engine
+from kvtier.engines.detect import parse_log
+from kvtier.engines.kvdtype import resolve_kv_dtype
+from kvtier.engines.sglang import pool as sglang_budget
+from kvtier.engines.vllm import pool as vllm_budget
+from kvtier.ledger.log_inputs import log_inputs
+from kvtier.ledger.reconcile import Reconciliation, reconcile
 from kvtier.spec.catalog import resolve_model
 from kvtier.units import GiB
 

@@ -61,9 +61,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvtier.budget.advise import HostSetup, all_options
-    from kvtier.budget.plan import build_ledger, resolve
-    from kvtier.budget.target import solve
+    from kvtier.ledger.advise import HostSetup, all_options
+    from kvtier.ledger.plan import build_ledger, resolve
+    from kvtier.ledger.target import solve
     from kvtier.report.ledger_view import print_advice
 
     if args.margin_gib < 0:

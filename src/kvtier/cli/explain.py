@@ -95,7 +95,7 @@ def _read(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvtier.logs.explain import explain_log
+    from kvtier.ledger.explain import explain_log
     from kvtier.report.explain_view import print_explanation
 
     if args.launch:
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, dest, None)
         if value is not None and name not in flags:
             flags[name] = value
-    from kvtier.budget.deployment import Measured
+    from kvtier.engines.deployment import Measured
 
     measured = Measured(
         draft_weights_gib=args.draft_weights_gib,

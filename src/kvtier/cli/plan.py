@@ -14,7 +14,7 @@ from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
 
 if TYPE_CHECKING:
-    from kvtier.budget.deployment import Deployment
+    from kvtier.engines.deployment import Deployment
 
 _MEASURED = (
     ("free_before_load_gib", "SGLang: 'Load weight begin. avail mem' (min over ranks)"),
@@ -125,8 +125,8 @@ def add_deployment_arguments(p: argparse.ArgumentParser, *, launch: bool) -> Non
 
 def deployment_from_args(args: argparse.Namespace) -> Deployment:
     """The `Deployment` the flags and the launch command describe; flags win over the command."""
-    from kvtier.budget.deployment import Deployment, Engine, Measured
-    from kvtier.budget.launch import parse_launch
+    from kvtier.engines.deployment import Deployment, Engine, Measured
+    from kvtier.engines.launch import parse_launch
 
     launch = parse_launch(args.launch) if args.launch else None
     engine = args.engine or (launch.engine.value if launch else None)
@@ -196,7 +196,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvtier.budget.plan import plan
+    from kvtier.ledger.plan import plan
     from kvtier.report.ledger_view import print_ledger
 
     deployment = deployment_from_args(args)

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvtier.budget.ledger import LedgerItem
-    from kvtier.logs.explain import Explanation
+    from kvtier.engines.ledger import LedgerItem
+    from kvtier.ledger.explain import Explanation
+    from kvtier.ledger.log_ledger import LogLedger
     from kvtier.logs.facts import Fact
-    from kvtier.logs.ledger import LogLedger
 
 
 def explanation_json(e: Explanation) -> dict[str, Any]:

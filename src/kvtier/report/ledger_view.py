@@ -12,15 +12,15 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvtier.budget.ledger import Ledger
+from kvtier.engines.ledger import Ledger
 from kvtier.report.concurrency import requests_caption, whole_requests
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from kvtier.budget.advise import Option
-    from kvtier.budget.target import TargetAnswer
+    from kvtier.ledger.advise import Option
+    from kvtier.ledger.target import TargetAnswer
 
 ESTIMATED_MARK = "~"
 

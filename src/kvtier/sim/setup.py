@@ -1,7 +1,7 @@
 """From a deployment to what the simulator runs: tier sizes in trace blocks, limits, timing.
 
-Device KV tokens come from the engine ledger (`kvtier.budget.plan`) unless given; the host tier
-is sized as SGLang's HiCache sizes it (`kvtier.budget.hicache.host_tokens`); the running-request
+Device KV tokens come from the engine ledger (`kvtier.ledger.plan`) unless given; the host tier
+is sized as SGLang's HiCache sizes it (`kvtier.engines.sglang.hicache.host_tokens`); the running-request
 cap and chunk size follow SGLang's rules for the same deployment. Each figure records its source.
 
 Granularity: the cache's page key is one trace block (512 tokens for Mooncake), so a tier of T
@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvtier.budget import sglang
-from kvtier.budget.deployment import Deployment, Engine
-from kvtier.budget.hicache import host_bytes_per_token, host_tokens
-from kvtier.budget.plan import build_ledger, resolve
-from kvtier.budget.sglang_defaults import default_mem_fraction
+from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.sglang import pool as sglang
+from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.engines.sglang.hicache import host_bytes_per_token, host_tokens
 from kvtier.errors import KvtierError
+from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
 from kvtier.spec.model import AttentionKind, ModelSpec
 from kvtier.spec.weights import weight_bytes

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from kvtier.errors import KvtierError
 
 if TYPE_CHECKING:
-    from kvtier.budget.deployment import Deployment
+    from kvtier.engines.deployment import Deployment
     from kvtier.sim.metrics import SimResult
     from kvtier.sim.timing import TimingFlags
 

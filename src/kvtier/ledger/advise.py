@@ -13,12 +13,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from kvtier.budget import hicache
-from kvtier.budget.deployment import Engine
-from kvtier.budget.inputs import PlanInputs
-from kvtier.budget.ledger import Ledger
-from kvtier.budget.plan import build_ledger
+from kvtier.engines.deployment import Engine
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.ledger import Ledger
+from kvtier.engines.sglang import hicache
 from kvtier.errors import KvtierError
+from kvtier.ledger.plan import build_ledger
 from kvtier.units import GB, GiB
 
 DEFAULT_MARGIN_GIB = 2.0

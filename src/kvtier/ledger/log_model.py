@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from kvtier.engines.sglang.log import SGLangStartup
+from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, stated
 from kvtier.logs.records import Args
-from kvtier.logs.sglang import SGLangStartup
-from kvtier.logs.vllm import VllmStartup
 from kvtier.spec.catalog import model_for_architecture, resolve_model
 from kvtier.spec.model import ModelSpec
 

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from kvtier.budget.deployment import Engine
+from kvtier.engines.deployment import Engine
 from kvtier.errors import KvtierError
 
 Convert = Callable[[str], object]

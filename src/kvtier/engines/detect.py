@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kvtier.engines.sglang import log as sglang
+from kvtier.engines.vllm import log as vllm
 from kvtier.errors import KvtierError
-from kvtier.logs import sglang, vllm
 from kvtier.logs.lines import LogLine, read_lines, split_startups
 
 ENGINES = ("sglang", "vllm")

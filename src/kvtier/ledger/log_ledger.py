@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtier.budget.deployment import Measured
-from kvtier.budget.ledger import Ledger, LedgerItem
+from kvtier.engines.deployment import Measured
+from kvtier.engines.ledger import Ledger, LedgerItem
+from kvtier.engines.sglang.log import SGLangStartup
+from kvtier.engines.vllm.log import VllmStartup
+from kvtier.ledger.log_inputs import LogInputs, budgeted_graphs
+from kvtier.ledger.reconcile import Reconciliation
 from kvtier.logs.facts import Fact, min_over_ranks
-from kvtier.logs.inputs import LogInputs, budgeted_graphs
 from kvtier.logs.lines import rank_order
-from kvtier.logs.reconcile import Reconciliation
-from kvtier.logs.sglang import SGLangStartup
-from kvtier.logs.vllm import VllmStartup
 from kvtier.units import GiB
 
 _PREFIX_SPAN = 160

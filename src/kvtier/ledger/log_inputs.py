@@ -9,18 +9,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvtier.budget import sglang as sglang_budget
-from kvtier.budget import vllm as vllm_budget
-from kvtier.budget.deployment import Engine
-from kvtier.budget.kvdtype import KVDtype, resolve_kv_dtype
-from kvtier.budget.sglang_defaults import default_mem_fraction
+from kvtier.engines.deployment import Engine
+from kvtier.engines.detect import ParsedLog
+from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
+from kvtier.engines.sglang import pool as sglang_budget
+from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.engines.sglang.log import SGLangStartup
+from kvtier.engines.vllm import pool as vllm_budget
+from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
-from kvtier.logs.detect import ParsedLog
+from kvtier.ledger.log_model import identify_model
+from kvtier.ledger.settings import Settings, to_bool, to_fraction, to_int, to_str
 from kvtier.logs.facts import Fact, min_over_ranks, stated
-from kvtier.logs.model import identify_model
-from kvtier.logs.settings import Settings, to_bool, to_fraction, to_int, to_str
-from kvtier.logs.sglang import SGLangStartup
-from kvtier.logs.vllm import VllmStartup
 from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import ModelSpec
 

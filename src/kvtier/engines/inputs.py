@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.budget.deployment import Deployment
-from kvtier.budget.kvdtype import KVDtype, resolve_kv_dtype
-from kvtier.budget.ledger import Input, Ledger
+from kvtier.engines.deployment import Deployment
+from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
+from kvtier.engines.ledger import Input, Ledger
 from kvtier.spec.model import ModelSpec
 from kvtier.units import GiB, MiB
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvtier.budget.kvdtype import KVDtype
+from kvtier.engines.kvdtype import KVDtype
 from kvtier.spec.model import AttentionKind, KVGeometry
 from kvtier.units import GB, GiB
 

@@ -15,12 +15,12 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvtier.budget import sglang as sglang_budget
-from kvtier.budget import vllm as vllm_budget
-from kvtier.budget.deployment import Engine
-from kvtier.budget.kvdtype import KVDtype
+from kvtier.engines.deployment import Engine
+from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.sglang import pool as sglang_budget
+from kvtier.engines.vllm import pool as vllm_budget
+from kvtier.ledger.log_inputs import LogInputs
 from kvtier.logs.facts import Fact, stated
-from kvtier.logs.inputs import LogInputs
 from kvtier.spec.model import ModelSpec
 
 # Every GiB figure both engines print is formatted with two decimals (%.2f).

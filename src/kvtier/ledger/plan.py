@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from kvtier.budget import sglang_ledger, vllm_ledger
-from kvtier.budget.deployment import Deployment, Engine
-from kvtier.budget.inputs import PlanInputs
-from kvtier.budget.ledger import Ledger
+from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.ledger import Ledger
+from kvtier.engines.sglang import ledger as sglang_ledger
+from kvtier.engines.vllm import ledger as vllm_ledger
 from kvtier.errors import KvtierError
 
 

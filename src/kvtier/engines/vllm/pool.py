@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvtier.budget.kvdtype import KVDtype
+from kvtier.engines.kvdtype import KVDtype
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry
 from kvtier.units import GiB

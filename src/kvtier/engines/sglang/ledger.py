@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kvtier.budget import estimate, hicache, sglang
-from kvtier.budget.estimate import Term
-from kvtier.budget.inputs import PlanInputs
-from kvtier.budget.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
-from kvtier.budget.sglang_defaults import default_mem_fraction
+from kvtier.engines import estimate
+from kvtier.engines.estimate import Term
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
+from kvtier.engines.sglang import hicache
+from kvtier.engines.sglang import pool as sglang
+from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB, MiB

@@ -1,7 +1,7 @@
 """The options menu for a logged start: the log's figures as a measured `Deployment`, then advise.
 
 The deployment carries every setting the log states (with its line as origin) and the measured
-free memory, weights, activation and graph figures, so `kvtier.budget.advise` prices each option
+free memory, weights, activation and graph figures, so `kvtier.ledger.advise` prices each option
 from what this server actually saw.
 """
 
@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtier.budget.advise import DEFAULT_MARGIN_GIB, HostSetup, Option, all_options
-from kvtier.budget.deployment import Deployment, Measured
-from kvtier.budget.ledger import Ledger
-from kvtier.budget.plan import build_ledger, resolve
+from kvtier.engines.deployment import Deployment, Measured
+from kvtier.engines.ledger import Ledger
+from kvtier.engines.sglang.log import SGLangStartup
+from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
+from kvtier.ledger.advise import DEFAULT_MARGIN_GIB, HostSetup, Option, all_options
+from kvtier.ledger.log_inputs import LogInputs
+from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.logs.facts import Fact, min_over_ranks
-from kvtier.logs.inputs import LogInputs
-from kvtier.logs.sglang import SGLangStartup
-from kvtier.logs.vllm import VllmStartup
 
 
 @dataclass(frozen=True, slots=True)

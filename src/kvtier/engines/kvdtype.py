@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvtier.budget.deployment import Engine
+from kvtier.engines.deployment import Engine
 from kvtier.errors import KvtierError
 
 # Model dtypes as config.json / --dtype spell them -> bytes per element.

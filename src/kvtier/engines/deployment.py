@@ -1,6 +1,6 @@
 """The single parsed form of a deployment: engine, model, parallelism, memory flags, measurements.
 
-Built from an engine launch command (`kvtier.budget.launch`), from plain kvtier flags, or by
+Built from an engine launch command (`kvtier.engines.launch`), from plain kvtier flags, or by
 a log parser; `plan`, `advise`, `explain` and the simulator all read this one type. Every field
 that was set records where it came from (`origins`), so a ledger can cite its inputs.
 """

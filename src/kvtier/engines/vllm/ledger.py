@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvtier.budget import estimate, sglang, vllm
-from kvtier.budget.estimate import Term
-from kvtier.budget.inputs import PlanInputs
-from kvtier.budget.ledger import (
+from kvtier.engines import estimate
+from kvtier.engines.estimate import Term
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.ledger import (
     Concurrency,
     HostPool,
     Input,
@@ -13,6 +13,8 @@ from kvtier.budget.ledger import (
     LedgerItem,
     context_lengths,
 )
+from kvtier.engines.sglang import pool as sglang
+from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
 from kvtier.spec.model import LayerKind
 from kvtier.units import GiB, MiB

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvtier.budget.deployment import Measured
-from kvtier.logs.detect import parse_log
-from kvtier.logs.inputs import LogInputs, log_inputs
-from kvtier.logs.ledger import LogLedger, build_ledger
-from kvtier.logs.options import LogOptions, log_options
-from kvtier.logs.reconcile import Reconciliation, reconcile
+from kvtier.engines.deployment import Measured
+from kvtier.engines.detect import parse_log
+from kvtier.ledger.log_inputs import LogInputs, log_inputs
+from kvtier.ledger.log_ledger import LogLedger, build_ledger
+from kvtier.ledger.options import LogOptions, log_options
+from kvtier.ledger.reconcile import Reconciliation, reconcile
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvtier.budget.advise import Option, fraction_flag, max_safe_fraction, variant
-from kvtier.budget.deployment import Engine
-from kvtier.budget.inputs import PlanInputs
-from kvtier.budget.ledger import Ledger
+from kvtier.engines.deployment import Engine
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.ledger import Ledger
+from kvtier.ledger.advise import Option, fraction_flag, max_safe_fraction, variant
 
 
 @dataclass(frozen=True, slots=True)
