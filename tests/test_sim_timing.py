@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kvtier.budget.deployment import Deployment, Engine
+from kvtier.engines.deployment import Deployment, Engine
 from kvtier.errors import KvtierError
 from kvtier.sim.setup import build_config
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
