@@ -126,7 +126,7 @@ def test_a_damaged_store_page_ends_the_fetched_prefix(tmp_path: Path) -> None:
 
     fresh, _ = _cache(layout, url)
     match = fresh.match_prefix(keys)
-    assert match.num_store_pages == PAGES  # the probe sees files, not their contents
+    assert match.num_store_pages == 3  # the probe checks each page's header and size
     match = fresh.fetch_from_store(keys, match)
     assert match.num_host_pages == 3  # pages 0-2 only; the torn page is dropped, never served
     assert not path.exists()

@@ -148,8 +148,8 @@ def test_full_disk_stops_writes_keeps_reads_and_retries_later(
     hashes, blobs = chain(6), payloads(6)
     store.put(hashes[:2], blobs[:2])
 
-    def no_space(path: Path, head: bytes, payload: bytes) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    def no_space(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(disk, "_write_new", no_space)
     assert store.put(hashes[2:5], blobs[2:5]) == 0

@@ -10,13 +10,15 @@ cache takes it through `StoreHook`:
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import math
+import os
+from urllib.parse import unquote, urlsplit
 
 from kvtier.errors import KvtierError
 from kvtier.store.base import PageStore, StoreFingerprint, StoreStats, StoreUnavailable
 from kvtier.store.disk import DiskStore
 from kvtier.store.hook import StoreHook
-from kvtier.store.redis_store import CLUSTER_SCHEME_PREFIX, RedisStore
+from kvtier.store.redis_store import CLUSTER_SCHEME_PREFIX, RedisStore, redact
 from kvtier.store.resilient import ResilientStore
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -42,30 +44,91 @@ def open_store(
     ttl_s: int | None = None,
     timeout_s: float = 1.0,
 ) -> ResilientStore:
-    """A store for `url`: a directory path or `file:///dir` (disk), or a Redis URL.
+    """A store for `url`: a directory path (`~` expanded) or `file:///dir` (disk), or a Redis
+    URL (`redis://host:port/db`, `rediss://`, `unix:///socket?db=N`, `cluster+redis://`).
 
-    `capacity_bytes` caps a disk store (LRU eviction); `ttl_s` expires Redis keys. A Redis
-    server that is down now is not an error: the store reports misses until it answers.
+    `capacity_bytes` caps a disk store (LRU eviction); `ttl_s` expires Redis keys. The URL and
+    options are checked here, strictly: anything wrong is a `KvtierError` of one line naming it.
+    A Redis server that is down now is not an error: the store reports misses until it answers.
     """
-    scheme = urlsplit(url).scheme
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if not isinstance(url, str):
+        raise KvtierError(f"store URL must be a string, got {type(url).__name__}")
+    if not isinstance(fingerprint, StoreFingerprint):
+        raise KvtierError(f"store fingerprint must be a StoreFingerprint, got {fingerprint!r}")
+    if not _positive(timeout_s, float):
+        raise KvtierError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if "\0" in url:
+        raise KvtierError(f"store URL {url!r} holds a NUL character")
+    scheme = _scheme(url)
     inner: PageStore
     if scheme in ("", "file"):
-        path = urlsplit(url).path if scheme else url
-        if not path:
-            raise KvtierError(f"store URL {url!r} names no directory")
+        path = _disk_path(url, scheme)
         if ttl_s is not None:
             raise KvtierError("ttl_s applies to Redis stores; a disk store is capped by size")
+        if capacity_bytes is not None and not _positive(capacity_bytes, int):
+            raise KvtierError(f"capacity_bytes must be a positive integer, got {capacity_bytes!r}")
         try:
             inner = DiskStore(path, fingerprint, capacity_bytes=capacity_bytes)
         except StoreUnavailable as exc:
-            raise KvtierError(str(exc)) from exc
+            raise KvtierError(str(exc)) from None
     elif scheme.removeprefix(CLUSTER_SCHEME_PREFIX) in REDIS_SCHEMES:
         if capacity_bytes is not None:
             raise KvtierError("capacity_bytes applies to disk stores; size Redis with maxmemory")
+        if ttl_s is not None and not _positive(ttl_s, int):
+            raise KvtierError(f"ttl_s must be a positive whole number of seconds, got {ttl_s!r}")
         inner = RedisStore(url, fingerprint, ttl_s=ttl_s, timeout_s=timeout_s)
     else:
         raise KvtierError(
-            f"unknown store URL scheme {scheme!r} in {url!r}: use a directory, file:///dir, "
-            "redis://host:port/db, rediss://, unix:// or cluster+redis://host:port"
+            f"unknown store URL scheme {scheme!r} in {redact(url)!r}: use a directory, "
+            "file:///dir, redis://host:port/db, rediss://, unix:// or cluster+redis://host:port"
         )
     return ResilientStore(inner)
+
+
+def _scheme(url: str) -> str:
+    """The URL's scheme, lower case; "" for a plain path (which may hold a colon)."""
+    known = ("file", *REDIS_SCHEMES, *(CLUSTER_SCHEME_PREFIX + s for s in REDIS_SCHEMES))
+    if url.startswith(("/", "~", ".")) or (
+        "://" not in url and url.partition(":")[0].lower() not in known
+    ):
+        return ""
+    try:
+        return urlsplit(url).scheme
+    except ValueError:
+        raise KvtierError(f"cannot parse store URL {redact(url)!r}") from None
+
+
+def _disk_path(url: str, scheme: str) -> str:
+    """The directory a disk store URL names, `~` expanded; `file://` URLs must be absolute and
+    name no host but localhost."""
+    if not scheme:
+        if not url.strip():
+            raise KvtierError(f"store URL {url!r} names no directory")
+        return os.path.expanduser(url)
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise KvtierError(
+            f"store URL {url!r} names host {parts.netloc!r}; a file URL names a local "
+            "directory: file:///absolute/dir (three slashes) or a plain path"
+        )
+    if parts.query or parts.fragment:
+        raise KvtierError(f"store URL {url!r}: a file URL takes no ?query or #fragment")
+    path = os.path.expanduser(unquote(parts.path))
+    if not path:
+        raise KvtierError(f"store URL {url!r} names no directory")
+    if not os.path.isabs(path):
+        raise KvtierError(f"store URL {url!r} names a relative path; use file:///absolute/dir")
+    if "\0" in path:
+        raise KvtierError(f"store URL {url!r} holds a NUL character")
+    return path
+
+
+def _positive(value: object, kind: type) -> bool:
+    """True for a positive number of `kind` (an int where a float is asked; never a bool)."""
+    if isinstance(value, bool):
+        return False
+    if kind is float:
+        return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    return isinstance(value, int) and value > 0

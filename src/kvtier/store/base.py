@@ -5,14 +5,17 @@ the serialized KV bytes of that page. Pages are only interchangeable between cac
 on everything that shapes those bytes, so every key is qualified by a `StoreFingerprint`, and
 the fingerprint is also written into each blob's header and checked on read (see `blob.py`).
 
-Failures are of two kinds. A page that is missing, corrupt or foreign is a miss (counted, never
-served). A store that cannot be reached raises `StoreUnavailable`; `ResilientStore` turns that
-into misses and backs off.
+Failures are of two kinds. A page that is missing, corrupt or foreign, or an entry that is not a
+page at all, is a miss for that page alone: counted, never served, and removed (or, where the
+store cannot be written, quarantined) so it is not read again; the rest of the batch is served.
+A store that cannot be reached raises `StoreUnavailable`; `ResilientStore` turns that into
+misses and backs off.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -22,6 +25,9 @@ from kvtier.spec.model import AttentionKind, ModelSpec
 
 PageHash = bytes
 FINGERPRINT_DIGEST_SIZE = 16
+# Bumped whenever the digest's input changes, so pages written under an older encoding are
+# misses (other keys, other directories), never taken for this one's.
+FINGERPRINT_FORMAT = 2
 
 
 class StoreUnavailable(Exception):
@@ -80,8 +86,20 @@ class StoreFingerprint:
 
     @property
     def digest(self) -> bytes:
-        """A 16-byte digest of every field; it prefixes keys and is stored in blob headers."""
-        text = "\x1f".join(str(getattr(self, f.name)) for f in fields(self))
+        """A 16-byte digest of every field; it prefixes keys and is stored in blob headers.
+
+        The input is canonical JSON (field names and typed values, sorted keys), so two
+        different field sets can never encode to the same text, whatever their strings hold.
+        """
+        text = json.dumps(
+            {
+                "format": FINGERPRINT_FORMAT,
+                "fields": {f.name: getattr(self, f.name) for f in fields(self)},
+            },
+            sort_keys=True,
+            ensure_ascii=True,
+            separators=(",", ":"),
+        )
         return hashlib.blake2b(text.encode(), digest_size=FINGERPRINT_DIGEST_SIZE).digest()
 
 

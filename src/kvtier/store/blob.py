@@ -2,7 +2,7 @@
 
     offset  size  field
     0       4     magic b"KVL3"
-    4       1     format version (1)
+    4       1     format version (2)
     5       1     page-hash length H
     6       2     reserved, zero
     8       16    fingerprint digest
@@ -13,6 +13,11 @@
 
 CRC-32 (zlib) rather than a cryptographic hash: it is there to catch torn writes, truncation and
 bit rot at several GB/s; the fingerprint and page hash in the header catch misplaced blobs.
+
+The header alone says how long the whole blob must be, so a reader checks a blob's size, magic,
+fingerprint and page hash (`read_header`, `check_head`) before it reads any payload, and never
+reads more than the header promised. Version 2 came with the fingerprint's unambiguous encoding
+(`StoreFingerprint.digest`): a version-1 blob is corrupt to this code, never served.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import zlib
 from kvtier.store.base import FINGERPRINT_DIGEST_SIZE, PageHash
 
 MAGIC = b"KVL3"
-VERSION = 1
+VERSION = 2
 _HEADER = struct.Struct(f"<4sBBH{FINGERPRINT_DIGEST_SIZE}sQI")
 HEADER_SIZE = _HEADER.size
 
@@ -66,6 +71,33 @@ def head_size(blob: bytes) -> int:
     if len(blob) < HEADER_SIZE:
         raise CorruptBlob(f"{len(blob)} bytes is shorter than the {HEADER_SIZE}-byte header")
     return HEADER_SIZE + blob[5]
+
+
+def read_header(fixed: bytes) -> tuple[int, int]:
+    """(page-hash length, payload length) from a blob's first `HEADER_SIZE` bytes.
+
+    Raises `CorruptBlob` when they are not the header of a page blob of this format version.
+    """
+    if len(fixed) < HEADER_SIZE:
+        raise CorruptBlob(f"{len(fixed)} bytes is shorter than the {HEADER_SIZE}-byte header")
+    magic, version, hash_len, reserved, _, length, _ = _HEADER.unpack_from(fixed)
+    if magic != MAGIC or version != VERSION or reserved != 0:
+        raise CorruptBlob(f"bad magic {magic!r}, version {version} or reserved field")
+    return hash_len, length
+
+
+def check_head(fingerprint: bytes, page_hash: PageHash, head: bytes) -> int:
+    """The payload length of a blob whose head (header + page hash) is `head`, after checking
+    everything but the payload: `CorruptBlob` for a damaged header, `ForeignBlob` for another
+    fingerprint's or another page's blob."""
+    hash_len, length = read_header(head)
+    if len(head) != HEADER_SIZE + hash_len:
+        raise CorruptBlob("blob ends inside its header")
+    if head[8 : 8 + FINGERPRINT_DIGEST_SIZE] != fingerprint:
+        raise ForeignBlob("blob was written under another fingerprint")
+    if head[HEADER_SIZE:] != page_hash:
+        raise ForeignBlob("blob holds another page")
+    return length
 
 
 def verify_blob(

@@ -5,8 +5,13 @@
                          +---------failure----------+   (delay doubles, up to max_delay_s)
 
 While the circuit is open no call reaches the store: lookups report misses (counted as
-`skipped`), writes are dropped (counted as `refused`). Each `StoreUnavailable` counts one error.
-The store behind the breaker comes back without intervention once it answers again.
+`skipped`), writes are dropped (counted as `refused`). Each failed call counts one error and
+opens the circuit: `StoreUnavailable`, and any other exception the store lets out (a bug, a
+MemoryError), so nothing a store does reaches the cache. The one exception raised here is a
+caller's own mistake, a `ValueError` for hash and payload counts that differ. Faults of single
+pages (a corrupt file, a key of another type) are handled by the stores themselves, page by page,
+and never reach the breaker. The store behind the breaker comes back without intervention once
+it answers again.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from kvtier.store.base import PageHash, PageStore, StoreCounters, StoreStats, St
 
 
 class ResilientStore:
-    """Wraps `inner`; same interface, never raises `StoreUnavailable`."""
+    """Wraps `inner`; same interface, never raises for anything the store does."""
 
     def __init__(
         self,
@@ -46,13 +51,17 @@ class ResilientStore:
         return self._open_until is not None and self._clock() < self._open_until
 
     def put(self, hashes: Sequence[PageHash], payloads: Sequence[bytes]) -> int:
+        if len(hashes) != len(payloads):
+            raise ValueError(f"{len(hashes)} hashes but {len(payloads)} payloads")
         return self._call(lambda: self.inner.put(hashes, payloads), refused=len(hashes))
 
     def get(self, hashes: Sequence[PageHash]) -> list[bytes | None]:
         if self._allow():
             try:
-                pages = self.inner.get(hashes)
-            except StoreUnavailable as exc:
+                pages = list(self.inner.get(hashes))
+                if len(pages) != len(hashes):
+                    raise StoreUnavailable(f"{len(pages)} pages for {len(hashes)} hashes")
+            except Exception as exc:
                 self._fail(exc)
             else:
                 self._succeed()
@@ -71,7 +80,10 @@ class ResilientStore:
         return self.inner.stats() + self._counters.snapshot()
 
     def close(self) -> None:
-        self.inner.close()
+        try:
+            self.inner.close()
+        except Exception as exc:
+            self.last_error = _describe(exc)
 
     def _call(self, call: Callable[[], int], refused: int = 0) -> int:
         """`call()` through the breaker; 0 when the circuit is open or the call fails, in which
@@ -79,7 +91,7 @@ class ResilientStore:
         if self._allow():
             try:
                 result = call()
-            except StoreUnavailable as exc:
+            except Exception as exc:
                 self._fail(exc)
             else:
                 self._succeed()
@@ -91,15 +103,22 @@ class ResilientStore:
         with self._lock:
             return self._open_until is None or self._clock() >= self._open_until
 
-    def _fail(self, exc: StoreUnavailable) -> None:
+    def _fail(self, exc: Exception) -> None:
         with self._lock:
             self._failures += 1
             delay = min(self.base_delay_s * 2 ** (self._failures - 1), self.max_delay_s)
             self._open_until = self._clock() + delay
-            self.last_error = str(exc)
+            self.last_error = _describe(exc)
         self._counters.add(errors=1)
 
     def _succeed(self) -> None:
         with self._lock:
             self._failures = 0
             self._open_until = None
+
+
+def _describe(exc: Exception) -> str:
+    """A failure in one line: the store's own message, or the type of anything unexpected."""
+    if isinstance(exc, StoreUnavailable):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
