@@ -16,13 +16,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/kvtier explain examples/logs/sglang-kimi-k25-eagle3.log --host-ram-gb 396
 
+# pytest's own exit codes pass through; 5 (no tests collected) is a failure like any other.
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest
+	$(VENV)/bin/mypy
+	$(PY) -m pytest $(PYTEST_ARGS) || { rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; fi; \
+	  exit $$rc; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

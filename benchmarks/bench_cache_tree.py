@@ -39,6 +39,9 @@ from kvtier.cache import (
 )
 
 BLOCK_TOKENS = 512  # Mooncake trace block size
+# What the simulator needs from the tree (docs/benchmarks.md): page operations per CPU-second,
+# which load on a shared machine disturbs less than the wall-clock rate
+GOAL_PAGE_OPS_PER_CPU_S = 200_000
 DEFAULT_TRACE = (
     Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "mooncake-conversation.jsonl"
 )
@@ -189,7 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{best['calls'] / best['cpu_s']:,.0f} per cpu-s"
     )
     print(f"requests/s: {len(requests) / best['wall_s']:,.0f} wall")
-    return 0
+    rate = best["page_ops"] / best["cpu_s"]
+    met = rate >= GOAL_PAGE_OPS_PER_CPU_S
+    print(
+        f"goal: {GOAL_PAGE_OPS_PER_CPU_S:,} page ops per cpu-s (the simulator's need), "
+        f"measured {rate:,.0f}: {'met' if met else 'MISSED'}"
+    )
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ def main() -> int:
         )
     median = statistics.median(rows[2][1][0])
     loaded = torch_loaded()
-    print(f"torch imported by plan: {loaded}")
+    print(f"torch imported by plan: {loaded} (goal: False)")
     verdict = "ok" if median <= BUDGET_S else "OVER"
     print(f"plan wall median {median:.3f} s vs budget {BUDGET_S} s: {verdict}")
     return 0 if median <= BUDGET_S and not loaded else 1

@@ -6,14 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
+from conftest import require_shared
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "report"
-FOUNDING_LOGS = (
-    ROOT / "examples" / "logs" / "sglang-kimi-k25-eagle3.log",
-    ROOT / ".." / "shared" / "cases" / "seed-sglang.log",
-)
+FOUNDING_LOG = ROOT / "examples" / "logs" / "sglang-kimi-k25-eagle3.log"
 # A short sweep keeps the tests fast; the README's command runs 2,000 requests.
 SMALL_SWEEP = ["--generate", "chat", "--seed", "1", "--requests", "60", "--rate", "0.1",
                "--engine", "sglang", "--model", "kimi-k2.5", "--gpu", "RTX PRO 6000", "--tp", "8",
@@ -28,7 +25,6 @@ def fixture(name: str) -> dict[str, Any]:
 
 def founding_log() -> Path:
     """The founding scenario's startup log: the bundled example, else the shared case."""
-    for path in FOUNDING_LOGS:
-        if path.is_file():
-            return path
-    pytest.skip("the founding log is not here")
+    if FOUNDING_LOG.is_file():
+        return FOUNDING_LOG
+    return require_shared("cases/seed-sglang.log")

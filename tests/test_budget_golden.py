@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_shared
 from kvtier.engines.deployment import Deployment, Engine, Measured
 from kvtier.ledger.plan import plan
 from kvtier.units import GiB
 
 FIXTURE = Path(__file__).parent / "fixtures" / "budget_cases.json"
-SHARED_CASES = Path(__file__).resolve().parents[1] / ".." / "shared" / "cases" / "dev-logs.json"
 CASES = json.loads(FIXTURE.read_text())["cases"]
 
 
@@ -78,9 +78,7 @@ def test_vllm_logged_concurrency() -> None:
 
 
 def test_fixture_numbers_are_those_of_the_shared_cases() -> None:
-    if not SHARED_CASES.exists():
-        pytest.skip("shared cases not present")
-    shared = {c["id"]: c for c in json.loads(SHARED_CASES.read_text())}
+    shared = {c["id"]: c for c in json.loads(require_shared("cases/dev-logs.json").read_text())}
     for case in CASES:
         if case["id"] not in shared:
             continue

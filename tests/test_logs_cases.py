@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_shared
 from kvtier.ledger.explain import explain_log
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
@@ -121,8 +122,7 @@ def test_shared_case_reconciles(case: dict[str, object]) -> None:
 
 
 def test_shared_cases_present_or_skipped() -> None:
-    if not (SHARED_CASES / "dev-logs.json").exists():
-        pytest.skip("shared case set not present beside the repository")
+    require_shared("cases/dev-logs.json")
     assert len(_shared_cases()) >= 8
 
 

@@ -133,13 +133,13 @@ def test_single_simulation_run_draws_one_column() -> None:
     run = fixture("simulate-sweep.json")["sweep"]["runs"][3]
     (section,) = sections_for("simulate", run)
     assert section.body.count('class="chart"') == 1
-    assert "58.0%" in section.body  # the run's hit rate, in the table
+    assert f"{run['hit_rate']:.1%}" in section.body  # the run's hit rate, in the table
 
 
 def test_untimed_sweep_draws_hit_rates_only() -> None:
     sweep = fixture("simulate-sweep.json")
     for run in sweep["sweep"]["runs"]:
-        run["params"] = {"host_ratio": run.pop("value")}
+        run["params"] = {sweep["sweep"]["param"]: run.pop("value")}
         run["ttft_s"] = None
     (section,) = sections_for("simulate", sweep)
     assert section.body.count('class="chart"') == 1

@@ -8,24 +8,19 @@ only leaves are evicted).
 from __future__ import annotations
 
 import heapq
-from pathlib import Path
 
 import pytest
 
+from conftest import require_shared
 from kvtier.errors import KvtierError
 from kvtier.sim.reference import lru, unbounded
 from kvtier.sim.trace import Trace, load_trace
 from kvtier.sim.workload import generate
 
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
-CONVERSATION = SHARED / "traces" / "mooncake-conversation.jsonl"
-
 
 @pytest.fixture(scope="module")
 def conversation() -> Trace:
-    if not CONVERSATION.exists():
-        pytest.skip("the shared Mooncake conversation trace is not present")
-    return load_trace(CONVERSATION)
+    return load_trace(require_shared("traces/mooncake-conversation.jsonl"))
 
 
 def ceiling(trace: Trace) -> tuple[int, int]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import require_shared
 from kvtier.errors import KvtierError, UnsupportedModel
 from kvtier.spec.catalog import catalog_ids, resolve_model
 from kvtier.spec.params import (
@@ -22,8 +22,6 @@ from kvtier.spec.params import (
 )
 from kvtier.spec.weights import dtype_bytes, weight_bytes
 from kvtier.units import GiB
-
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 
 # (model, tp, GiB per GPU the engine logged after loading, case id in shared/cases, log text,
 #  GiB the log may exceed the estimate by). SGLang: "Load weight end. ... mem usage=X GB";
@@ -59,9 +57,7 @@ def test_weights_match_the_engines(
 def test_golden_figures_are_the_logged_ones(
     model: str, tp: int, logged: float, case: str, line: str, slack: float
 ) -> None:
-    cases = SHARED / "cases"
-    if not cases.is_dir():
-        pytest.skip("shared/cases not present")
+    cases = require_shared("cases")
     if case == "seed-sglang":
         text = (cases / "seed-sglang.log").read_text()
     else:
