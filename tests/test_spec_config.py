@@ -255,7 +255,14 @@ def test_tied_embeddings_have_no_lm_head() -> None:
         ("qwen2.5-7b", lambda c: c.update(use_sliding_window=True), "use_sliding_window"),
         ("qwen3-8b", lambda c: c.pop("architectures"), "architectures"),
         ("qwen3-8b", lambda c: c.pop("hidden_size"), "'hidden_size'"),
-        ("qwen3-8b", lambda c: c.pop("torch_dtype"), "torch_dtype"),
+        ("qwen3-8b", lambda c: c.update(torch_dtype="int3"), "`torch_dtype` 'int3'"),
+        ("qwen3-8b", lambda c: c.update(model_type="qwen9"), "`model_type` 'qwen9'"),
+        (
+            "gemma-3-27b",
+            lambda c: c["text_config"].update(model_type="gemma9_text"),
+            "`text_config.model_type` 'gemma9_text'",
+        ),
+        ("qwen3-8b", lambda c: c.update(hidden_size="4096"), "`hidden_size` must be an integer"),
         (
             "qwen3-8b",
             lambda c: c.update(quantization_config={"quant_method": "bitsandbytes"}),

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from conftest import require_shared
 from kvtier.errors import KvtierError, UnsupportedModel
 from kvtier.spec.catalog import catalog_ids, resolve_model
+from kvtier.spec.dtypes import dtype_bytes
 from kvtier.spec.params import (
     ATTENTION_KV,
     EMBEDDING,
@@ -20,7 +21,7 @@ from kvtier.spec.params import (
     ROPE_CACHE,
     VISION_TOWER,
 )
-from kvtier.spec.weights import dtype_bytes, weight_bytes
+from kvtier.spec.weights import weight_bytes
 from kvtier.units import GiB
 
 # (model, tp, GiB per GPU the engine logged after loading, case id in shared/cases, log text,

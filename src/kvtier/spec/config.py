@@ -1,8 +1,10 @@
 """ModelSpec from a Hugging Face `config.json`: KV geometry, parameter groups, quantization.
 
-Only architectures whose attention layout is known are accepted; anything else (linear-attention
-or mamba hybrids, unknown `layer_types`, new MLA variants) raises UnsupportedModel naming the
-field and value, because a wrong KV geometry silently corrupts every number downstream.
+A published file is read as the engines read it (`published.py`: nested text sections, unstated
+fields at transformers' defaults, the dtype `--dtype auto` resolves to). Only architectures whose
+attention layout is known are accepted; anything else (linear-attention or mamba hybrids,
+unknown `layer_types` or `model_type`, new MLA variants) raises UnsupportedModel naming the field
+and value, because a wrong KV geometry silently corrupts every number downstream.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from typing import Any
 from kvtier.errors import UnsupportedModel
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec, ParamGroup
 from kvtier.spec.params import VISION_TOWER, decoder_params, load_buffers, moe_layout
+from kvtier.spec.published import model_dtype, text_section, vision_section
 from kvtier.spec.quant import parse_quantization
 from kvtier.spec.vision import vision_params
 
-# Decoder-only architectures and multimodal wrappers (decoder under `text_config`) understood here
+# Decoder-only architectures understood here
 TEXT_ARCHITECTURES = frozenset(
     {
         "LlamaForCausalLM",
@@ -30,79 +33,86 @@ TEXT_ARCHITECTURES = frozenset(
         "Gemma2ForCausalLM",
         "Gemma3ForCausalLM",
         "GptOssForCausalLM",
+        "Phi3ForCausalLM",
     }
 )
-WRAPPER_ARCHITECTURES = frozenset(
-    {
-        "KimiK25ForConditionalGeneration",
-        "Gemma3ForConditionalGeneration",
-        "Llama4ForConditionalGeneration",
-    }
-)
+# Multimodal wrappers -> checkpoint prefix of their text decoder's modules
+WRAPPER_ARCHITECTURES = {
+    "KimiK25ForConditionalGeneration": "language_model.",
+    "Gemma3ForConditionalGeneration": "language_model.",
+    "Llama4ForConditionalGeneration": "language_model.",
+    "Qwen2_5_VLForConditionalGeneration": "",
+}
+# Wrappers whose older files keep the decoder's fields at the top level
+_TEXT_AT_TOP_LEVEL = frozenset({"Qwen2_5_VLForConditionalGeneration"})
 _LAYER_TYPES = {
     "full_attention": LayerKind.FULL,
     "sliding_attention": LayerKind.SLIDING,
     "chunked_attention": LayerKind.CHUNKED,
 }
+# tying for configs that state neither it nor a `model_type` (the catalog's condensed entries)
 _TIED_BY_DEFAULT = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 
 
 def model_from_config(config: Mapping[str, Any], model_id: str) -> ModelSpec:
     """Build the ModelSpec of `config` (a parsed config.json); `model_id` names it in output."""
+    if not isinstance(config, Mapping):
+        raise UnsupportedModel(f"{model_id}: config.json is not a JSON object")
     archs = config.get("architectures")
     if not archs:
         raise UnsupportedModel(f"{model_id}: config.json has no `architectures` field")
-    arch = str(archs[0])
+    if not isinstance(archs, list) or not isinstance(archs[0], str):
+        raise UnsupportedModel(f"{model_id}: `architectures` must be a list of names")
+    arch = archs[0]
     if arch not in TEXT_ARCHITECTURES and arch not in WRAPPER_ARCHITECTURES:
         raise UnsupportedModel(f"{model_id}: unsupported architectures entry {arch!r}")
-    text: Mapping[str, Any] = config
-    if arch in WRAPPER_ARCHITECTURES:
-        text = config.get("text_config") or {}
-        if not text:
-            raise UnsupportedModel(f"{model_id}: {arch} config has no `text_config`")
+    nested = arch in WRAPPER_ARCHITECTURES and arch not in _TEXT_AT_TOP_LEVEL
+    text = text_section(config, nested, model_id)
+    fields = {**text.fields, "tie_word_embeddings": _tied(arch, config, text.fields)}
     try:
-        return _build(arch, config, _with_tie(arch, config, text), model_id)
+        dtype = model_dtype(config, text, model_id)
+        return _build(arch, config, fields, text.defaulted, dtype, model_id)
     except KeyError as exc:
         raise UnsupportedModel(f"{model_id}: config lacks field {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:  # a field no check above covers
+        raise UnsupportedModel(f"{model_id}: malformed config.json ({exc})") from None
+    except UnsupportedModel as exc:
+        if str(exc).startswith(model_id):
+            raise
+        raise UnsupportedModel(f"{model_id}: {exc}") from None
 
 
-def _with_tie(arch: str, config: Mapping[str, Any], text: Mapping[str, Any]) -> dict[str, Any]:
-    # wrappers state tying at the top level; the text config's own default may differ
-    tie = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
-    if tie is None:
-        tie = arch in _TIED_BY_DEFAULT
-    return {**text, "tie_word_embeddings": bool(tie)}
+def _tied(arch: str, config: Mapping[str, Any], text: Mapping[str, Any]) -> bool:
+    # the text section's own value (stated or its class default), else the wrapper's
+    for tie in (text.get("tie_word_embeddings"), config.get("tie_word_embeddings")):
+        if tie is not None:
+            return bool(tie)
+    return arch in _TIED_BY_DEFAULT
 
 
 def _build(
-    arch: str, config: Mapping[str, Any], text: Mapping[str, Any], model_id: str
+    arch: str,
+    config: Mapping[str, Any],
+    text: Mapping[str, Any],
+    defaulted: tuple[str, ...],
+    dtype: tuple[str, str],
+    model_id: str,
 ) -> ModelSpec:
     kv = kv_geometry(arch, text)
     qcfg = config.get("quantization_config") or text.get("quantization_config")
     quant, quantized = parse_quantization(qcfg, int(text["hidden_size"]))
-    prefix = "language_model." if arch in WRAPPER_ARCHITECTURES else ""
+    prefix = WRAPPER_ARCHITECTURES.get(arch, "")
     params: tuple[ParamGroup, ...] = decoder_params(arch, text, quantized, prefix)
-    vision = config.get("vision_config") if arch in WRAPPER_ARCHITECTURES else None
-    if vision:
+    raw_vision = config.get("vision_config") if arch in WRAPPER_ARCHITECTURES else None
+    if raw_vision:
+        vision = vision_section(arch, raw_vision, model_id)
         count = vision_params(arch, vision, int(text["hidden_size"]))
-        params += (
-            ParamGroup(
-                VISION_TOWER,
-                count,
-                count,
-                False,
-                quantized("vision_tower.encoder.blocks.0.mlp.fc0", True),
-            ),
+        # a quantization_config under the text section covers the language model only
+        stored = bool(config.get("quantization_config")) and quantized(
+            "vision_tower.encoder.blocks.0.mlp.fc0", True
         )
+        params += (ParamGroup(VISION_TOWER, count, count, False, stored),)
     _, experts, top_k, _ = moe_layout(arch, text)
-    dtype = (
-        text.get("torch_dtype")
-        or text.get("dtype")
-        or config.get("torch_dtype")
-        or config.get("dtype")
-    )
-    if not dtype:
-        raise UnsupportedModel(f"{model_id}: config states no `torch_dtype`")
     context = text.get("max_position_embeddings") or text.get("seq_length")
     if not context:
         raise UnsupportedModel(f"{model_id}: config states no `max_position_embeddings`")
@@ -115,14 +125,16 @@ def _build(
         num_attention_heads=int(text["num_attention_heads"]),
         vocab_size=int(text["vocab_size"]),
         context_length=int(context),
-        dtype=str(dtype),
+        dtype=dtype[0],
+        dtype_source=dtype[1],
         quantization=quant,
         params=params,
         num_experts=experts,
         experts_per_token=top_k,
         draft_layers=int(text.get("num_nextn_predict_layers") or 0),
-        multimodal=bool(vision),
+        multimodal=bool(raw_vision),
         load_buffers=load_buffers(arch, text),
+        defaulted=defaulted,
     )
 
 
@@ -171,6 +183,8 @@ def _layer_kinds(arch: str, text: Mapping[str, Any], n: int) -> tuple[LayerKind,
         return tuple(_LAYER_TYPES[t] for t in types)
     if arch == "GptOssForCausalLM":
         raise UnsupportedModel("gpt-oss config without `layer_types`")
+    if arch == "Phi3ForCausalLM" and text.get("sliding_window"):
+        raise UnsupportedModel("unsupported sliding_window on Phi3ForCausalLM")
     if arch == "Gemma2ForCausalLM":
         # Gemma 2 alternates, starting with a sliding-window layer
         return tuple(LayerKind.SLIDING if i % 2 == 0 else LayerKind.FULL for i in range(n))

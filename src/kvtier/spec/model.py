@@ -112,7 +112,7 @@ class ModelSpec:
     num_attention_heads: int
     vocab_size: int
     context_length: int  # max_position_embeddings (after rope scaling where the config says so)
-    dtype: str  # model dtype, e.g. "bfloat16"
+    dtype: str  # the dtype the engines load it in under --dtype auto, e.g. "bfloat16"
     quantization: Quantization | None
     params: tuple[ParamGroup, ...]
     num_experts: int = 0
@@ -123,6 +123,10 @@ class ModelSpec:
     # tensors the engines derive from the weights while loading (RoPE cos/sin cache, MLA
     # absorbed projections): not checkpoint parameters, but inside the engines' weight figure
     load_buffers: tuple[ParamGroup, ...] = field(default=())
+    dtype_source: str = "config.json"  # where `dtype` came from, or how it was resolved
+    # config fields the file leaves unstated, taken from transformers' defaults for its
+    # model_type: "vocab_size=262208 (transformers.Gemma3TextConfig)"
+    defaulted: tuple[str, ...] = field(default=())
 
     @property
     def total_params(self) -> int:

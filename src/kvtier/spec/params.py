@@ -194,21 +194,24 @@ def load_buffers(arch: str, text: Mapping[str, Any]) -> tuple[ParamGroup, ...]:
       [positions, rotary_dim] in the model dtype, shared by the layers): positions are
       max_position_embeddings, times the factor for linear scaling, and
       original_max_position_embeddings x factor for YaRN (`YaRNScalingRotaryEmbedding`,
-      `DeepseekScalingRotaryEmbedding`). Gemma 3's sliding-window layers add a second,
-      unscaled cache (`rope_local_base_freq`). The cache spans the configured length whatever
+      `DeepseekScalingRotaryEmbedding`); M-RoPE (`MRotaryEmbedding`) is sized as the default
+      cache. Gemma 3's sliding-window layers add a second, unscaled cache
+      (`rope_local_base_freq`). The cache spans the configured length whatever
       the serving context length.
     - MLA: a second copy of `kv_b_proj` split per head for the absorbed decode path (vLLM
       `MLACommonImpl.process_weights_after_loading`: W_UK_T, W_UV; SGLang
       `DeepseekV2ForCausalLM.post_load_weights`: w_kc, w_vc), TP-sharded by head.
     """
-    scaling = text.get("rope_scaling") or {}
+    scaling = text.get("rope_scaling") or text.get("rope_parameters") or {}
+    if isinstance(scaling.get("full_attention"), Mapping):  # transformers v5, per layer type
+        scaling = scaling["full_attention"]
     kind = scaling.get("rope_type") or scaling.get("type") or "default"
     positions = int(text["max_position_embeddings"])
     if kind == "linear":
         positions = int(positions * float(scaling["factor"]))
     elif kind == "yarn":
         positions = int(int(scaling["original_max_position_embeddings"]) * float(scaling["factor"]))
-    elif kind not in ("default", "llama3"):
+    elif kind not in ("default", "llama3", "mrope"):
         raise UnsupportedModel(f"unsupported rope_scaling type {kind!r}")
     heads = int(text["num_attention_heads"])
     buffers = []

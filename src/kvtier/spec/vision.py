@@ -22,7 +22,10 @@ def _vit_blocks(layers: int, h: int, inter: int) -> int:
 
 
 def vision_params(arch: str, vision: Mapping[str, Any], text_hidden: int) -> int:
-    """Parameters of the vision tower and projector of `arch`, from its `vision_config`."""
+    """Parameters of the vision tower and projector of `arch`, from its `vision_config` read over
+    the architecture's defaults (`published.vision_section`)."""
+    if arch == "Qwen2_5_VLForConditionalGeneration":
+        return _qwen2_5_vl(vision)
     h = int(vision["hidden_size"])
     layers = int(vision["num_hidden_layers"])
     inter = int(vision["intermediate_size"])
@@ -52,6 +55,21 @@ def vision_params(arch: str, vision: Mapping[str, Any], text_hidden: int) -> int
         adapter = shuffled * adapter_in + adapter_in * adapter_out
         return (embed - h) + h + positions * h + blocks + 4 * h + adapter + out * text_hidden
     raise UnsupportedModel(f"unsupported vision tower of architecture {arch!r}")
+
+
+def _qwen2_5_vl(vision: Mapping[str, Any]) -> int:
+    # Qwen2.5-VL ViT: a Conv3d patch embedding without bias over temporal x spatial patches;
+    # blocks of RMSNorm, fused qkv + proj with biases and a SwiGLU MLP with biases; a merger
+    # that folds spatial_merge_size^2 patches (RMSNorm, then two linear layers with bias)
+    h = int(vision["hidden_size"])
+    inter = int(vision["intermediate_size"])
+    patch = int(vision["patch_size"])
+    embed = int(vision["in_channels"]) * int(vision["temporal_patch_size"]) * patch * patch * h
+    block = 4 * h * h + 4 * h + 3 * h * inter + 2 * inter + h + 2 * h
+    merged = h * int(vision["spatial_merge_size"]) ** 2
+    out = int(vision["out_hidden_size"])
+    merger = h + merged * merged + merged + merged * out + out
+    return embed + int(vision["depth"]) * block + merger
 
 
 def _prod(values: list[int]) -> int:

@@ -5,7 +5,8 @@ Mirrors how SGLang and vLLM shard a checkpoint: TP-sharded groups are split even
 embedding and lm_head is first padded to a multiple of 64 (`VocabParallelEmbedding`,
 `DEFAULT_VOCAB_PADDING_SIZE`); k/v projections stop shrinking once tp exceeds the KV heads
 (`QKVParallelLinear` replicates heads); replicated groups are whole on every rank.
-Quantized groups cost `Quantization.bytes_per_param`, the rest the model dtype's width.
+Quantized groups cost `Quantization.bytes_per_param`, the rest the model dtype's width
+(`spec.dtypes`).
 The tensors engines derive while loading (`ModelSpec.load_buffers`) are itemised too, because
 both engines' "weights" figure (SGLang `mem usage` at `Load weight end`, vLLM `Model loading
 took`) is the device memory the load consumed.
@@ -15,21 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtier.errors import KvtierError, UnsupportedModel
+from kvtier.errors import KvtierError
+from kvtier.spec.dtypes import dtype_bytes
 from kvtier.spec.model import ModelSpec
 from kvtier.spec.params import ATTENTION_KV, EMBEDDING, LM_HEAD
 from kvtier.units import gib
 
-DTYPE_BYTES = {
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "fp16": 2,
-    "half": 2,
-    "float32": 4,
-    "fp32": 4,
-    "float": 4,
-}
 _VOCAB_PADDING = 64
 
 
@@ -66,14 +58,6 @@ class WeightBytes:
     def param_bytes(self) -> int:
         """Checkpoint parameters only, without the load-time buffers."""
         return sum(g.bytes_per_rank for g in self.groups if not g.buffer)
-
-
-def dtype_bytes(dtype: str) -> int:
-    """Width of one element of a torch dtype name ("bfloat16", "torch.float16", ...)."""
-    name = dtype.removeprefix("torch.")
-    if name not in DTYPE_BYTES:
-        raise UnsupportedModel(f"unsupported model dtype {dtype!r}")
-    return DTYPE_BYTES[name]
 
 
 def weight_bytes(spec: ModelSpec, tp: int, dtype: str | None = None) -> WeightBytes:

@@ -1,0 +1,287 @@
+"""Defaults a published config.json leaves unstated, per `model_type`, as both engines see them.
+
+SGLang and vLLM build their model config with transformers' config class for the `model_type`,
+so a field the file omits takes that class's default (google/gemma-3-27b-it states neither
+`vocab_size` nor `max_position_embeddings`). Only fields kvtier reads are listed; each entry names
+the class it mirrors, and tests/test_spec_defaults.py checks every value against transformers.
+Fields whose default is derived (num_key_value_heads = num_attention_heads, head_dim = hidden_size
+// num_attention_heads) are derived in config.py, as transformers derives them.
+
+Vision towers are keyed by architecture: their configs use keys of their own (Kimi-K2.5's
+`vt_hidden_size`, ...) that neither engine reads; both build the tower from the class defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+
+class Defaults(NamedTuple):
+    source: str  # the class the values mirror, e.g. "transformers.LlamaConfig"
+    fields: Mapping[str, Any]
+
+
+_LLAMA = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+}
+_MISTRAL = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+}
+_QWEN = {
+    "vocab_size": 151936,
+    "hidden_size": 4096,
+    "intermediate_size": 22016,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+    "sliding_window": None,
+    "use_sliding_window": False,
+}
+_DEEPSEEK_V3 = {
+    "vocab_size": 129280,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+}
+_GEMMA3_TEXT = {
+    "vocab_size": 262208,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": True,
+    "sliding_window": 4096,
+    # every 6th layer global: the class's default `layer_types` (older releases'
+    # `sliding_window_pattern`)
+    "sliding_window_pattern": 6,
+}
+_QWEN2_5_VL_TEXT = {
+    "vocab_size": 152064,
+    "hidden_size": 8192,
+    "intermediate_size": 29568,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 32768,
+    "sliding_window": None,
+    "use_sliding_window": False,
+}
+
+TEXT_DEFAULTS: dict[str, Defaults] = {
+    "llama": Defaults("transformers.LlamaConfig", _LLAMA),
+    "mistral": Defaults("transformers.MistralConfig", {**_MISTRAL, "sliding_window": 4096}),
+    "mixtral": Defaults(
+        "transformers.MixtralConfig",
+        {**_MISTRAL, "sliding_window": None, "num_local_experts": 8, "num_experts_per_tok": 2},
+    ),
+    "qwen2": Defaults("transformers.Qwen2Config", _QWEN),
+    "qwen3": Defaults(
+        "transformers.Qwen3Config", {**_QWEN, "head_dim": 128, "attention_bias": False}
+    ),
+    "qwen3_moe": Defaults(
+        "transformers.Qwen3MoeConfig",
+        {
+            **_QWEN,
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "num_hidden_layers": 24,
+            "num_key_value_heads": 4,
+            "attention_bias": False,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 768,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+        },
+    ),
+    "qwen2_5_vl_text": Defaults("transformers.Qwen2_5_VLTextConfig", _QWEN2_5_VL_TEXT),
+    # older Qwen2.5-VL files keep the text fields at the top level, read with the same defaults
+    "qwen2_5_vl": Defaults("transformers.Qwen2_5_VLTextConfig", _QWEN2_5_VL_TEXT),
+    "deepseek_v2": Defaults(
+        "transformers.DeepseekV2Config",
+        {
+            "vocab_size": 102400,
+            "hidden_size": 4096,
+            "intermediate_size": 11008,
+            "moe_intermediate_size": 1407,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "max_position_embeddings": 2048,
+            "tie_word_embeddings": False,
+            "n_routed_experts": 64,
+            "n_shared_experts": 2,
+            "first_k_dense_replace": 0,
+            "kv_lora_rank": 512,
+            "q_lora_rank": 1536,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128,
+            "v_head_dim": 128,
+        },
+    ),
+    "deepseek_v3": Defaults("transformers.DeepseekV3Config", _DEEPSEEK_V3),
+    # Kimi K2/K2.5 text configs: vLLM's KimiK25Config builds them as DeepseekV3Config
+    "kimi_k2": Defaults("transformers.DeepseekV3Config", _DEEPSEEK_V3),
+    "gemma2": Defaults(
+        "transformers.Gemma2Config",
+        {
+            "vocab_size": 256000,
+            "hidden_size": 2304,
+            "intermediate_size": 9216,
+            "num_hidden_layers": 26,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "head_dim": 256,
+            "max_position_embeddings": 8192,
+            "tie_word_embeddings": True,
+            "sliding_window": 4096,
+        },
+    ),
+    "gemma3_text": Defaults("transformers.Gemma3TextConfig", _GEMMA3_TEXT),
+    "gpt_oss": Defaults(
+        "transformers.GptOssConfig",
+        {
+            "vocab_size": 201088,
+            "hidden_size": 2880,
+            "intermediate_size": 2880,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 64,
+            "max_position_embeddings": 131072,
+            "tie_word_embeddings": False,
+            "sliding_window": 128,
+            "attention_bias": True,
+            "num_local_experts": 128,
+            "num_experts_per_tok": 4,
+        },
+    ),
+    "phi3": Defaults(
+        "transformers.Phi3Config",
+        {
+            "vocab_size": 32064,
+            "hidden_size": 3072,
+            "intermediate_size": 8192,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "max_position_embeddings": 4096,
+            "tie_word_embeddings": False,
+            "sliding_window": None,
+        },
+    ),
+    "llama4_text": Defaults(
+        "transformers.Llama4TextConfig",
+        {
+            "vocab_size": 202048,
+            "hidden_size": 5120,
+            "intermediate_size": 8192,
+            "intermediate_size_mlp": 16384,
+            "num_hidden_layers": 48,
+            "num_attention_heads": 40,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "max_position_embeddings": 131072,
+            "tie_word_embeddings": False,
+            "attention_bias": False,
+            "num_local_experts": 16,
+            "num_experts_per_tok": 1,
+            "attention_chunk_size": 8192,
+            "no_rope_layer_interval": 4,
+            "interleave_moe_layer_step": 1,
+        },
+    ),
+}
+
+# Wrapper model_type -> the model_type of its text section when that section states none
+TEXT_MODEL_TYPE = {
+    "gemma3": "gemma3_text",
+    "llama4": "llama4_text",
+    "kimi_k25": "kimi_k2",
+    "qwen2_5_vl": "qwen2_5_vl_text",
+}
+
+VISION_DEFAULTS: dict[str, Defaults] = {
+    # both engines build MoonViT from this class; the published file's vt_* keys go unread
+    "KimiK25ForConditionalGeneration": Defaults(
+        "vllm.transformers_utils.configs.kimi_k25.KimiK25VisionConfig",
+        {
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "num_hidden_layers": 27,
+            "patch_size": 14,
+            "init_pos_emb_height": 64,
+            "init_pos_emb_width": 64,
+            "merge_kernel_size": [2, 2],
+        },
+    ),
+    "Gemma3ForConditionalGeneration": Defaults(
+        "transformers.SiglipVisionConfig",
+        {
+            "hidden_size": 768,
+            "intermediate_size": 3072,
+            "num_hidden_layers": 12,
+            "num_channels": 3,
+            "image_size": 224,
+            "patch_size": 16,
+        },
+    ),
+    "Llama4ForConditionalGeneration": Defaults(
+        "transformers.Llama4VisionConfig",
+        {
+            "hidden_size": 768,
+            "intermediate_size": 5632,
+            "num_hidden_layers": 34,
+            "num_channels": 3,
+            "image_size": 448,
+            "patch_size": 14,
+            "pixel_shuffle_ratio": 0.5,
+            "projector_input_dim": 4096,
+            "projector_output_dim": 4096,
+            "vision_output_dim": 7680,
+        },
+    ),
+    "Qwen2_5_VLForConditionalGeneration": Defaults(
+        "transformers.Qwen2_5_VLVisionConfig",
+        {
+            "depth": 32,
+            "hidden_size": 3584,
+            "intermediate_size": 3420,
+            "in_channels": 3,
+            "patch_size": 14,
+            "temporal_patch_size": 2,
+            "spatial_merge_size": 2,
+            "out_hidden_size": 3584,
+        },
+    ),
+}
