@@ -1,0 +1,143 @@
+"""`kvtier observe SOURCE`: read a running server's serving log or /metrics and say whether KV
+space is what holds it back."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from kvtier.cli.parser import add_subcommand
+from kvtier.errors import KvtierError
+
+if TYPE_CHECKING:
+    from kvtier.observe.observer import Observer
+
+EPILOG = """\
+examples:
+  kvtier observe server.log
+  kvtier observe server.log --json
+  docker logs sglang 2>&1 | kvtier observe -
+  kvtier observe server.log --follow --idle-exit 60
+  kvtier observe http://localhost:30000/metrics --samples 12 --interval 5
+  kvtier observe saved-metrics.txt --quiet
+
+verdicts: kv-bound (requests wait while the KV pool is >= 90% full, or running requests are
+preempted / retracted), compute-bound (requests wait while the pool has room), not-saturated
+(nothing waits). See docs/observe.md.
+"""
+
+_HEAD = 4096
+_METRICS_MAX = 64 << 20
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = add_subcommand(
+        subparsers,
+        "observe",
+        usage="%(prog)s SOURCE [options]",
+        help="read a serving log or /metrics and say whether KV space holds the server back",
+        description="Reads an SGLang or vLLM serving log (a file, '-' for standard input, or a "
+        "growing file with --follow), a /metrics URL (polled) or a saved /metrics text, and "
+        "prints a timeline of KV usage, running and queued requests, throughput and prefix hit "
+        "rate, with a diagnosis and the lines that show it.",
+        epilog=EPILOG,
+    )
+    p.add_argument(
+        "source", help="log file, '-' (stdin), http(s)://HOST:PORT/metrics, or saved metrics"
+    )
+    p.add_argument("--follow", action="store_true", help="keep reading a growing log file")
+    p.add_argument(
+        "--idle-exit",
+        type=float,
+        metavar="S",
+        help="with --follow: stop after S seconds with nothing new (default: run until Ctrl-C)",
+    )
+    p.add_argument("--samples", type=int, help="scrapes of a /metrics URL (default 3)")
+    p.add_argument("--interval", type=float, help="seconds between scrapes (default 5)")
+    p.add_argument("--points", type=int, default=120, help="timeline points kept (default 120)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="machine-readable output")
+    out.add_argument("--quiet", action="store_true", help="key figures as `key value` lines")
+    p.set_defaults(run=run)
+
+
+def _check(args: argparse.Namespace, is_url: bool) -> None:
+    if args.launch:
+        raise KvtierError(f"observe takes no launch command ({' '.join(args.launch)[:60]!r})")
+    if args.points < 1:
+        raise KvtierError(f"--points must be at least 1, not {args.points}")
+    if args.samples is not None and args.samples < 1:
+        raise KvtierError(f"--samples must be at least 1, not {args.samples}")
+    if args.interval is not None and not args.interval >= 0:
+        raise KvtierError(f"--interval must be zero or more seconds, not {args.interval}")
+    if args.idle_exit is not None and not args.idle_exit >= 0:
+        raise KvtierError(f"--idle-exit must be zero or more seconds, not {args.idle_exit}")
+    if is_url and args.follow:
+        raise KvtierError(f"{args.source}: a URL is polled with --samples, not followed")
+    if not is_url and (args.samples is not None or args.interval is not None):
+        raise KvtierError(f"{args.source}: --samples and --interval are for a /metrics URL")
+    if args.idle_exit is not None and not args.follow:
+        raise KvtierError("--idle-exit goes with --follow")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvtier.observe.observer import Observer
+    from kvtier.report.observe_view import print_observation
+
+    source: str = args.source
+    is_url = source.startswith(("http://", "https://"))
+    _check(args, is_url)
+    observer = Observer(source, args.points)
+    if is_url:
+        from kvtier.observe.metrics import observe_scrapes, poll
+
+        observe_scrapes(poll(source, args.samples or 3, args.interval or 5.0), observer)
+    elif source == "-":
+        _read_log(sys.stdin.buffer, observer, args)
+    else:
+        _read_file(Path(source), observer, args)
+    result = observer.result()
+    if result.samples == 0 and result.preemptions == 0:
+        raise KvtierError(
+            f"{source}: no serving lines found (SGLang `Decode batch` / `Prefill batch`, "
+            "vLLM `Avg prompt throughput`) and no engine metrics"
+        )
+    print_observation(result, as_json=args.json, quiet=args.quiet)
+    return 0
+
+
+def _read_file(path: Path, observer: Observer, args: argparse.Namespace) -> None:
+    from kvtier.observe.metrics import is_metrics_text, observe_scrapes, parse_scrape
+
+    try:
+        stream = path.open("rb")
+    except OSError as exc:
+        raise KvtierError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with stream:
+        try:
+            head = stream.read(_HEAD)
+        except OSError as exc:
+            raise KvtierError(f"cannot read {path}: {exc.strerror or exc}") from None
+        text = head.decode("utf-8", errors="replace")
+        if not args.follow and is_metrics_text(text):
+            rest = stream.read(_METRICS_MAX)
+            text = (head + rest).decode("utf-8", errors="replace")
+            scrape = parse_scrape(text, str(path), path.stat().st_mtime, "saved")
+            observe_scrapes([scrape], observer)
+            return
+        stream.seek(0)
+        _read_log(stream, observer, args)
+
+
+def _read_log(stream: BinaryIO, observer: Observer, args: argparse.Namespace) -> None:
+    from kvtier.observe.logread import read_stream
+
+    try:
+        read_stream(stream, observer, follow=args.follow, idle_exit=args.idle_exit)
+    except KeyboardInterrupt:
+        if not args.follow:
+            raise
+    except OSError as exc:
+        raise KvtierError(f"cannot read {args.source}: {exc.strerror or exc}") from None

@@ -1,0 +1,165 @@
+"""SGLang's serving lines: the scheduler's periodic batch lines, retractions and the pool size.
+
+Emitters (`managers/scheduler.py`, later `scheduler_metrics_mixin.py`), by era:
+
+    2024-01  new fill batch. #seq: N. #cached_token: N. #new_token: N. ... #remaining_req: N.
+             #running_req: N
+    2024-04  #running-req: N, #token: N, token usage: X, #queue-req: N       (decode, no title)
+    2024-08  Decode batch. #running-req: N, #token: N, token usage: X,
+             gen throughput (token/s): X, #queue-req: N
+    2024-10  Prefill batch. #new-seq: N, #new-token: N, #cached-token: N, cache hit rate: X%,
+             token usage: X, #running-req: N, #queue-req: N
+    2025     ... largest-len: 0, #queue-req: 0,                          (trailing commas)
+    2025-11  Decode batch, ... cuda graph: True, ...     (a comma after the title; later fields:
+             input throughput (token/s), #pending-token)
+    hybrid   #full token: N, full token usage: X, #swa token: N, swa token usage: X /
+             mamba usage: X
+    spec     accept len: X, accept rate: X
+    PD       pre-allocated usage: X, #prealloc-req: N, #transfer-req: N, #retracted-req: N
+             (decode node) / #prealloc-req: N, #inflight-req: N (prefill node)
+    retract  KV cache pool is full. Retract requests. #retracted_reqs: N, #new_token_ratio: ...
+             (2024: Decode out of memory happened. #retracted_reqs: N, ...)
+
+Field meanings, as the engine computes them:
+- `token usage` is the share of the pool held by running requests; evictable radix-cache tokens are
+  left out, so a value near 1 means the pool really is full.
+- `#cached-token` counts prefix hits from every tier together (device, host and storage);
+  `#new-token` is what the batch computes. The token-weighted hit rate is cached / (cached + new).
+- `#queue-req` waits for admission; on a PD decode node `#prealloc-req` and `#retracted-req` wait
+  for KV space as well, so they count as queued.
+
+Each reading is `(kind, fields)` with engine-neutral field names: kv_usage (0-1, the fullest pool),
+running, queued, new_tokens, cached_tokens, prompt_tps, gen_tps, hit_rate (0-1, as printed),
+retracted, pool_tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from kvtier.logs.records import GROUPED_INT
+
+# What a periodic line starts with (searched anywhere in the line).
+DECODE = "Decode batch"
+PREFILL = "Prefill batch"
+FILL = "new fill batch"
+RETRACT = "Retract requests"
+DECODE_OOM = "Decode out of memory happened"
+POOL = "KV Cache is allocated"
+SUMMARY = "max_total_num_tokens="
+# The 2024-04 decode line has no title: it starts with its first field.
+UNTITLED = "#running-req: "
+MARKERS = (DECODE, PREFILL, FILL, RETRACT, DECODE_OOM, POOL, SUMMARY, UNTITLED)
+
+_NUM = re.compile(r"\s{0,4}(-?\d{1,15}(?:\.\d{1,12})?)")
+_FILL_PAIR = re.compile(r"(#?[a-z_]{1,30}): (-?\d{1,15}(?:\.\d{1,12})?)")
+_RETRACTED = re.compile(r"#retracted_reqs: (\d{1,9})")
+_POOL_TOKENS = re.compile(r"#tokens: " + GROUPED_INT)
+_SUMMARY_TOKENS = re.compile(r"max_total_num_tokens=(\d{1,15})")
+
+# printed label -> (field, scale)
+_LABELS: dict[str, tuple[str, float]] = {
+    "#running-req": ("running", 1),
+    "#running_req": ("running", 1),
+    "#queue-req": ("queued", 1),
+    "#remaining_req": ("queued", 1),
+    "#prealloc-req": ("prealloc", 1),
+    "#retracted-req": ("retract_queue", 1),
+    "token usage": ("kv_usage", 1),
+    "full token usage": ("kv_full", 1),
+    "swa token usage": ("kv_swa", 1),
+    "mamba usage": ("kv_mamba", 1),
+    "#new-token": ("new_tokens", 1),
+    "#new_token": ("new_tokens", 1),
+    "#cached-token": ("cached_tokens", 1),
+    "#cached_token": ("cached_tokens", 1),
+    "gen throughput (token/s)": ("gen_tps", 1),
+    "input throughput (token/s)": ("prompt_tps", 1),
+    "cache hit rate": ("hit_rate", 0.01),
+    "tree_cache_hit_rate": ("hit_rate", 0.01),
+}
+_USAGES = ("kv_usage", "kv_full", "kv_swa", "kv_mamba")
+_WAITING = ("queued", "prealloc", "retract_queue")
+# The fields without which a line says nothing about saturation.
+_REQUIRED = {"decode": ("running",), "prefill": ("new_tokens",), "fill": ("new_tokens",)}
+
+
+def _pairs(body: str) -> dict[str, float]:
+    fields: dict[str, float] = {}
+    for part in body.split(", "):
+        label, sep, raw = part.partition(": ")
+        if not sep:
+            continue
+        known = _LABELS.get(label.strip())
+        if known is None:
+            continue
+        match = _NUM.match(raw)
+        if match:
+            fields[known[0]] = float(match.group(1)) * known[1]
+    return fields
+
+
+def _neutral(kind: str, fields: dict[str, float]) -> tuple[str, dict[str, float]] | None:
+    if any(name not in fields for name in _REQUIRED[kind]):
+        return None
+    usages = [fields.pop(name) for name in _USAGES if name in fields]
+    if usages:
+        fields["kv_usage"] = max(usages)
+    waiting = [fields.pop(name) for name in _WAITING if name in fields]
+    if waiting:
+        fields["queued"] = sum(waiting)
+    return kind, fields
+
+
+def _batch(kind: str, segment: str, title: str) -> tuple[str, dict[str, float]] | None:
+    body = segment[len(title) :].lstrip(".,] ")
+    return _neutral(kind, _pairs(body))
+
+
+def _fill(segment: str) -> tuple[str, dict[str, float]] | None:
+    fields: dict[str, float] = {}
+    for label, raw in _FILL_PAIR.findall(segment):
+        known = _LABELS.get(label)
+        if known is not None:
+            fields[known[0]] = float(raw) * known[1]
+    return _neutral("fill", fields)
+
+
+def read(segment: str) -> tuple[str, dict[str, float]] | None:
+    """One SGLang serving message (`segment` starts at its title), or None when it is unreadable."""
+    if segment.startswith(DECODE):
+        return _batch("decode", segment, DECODE)
+    if segment.startswith(PREFILL):
+        return _batch("prefill", segment, PREFILL)
+    if segment.startswith(FILL):
+        return _fill(segment)
+    if segment.startswith(UNTITLED):
+        return _neutral("decode", _pairs(segment))
+    if segment.startswith((RETRACT, DECODE_OOM)):
+        match = _RETRACTED.search(segment)
+        return ("retract", {"retracted": float(match.group(1))}) if match else None
+    if segment.startswith(POOL):
+        match = _POOL_TOKENS.search(segment)
+        return ("pool", {"pool_tokens": float(match.group(1).replace(",", ""))}) if match else None
+    if segment.startswith(SUMMARY):
+        match = _SUMMARY_TOKENS.match(segment)
+        return ("pool", {"pool_tokens": float(match.group(1))}) if match else None
+    return None
+
+
+_TITLES = re.compile(
+    "|".join(re.escape(m) for m in (DECODE, PREFILL, FILL, RETRACT, DECODE_OOM, POOL, SUMMARY))
+)
+
+
+def messages(text: str) -> Iterator[int]:
+    """Where each SGLang serving message starts in one log line (several when lines were joined)."""
+    found = False
+    for match in _TITLES.finditer(text):
+        found = True
+        yield match.start()
+    if not found:
+        at = text.find(UNTITLED)
+        if at >= 0 and "token usage: " in text:
+            yield at

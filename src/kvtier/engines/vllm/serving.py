@@ -1,0 +1,104 @@
+"""vLLM's serving lines: the periodic stats line, preemptions and the pool size.
+
+Emitters, by era:
+
+    V0  engine/metrics.py  Avg prompt throughput: X tokens/s, Avg generation throughput:
+                           X tokens/s, Running: N reqs, Swapped: N reqs, Pending: N reqs,
+                           GPU KV cache usage: X%, CPU KV cache usage: X%[.]
+        engine/metrics.py  Prefix cache hit rate: GPU: X%, CPU: Y%          (a line of its own)
+        core/scheduler.py  Sequence group N is preempted by PreemptionMode.RECOMPUTE mode because
+                           there is not enough KV cache space. ... total_num_cumulative_preemption=N
+    V1  v1/metrics/loggers.py  [(APIServer pid=N)] Engine 000: Avg prompt throughput: X tokens/s,
+                           Avg generation throughput: X tokens/s, Running: N reqs, Waiting: N reqs,
+                           [Deferred: N reqs,] [Preemptions: N,] GPU KV cache usage: X%,
+                           Prefix cache hit rate: X%[, External prefix cache hit rate: X%]
+                           [, MM cache hit rate: X%]
+        v1/core/kv_cache_utils.py  GPU KV cache size: N tokens
+
+Field meanings: the printed prefix cache hit rate is a rolling figure over the last requests
+(V1: the last 1,000), in tokens, not a rate since start; V0 prints one block hit rate per
+allocator (on a CPU build the device's is the "CPU" one). `Preemptions` counts the interval's
+preemptions. `Waiting` already includes the deferred requests; V0's swapped requests wait too.
+
+Each reading is `(kind, fields)` with the engine-neutral names of the SGLang grammar, plus
+preemptions (per interval), preempted_total (cumulative), external_hit_rate and swapped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from kvtier.logs.records import GROUPED_INT
+
+STATS = "Avg prompt throughput"
+V0_HIT = "Prefix cache hit rate: GPU"
+PREEMPTED = "is preempted by PreemptionMode"
+POOL = "GPU KV cache size:"
+MARKERS = (STATS, V0_HIT, PREEMPTED, POOL)
+
+_NUM = re.compile(r"\s{0,4}(-?\d{1,15}(?:\.\d{1,12})?)")
+_V0_HIT = re.compile(r"GPU: (\d{1,3}(?:\.\d{1,12})?)%, CPU: (\d{1,3}(?:\.\d{1,12})?)%")
+_CUMULATIVE = re.compile(r"total_num_cumulative_preemption=(\d{1,12})")
+_POOL_TOKENS = re.compile(r"GPU KV cache size: " + GROUPED_INT + " tokens")
+_TITLES = re.compile("|".join(re.escape(m) for m in MARKERS))
+
+# printed label -> (field, scale)
+_LABELS: dict[str, tuple[str, float]] = {
+    "Avg prompt throughput": ("prompt_tps", 1),
+    "Avg generation throughput": ("gen_tps", 1),
+    "Running": ("running", 1),
+    "Waiting": ("queued", 1),
+    "Pending": ("queued", 1),
+    "Swapped": ("swapped", 1),
+    "Preemptions": ("preemptions", 1),
+    "GPU KV cache usage": ("kv_usage", 0.01),
+    "Prefix cache hit rate": ("hit_rate", 0.01),
+    "External prefix cache hit rate": ("external_hit_rate", 0.01),
+}
+
+
+def _stats(segment: str) -> tuple[str, dict[str, float]] | None:
+    fields: dict[str, float] = {}
+    for part in segment.split(", "):
+        label, sep, raw = part.partition(": ")
+        if not sep:
+            continue
+        known = _LABELS.get(label.strip())
+        if known is None:
+            continue
+        match = _NUM.match(raw)
+        if match:
+            fields[known[0]] = float(match.group(1)) * known[1]
+    if "running" not in fields or "kv_usage" not in fields:
+        return None
+    if "swapped" in fields:
+        fields["queued"] = fields.get("queued", 0.0) + fields["swapped"]
+    return "stats", fields
+
+
+def read(segment: str) -> tuple[str, dict[str, float]] | None:
+    """One vLLM serving message (`segment` starts at its title), or None when it is unreadable."""
+    if segment.startswith(STATS):
+        return _stats(segment)
+    if segment.startswith(V0_HIT):
+        match = _V0_HIT.search(segment)
+        if match is None:
+            return None
+        return "hit", {"hit_rate": max(float(match.group(1)), float(match.group(2))) / 100}
+    if segment.startswith(PREEMPTED):
+        match = _CUMULATIVE.search(segment)
+        fields = {"preemptions": 1.0}
+        if match:
+            fields["preempted_total"] = float(match.group(1))
+        return "preempt", fields
+    if segment.startswith(POOL):
+        match = _POOL_TOKENS.match(segment)
+        return ("pool", {"pool_tokens": float(match.group(1).replace(",", ""))}) if match else None
+    return None
+
+
+def messages(text: str) -> Iterator[int]:
+    """Where each vLLM serving message starts in one log line (several when lines were joined)."""
+    for match in _TITLES.finditer(text):
+        yield match.start()

@@ -1,0 +1,230 @@
+"""Running totals over a stream of serving readings: the result of `kvtier observe`.
+
+Memory is bounded: the timeline keeps at most twice its limit of points, and each evidence list
+keeps its first few lines, however long the log.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvtier.observe.diagnosis import KV_FULL, Counts, Diagnosis, Evidence, diagnose
+from kvtier.observe.sample import Sample, sample_from
+from kvtier.observe.timeline import Point, Timeline
+
+EVIDENCE_KEPT = 5
+_TEXT_KEPT = 400
+_SEEN_KEPT = 4096
+SAMPLE_KINDS = frozenset({"decode", "prefill", "fill", "stats", "metrics"})
+
+
+@dataclass(frozen=True, slots=True)
+class Peak:
+    """The sample with the fullest KV pool, and the queue at that moment."""
+
+    kv_usage: float
+    queued: int | None
+    running: int | None
+    time: str | None
+    line: int | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    source: str
+    engine: str | None
+    samples: int
+    kv_usage_max: float | None
+    queue_max: int | None
+    peak: Peak | None
+    hit_rate: float | None
+    hit_rate_source: str | None  # "tokens", "counters" or "printed"
+    external_hit_rate: float | None
+    preemptions: int
+    pool_tokens: int | None
+    diagnosis: Diagnosis
+    evidence: tuple[Evidence, ...]
+    timeline: tuple[Point, ...]
+    skipped: int
+    skipped_lines: tuple[Evidence, ...]
+
+
+def _finite(fields: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in fields.items() if math.isfinite(v) and v >= 0}
+
+
+class Observer:
+    def __init__(self, source: str, points: int = 120) -> None:
+        self.source = source
+        self.engine: str | None = None
+        self.timeline = Timeline(points)
+        self.samples = 0
+        self.kv_max: float | None = None
+        self.queue_max: int | None = None
+        self.peak: Peak | None = None
+        self.cached = 0
+        self.computed = 0
+        self.counter_hit: float | None = None
+        self.printed_hit: float | None = None
+        self.external_hit: float | None = None
+        self.preempt_events = 0
+        self.preempt_cumulative = 0
+        self.pool_tokens: int | None = None
+        self.last_kv: float | None = None
+        self.waiting_full = self.waiting_room = self.waiting_unknown = self.swapped = 0
+        self.queue_seen = 0
+        self.full_lines: list[Evidence] = []
+        self.room_lines: list[Evidence] = []
+        self.preempt_lines: list[Evidence] = []
+        self.skipped = 0
+        self.skipped_lines: list[Evidence] = []
+        self._seen: dict[tuple[str | None, str], str | None] = {}
+
+    @staticmethod
+    def _keep(lines: list[Evidence], line: int | None, text: str) -> None:
+        if len(lines) < EVIDENCE_KEPT:
+            lines.append(Evidence(line, text[:_TEXT_KEPT]))
+
+    def skip(self, line: int | None, text: str) -> None:
+        """A line of a known format whose fields could not be read."""
+        self.skipped += 1
+        self._keep(self.skipped_lines, line, text)
+
+    def duplicate(self, time: str | None, message: str, rank: str | None) -> bool:
+        """Whether another rank already printed this message at this time (every rank logs it)."""
+        key = (time, message)
+        if key in self._seen:
+            return self._seen[key] != rank
+        if len(self._seen) >= _SEEN_KEPT:
+            self._seen.clear()
+        self._seen[key] = rank
+        return False
+
+    def add(
+        self,
+        engine: str,
+        kind: str,
+        fields: dict[str, float],
+        *,
+        line: int | None,
+        text: str,
+        time: str | None = None,
+        seconds: float | None = None,
+    ) -> None:
+        """One reading of a grammar (see the engines' serving modules for kinds and fields)."""
+        fields = _finite(fields)
+        if self.engine is None:
+            self.engine = engine
+        if kind == "pool":
+            if "pool_tokens" in fields:
+                self.pool_tokens = int(fields["pool_tokens"])
+            return
+        if kind == "hit":
+            if "hit_rate" in fields:
+                self.printed_hit = fields["hit_rate"]
+                self.timeline.note_hit(fields["hit_rate"])
+            return
+        events = int(fields.get("retracted", 0) + fields.get("preemptions", 0))
+        if "preempted_total" in fields:
+            self.preempt_cumulative = max(self.preempt_cumulative, int(fields["preempted_total"]))
+        elif events:
+            self.preempt_events += events
+        if events or "preempted_total" in fields:
+            self._keep(self.preempt_lines, line, text)
+        if kind in SAMPLE_KINDS:
+            self._sample(sample_from(fields, seconds, time, line, text), fields)
+
+    def add_counter_hit_rate(self, rate: float) -> None:
+        if math.isfinite(rate) and 0 <= rate <= 1:
+            self.counter_hit = rate
+
+    def _sample(self, s: Sample, fields: dict[str, float]) -> None:
+        self.samples += 1
+        self.timeline.add(s)
+        if s.kv_usage is not None:
+            self.last_kv = s.kv_usage
+            if self.kv_max is None or s.kv_usage > self.kv_max:
+                self.kv_max = s.kv_usage
+                self.peak = Peak(
+                    s.kv_usage, s.queued, s.running, s.time, s.line, s.text[:_TEXT_KEPT]
+                )
+        if s.queued is not None:
+            self.queue_seen += 1
+            self.queue_max = s.queued if self.queue_max is None else max(self.queue_max, s.queued)
+            if s.queued > 0:
+                kv = self.last_kv
+                if kv is None:
+                    self.waiting_unknown += 1
+                elif kv >= KV_FULL:
+                    self.waiting_full += 1
+                    self._keep(self.full_lines, s.line, s.text)
+                else:
+                    self.waiting_room += 1
+                    self._keep(self.room_lines, s.line, s.text)
+        if s.swapped:
+            self.swapped += 1
+            self._keep(self.preempt_lines, s.line, s.text)
+        if s.new_tokens is not None:
+            self.computed += s.new_tokens
+            self.cached += s.cached_tokens or 0
+        if s.hit_rate is not None:
+            self.printed_hit = s.hit_rate
+        if "external_hit_rate" in fields:
+            self.external_hit = fields["external_hit_rate"]
+
+    @property
+    def preemptions(self) -> int:
+        return max(self.preempt_cumulative, self.preempt_events)
+
+    def hit_rate(self) -> tuple[float | None, str | None]:
+        if self.cached + self.computed:
+            return self.cached / (self.cached + self.computed), "tokens"
+        if self.counter_hit is not None:
+            return self.counter_hit, "counters"
+        if self.printed_hit is not None:
+            return self.printed_hit, "printed"
+        return None, None
+
+    def result(self) -> Observation:
+        waiting_room, waiting_unknown = self.waiting_room, self.waiting_unknown
+        if self.kv_max is not None and self.kv_max < KV_FULL:
+            # the pool was never near full, so requests that waited before its use was printed
+            # did not wait for KV space either
+            waiting_room, waiting_unknown = waiting_room + waiting_unknown, 0
+        counts = Counts(
+            samples=self.samples,
+            queue_seen=self.queue_seen,
+            waiting_full=self.waiting_full,
+            waiting_room=waiting_room,
+            waiting_unknown=waiting_unknown,
+            swapped=self.swapped,
+            preemptions=self.preemptions,
+        )
+        diagnosis = diagnose(counts)
+        if diagnosis.verdict == "kv-bound":
+            evidence = self.preempt_lines + self.full_lines
+        elif diagnosis.verdict == "compute-bound":
+            evidence = self.room_lines
+        else:
+            evidence = [Evidence(self.peak.line, self.peak.text)] if self.peak else []
+        hit, hit_source = self.hit_rate()
+        return Observation(
+            source=self.source,
+            engine=self.engine,
+            samples=self.samples,
+            kv_usage_max=self.kv_max,
+            queue_max=self.queue_max,
+            peak=self.peak,
+            hit_rate=hit,
+            hit_rate_source=hit_source,
+            external_hit_rate=self.external_hit,
+            preemptions=self.preemptions,
+            pool_tokens=self.pool_tokens,
+            diagnosis=diagnosis,
+            evidence=tuple(evidence[: 2 * EVIDENCE_KEPT]),
+            timeline=tuple(self.timeline.points()),
+            skipped=self.skipped,
+            skipped_lines=tuple(self.skipped_lines),
+        )

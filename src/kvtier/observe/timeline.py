@@ -1,0 +1,154 @@
+"""A timeline whose size is bounded by the points kept, not by the length of the log.
+
+Samples are gathered in groups of `stride`; when the kept points reach twice the limit, pairs are
+merged and the stride doubles, so a day-long log and a minute-long one both end with between
+`limit` and `2 * limit` points, each covering an equal number of samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvtier.observe.sample import Sample
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """Consecutive samples merged: peaks for usage and queues, means for throughput.
+
+    `hit_rate` is token-weighted where the samples carry prefill token counts, else the last rate
+    the engine printed. `line` is the first sample's log line.
+    """
+
+    time: str | None
+    kv_usage: float | None
+    running: int | None
+    queued: int | None
+    prompt_tps: float | None
+    gen_tps: float | None
+    hit_rate: float | None
+    samples: int
+    line: int | None
+
+
+def _peak(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+def _peak_int(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+class _Group:
+    __slots__ = (
+        "cached",
+        "computed",
+        "first",
+        "gen",
+        "gen_n",
+        "kv",
+        "printed_hit",
+        "prompt",
+        "prompt_n",
+        "queued",
+        "running",
+        "samples",
+    )
+
+    def __init__(self, first: Sample) -> None:
+        self.first = first
+        self.samples = 0
+        self.kv: float | None = None
+        self.running: int | None = None
+        self.queued: int | None = None
+        self.prompt = self.gen = 0.0
+        self.prompt_n = self.gen_n = 0
+        self.cached = self.computed = 0
+        self.printed_hit: float | None = None
+
+    def add(self, s: Sample) -> None:
+        self.samples += 1
+        self.kv = _peak(self.kv, s.kv_usage)
+        self.running = _peak_int(self.running, s.running)
+        self.queued = _peak_int(self.queued, s.queued)
+        if s.prompt_tps is not None:
+            self.prompt += s.prompt_tps
+            self.prompt_n += 1
+        if s.gen_tps is not None:
+            self.gen += s.gen_tps
+            self.gen_n += 1
+        if s.new_tokens is not None:
+            self.computed += s.new_tokens
+            self.cached += s.cached_tokens or 0
+        if s.hit_rate is not None:
+            self.printed_hit = s.hit_rate
+
+    def point(self) -> Point:
+        looked_up = self.cached + self.computed
+        hit = self.cached / looked_up if looked_up else self.printed_hit
+        return Point(
+            time=self.first.time,
+            kv_usage=self.kv,
+            running=self.running,
+            queued=self.queued,
+            prompt_tps=self.prompt / self.prompt_n if self.prompt_n else None,
+            gen_tps=self.gen / self.gen_n if self.gen_n else None,
+            hit_rate=hit,
+            samples=self.samples,
+            line=self.first.line,
+        )
+
+
+def merge(a: Point, b: Point) -> Point:
+    """Two neighbouring points as one (throughputs weighted by their samples)."""
+
+    def mean(x: float | None, y: float | None) -> float | None:
+        if x is None or y is None:
+            return x if y is None else y
+        return (x * a.samples + y * b.samples) / (a.samples + b.samples)
+
+    return Point(
+        time=a.time,
+        kv_usage=_peak(a.kv_usage, b.kv_usage),
+        running=_peak_int(a.running, b.running),
+        queued=_peak_int(a.queued, b.queued),
+        prompt_tps=mean(a.prompt_tps, b.prompt_tps),
+        gen_tps=mean(a.gen_tps, b.gen_tps),
+        hit_rate=b.hit_rate if b.hit_rate is not None else a.hit_rate,
+        samples=a.samples + b.samples,
+        line=a.line,
+    )
+
+
+class Timeline:
+    def __init__(self, limit: int = 120) -> None:
+        self.limit = max(1, limit)
+        self.stride = 1
+        self._points: list[Point] = []
+        self._group: _Group | None = None
+
+    def add(self, sample: Sample) -> None:
+        if self._group is None:
+            self._group = _Group(sample)
+        self._group.add(sample)
+        if self._group.samples >= self.stride:
+            self._points.append(self._group.point())
+            self._group = None
+            if len(self._points) >= 2 * self.limit:
+                pts = self._points
+                self._points = [merge(pts[i], pts[i + 1]) for i in range(0, len(pts) - 1, 2)]
+                self.stride *= 2
+
+    def note_hit(self, rate: float) -> None:
+        """A hit rate printed on a line of its own, for the latest sample."""
+        if self._group is not None:
+            self._group.printed_hit = rate
+        elif self._points:
+            self._points[-1] = replace(self._points[-1], hit_rate=rate)
+
+    def points(self) -> list[Point]:
+        return self._points + ([self._group.point()] if self._group else [])
