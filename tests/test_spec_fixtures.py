@@ -207,6 +207,7 @@ def test_bad_field_values_name_the_field(name: str, path: tuple[str, ...], value
         (lambda c: c.update(architectures=["MambaForCausalLM"]), "'MambaForCausalLM'"),
         (lambda c: c.update(layer_types="full_attention"), "`layer_types`"),
         (lambda c: c.update(rope_scaling=[1]), "`rope_scaling`"),
+        (lambda c: c["rope_scaling"].update(factor="8"), "`rope_scaling` must be an object whose"),
         (lambda c: c.update(tie_word_embeddings="no"), "`tie_word_embeddings`"),
         (lambda c: c.update(torch_dtype=16), "`torch_dtype`"),
         (lambda c: c.update(model_type=["llama"]), "`model_type`"),
@@ -217,6 +218,29 @@ def test_bad_structure_names_the_field(edit: Any, named: str) -> None:
     edit(config)
     with pytest.raises(KvtierError, match=named):
         model_from_config(config, "llama")
+
+
+def test_model_directory_resolves(tmp_path: Path) -> None:
+    # `kvtier plan --model DIR` with the published file as DIR/config.json
+    (tmp_path / "config.json").write_text((CONFIGS / "gemma-3-27b-it.json").read_text())
+    assert resolve_model(str(tmp_path)).kv == _spec("gemma-3-27b-it").kv
+
+
+@pytest.mark.parametrize(
+    ("name", "width"),
+    [
+        *[("bfloat16", 2), ("bf16", 2), ("torch.float16", 2), ("half", 2), ("FP16", 2)],
+        *[("float32", 4), ("fp32", 4), ("float", 4), ("torch.float32", 4)],
+    ],
+)
+def test_dtype_widths(name: str, width: int) -> None:
+    assert dtype_bytes(name) == width
+
+
+@pytest.mark.parametrize("name", ["int3", "float8_e4m3fn", "", "auto"])
+def test_unknown_dtype_is_refused(name: str) -> None:
+    with pytest.raises(KvtierError, match="unsupported model dtype"):
+        dtype_bytes(name)
 
 
 def test_wrapper_text_section_must_be_an_object() -> None:

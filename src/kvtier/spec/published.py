@@ -166,9 +166,27 @@ def _problem(name: str, value: Any) -> str | None:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
         return None if ok else "a number in (0, 1]"
     if name in _MAPPINGS:
-        return None if value is None or isinstance(value, Mapping) else "an object or null"
+        if value is not None and not isinstance(value, Mapping):
+            return "an object or null"
+        if name == "rope_scaling" and value:
+            return _rope_problem(value)
+        return None
     if name in _FLAGS:
         return None if value is None or isinstance(value, bool) else "true, false or null"
+    return None
+
+
+def _rope_problem(scaling: Mapping[str, Any]) -> str | None:
+    factor = scaling.get("factor")
+    if factor is not None and (
+        not isinstance(factor, int | float) or isinstance(factor, bool) or factor <= 0
+    ):
+        return "an object whose `factor` is a number > 0"
+    original = scaling.get("original_max_position_embeddings")
+    if original is not None and (
+        not isinstance(original, int) or isinstance(original, bool) or original < 1
+    ):
+        return "an object whose `original_max_position_embeddings` is an integer >= 1"
     return None
 
 
