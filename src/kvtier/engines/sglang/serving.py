@@ -58,7 +58,7 @@ _RETRACTED = re.compile(r"#retracted_reqs: (\d{1,9})")
 _POOL_TOKENS = re.compile(r"#tokens: " + GROUPED_INT)
 _SUMMARY_TOKENS = re.compile(r"max_total_num_tokens=(\d{1,15})")
 
-# printed label -> (field, scale)
+# printed label -> (field, divisor)
 _LABELS: dict[str, tuple[str, float]] = {
     "#running-req": ("running", 1),
     "#running_req": ("running", 1),
@@ -76,8 +76,8 @@ _LABELS: dict[str, tuple[str, float]] = {
     "#cached_token": ("cached_tokens", 1),
     "gen throughput (token/s)": ("gen_tps", 1),
     "input throughput (token/s)": ("prompt_tps", 1),
-    "cache hit rate": ("hit_rate", 0.01),
-    "tree_cache_hit_rate": ("hit_rate", 0.01),
+    "cache hit rate": ("hit_rate", 100),
+    "tree_cache_hit_rate": ("hit_rate", 100),
 }
 _USAGES = ("kv_usage", "kv_full", "kv_swa", "kv_mamba")
 _WAITING = ("queued", "prealloc", "retract_queue")
@@ -96,7 +96,7 @@ def _pairs(body: str) -> dict[str, float]:
             continue
         match = _NUM.match(raw)
         if match:
-            fields[known[0]] = float(match.group(1)) * known[1]
+            fields[known[0]] = float(match.group(1)) / known[1]
     return fields
 
 
@@ -122,7 +122,7 @@ def _fill(segment: str) -> tuple[str, dict[str, float]] | None:
     for label, raw in _FILL_PAIR.findall(segment):
         known = _LABELS.get(label)
         if known is not None:
-            fields[known[0]] = float(raw) * known[1]
+            fields[known[0]] = float(raw) / known[1]
     return _neutral("fill", fields)
 
 

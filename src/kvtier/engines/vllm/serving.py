@@ -39,11 +39,12 @@ MARKERS = (STATS, V0_HIT, PREEMPTED, POOL)
 
 _NUM = re.compile(r"\s{0,4}(-?\d{1,15}(?:\.\d{1,12})?)")
 _V0_HIT = re.compile(r"GPU: (\d{1,3}(?:\.\d{1,12})?)%, CPU: (\d{1,3}(?:\.\d{1,12})?)%")
+_PREEMPTION = re.compile(r"is preempted by PreemptionMode\.(?:RECOMPUTE|SWAP) mode because")
 _CUMULATIVE = re.compile(r"total_num_cumulative_preemption=(\d{1,12})")
 _POOL_TOKENS = re.compile(r"GPU KV cache size: " + GROUPED_INT + " tokens")
 _TITLES = re.compile("|".join(re.escape(m) for m in MARKERS))
 
-# printed label -> (field, scale)
+# printed label -> (field, divisor)
 _LABELS: dict[str, tuple[str, float]] = {
     "Avg prompt throughput": ("prompt_tps", 1),
     "Avg generation throughput": ("gen_tps", 1),
@@ -52,9 +53,9 @@ _LABELS: dict[str, tuple[str, float]] = {
     "Pending": ("queued", 1),
     "Swapped": ("swapped", 1),
     "Preemptions": ("preemptions", 1),
-    "GPU KV cache usage": ("kv_usage", 0.01),
-    "Prefix cache hit rate": ("hit_rate", 0.01),
-    "External prefix cache hit rate": ("external_hit_rate", 0.01),
+    "GPU KV cache usage": ("kv_usage", 100),
+    "Prefix cache hit rate": ("hit_rate", 100),
+    "External prefix cache hit rate": ("external_hit_rate", 100),
 }
 
 
@@ -69,7 +70,7 @@ def _stats(segment: str) -> tuple[str, dict[str, float]] | None:
             continue
         match = _NUM.match(raw)
         if match:
-            fields[known[0]] = float(match.group(1)) * known[1]
+            fields[known[0]] = float(match.group(1)) / known[1]
     if "running" not in fields or "kv_usage" not in fields:
         return None
     if "swapped" in fields:
@@ -87,6 +88,8 @@ def read(segment: str) -> tuple[str, dict[str, float]] | None:
             return None
         return "hit", {"hit_rate": max(float(match.group(1)), float(match.group(2))) / 100}
     if segment.startswith(PREEMPTED):
+        if _PREEMPTION.match(segment) is None:
+            return None
         match = _CUMULATIVE.search(segment)
         fields = {"preemptions": 1.0}
         if match:
