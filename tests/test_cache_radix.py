@@ -167,7 +167,7 @@ def test_integrity_check_catches_a_page_with_two_owners_and_a_leak() -> None:
     _put(cache, [3])
     a, b = (cache.match_prefix([k]).last_node for k in (1, 3))
     saved = b.device
-    b.device = [a.device[0]]  # type: ignore[index]
+    b.device = a.device[:1]  # type: ignore[index]
     with pytest.raises(AssertionError, match="two owners"):
         cache.check_integrity([])
     b.device = saved

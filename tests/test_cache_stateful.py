@@ -56,6 +56,7 @@ class CacheMachine(RuleBasedStateMachine):
         host_pages=st.sampled_from([0, 6, 16, 40]),
         with_store=st.booleans(),
         manual=st.booleans(),
+        page_runs=st.booleans(),
     )
     def setup(
         self,
@@ -65,6 +66,7 @@ class CacheMachine(RuleBasedStateMachine):
         host_pages: int,
         with_store: bool,
         manual: bool,
+        page_runs: bool,
     ) -> None:
         self.device = TaggedStorage(Tier.DEVICE, device_pages)
         host = TaggedStorage(Tier.HOST, host_pages) if host_pages else None
@@ -76,6 +78,7 @@ class CacheMachine(RuleBasedStateMachine):
             write_policy=write_policy,
             eviction=eviction,
             store=DictStore() if with_store and host else None,
+            page_runs=page_runs,
         )
         self.running: list[Admission] = []
         self.locks: list[TreeNode] = []

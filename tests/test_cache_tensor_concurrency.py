@@ -70,7 +70,7 @@ class GuardedTransfer:
         self.inner.close()
 
 
-class GuardedPool(PagePool):
+class GuardedPool(PagePool):  # the list pool: a cache built with page_runs=False
     """A page pool that refuses to take back a page a copy in flight still uses."""
 
     __slots__ = ("tier", "transfer")
@@ -155,7 +155,7 @@ def test_copies_in_flight_never_corrupt_or_outlive_their_pages(device: str, poli
     transfer = GuardedTransfer()
     dev = TensorStorage(LAYOUT, 28, Tier.DEVICE, device=device)
     host = TensorStorage(LAYOUT, 56, Tier.HOST)
-    cache = TieredCache(dev, host, transfer, write_policy=policy)  # type: ignore[arg-type]
+    cache = TieredCache(dev, host, transfer, write_policy=policy, page_runs=False)  # type: ignore[arg-type]
     cache.device_pool = GuardedPool(dev.num_pages, Tier.DEVICE, transfer)
     cache.host_pool = GuardedPool(host.num_pages, Tier.HOST, transfer)
     checker = Checker(dev)

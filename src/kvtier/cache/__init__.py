@@ -9,7 +9,8 @@ storage modules.
 from kvtier.cache.eviction import EvictionPolicy
 from kvtier.cache.hierarchy import TieredCache
 from kvtier.cache.keys import page_hashes, page_keys, store_key
-from kvtier.cache.pool import PagePool
+from kvtier.cache.pages import Pages
+from kvtier.cache.pool import PagePool, RunPool
 from kvtier.cache.radix import InsertResult, MatchResult, RadixTree, TierSize, TreeNode
 from kvtier.cache.request import Admission, abort, admit, finish
 from kvtier.cache.storage import (
@@ -37,7 +38,9 @@ __all__ = [
     "PagePool",
     "PageStorage",
     "PageStoreHook",
+    "Pages",
     "RadixTree",
+    "RunPool",
     "Tier",
     "TierSize",
     "TieredCache",

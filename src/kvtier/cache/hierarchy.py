@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 from kvtier.cache.eviction import EvictionPolicy
 from kvtier.cache.keys import PageKey, as_run, store_key
-from kvtier.cache.pool import PagePool
+from kvtier.cache.pages import PageSeq, join
+from kvtier.cache.pool import PagePool, RunPool
 from kvtier.cache.radix import InsertResult, MatchResult, RadixTree, TreeNode
 from kvtier.cache.storage import (
     ImmediateTransfer,
@@ -67,8 +68,10 @@ class TieredCache:
     `device` / `host` give the tiers' sizes (num_pages) and bytes; `transfer` copies between
     them (default: synchronous). `write_threshold` overrides the policy's hit count for backing a
     node up to the host (1 for write_through, 2 for write_through_selective, none for
-    write_back). `store` needs a host tier: host eviction saves pages there, match_prefix counts
-    its continuation, fetch_from_store brings it back.
+    write_back). `page_runs` picks how page indices are kept: as `Pages` runs (RunPool; for
+    requests of many pages each, as at page size 1) or as lists (PagePool; for requests of a
+    few pages, as the simulator's blocks). `store` needs a host tier: host eviction saves pages
+    there, match_prefix counts its continuation, fetch_from_store brings it back.
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class TieredCache:
         eviction: EvictionPolicy | str = EvictionPolicy.LRU,
         store: PageStoreHook | None = None,
         write_threshold: int | None = None,
+        page_runs: bool = True,
     ) -> None:
         if store is not None and host is None:
             raise ValueError("an L3 store needs a host tier to stage its pages")
@@ -94,10 +98,11 @@ class TieredCache:
         self.host = host
         self.store = store
         self.transfer: TransferEngine = transfer if transfer is not None else ImmediateTransfer()
-        self.tree = RadixTree(eviction)
+        self.tree = RadixTree(eviction, page_runs)
         self.tree.on_split = self._on_split
-        self.device_pool = PagePool(device.num_pages)
-        self.host_pool = PagePool(host.num_pages if host is not None else 0)
+        pool = RunPool if page_runs else PagePool
+        self.device_pool: RunPool | PagePool = pool(device.num_pages)
+        self.host_pool: RunPool | PagePool = pool(host.num_pages if host is not None else 0)
         # Device pages handed to callers by alloc_device and not yet inserted or freed.
         self.held_device_pages = 0
         self._copies: list[_Copy] = []
@@ -140,7 +145,7 @@ class TieredCache:
     def num_free_device_pages(self) -> int:
         return self.device_pool.num_free
 
-    def alloc_device(self, n: int) -> list[int] | None:
+    def alloc_device(self, n: int) -> PageSeq | None:
         """`n` device pages for the caller, evicting unprotected cached pages as needed;
         None (nothing taken) when even that cannot make room."""
         pages = self._alloc(Tier.DEVICE, n)
@@ -153,7 +158,7 @@ class TieredCache:
         self.device_pool.free(pages)
         self.held_device_pages -= len(pages)
 
-    def _alloc(self, tier: Tier, n: int) -> list[int] | None:
+    def _alloc(self, tier: Tier, n: int) -> PageSeq | None:
         pool = self.device_pool if tier is Tier.DEVICE else self.host_pool
         pages = pool.alloc(n)
         if pages is not None or n > pool.capacity:
@@ -196,7 +201,7 @@ class TieredCache:
         tree, pool = self.tree, self.device_pool
         write_back = self.host is not None and self.write_policy is WritePolicy.WRITE_BACK
         freed = 0
-        staged: list[tuple[TreeNode, list[int]]] = []
+        staged: list[tuple[TreeNode, PageSeq]] = []
         staged_pages = 0
         skipped: list[TreeNode] = []
         while freed + staged_pages < num_pages:
@@ -228,8 +233,8 @@ class TieredCache:
             freed += len(pages)
         written = 0
         if staged:
-            src = [p for _, pages in staged for p in pages]
-            dst = [p for node, _ in staged for p in node.host]  # type: ignore[union-attr]
+            src = join([pages for _, pages in staged])
+            dst = join([node.host for node, _ in staged])  # type: ignore[misc]
             # NOTE: SGLang's write_back eviction blocks here too (writing_check(write_back=True))
             handle = self.transfer.submit(self.device, src, self.host, dst)  # type: ignore[arg-type]
             handle.wait()
@@ -291,8 +296,8 @@ class TieredCache:
             node = node.parent
         if not todo:
             return
-        src: list[int] = []
-        dst: list[int] = []
+        src: list[PageSeq] = []
+        dst: list[PageSeq] = []
         nodes: list[TreeNode] = []
         for node in reversed(todo):
             host_pages = self._alloc(Tier.HOST, len(node.keys))
@@ -300,12 +305,13 @@ class TieredCache:
                 break
             tree.set_host(node, host_pages)
             tree.pin(node)
-            src += node.device  # type: ignore[arg-type]
-            dst += host_pages
+            src.append(node.device)  # type: ignore[arg-type]
+            dst.append(host_pages)
             nodes.append(node)
         if nodes:
-            handle = self.transfer.submit(self.device, src, self.host, dst)  # type: ignore[arg-type]
-            self._written_to_host += len(src)
+            src_pages = join(src)
+            handle = self.transfer.submit(self.device, src_pages, self.host, join(dst))  # type: ignore[arg-type]
+            self._written_to_host += len(src_pages)
             self._track(_Copy(handle, nodes))
 
     def load_back(self, match: MatchResult) -> LoadBackHandle | None:
@@ -324,15 +330,15 @@ class TieredCache:
         tree.unlock(match.last_node)
         if pages is None:
             return None
-        src: list[int] = []
+        src: list[PageSeq] = []
         at = 0
         for node in nodes:
             size = len(node.keys)
             tree.set_device(node, pages[at : at + size])
             tree.pin(node)
-            src += node.host  # type: ignore[arg-type]
+            src.append(node.host)  # type: ignore[arg-type]
             at += size
-        handle = self.transfer.submit(self.host, src, self.device, pages)  # type: ignore[arg-type]
+        handle = self.transfer.submit(self.host, join(src), self.device, pages)  # type: ignore[arg-type]
         self._loaded_from_host += n
         self._track(_Copy(handle, nodes))
         return LoadBackHandle(handle, match.device_pages + pages, n, match.last_node)

@@ -2,9 +2,13 @@
 
 A node holds a run of page keys and, per tier, the page indices of those pages:
 
-    node.keys    [k0, k1, k2]        one key per page (a list, or a packed TokenPages)
-    node.device  [17, 4, 9] | None   device pool indices (None: evicted from the device)
-    node.host    [201, 7, 88] | None host pool indices (None: no host copy)
+    node.keys    [k0, k1, k2]          one key per page (a list, or a packed TokenPages)
+    node.device  Pages[17..19] | None  device pool indices (None: evicted from the device)
+    node.host    Pages[201, 7..8]      host pool indices (None: no host copy)
+
+Page indices are `Pages` (runs of consecutive indices: a node of thousands of pages costs what
+a node of one does) or, in a tree built with page_runs=False, plain lists (cheaper when nodes
+hold a few pages each).
 
 Invariants (checked by kvtier.cache.integrity):
   * a node in the tree has pages on the device, on the host, or both;
@@ -27,6 +31,7 @@ from typing import NamedTuple
 
 from kvtier.cache.eviction import EvictionPolicy, priority_of
 from kvtier.cache.keys import PageKey, TokenPages, as_run
+from kvtier.cache.pages import EMPTY, Pages, PageSeq, join
 from kvtier.cache.storage import Tier
 
 KeyRun = list[PageKey] | TokenPages
@@ -55,8 +60,8 @@ class TreeNode:
 
     def __init__(self, keys: KeyRun, parent: TreeNode | None, tick: int) -> None:
         self.keys = keys
-        self.device: list[int] | None = None
-        self.host: list[int] | None = None
+        self.device: PageSeq | None = None
+        self.host: PageSeq | None = None
         self.stored = False
         self.parent = parent
         self.children: dict[PageKey, TreeNode] = {}
@@ -85,7 +90,7 @@ class MatchResult(NamedTuple):
     `last_device_node` ends the device part (the root when none), `last_node` the whole match.
     """
 
-    device_pages: list[int]
+    device_pages: PageSeq
     num_host_pages: int
     last_device_node: TreeNode
     last_node: TreeNode
@@ -117,13 +122,17 @@ class TierSize(NamedTuple):
 
 
 class RadixTree:
-    """Page-keyed radix tree with per-tier page runs, path locks and lazy eviction heaps."""
+    """Page-keyed radix tree with per-tier page runs, path locks and lazy eviction heaps.
+    Its page sequences are `Pages` (page_runs) or lists."""
 
-    def __init__(self, eviction: EvictionPolicy | str = EvictionPolicy.LRU) -> None:
+    def __init__(
+        self, eviction: EvictionPolicy | str = EvictionPolicy.LRU, page_runs: bool = True
+    ) -> None:
+        self.page_runs = page_runs
         self.priority = priority_of(eviction)
         self.clock = 0
         self.root = TreeNode([], None, 0)
-        self.root.device = []
+        self.root.device = EMPTY if page_runs else []
         self.root.lock_ref = 1  # NOTE: the root is never evictable
         self.device_total = 0
         self.device_protected = 0
@@ -144,7 +153,7 @@ class RadixTree:
         tick = self.clock
         node = self.root
         last_device = node
-        device_pages: list[int] = []
+        device_parts: list[Pages] = []
         num_host = 0
         i, n = 0, len(keys)
         while i < n:
@@ -156,13 +165,17 @@ class RadixTree:
                 child = self._split(child, m)
             child.last_access = tick
             if child.device is not None:
-                device_pages += child.device
+                device_parts.append(child.device)
                 last_device = child
             else:
                 num_host += m
             node = child
             i += m
-        return MatchResult(device_pages, num_host, last_device, node)
+        if len(device_parts) == 1:
+            return MatchResult(device_parts[0], num_host, last_device, node)
+        if not device_parts:
+            return MatchResult(EMPTY if self.page_runs else [], num_host, last_device, node)
+        return MatchResult(join(device_parts), num_host, last_device, node)
 
     def insert(self, keys: Sequence[PageKey], device_pages: Sequence[int]) -> InsertResult:
         """Cache `keys` with their device pages. Pages already on the device are reported as
@@ -170,6 +183,11 @@ class RadixTree:
         if len(keys) != len(device_pages):
             raise ValueError(f"{len(keys)} keys but {len(device_pages)} device pages")
         keys = as_run(keys)
+        if self.page_runs:
+            if not isinstance(device_pages, Pages):
+                device_pages = Pages.of(device_pages)
+        elif not isinstance(device_pages, list):
+            device_pages = list(device_pages)
         self.clock += 1
         tick = self.clock
         node = self.root
@@ -185,7 +203,7 @@ class RadixTree:
             child.last_access = tick
             child.hit_count += 1
             if child.device is None:
-                self.set_device(child, list(device_pages[i : i + m]))
+                self.set_device(child, device_pages[i : i + m])
                 self.offer(child)
             elif prefix_len == i:
                 prefix_len += m
@@ -195,13 +213,13 @@ class RadixTree:
             leaf = TreeNode(keys[i:], node, tick)
             leaf.hit_count = 1
             node.children[keys[i]] = leaf
-            self.set_device(leaf, list(device_pages[i:]))
+            self.set_device(leaf, device_pages[i:])
             self.offer(leaf)
             node = leaf
         return InsertResult(prefix_len, node)
 
     def attach_host(
-        self, parent: TreeNode, keys: Sequence[PageKey], host_pages: list[int]
+        self, parent: TreeNode, keys: Sequence[PageKey], host_pages: PageSeq
     ) -> TreeNode:
         """Add a host-only leaf under `parent` (pages fetched from the L3 store)."""
         if not keys or len(keys) != len(host_pages) or keys[0] in parent.children:
@@ -287,7 +305,7 @@ class RadixTree:
 
     # ---- page runs --------------------------------------------------------------------------
 
-    def set_device(self, node: TreeNode, pages: list[int] | None) -> None:
+    def set_device(self, node: TreeNode, pages: PageSeq | None) -> None:
         """Replace the node's device run (None: evicted from the device), keeping sizes."""
         delta = (0 if pages is None else len(pages)) - (
             0 if node.device is None else len(node.device)
@@ -297,7 +315,7 @@ class RadixTree:
         if node.lock_ref or node.pinned:
             self.device_protected += delta
 
-    def set_host(self, node: TreeNode, pages: list[int] | None) -> None:
+    def set_host(self, node: TreeNode, pages: PageSeq | None) -> None:
         """Replace the node's host run (None: no host copy), keeping sizes."""
         delta = (0 if pages is None else len(pages)) - (0 if node.host is None else len(node.host))
         node.host = pages

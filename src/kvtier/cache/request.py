@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvtier.cache.hierarchy import TieredCache
 from kvtier.cache.keys import PageKey, as_run
+from kvtier.cache.pages import PageSeq
 from kvtier.cache.radix import KeyRun, MatchResult, TreeNode
 from kvtier.cache.storage import Tier
 from kvtier.cache.types import LoadBackHandle
@@ -23,7 +24,7 @@ class Admission:
     `last_node`); the rest were allocated for the request. Hits are counted in pages."""
 
     keys: KeyRun
-    pages: list[int]
+    pages: PageSeq
     num_cached: int
     last_node: TreeNode
     device_hit: int

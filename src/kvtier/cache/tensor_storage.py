@@ -296,6 +296,8 @@ class TensorStorage:
         import torch
 
         limit = self.num_pages if limit is None else limit
+        if not isinstance(pages, torch.Tensor) and hasattr(pages, "tolist"):
+            pages = pages.tolist()  # a Pages run: its indices, not one element at a time
         idx = torch.as_tensor(pages, dtype=torch.int64).reshape(-1).to(self.device)
         if idx.numel():
             if int(idx.min()) < 0 or int(idx.max()) >= limit:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, NamedTuple
 
+from kvtier.cache.pages import PageSeq
 from kvtier.cache.radix import TierSize
 from kvtier.cache.storage import TransferHandle
 
@@ -37,7 +38,7 @@ class LoadBackHandle:
     once the copy completes; `last_node` ends it (lock it to keep the prefix)."""
 
     handle: TransferHandle
-    device_pages: list[int]
+    device_pages: PageSeq
     num_loaded: int
     last_node: TreeNode
 

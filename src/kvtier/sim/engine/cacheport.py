@@ -37,6 +37,7 @@ class TieredCachePort:
             host,
             write_policy=write_policy,
             store=self.store,
+            page_runs=False,  # a request holds a few blocks: lists beat runs of one or two
         )
         self._held: dict[int, request.Admission] = {}
         self._last: tuple[Sequence[int], MatchResult] | None = None
