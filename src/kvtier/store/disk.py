@@ -351,10 +351,13 @@ class DiskStore:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _open_page(self, shard: int, name: str) -> tuple[int, os.stat_result] | None:
+    def _open_page(
+        self, shard: int, name: str, *, writing: bool = False
+    ) -> tuple[int, os.stat_result] | None:
         """An open descriptor and its stat of the regular file `name`, or None when there is
         none. Anything else in its place (a symlink, directory, FIFO, device, socket) is
-        removed without being followed or read; a quarantined entry is not opened again."""
+        removed without being followed or read. A quarantined entry is not read again; when
+        `writing`, removing it is tried again (the store may have become writable)."""
         try:
             fd = os.open(name, _READ_FLAGS, dir_fd=shard)
         except FileNotFoundError:
@@ -370,13 +373,18 @@ class DiskStore:
             if not self._is_quarantined(st):
                 self._counters.add(corrupt=1)
                 self._drop(shard, name, st)
+            elif writing:
+                self._remove(shard, name, st)
             return None
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
+            if self._is_quarantined(st):
+                if writing:
+                    self._remove(shard, name, st)
+            elif not stat.S_ISREG(st.st_mode):
                 self._counters.add(corrupt=1)
                 self._drop(shard, name, st)
-            elif not self._is_quarantined(st):
+            else:
                 return fd, st
         except BaseException:
             os.close(fd)
@@ -450,7 +458,7 @@ class DiskStore:
     def _holds(self, shard: int, name: str, head: bytes, payload: bytes, stamp_ns: int) -> bool:
         """True when `name` is already exactly this blob (then stamped as used); a different
         or damaged file there is dropped, to be replaced."""
-        opened = self._open_page(shard, name)
+        opened = self._open_page(shard, name, writing=True)
         if opened is None:
             return False
         fd, st = opened

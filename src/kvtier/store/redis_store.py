@@ -274,18 +274,19 @@ class RedisStore:
         def queue(pipe: Any) -> None:
             for h in hashes:
                 key = self.key(h)
+                pipe.exists(key)
                 pipe.strlen(key)
                 pipe.getrange(key, 0, HEADER_SIZE + len(h) - 1)
 
         replies = self._pipeline(queue)
         digest = self.fingerprint.digest
         for i, h in enumerate(hashes):
-            length, head = replies[2 * i], replies[2 * i + 1]
-            for reply in (length, head):
+            exists, length, head = replies[3 * i : 3 * i + 3]
+            for reply in (exists, length, head):
                 if isinstance(reply, Exception) and not _wrong_type(reply):
                     raise StoreUnavailable(f"redis failed a probe: {reply}")
-            if length == 0:
-                return i  # absent (STRLEN of a missing key is 0)
+            if exists == 0:
+                return i
             try:
                 if isinstance(length, Exception) or isinstance(head, Exception):
                     raise CorruptBlob("a key of another type")
