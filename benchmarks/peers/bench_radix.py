@@ -3,9 +3,12 @@
 Both replay one operation sequence (see radix_ops.py) built from a Mooncake trace: per request
 match, insert, and evict down to a token capacity. SGLang's side runs in its own virtualenv
 (benchmarks/peers/setup.sh) as a subprocess reading the same sequence file. The matched-token
-totals must agree; the table gives requests per second and the ratio.
+totals must agree; the table gives requests per second and the ratio. Each side runs
+--repeat times and the least disturbed run counts (the minimum CPU and the minimum wall time).
+The command exits 1 when kvtier is below GOAL x SGLang in CPU or wall time at any page size.
 
     .venv/bin/python benchmarks/peers/bench_radix.py [--requests 2000] [--capacity-tokens 1000000]
+        [--page-sizes 1,16] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -77,12 +80,13 @@ def kvtier_replay(path: Path) -> dict[str, float]:
     cache = TieredCache(AccountingStorage(Tier.DEVICE, pool_pages))
     cap_pages = capacity // page
     matched = evicted = 0
-    keys_cpu = 0.0
+    k0 = time.process_time()
+    for tokens in requests:
+        page_keys(tokens, page)
+    keys_cpu = time.process_time() - k0  # shown apart; the timed loop below builds them again
     t0, c0 = time.perf_counter(), time.process_time()
     for tokens in requests:
-        k0 = time.process_time()
         keys = page_keys(tokens, page)
-        keys_cpu += time.process_time() - k0
         m = cache.match_prefix(keys)
         hit = m.num_device_pages
         matched += hit * page
@@ -119,6 +123,17 @@ def sglang_replay(path: Path, venv: Path) -> dict[str, float]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def best_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The first run's counts with the least CPU and the least wall time over the runs (the
+    counts are the same in every run: the replay is deterministic)."""
+    return {
+        **runs[0],
+        "cpu_s": min(r["cpu_s"] for r in runs),
+        "wall_s": min(r["wall_s"] for r in runs),
+        **({"keys_cpu_s": min(r["keys_cpu_s"] for r in runs)} if "keys_cpu_s" in runs[0] else {}),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, default=TRACE)
@@ -126,12 +141,14 @@ def main() -> int:
     ap.add_argument("--capacity-tokens", type=int, default=1_000_000)
     ap.add_argument("--page-sizes", default="1,16")
     ap.add_argument("--sglang-venv", type=Path, default=SGLANG_VENV)
+    ap.add_argument("--repeat", type=int, default=5, help="runs per side; the best counts")
     args = ap.parse_args()
     trace = need(args.trace, "trace")
     print(f"machine: {machine()}")
     print(
         f"trace: first {args.requests} requests of {trace.name}; capacity "
-        f"{args.capacity_tokens:,} tokens; per request: match, insert, evict to capacity"
+        f"{args.capacity_tokens:,} tokens; per request: match, insert, evict to capacity; "
+        f"best of {args.repeat}"
     )
     rows: list[list[object]] = []
     notes: list[str] = []
@@ -140,8 +157,8 @@ def main() -> int:
         for page in (int(p) for p in args.page_sizes.split(",")):
             seq = Path(tmp) / f"ops-page{page}.json"
             write_sequence(trace, args.requests, page, args.capacity_tokens, seq)
-            theirs = sglang_replay(seq, args.sglang_venv)
-            ours = kvtier_replay(seq)
+            theirs = best_of([sglang_replay(seq, args.sglang_venv) for _ in range(args.repeat)])
+            ours = best_of([kvtier_replay(seq) for _ in range(args.repeat)])
             if ours["matched_tokens"] != theirs["matched_tokens"]:
                 with sglang_split_times():
                     stamped = kvtier_replay(seq)["matched_tokens"]
@@ -157,6 +174,12 @@ def main() -> int:
                 else:
                     failures.append(line + f"{stamped:,} with SGLang's split rule")
             n = ours["requests"]
+            for what, key in (("cpu", "cpu_s"), ("wall", "wall_s")):
+                speed = theirs[key] / ours[key]
+                if speed < GOAL:
+                    failures.append(
+                        f"page {page}: {speed:.2f}x SGLang in {what} time, goal {GOAL:g}x"
+                    )
             rows.append(
                 [
                     page,
@@ -164,9 +187,11 @@ def main() -> int:
                     f"{ours['matched_tokens']:,}",
                     f"{theirs['evicted_tokens']:,}",
                     f"{ours['evicted_tokens']:,}",
-                    f"{theirs['cpu_s']:.2f}",
-                    f"{ours['keys_cpu_s']:.2f}",
-                    f"{ours['cpu_s'] - ours['keys_cpu_s']:.2f}",
+                    f"{theirs['cpu_s']:.3f}",
+                    f"{ours['keys_cpu_s']:.3f}",
+                    f"{ours['cpu_s']:.3f}",
+                    f"{theirs['wall_s']:.3f}",
+                    f"{ours['wall_s']:.3f}",
                     f"{n / theirs['cpu_s']:,.0f}",
                     f"{n / ours['cpu_s']:,.0f}",
                     f"{theirs['cpu_s'] / ours['cpu_s']:.2f}x",
@@ -184,7 +209,9 @@ def main() -> int:
                 "kvtier evicted",
                 "SGLang cpu s",
                 "kvtier page_keys cpu s",
-                "kvtier cache cpu s",
+                "kvtier cpu s",
+                "SGLang wall s",
+                "kvtier wall s",
                 "SGLang req/s",
                 "kvtier req/s",
                 "speed-up (cpu)",
@@ -193,7 +220,11 @@ def main() -> int:
             rows,
         )
     )
-    print(f"\ngoal: kvtier >= {GOAL:g}x SGLang's RadixCache")
+    print(
+        f"\ngoal: kvtier >= {GOAL:g}x SGLang's RadixCache in CPU and in wall time; kvtier cpu "
+        "includes building the page keys (SGLang's includes its RadixKey); the page_keys "
+        "column is that part alone"
+    )
     return report_outcome(notes, failures)
 
 

@@ -249,6 +249,10 @@ class TieredCache:
     def _drop(self, node: TreeNode) -> bool:
         """Remove a device leaf with no host copy, with its host-only subtree; False when part
         of that subtree is pinned. The caller frees the node's device run."""
+        if not node.children:  # a leaf, as most are
+            self.tree.set_device(node, None)
+            self.tree.remove(node)
+            return True
         below = self.tree.nodes_below(node)
         if any(n.pinned for n in below):
             return False

@@ -7,7 +7,8 @@ A partial last page has no key: only page-aligned prefixes are cached.
 
 A run of keys is a list of keys or, for token ids, a `TokenPages`: the same tuples packed into
 one bytes object, so the tree compares and cuts a whole run with C-level bytes operations
-instead of one Python object per page. One tree uses one kind of run.
+instead of one Python object per page. A slice is a view of the same bytes (cutting a node
+copies no keys). One tree uses one kind of run.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ _TOKEN_BYTES = 8
 
 class TokenPages(Sequence[tuple[int, ...]]):
     """The page keys of a token sequence, packed: item i is the tuple of page i's token ids
-    (what `page_keys` yields), stored as int64 bytes. Equal to a list of those tuples."""
+    (what `page_keys` yields), stored as int64 bytes (or a view of them, for a slice). Equal to
+    a list of those tuples."""
 
     __slots__ = ("_page", "_pages", "data", "page_size", "width")
 
-    def __init__(self, data: bytes, page_size: int) -> None:
+    def __init__(self, data: bytes | memoryview, page_size: int) -> None:
         self.data = data
         self.page_size = page_size
         self.width = page_size * _TOKEN_BYTES  # bytes per page
@@ -48,11 +50,16 @@ class TokenPages(Sequence[tuple[int, ...]]):
     def __getitem__(self, i: slice) -> TokenPages: ...
     def __getitem__(self, i: int | slice) -> tuple[int, ...] | TokenPages:
         w = self.width
+        if type(i) is int and 0 <= i < self._pages:  # the tree's child lookups
+            return self._page.unpack_from(self.data, i * w)
         if isinstance(i, slice):
             start, stop, step = i.indices(self._pages)
             if step != 1:
                 raise ValueError("TokenPages slices take no step")
-            return TokenPages(self.data[start * w : max(start, stop) * w], self.page_size)
+            if start == 0 and stop >= self._pages:
+                return self  # immutable: the whole run is itself
+            view = memoryview(self.data)[start * w : max(start, stop) * w]
+            return TokenPages(view, self.page_size)
         if i < 0:
             i += self._pages
         if not 0 <= i < self._pages:
@@ -60,12 +67,13 @@ class TokenPages(Sequence[tuple[int, ...]]):
         return self._page.unpack_from(self.data, i * w)
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
-        tokens = array(_TOKEN, self.data)
+        tokens = array(_TOKEN)
+        tokens.frombytes(self.data)
         return zip(*[iter(tokens)] * self.page_size, strict=True)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TokenPages):
-            return self.page_size == other.page_size and self.data == other.data
+            return self.page_size == other.page_size and _same(self.data, other.data)
         if isinstance(other, list):
             return list(self) == other
         return NotImplemented
@@ -75,11 +83,13 @@ class TokenPages(Sequence[tuple[int, ...]]):
     def __add__(self, other: TokenPages) -> TokenPages:
         if not isinstance(other, TokenPages) or other.page_size != self.page_size:
             return NotImplemented
-        return TokenPages(self.data + other.data, self.page_size)
+        return TokenPages(b"".join((self.data, other.data)), self.page_size)
 
     def common_len(self, other: TokenPages, start: int) -> int:
         """How many leading pages of this run equal other's pages from `start` on."""
         w, data, theirs = self.width, self.data, other.data
+        if type(theirs) is not bytes:
+            theirs = bytes(theirs)  # a view: startswith is a bytes method
         n = min(self._pages, other._pages - start)
         if n <= 0:
             return 0
@@ -106,16 +116,19 @@ def page_keys(tokens: Sequence[int], page_size: int) -> TokenPages:
     _check_page_size(page_size)
     full = len(tokens) - len(tokens) % page_size
     if isinstance(tokens, array) and tokens.typecode == _TOKEN:
-        data = tokens[:full].tobytes() if full < len(tokens) else tokens.tobytes()
+        data = memoryview(tokens)[:full].tobytes() if full < len(tokens) else tokens.tobytes()
     else:
         data = array(_TOKEN, tokens[:full]).tobytes()
     return TokenPages(data, page_size)
 
 
 def as_run(keys: Sequence[PageKey]) -> list[PageKey] | TokenPages:
-    """`keys` as a run the tree takes: a TokenPages or a list (copied only when not one)."""
-    if isinstance(keys, (list, TokenPages)):
+    """`keys` as a run the tree takes: a list (copied only when not one) or a TokenPages over
+    bytes of its own (a slice, a view, is copied once here rather than on every compare)."""
+    if isinstance(keys, list):
         return keys
+    if isinstance(keys, TokenPages):
+        return keys if type(keys.data) is bytes else TokenPages(bytes(keys.data), keys.page_size)
     return list(keys)
 
 
@@ -145,6 +158,11 @@ def store_key(key: PageKey) -> bytes:
     if isinstance(key, int) and key >= 0:
         return key.to_bytes(8, "little")
     raise TypeError(f"page key {key!r} cannot name a store page: use page_hashes or integer ids")
+
+
+def _same(a: bytes | memoryview, b: bytes | memoryview) -> bool:
+    """Equal bytes, compared by memcmp (memoryview == compares item by item)."""
+    return len(a) == len(b) and (a if type(a) is bytes else bytes(a)).startswith(b)
 
 
 @cache

@@ -21,6 +21,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
+from operator import attrgetter
 
 from kvtier.cache.pages import EMPTY, Pages
 
@@ -179,7 +180,7 @@ class RunPool:
         if not runs:
             return
         if len(runs) > 1:
-            runs = tuple(sorted(runs, key=_start))
+            runs = tuple(sorted(runs, key=_START))
             for a, b in pairwise(runs):
                 if b.start < a.stop:
                     raise ValueError(f"page {b.start} is not allocated (listed twice)")
@@ -249,5 +250,4 @@ class RunPool:
         assert free == self.num_free, "free count drifted"
 
 
-def _start(r: range) -> int:
-    return r.start
+_START = attrgetter("start")

@@ -378,7 +378,7 @@ class RadixTree:
         if tier is Tier.DEVICE:
             if node.device is None:
                 return False
-            return all(c.device is None for c in node.children.values())
+            return not node.children or all(c.device is None for c in node.children.values())
         return node.device is None and node.host is not None and not node.children
 
     def is_queued(self, node: TreeNode, tier: Tier) -> bool:
