@@ -120,3 +120,20 @@ def test_for_model_describes_one_ranks_shard() -> None:
 def test_stats_add_field_by_field() -> None:
     total = StoreStats(puts=1, bytes_read=5) + StoreStats(puts=2, errors=1)
     assert total == StoreStats(puts=3, errors=1, bytes_read=5)
+
+
+def test_fields_cannot_run_into_each_other() -> None:
+    """Field values holding any separator still give distinct digests (the encoding is
+    canonical JSON, not a join)."""
+    a = dataclasses.replace(FP, model_id="m\x1fmha", geometry="x")
+    b = dataclasses.replace(FP, model_id="m", geometry="mha\x1fx")
+    assert a.digest != b.digest
+    c = dataclasses.replace(FP, model_id='m","geometry":"g')
+    assert c.digest != dataclasses.replace(FP, model_id="m", geometry="g").digest
+
+
+def test_a_format_1_blob_is_corrupt_not_served() -> None:
+    blob = bytearray(encode_blob(FP.digest, HASH, b"page bytes"))
+    blob[4] = 1  # the version byte of the previous format
+    with pytest.raises(CorruptBlob, match="version 1"):
+        decode_blob(FP.digest, HASH, bytes(blob))

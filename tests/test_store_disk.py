@@ -19,6 +19,7 @@ from kvtier.store import disk, open_store
 from kvtier.store.base import StoreStats, StoreUnavailable
 from kvtier.store.blob import HEADER_SIZE, encode_blob
 from kvtier.store.disk import DiskStore
+from kvtier.store.resilient import ResilientStore
 from store_support import FP, TESTS, Clock, chain, payloads, run_worker
 
 
@@ -237,3 +238,144 @@ def test_processes_racing_on_one_capped_store_never_see_a_torn_page(tmp_path: Pa
     assert all(r["hits"] > 0 for r in results)
     assert sum(r["evicted"] for r in results) > 0  # the cap was hit while others were reading
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def _resilient(root: Path) -> ResilientStore:
+    return ResilientStore(DiskStore(root, FP))
+
+
+def test_a_fifo_at_a_page_path_is_a_miss_not_a_hang(tmp_path: Path) -> None:
+    store = _resilient(tmp_path)
+    hashes, blobs = chain(3), payloads(3)
+    store.put(hashes, blobs)
+    victim = store.inner.path_of(hashes[1])  # type: ignore[attr-defined]
+    victim.unlink()
+    os.mkfifo(victim)
+    assert store.get(hashes) == [blobs[0], None, blobs[2]]
+    assert not os.path.lexists(victim)
+    assert (store.stats().corrupt, store.stats().errors, store.is_open) == (1, 0, False)
+
+
+def test_a_directory_at_a_page_path_costs_only_that_page(tmp_path: Path) -> None:
+    store = _resilient(tmp_path)
+    hashes, blobs = chain(3), payloads(3)
+    store.put(hashes, blobs)
+    victim = store.inner.path_of(hashes[0])  # type: ignore[attr-defined]
+    victim.unlink()
+    (victim / "sub").mkdir(parents=True)
+    assert store.get(hashes) == [None, *blobs[1:]]
+    assert not os.path.lexists(victim)
+    assert store.put(hashes, blobs) == 1 and store.get(hashes) == blobs
+
+
+def test_a_huge_sparse_file_is_judged_by_its_header_not_read(tmp_path: Path) -> None:
+    store = _resilient(tmp_path)
+    hashes, blobs = chain(2), payloads(2)
+    store.put(hashes, blobs)
+    victim = store.inner.path_of(hashes[1])  # type: ignore[attr-defined]
+    with open(victim, "r+b") as f:
+        f.truncate(6 << 30)  # the page, then 6 GB of holes
+    assert store.exists_prefix(hashes) == 1
+    assert not victim.exists()
+    victim.write_bytes(b"")
+    os.truncate(victim, 6 << 30)
+    assert store.get(hashes) == [blobs[0], None]
+    assert store.stats().errors == 0
+
+
+def test_symlinks_are_never_followed_nor_written_through(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    outside.mkdir()
+    store = _resilient(root)
+    hashes, blobs = chain(2), payloads(2)
+    # a symlinked shard: writes land in the root, never in its target
+    shard = store.inner.path_of(hashes[0]).parent  # type: ignore[attr-defined]
+    shard.parent.mkdir(parents=True, exist_ok=True)
+    shard.symlink_to(outside, target_is_directory=True)
+    assert store.put(hashes, blobs) == 2
+    assert list(outside.iterdir()) == []
+    assert not shard.is_symlink() and store.get(hashes) == blobs
+    # a symlink at a page path to a valid copy of the page: not served, target untouched
+    bait = outside / "copy.page"
+    page = store.inner.path_of(hashes[1])  # type: ignore[attr-defined]
+    bait.write_bytes(page.read_bytes())
+    os.utime(bait, (1000, 1000))
+    page.unlink()
+    page.symlink_to(bait)
+    assert store.get(hashes) == [blobs[0], None]
+    assert not os.path.lexists(page)
+    page.symlink_to(bait)
+    assert store.put(hashes, blobs) == 1
+    assert not page.is_symlink() and store.get(hashes) == blobs
+    assert bait.stat().st_mtime == 1000 and bait.read_bytes() == page.read_bytes()
+
+
+def test_put_repairs_a_damaged_page_and_the_probe_checks_headers(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, FP)
+    hashes, blobs = chain(3), payloads(3)
+    store.put(hashes, blobs)
+    flipped = bytearray(store.path_of(hashes[0]).read_bytes())
+    flipped[-1] ^= 1  # payload damage: the header check cannot see it, the put can
+    store.path_of(hashes[0]).write_bytes(bytes(flipped))
+    truncated = store.path_of(hashes[1])
+    truncated.write_bytes(truncated.read_bytes()[:-5])
+    assert store.exists_prefix(hashes) == 1  # the truncated page is not counted
+    store.path_of(hashes[1]).parent.mkdir(parents=True, exist_ok=True)
+    truncated.write_bytes(encode_blob(FP.digest, hashes[1], blobs[1])[:-5])
+    assert store.put(hashes, blobs) == 2  # both damaged pages rewritten
+    assert store.get(hashes) == blobs
+
+
+def test_orphaned_temporaries_count_toward_the_cap(tmp_path: Path) -> None:
+    blob_size = HEADER_SIZE + 16 + 4096
+    hashes, blobs = chain(4), payloads(4)
+    DiskStore(tmp_path, FP).put(hashes[:2], blobs[:2])
+    shard = DiskStore(tmp_path, FP).path_of(hashes[0]).parent
+    (shard / ".dead.page.1.00000000.tmp").write_bytes(bytes(2 * blob_size))
+    store = DiskStore(tmp_path, FP, capacity_bytes=4 * blob_size, low_watermark=1.0)
+    assert store.sweep() == 4 * blob_size
+    store.put(hashes[2:3], blobs[2:3])  # 5 blobs' worth: the oldest page goes
+    assert store.stats().evicted == 1
+
+
+def test_a_store_that_cannot_be_written_refuses_writes_and_reads_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    store = ResilientStore(DiskStore(tmp_path, FP, clock=clock))
+    hashes, blobs = chain(3), payloads(3)
+    store.put(hashes[:2], blobs[:2])
+
+    def read_only(*args: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(disk, "_write_new", read_only)
+    assert store.put(hashes, blobs) == 0
+    assert store.get(hashes) == [*blobs[:2], None]
+    stats = store.stats()
+    assert (stats.errors, stats.refused, store.is_open) == (0, 1, False)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("file://tmp/x", "names host 'tmp'"),
+        ("file:relative/dir", "relative path"),
+        ("file:///tmp/x?mode=ro", "no ?query"),
+        ("", "names no directory"),
+    ],
+)
+def test_bad_disk_urls_are_refused_at_open(url: str, message: str) -> None:
+    with pytest.raises(KvtierError, match=message.replace("?", r"\?")):
+        open_store(url, FP)
+    assert not Path("/x").exists()
+
+
+def test_a_home_relative_directory_is_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    store = open_store("~/kv", FP)
+    store.put(chain(1), payloads(1))
+    assert len(list((tmp_path / "kv").rglob("*.page"))) == 1
+    assert store.inner.root == tmp_path / "kv"  # type: ignore[attr-defined]

@@ -207,3 +207,40 @@ def test_redis_store_raises_unavailable_without_the_breaker() -> None:
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", FP, timeout_s=0.2)
     with pytest.raises(StoreUnavailable):
         store.get(chain(1))
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://127.0.0.1:99999/0", "out of range"),
+        ("redis://127.0.0.1:6379/abc", "'abc' is not a number"),
+        ("redis://127.0.0.1:6379/0?db=1", "given twice"),
+        ("redis://127.0.0.1:6379/0?retries=3", "unknown option 'retries'"),
+        ("redis:///0", "no host"),
+        ("cluster+redis://127.0.0.1:7000/2", "only database 0"),
+        ("unix://", "absolute path"),
+        ("redis://user:hunter2@127.0.0.1:0/0", r"user:\*\*\*@"),
+    ],
+)
+def test_bad_redis_urls_are_refused_at_open(url: str, message: str) -> None:
+    with pytest.raises(KvtierError, match=message) as info:
+        open_store(url, FP)
+    assert "hunter2" not in str(info.value) and "\n" not in str(info.value)
+
+
+@needs_redis
+@pytest.mark.redis
+def test_a_key_of_another_type_costs_only_its_page(server: RedisServer) -> None:
+    store = ResilientStore(RedisStore(server.url, FP))
+    inner: RedisStore = store.inner  # type: ignore[assignment]
+    hashes, blobs = chain(3), payloads(3)
+    store.put(hashes, blobs)
+    raw = _raw(server)
+    raw.delete(inner.key(hashes[1]))
+    raw.hset(inner.key(hashes[1]), "f", "v")
+    assert store.exists_prefix(hashes) == 1
+    raw.rpush(inner.key(hashes[1]), "x")
+    assert store.get(hashes) == [blobs[0], None, blobs[2]]
+    assert raw.exists(inner.key(hashes[1])) == 0
+    stats = store.stats()
+    assert (stats.corrupt, stats.errors, store.is_open) == (2, 0, False)

@@ -99,7 +99,30 @@ def test_every_call_shape_survives_an_outage() -> None:
     assert store.last_error == "connection refused"
 
 
-def test_other_exceptions_are_not_swallowed() -> None:
+def test_a_callers_mismatched_batch_is_its_own_error() -> None:
     store = ResilientStore(FlakyStore())
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="2 hashes but 1 payloads"):
         store.put(chain(2), payloads(1))
+
+
+class ExplodingStore(FlakyStore):
+    """Raises whatever it is told to from every call."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__()
+        self.exc = exc
+
+    def _check(self) -> None:
+        self.calls += 1
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [MemoryError(), OSError(5, "I/O error"), TypeError("bug")])
+def test_nothing_the_store_raises_escapes(exc: Exception) -> None:
+    store = ResilientStore(ExplodingStore(exc), clock=Clock())
+    hashes, blobs = chain(2), payloads(2)
+    assert store.get(hashes) == [None, None]
+    assert store.is_open and store.stats().errors == 1
+    assert store.last_error is not None and type(exc).__name__ in store.last_error
+    assert store.put(hashes, blobs) == 0  # skipped while open
+    store.close()
