@@ -11,7 +11,6 @@ import pytest
 from kvtier.observe.diagnosis import KV_FULL, Counts, diagnose
 from kvtier.observe.logread import LogReader, read_stream
 from kvtier.observe.observer import Observer
-from kvtier.observe.sample import sample_from
 from kvtier.observe.timeline import Timeline
 from observe_support import FIXTURES, observe_text
 
@@ -70,9 +69,7 @@ def test_chunk_boundaries_do_not_change_the_reading() -> None:
 def test_timeline_is_bounded_by_its_limit_not_the_samples() -> None:
     timeline = Timeline(limit=50)
     for i in range(100_000):
-        timeline.add(
-            sample_from({"kv_usage": (i % 997) / 1000, "queued": i % 13}, None, str(i), i, "")
-        )
+        timeline.add({"kv_usage": (i % 997) / 1000, "queued": float(i % 13)}, str(i), i)
         assert len(timeline._points) < 100
     points = timeline.points()
     assert 50 <= len(points) <= 101

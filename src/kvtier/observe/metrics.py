@@ -91,7 +91,7 @@ def parse_scrape(text: str, source: str, seconds: float, when: str) -> Scrape:
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                if s.name.endswith("_created") or not math.isfinite(s.value):
+                if s.name.endswith("_created") or not 0 <= s.value < math.inf:
                     continue
                 name = s.name.removesuffix("_total")
                 by_name.setdefault(name, []).append(float(s.value))
@@ -173,7 +173,6 @@ def observe_scrapes(scrapes: list[Scrape], observer: Observer) -> None:
             line=None,
             text=_describe(i, s, fields),
             time=s.time,
-            seconds=s.seconds,
         )
         before = s
     _window_hit_rate(scrapes, observer)

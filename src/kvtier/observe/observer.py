@@ -10,13 +10,13 @@ import math
 from dataclasses import dataclass
 
 from kvtier.observe.diagnosis import KV_FULL, Counts, Diagnosis, Evidence, diagnose
-from kvtier.observe.sample import Sample, sample_from
 from kvtier.observe.timeline import Point, Timeline
 
 EVIDENCE_KEPT = 5
 _TEXT_KEPT = 400
 _SEEN_KEPT = 4096
 SAMPLE_KINDS = frozenset({"decode", "prefill", "fill", "stats", "metrics"})
+_EVENTS = frozenset({"retracted", "preemptions", "preempted_total"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +49,6 @@ class Observation:
     timeline: tuple[Point, ...]
     skipped: int
     skipped_lines: tuple[Evidence, ...]
-
-
-def _finite(fields: dict[str, float]) -> dict[str, float]:
-    return {k: v for k, v in fields.items() if math.isfinite(v) and v >= 0}
 
 
 class Observer:
@@ -111,12 +107,16 @@ class Observer:
         line: int | None,
         text: str,
         time: str | None = None,
-        seconds: float | None = None,
     ) -> None:
-        """One reading of a grammar (see the engines' serving modules for kinds and fields)."""
-        fields = _finite(fields)
+        """One reading of a grammar (see the engines' serving modules for kinds and fields).
+
+        Values must be finite and not negative: the grammars read unsigned decimals, and scrapes
+        drop the rest."""
         if self.engine is None:
             self.engine = engine
+        if kind in SAMPLE_KINDS and fields.keys().isdisjoint(_EVENTS):
+            self._sample(fields, line, text, time)
+            return
         if kind == "pool":
             if "pool_tokens" in fields:
                 self.pool_tokens = int(fields["pool_tokens"])
@@ -134,45 +134,56 @@ class Observer:
         if events or "preempted_total" in fields:
             self._keep(self.preempt_lines, line, text)
         if kind in SAMPLE_KINDS:
-            self._sample(sample_from(fields, seconds, time, line, text), fields)
+            self._sample(fields, line, text, time)
 
     def add_counter_hit_rate(self, rate: float) -> None:
         if math.isfinite(rate) and 0 <= rate <= 1:
             self.counter_hit = rate
 
-    def _sample(self, s: Sample, fields: dict[str, float]) -> None:
+    def _sample(
+        self, fields: dict[str, float], line: int | None, text: str, time: str | None
+    ) -> None:
+        get = fields.get
         self.samples += 1
-        self.timeline.add(s)
-        if s.kv_usage is not None:
-            self.last_kv = s.kv_usage
-            if self.kv_max is None or s.kv_usage > self.kv_max:
-                self.kv_max = s.kv_usage
+        self.timeline.add(fields, time, line)
+        kv = get("kv_usage")
+        queued = get("queued")
+        if kv is not None:
+            self.last_kv = kv
+            if self.kv_max is None or kv > self.kv_max:
+                self.kv_max = kv
+                running = get("running")
                 self.peak = Peak(
-                    s.kv_usage, s.queued, s.running, s.time, s.line, s.text[:_TEXT_KEPT]
+                    kv,
+                    None if queued is None else int(queued),
+                    None if running is None else int(running),
+                    time,
+                    line,
+                    text[:_TEXT_KEPT],
                 )
-        if s.queued is not None:
+        if queued is not None:
             self.queue_seen += 1
-            self.queue_max = s.queued if self.queue_max is None else max(self.queue_max, s.queued)
-            if s.queued > 0:
-                kv = self.last_kv
-                if kv is None:
+            if self.queue_max is None or queued > self.queue_max:
+                self.queue_max = int(queued)
+            if queued > 0:
+                if self.last_kv is None:
                     self.waiting_unknown += 1
-                elif kv >= KV_FULL:
+                elif self.last_kv >= KV_FULL:
                     self.waiting_full += 1
-                    self._keep(self.full_lines, s.line, s.text)
+                    self._keep(self.full_lines, line, text)
                 else:
                     self.waiting_room += 1
-                    self._keep(self.room_lines, s.line, s.text)
-        if s.swapped:
+                    self._keep(self.room_lines, line, text)
+        if get("swapped"):
             self.swapped += 1
-            self._keep(self.preempt_lines, s.line, s.text)
-        if s.new_tokens is not None:
-            self.computed += s.new_tokens
-            self.cached += s.cached_tokens or 0
-        if s.hit_rate is not None:
-            self.printed_hit = s.hit_rate
-        if "external_hit_rate" in fields:
-            self.external_hit = fields["external_hit_rate"]
+            self._keep(self.preempt_lines, line, text)
+        if (computed := get("new_tokens")) is not None:
+            self.computed += int(computed)
+            self.cached += int(get("cached_tokens", 0))
+        if (hit := get("hit_rate")) is not None:
+            self.printed_hit = hit
+        if (external := get("external_hit_rate")) is not None:
+            self.external_hit = external
 
     @property
     def preemptions(self) -> int:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvtier.observe.sample import Sample
-
 
 @dataclass(frozen=True, slots=True)
 class Point:
@@ -47,59 +45,68 @@ class _Group:
     __slots__ = (
         "cached",
         "computed",
-        "first",
         "gen",
         "gen_n",
         "kv",
+        "line",
         "printed_hit",
         "prompt",
         "prompt_n",
         "queued",
         "running",
         "samples",
+        "time",
     )
 
-    def __init__(self, first: Sample) -> None:
-        self.first = first
+    def __init__(self, time: str | None, line: int | None) -> None:
+        self.time = time
+        self.line = line
         self.samples = 0
         self.kv: float | None = None
-        self.running: int | None = None
-        self.queued: int | None = None
+        self.running: float | None = None
+        self.queued: float | None = None
         self.prompt = self.gen = 0.0
         self.prompt_n = self.gen_n = 0
         self.cached = self.computed = 0
         self.printed_hit: float | None = None
 
-    def add(self, s: Sample) -> None:
+    def add(self, fields: dict[str, float]) -> None:
+        get = fields.get
         self.samples += 1
-        self.kv = _peak(self.kv, s.kv_usage)
-        self.running = _peak_int(self.running, s.running)
-        self.queued = _peak_int(self.queued, s.queued)
-        if s.prompt_tps is not None:
-            self.prompt += s.prompt_tps
+        # peaks, written out: this runs once per sample
+        if (kv := get("kv_usage")) is not None and (self.kv is None or kv > self.kv):
+            self.kv = kv
+        if (running := get("running")) is not None and (
+            self.running is None or running > self.running
+        ):
+            self.running = running
+        if (queued := get("queued")) is not None and (self.queued is None or queued > self.queued):
+            self.queued = queued
+        if (prompt := get("prompt_tps")) is not None:
+            self.prompt += prompt
             self.prompt_n += 1
-        if s.gen_tps is not None:
-            self.gen += s.gen_tps
+        if (gen := get("gen_tps")) is not None:
+            self.gen += gen
             self.gen_n += 1
-        if s.new_tokens is not None:
-            self.computed += s.new_tokens
-            self.cached += s.cached_tokens or 0
-        if s.hit_rate is not None:
-            self.printed_hit = s.hit_rate
+        if (computed := get("new_tokens")) is not None:
+            self.computed += int(computed)
+            self.cached += int(get("cached_tokens", 0))
+        if (hit := get("hit_rate")) is not None:
+            self.printed_hit = hit
 
     def point(self) -> Point:
         looked_up = self.cached + self.computed
         hit = self.cached / looked_up if looked_up else self.printed_hit
         return Point(
-            time=self.first.time,
+            time=self.time,
             kv_usage=self.kv,
-            running=self.running,
-            queued=self.queued,
+            running=None if self.running is None else int(self.running),
+            queued=None if self.queued is None else int(self.queued),
             prompt_tps=self.prompt / self.prompt_n if self.prompt_n else None,
             gen_tps=self.gen / self.gen_n if self.gen_n else None,
             hit_rate=hit,
             samples=self.samples,
-            line=self.first.line,
+            line=self.line,
         )
 
 
@@ -131,12 +138,14 @@ class Timeline:
         self._points: list[Point] = []
         self._group: _Group | None = None
 
-    def add(self, sample: Sample) -> None:
-        if self._group is None:
-            self._group = _Group(sample)
-        self._group.add(sample)
-        if self._group.samples >= self.stride:
-            self._points.append(self._group.point())
+    def add(self, fields: dict[str, float], time: str | None, line: int | None) -> None:
+        """One sample's engine-neutral fields (see the engines' serving modules)."""
+        group = self._group
+        if group is None:
+            group = self._group = _Group(time, line)
+        group.add(fields)
+        if group.samples >= self.stride:
+            self._points.append(group.point())
             self._group = None
             if len(self._points) >= 2 * self.limit:
                 pts = self._points

@@ -36,7 +36,6 @@ retracted, pool_tokens.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 from kvtier.logs.records import GROUPED_INT
 
@@ -52,8 +51,8 @@ SUMMARY = "max_total_num_tokens="
 UNTITLED = "#running-req: "
 MARKERS = (DECODE, PREFILL, FILL, RETRACT, DECODE_OOM, POOL, SUMMARY, UNTITLED)
 
-_NUM = re.compile(r"\s{0,4}(-?\d{1,15}(?:\.\d{1,12})?)")
-_FILL_PAIR = re.compile(r"(#?[a-z_]{1,30}): (-?\d{1,15}(?:\.\d{1,12})?)")
+_NUM = re.compile(r"\s{0,4}(\d{1,15}(?:\.\d{1,12})?)")
+_FILL_PAIR = re.compile(r"(#?[a-z_]{1,30}): (\d{1,15}(?:\.\d{1,12})?)")
 _RETRACTED = re.compile(r"#retracted_reqs: (\d{1,9})")
 _POOL_TOKENS = re.compile(r"#tokens: " + GROUPED_INT)
 _SUMMARY_TOKENS = re.compile(r"max_total_num_tokens=(\d{1,15})")
@@ -83,6 +82,36 @@ _USAGES = ("kv_usage", "kv_full", "kv_swa", "kv_mamba")
 _WAITING = ("queued", "prealloc", "retract_queue")
 # The fields without which a line says nothing about saturation.
 _REQUIRED = {"decode": ("running",), "prefill": ("new_tokens",), "fill": ("new_tokens",)}
+
+
+# The two commonest shapes, read by one pattern each (the general reader gives the same fields).
+_FAST_DECODE = re.compile(
+    r"Decode batch[.,] #running-req: (?P<running>\d{1,9}), #token: \d{1,12}, "
+    r"token usage: (?P<kv_usage>\d{1,3}\.\d{1,4}), (?:cuda graph: \w{1,5}, )?"
+    r"gen throughput \(token/s\): (?P<gen_tps>\d{1,9}\.\d{1,4}), (?:largest-len: \d{1,9}, )?"
+    r"#queue-req: (?P<queued>\d{1,9}),? ?$"
+)
+_FAST_PREFILL = re.compile(
+    r"Prefill batch[.,] #new-seq: \d{1,9}, #new-token: (?P<new_tokens>\d{1,12}), "
+    r"#cached-token: (?P<cached_tokens>\d{1,12}), token usage: (?P<kv_usage>\d{1,3}\.\d{1,4}), "
+    r"#running-req: (?P<running>\d{1,9}), #queue-req: (?P<queued>\d{1,9}),? ?"
+    r"(?:cuda graph: \w{1,5}, )?"
+    r"(?:input throughput \(token/s\): (?P<prompt_tps>\d{1,12}\.\d{1,4}),? ?)?$"
+)
+
+
+_FAST_NAMES = {p: tuple(p.groupindex) for p in (_FAST_DECODE, _FAST_PREFILL)}
+
+
+def _fast(pattern: re.Pattern[str], kind: str, segment: str) -> tuple[str, dict[str, float]] | None:
+    match = pattern.match(segment)
+    if match is None:
+        return None
+    values = match.groups()
+    names = _FAST_NAMES[pattern]
+    if None in values:
+        return kind, {k: float(v) for k, v in zip(names, values, strict=True) if v is not None}
+    return kind, dict(zip(names, map(float, values), strict=True))
 
 
 def _pairs(body: str) -> dict[str, float]:
@@ -129,9 +158,9 @@ def _fill(segment: str) -> tuple[str, dict[str, float]] | None:
 def read(segment: str) -> tuple[str, dict[str, float]] | None:
     """One SGLang serving message (`segment` starts at its title), or None when it is unreadable."""
     if segment.startswith(DECODE):
-        return _batch("decode", segment, DECODE)
+        return _fast(_FAST_DECODE, "decode", segment) or _batch("decode", segment, DECODE)
     if segment.startswith(PREFILL):
-        return _batch("prefill", segment, PREFILL)
+        return _fast(_FAST_PREFILL, "prefill", segment) or _batch("prefill", segment, PREFILL)
     if segment.startswith(FILL):
         return _fill(segment)
     if segment.startswith(UNTITLED):
@@ -146,20 +175,3 @@ def read(segment: str) -> tuple[str, dict[str, float]] | None:
         match = _SUMMARY_TOKENS.match(segment)
         return ("pool", {"pool_tokens": float(match.group(1))}) if match else None
     return None
-
-
-_TITLES = re.compile(
-    "|".join(re.escape(m) for m in (DECODE, PREFILL, FILL, RETRACT, DECODE_OOM, POOL, SUMMARY))
-)
-
-
-def messages(text: str) -> Iterator[int]:
-    """Where each SGLang serving message starts in one log line (several when lines were joined)."""
-    found = False
-    for match in _TITLES.finditer(text):
-        found = True
-        yield match.start()
-    if not found:
-        at = text.find(UNTITLED)
-        if at >= 0 and "token usage: " in text:
-            yield at

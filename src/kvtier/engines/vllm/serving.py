@@ -27,7 +27,6 @@ preemptions (per interval), preempted_total (cumulative), external_hit_rate and 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 from kvtier.logs.records import GROUPED_INT
 
@@ -37,12 +36,11 @@ PREEMPTED = "is preempted by PreemptionMode"
 POOL = "GPU KV cache size:"
 MARKERS = (STATS, V0_HIT, PREEMPTED, POOL)
 
-_NUM = re.compile(r"\s{0,4}(-?\d{1,15}(?:\.\d{1,12})?)")
+_NUM = re.compile(r"\s{0,4}(\d{1,15}(?:\.\d{1,12})?)")
 _V0_HIT = re.compile(r"GPU: (\d{1,3}(?:\.\d{1,12})?)%, CPU: (\d{1,3}(?:\.\d{1,12})?)%")
 _PREEMPTION = re.compile(r"is preempted by PreemptionMode\.(?:RECOMPUTE|SWAP) mode because")
 _CUMULATIVE = re.compile(r"total_num_cumulative_preemption=(\d{1,12})")
 _POOL_TOKENS = re.compile(r"GPU KV cache size: " + GROUPED_INT + " tokens")
-_TITLES = re.compile("|".join(re.escape(m) for m in MARKERS))
 
 # printed label -> (field, divisor)
 _LABELS: dict[str, tuple[str, float]] = {
@@ -59,7 +57,31 @@ _LABELS: dict[str, tuple[str, float]] = {
 }
 
 
+# The V1 line without optional parts, read by one pattern (the general reader gives the same).
+_FAST_V1 = re.compile(
+    r"Avg prompt throughput: (\d{1,12}\.\d) tokens/s, "
+    r"Avg generation throughput: (\d{1,12}\.\d) tokens/s, "
+    r"Running: (\d{1,9}) reqs, Waiting: (\d{1,9}) reqs, GPU KV cache usage: (\d{1,3}\.\d)%, "
+    r"Prefix cache hit rate: (\d{1,3}\.\d)%\s*$"
+)
+
+
 def _stats(segment: str) -> tuple[str, dict[str, float]] | None:
+    fast = _FAST_V1.match(segment)
+    if fast is not None:
+        prompt, gen, running, waiting, usage, hit = fast.groups()
+        return "stats", {
+            "prompt_tps": float(prompt),
+            "gen_tps": float(gen),
+            "running": float(running),
+            "queued": float(waiting),
+            "kv_usage": float(usage) / 100,
+            "hit_rate": float(hit) / 100,
+        }
+    return _general(segment)
+
+
+def _general(segment: str) -> tuple[str, dict[str, float]] | None:
     fields: dict[str, float] = {}
     for part in segment.split(", "):
         label, sep, raw = part.partition(": ")
@@ -99,9 +121,3 @@ def read(segment: str) -> tuple[str, dict[str, float]] | None:
         match = _POOL_TOKENS.match(segment)
         return ("pool", {"pool_tokens": float(match.group(1).replace(",", ""))}) if match else None
     return None
-
-
-def messages(text: str) -> Iterator[int]:
-    """Where each vLLM serving message starts in one log line (several when lines were joined)."""
-    for match in _TITLES.finditer(text):
-        yield match.start()
