@@ -68,6 +68,71 @@ def test_lru_is_bounded_by_the_ceiling(chat: Path, capsys: pytest.CaptureFixture
     assert 0 < small < ceiling
 
 
+def test_references_replay_side_by_side_as_they_do_alone(
+    chat: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", str(chat), "--unbounded", "--lru-tokens", "20000,80000", "--json"]
+    runs = run_json(capsys, argv)["sweep"]["runs"]
+    assert [r["value"] for r in runs] == ["unbounded", "20000", "80000"]
+    alone = [
+        run_json(capsys, ["simulate", str(chat), *flags, "--json"])
+        for flags in (["--unbounded"], ["--lru-tokens", "20000"], ["--lru-tokens", "80000"])
+    ]
+    assert [{k: v for k, v in r.items() if k != "value"} for r in runs] == alone
+    assert runs[1]["hit_rate"] < runs[2]["hit_rate"] <= runs[0]["hit_rate"]
+
+
+def test_a_bad_lru_size_list_is_one_line(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", str(chat), "--lru-tokens", "100,x"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "expected N[,N...] tokens" in err
+
+
+def test_a_huge_host_tier_runs_in_little_memory(chat: Path) -> None:
+    """HiCache ratio 10^6 over a device pool of 10^12 tokens: tiers cost what they hold, so the
+    run fits a 2 GB address space (finishing, or refusing in one line with exit 2)."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+    argv = [*FOUNDING, "--device-tokens", str(10**12), "--hicache-ratio", "1e6", "--quiet"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvtier", "simulate", str(chat), *argv],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,
+        timeout=600,
+    )
+    if proc.returncode == 2:
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "requests 300" in proc.stdout
+
+
+def test_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    from kvtier.cli.simulate import _Progress
+
+    with _Progress(enabled=False) as progress:
+        assert progress.bar("loading trace", 10) is None
+    screen = io.StringIO()
+    monkeypatch.setattr(screen, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys, "stderr", screen)
+    with _Progress(enabled=True) as progress:
+        update = progress.bar("loading trace", 10)
+        assert update is not None
+        update(10)
+    assert "loading trace" in screen.getvalue()
+
+
 def test_timed_run_carries_the_json_contract(
     chat: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -203,7 +268,7 @@ def test_terminal_table(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--unbounded", "--lru-tokens", "100"], "pick one"),
+        (["--unbounded", "--sweep", "pcie-gbps=1,2"], "--sweep applies to timed runs"),
         (["--warmup-fraction", "1.0", "--unbounded"], "--warmup-fraction"),
         (["--sweep", "color=1,2", *FOUNDING], "expected NAME=v1,v2"),
         (

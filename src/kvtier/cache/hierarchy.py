@@ -123,10 +123,16 @@ class TieredCache:
         hashes = [store_key(k) for k in keys[done:]]
         return match._replace(num_store_pages=self.store.contains_prefix(hashes))
 
-    def insert(self, keys: Sequence[PageKey], device_pages: Sequence[int]) -> InsertResult:
+    def insert(
+        self,
+        keys: Sequence[PageKey],
+        device_pages: Sequence[int],
+        match: MatchResult | None = None,
+    ) -> InsertResult:
         """Cache pages the caller filled (from alloc_device, or the tree's own prefix pages).
-        The caller frees its duplicates: device_pages[its own start : result.prefix_len]."""
-        result = self.tree.insert(keys, device_pages)
+        The caller frees its duplicates: device_pages[its own start : result.prefix_len].
+        `match`: the caller's match of `keys`, locked since; the insert resumes where it ended."""
+        result = self.tree.insert(keys, device_pages, match)
         self.held_device_pages -= len(keys) - result.prefix_len
         if self.host is not None and self.write_threshold:
             self._write_through(result.last_node)

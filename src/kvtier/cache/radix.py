@@ -177,9 +177,17 @@ class RadixTree:
             return MatchResult(EMPTY if self.page_runs else [], num_host, last_device, node)
         return MatchResult(join(device_parts), num_host, last_device, node)
 
-    def insert(self, keys: Sequence[PageKey], device_pages: Sequence[int]) -> InsertResult:
+    def insert(
+        self,
+        keys: Sequence[PageKey],
+        device_pages: Sequence[int],
+        match: MatchResult | None = None,
+    ) -> InsertResult:
         """Cache `keys` with their device pages. Pages already on the device are reported as
-        duplicates; host-only nodes on the path take the caller's device pages back."""
+        duplicates; host-only nodes on the path take the caller's device pages back.
+
+        `match`: the caller's match of these same keys, its device part locked since (so still
+        in the tree): the walk starts where that part ends, its nodes stamped as a walk would."""
         if len(keys) != len(device_pages):
             raise ValueError(f"{len(keys)} keys but {len(device_pages)} device pages")
         keys = as_run(keys)
@@ -193,6 +201,15 @@ class RadixTree:
         node = self.root
         prefix_len = 0
         i, n = 0, len(keys)
+        if match is not None and match.num_device_pages <= n:
+            node = up = match.last_device_node
+            i = prefix_len = match.num_device_pages
+            while up.parent is not None:  # what the walk down would do to these nodes
+                up.last_access = tick
+                up.hit_count += 1
+                up = up.parent
+            if up is not self.root:
+                raise ValueError("stale match: its last device node left the tree")
         while i < n:
             child = node.children.get(keys[i])
             if child is None:

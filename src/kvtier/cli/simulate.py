@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from kvtier.cli.parser import add_subcommand
@@ -28,8 +30,12 @@ prompt tokens (of the requests after --warmup-fraction). Blocks count at their r
 last block of a prompt holds input_length - 512 x (n - 1) tokens.
 
 --unbounded gives the trace's ceiling: for each request, the longest prefix of its hash_ids seen
-in any earlier request (chronological), over all prompt tokens. --lru-tokens N: a single-tier LRU
-prefix cache of N tokens, counted in whole blocks. Neither has a clock.
+in any earlier request (chronological), over all prompt tokens. --lru-tokens N[,N...]: a
+single-tier LRU prefix cache of N tokens, counted in whole blocks. Neither has a clock; given
+together, or with several sizes, they are replayed side by side in one pass over the trace.
+
+A progress bar with the time left shows on stderr while the trace loads and while runs replay,
+except under --json or --quiet, or when stderr is not a terminal.
 
 Granularity: the cache's page key is one trace block; a block takes ceil(512/page_size) engine
 pages of capacity, partial last blocks included.
@@ -38,7 +44,7 @@ pages of capacity, partial last blocks included.
 EPILOG = """\
 examples:
   kvtier simulate --generate chat --seed 1 --requests 2000 -o chat.jsonl
-  kvtier simulate chat.jsonl --unbounded --json
+  kvtier simulate chat.jsonl --unbounded --lru-tokens 150000,600000,2400000 --json
   kvtier simulate chat.jsonl --engine sglang --model kimi-k2.5 --gpu "RTX PRO 6000" --tp 8 \\
       --mem-fraction-static 0.88 --device-tokens 159277 --hicache-ratio 4
   kvtier simulate chat.jsonl --gpu "RTX PRO 6000" --sweep hicache-ratio=0,2,4,8 -- \\
@@ -85,7 +91,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="L3 store (disk) capacity in tokens behind the host tier (default: none)",
     )
     s.add_argument("--unbounded", action="store_true", help="reference: a cache that never evicts")
-    s.add_argument("--lru-tokens", type=int, help="reference: single-tier LRU of N tokens")
+    s.add_argument(
+        "--lru-tokens",
+        type=_token_list,
+        metavar="N[,N...]",
+        help="reference: single-tier LRU of N tokens; several sizes replay in one pass",
+    )
     s.add_argument(
         "--warmup-fraction",
         type=float,
@@ -123,21 +134,51 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _progress_bar(enabled: bool) -> Any:
-    """A rich progress bar on stderr, or None when quiet or not a terminal."""
-    if not enabled or not sys.stderr.isatty():
-        return None
-    from rich.console import Console
-    from rich.progress import Progress
+def _token_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N[,N...] tokens, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive token counts, got {text!r}")
+    return values
 
-    return Progress(console=Console(stderr=True), transient=True)
+
+class _Progress:
+    """Progress bars with the time left on stderr, one per phase; silent when `enabled` is
+    False or stderr is not a terminal. `bar(label, total)` gives the callback a phase reports
+    its count to."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._rich: Any = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self._rich = Progress(console=Console(stderr=True), transient=True)
+
+    def __enter__(self) -> _Progress:
+        if self._rich is not None:
+            self._rich.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+
+    def bar(self, label: str, total: int) -> Callable[[int], None] | None:
+        rich = self._rich
+        if rich is None:
+            return None
+        for task in rich.tasks:  # the phase before this one is over
+            rich.update(task.id, visible=False)
+        task = rich.add_task(label, total=total)
+        return lambda done: rich.update(task, completed=done)
 
 
 def _check(args: argparse.Namespace) -> None:
     if not 0.0 <= args.warmup_fraction < 1.0:
         raise KvtierError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
-    if args.unbounded and args.lru_tokens is not None:
-        raise KvtierError("--unbounded and --lru-tokens are two different references; pick one")
     if (args.unbounded or args.lru_tokens is not None) and args.sweep:
         raise KvtierError("--sweep applies to timed runs, not to --unbounded / --lru-tokens")
     for name in ("compute_efficiency", "hbm_efficiency"):
@@ -161,10 +202,15 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check(args)
+    with _Progress(not (args.quiet or args.json)) as progress:
+        return _run(args, progress)
+
+
+def _run(args: argparse.Namespace, progress: _Progress) -> int:
     from kvtier.sim.trace import Trace, load_trace, scale_time, write_trace
     from kvtier.sim.workload import generate
 
-    _check(args)
     trace_path = args.trace
     if args.generate and trace_path:
         raise KvtierError("give a trace file or --generate KIND, not both")
@@ -176,36 +222,53 @@ def run(args: argparse.Namespace) -> int:
             return 0
         trace = Trace(requests, source=f"generated {args.generate} seed {args.seed}")
     elif trace_path:
-        trace = load_trace(trace_path)
+        size = os.path.getsize(trace_path) if os.path.isfile(trace_path) else 0
+        trace = load_trace(trace_path, progress=progress.bar("loading trace", size))
     else:
         raise KvtierError("give a trace file, or --generate KIND")
     if args.unbounded or args.lru_tokens is not None:
-        return _reference(args, trace)
+        return _reference(args, trace, progress)
     if args.time_scale != 1.0:
         trace = scale_time(trace, args.time_scale)
-    return _timed(args, trace)
+    return _timed(args, trace, progress)
 
 
-def _reference(args: argparse.Namespace, trace: Any) -> int:
-    from kvtier.report.sim_view import quiet_lines, run_table
+def _reference(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
+    from kvtier.report.sim_view import quiet_lines, run_table, sweep_quiet_lines, sweep_table
     from kvtier.sim import reference
+    from kvtier.sim.sweep import Sweep, sweep_json
 
-    if args.unbounded:
-        result = reference.unbounded(trace, args.warmup_fraction)
-        title = "unbounded cache: the trace's hit-rate ceiling (no clock)"
-    else:
-        result = reference.lru(trace, args.lru_tokens, args.warmup_fraction)
-        title = f"single-tier LRU of {args.lru_tokens:,} tokens (whole blocks, no clock)"
+    capacities: list[int | None] = [reference.UNBOUNDED] if args.unbounded else []
+    capacities += args.lru_tokens or []
+    results = reference.replay(
+        trace,
+        capacities,
+        args.warmup_fraction,
+        progress.bar(f"replaying {len(capacities)} reference cache(s)", len(trace.requests)),
+    )
+    if len(results) == 1:
+        if args.unbounded:
+            title = "unbounded cache: the trace's hit-rate ceiling (no clock)"
+        else:
+            title = f"single-tier LRU of {capacities[0]:,} tokens (whole blocks, no clock)"
+        if args.json:
+            print(json.dumps(results[0].to_json(), indent=2))
+        elif args.quiet:
+            print("\n".join(quiet_lines(results[0])))
+        else:
+            _print(run_table(results[0], title))
+        return 0
+    sweep = Sweep("lru-tokens", tuple("unbounded" if c is None else str(c) for c in capacities))
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(json.dumps({"sweep": sweep_json(sweep, results)}, indent=2))
     elif args.quiet:
-        print("\n".join(quiet_lines(result)))
+        print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
     else:
-        _print(run_table(result, title))
+        _print(sweep_table(sweep.param, sweep.values, results))
     return 0
 
 
-def _timed(args: argparse.Namespace, trace: Any) -> int:
+def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
     from kvtier.report.sim_view import (
         quiet_lines,
         rejected_line,
@@ -246,14 +309,11 @@ def _timed(args: argparse.Namespace, trace: Any) -> int:
         if not notes:
             notes.extend(config.notes())
             sources.extend(config.sources)
-        bar = _progress_bar(not (args.quiet or args.json))
-        if bar is None:
-            return simulate(trace, config, args.warmup_fraction, params=params)
-        with bar:
-            task = bar.add_task("simulating", total=len(trace.requests))
-            return simulate(
-                trace, config, args.warmup_fraction, lambda n: bar.update(task, completed=n), params
-            )
+        label = "simulating"
+        if "sweep_param" in params:
+            label += f" {params['sweep_param']}={params['sweep_value']}"
+        bar = progress.bar(label, len(trace.requests))
+        return simulate(trace, config, args.warmup_fraction, bar, params)
 
     if args.sweep:
         sweep = parse_sweep(args.sweep)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,12 +117,18 @@ def iter_lines(lines: Iterable[str], block_size: int, name: str) -> Iterator[Tra
         yield req
 
 
-def load_trace(path: str | Path, block_size: int = MOONCAKE_BLOCK_TOKENS) -> Trace:
-    """Read a Mooncake JSONL trace; raise `KvtierError` naming the first bad line."""
+def load_trace(
+    path: str | Path,
+    block_size: int = MOONCAKE_BLOCK_TOKENS,
+    progress: Callable[[int], None] | None = None,
+) -> Trace:
+    """Read a Mooncake JSONL trace; raise `KvtierError` naming the first bad line. `progress`
+    gets the characters read so far (the bytes, for the ASCII a trace is), every 4096 lines."""
     p = Path(path)
     try:
         with p.open(encoding="utf-8") as fh:
-            requests = tuple(iter_lines(fh, block_size, p.name))
+            lines: Iterable[str] = fh if progress is None else _counted(fh, progress)
+            requests = tuple(iter_lines(lines, block_size, p.name))
     except OSError as exc:
         raise KvtierError(f"cannot read trace {p}: {exc.strerror}") from None
     except UnicodeDecodeError:
@@ -130,6 +136,16 @@ def load_trace(path: str | Path, block_size: int = MOONCAKE_BLOCK_TOKENS) -> Tra
     if not requests:
         raise KvtierError(f"{p}: the trace holds no requests")
     return Trace(requests, block_size, str(p))
+
+
+def _counted(lines: Iterable[str], progress: Callable[[int], None]) -> Iterator[str]:
+    read = 0
+    for n, line in enumerate(lines, start=1):
+        read += len(line)
+        if not n & 4095:
+            progress(read)
+        yield line
+    progress(read)
 
 
 def to_jsonl(requests: Iterable[TraceRequest]) -> Iterator[str]:
