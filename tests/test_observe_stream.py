@@ -127,3 +127,25 @@ def test_waiting_before_usage_is_known_resolves_against_the_whole_log() -> None:
         (FIXTURES / "sglang-2024-04-new-fill-batch-decode.log").read_text(encoding="utf-8")
     )
     assert o.diagnosis.verdict == "compute-bound"
+
+
+def test_the_fast_patterns_read_what_the_general_reader_reads() -> None:
+    from kvtier.engines.sglang import serving as sglang
+    from kvtier.engines.vllm import serving as vllm
+
+    checked = 0
+    for path in sorted(FIXTURES.glob("*.log")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            for grammar, title in (
+                (sglang, "Decode batch"),
+                (sglang, "Prefill batch"),
+                (vllm, "Avg prompt"),
+            ):
+                at = line.find(title)
+                if at < 0:
+                    continue
+                message = line[at:].rstrip()
+                # an unknown trailing field sends the line past the fast pattern
+                assert grammar.read(message) == grammar.read(message + ", later field: 1"), line
+                checked += 1
+    assert checked > 100
