@@ -17,11 +17,9 @@ if TYPE_CHECKING:
 EPILOG = """\
 examples:
   kvtier observe server.log
-  kvtier observe server.log --json
-  docker logs sglang 2>&1 | kvtier observe -
-  kvtier observe server.log --follow --idle-exit 60
+  kvtier observe server.log --follow --idle-exit 60 --json
   kvtier observe http://localhost:30000/metrics --samples 12 --interval 5
-  kvtier observe saved-metrics.txt --quiet
+  docker logs sglang 2>&1 | kvtier observe -
 
 verdicts: kv-bound (requests wait while the KV pool is >= 90% full, or running requests are
 preempted / retracted), compute-bound (requests wait while the pool has room), not-saturated
