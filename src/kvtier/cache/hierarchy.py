@@ -166,10 +166,12 @@ class TieredCache:
 
     def _alloc(self, tier: Tier, n: int) -> PageSeq | None:
         pool = self.device_pool if tier is Tier.DEVICE else self.host_pool
-        pages = pool.alloc(n)
-        if pages is not None or n > pool.capacity:
-            return pages
-        self.evict(tier, n - pool.num_free)
+        if n <= pool.num_free or n > pool.capacity:
+            return pool.alloc(n)
+        if tier is Tier.DEVICE:
+            self._evict_device(n - pool.num_free)
+        else:
+            self._evict_host(n - pool.num_free)
         pages = pool.alloc(n)
         if pages is None and self._copies:
             # pinned pages may be what blocks: let in-flight copies land and retry once
@@ -256,8 +258,10 @@ class TieredCache:
         """Remove a device leaf with no host copy, with its host-only subtree; False when part
         of that subtree is pinned. The caller frees the node's device run."""
         if not node.children:  # a leaf, as most are
-            self.tree.set_device(node, None)
-            self.tree.remove(node)
+            tree = self.tree
+            tree.device_total -= len(node.device)  # type: ignore[arg-type]  # unprotected
+            node.device = None
+            tree.remove(node)
             return True
         below = self.tree.nodes_below(node)
         if any(n.pinned for n in below):

@@ -148,7 +148,8 @@ class RadixTree:
     def match_prefix(self, keys: Sequence[PageKey]) -> MatchResult:
         """Longest prefix of `keys` in the tree (device or host), splitting the node where the
         match ends inside it. Touches the matched nodes (last_access)."""
-        keys = as_run(keys)
+        if type(keys) is not list:
+            keys = as_run(keys)
         self.clock += 1
         tick = self.clock
         node = self.root
@@ -190,7 +191,8 @@ class RadixTree:
         in the tree): the walk starts where that part ends, its nodes stamped as a walk would."""
         if len(keys) != len(device_pages):
             raise ValueError(f"{len(keys)} keys but {len(device_pages)} device pages")
-        keys = as_run(keys)
+        if type(keys) is not list:
+            keys = as_run(keys)
         if self.page_runs:
             if not isinstance(device_pages, Pages):
                 device_pages = Pages.of(device_pages)
@@ -230,8 +232,10 @@ class RadixTree:
             leaf = TreeNode(keys[i:], node, tick)
             leaf.hit_count = 1
             node.children[keys[i]] = leaf
-            self.set_device(leaf, device_pages[i:])
-            self.offer(leaf)
+            leaf.device = device_pages[i:]  # what set_device and offer do for a new leaf
+            self.device_total += n - i
+            leaf.queued = _IN_DEVICE_HEAP
+            self._push(0, leaf)
             node = leaf
         return InsertResult(prefix_len, node)
 
@@ -282,23 +286,40 @@ class RadixTree:
     def lock(self, node: TreeNode) -> None:
         """Protect `node` and its ancestors on every tier (SGLang inc_lock_ref)."""
         root = self.root
+        device = host = 0  # pages that become protected
         while node is not root:
             if node.lock_ref == 0 and node.pinned == 0:
-                self._protect(node, 1)
+                if node.device is not None:
+                    device += len(node.device)
+                if node.host is not None:
+                    host += len(node.host)
             node.lock_ref += 1
             node = node.parent  # type: ignore[assignment]
+        self.device_protected += device
+        self.host_protected += host
 
     def unlock(self, node: TreeNode) -> None:
         """Undo one `lock(node)` (SGLang dec_lock_ref)."""
         root = self.root
-        while node is not root:
-            if node.lock_ref <= 0:
-                raise ValueError(f"unlock of {node!r} without a matching lock")
-            node.lock_ref -= 1
-            if node.lock_ref == 0 and node.pinned == 0:
-                self._protect(node, -1)
-                self.offer(node)
-            node = node.parent  # type: ignore[assignment]
+        device = host = 0  # pages that stop being protected
+        try:
+            while node is not root:
+                if node.lock_ref <= 0:
+                    raise ValueError(f"unlock of {node!r} without a matching lock")
+                node.lock_ref -= 1
+                if node.lock_ref == 0 and node.pinned == 0:
+                    if node.device is not None:
+                        device += len(node.device)
+                        if not node.queued & _IN_DEVICE_HEAP:
+                            self.offer(node)
+                    else:
+                        self.offer(node)
+                    if node.host is not None:
+                        host += len(node.host)
+                node = node.parent  # type: ignore[assignment]
+        finally:
+            self.device_protected -= device
+            self.host_protected -= host
 
     def pin(self, node: TreeNode) -> None:
         """Protect this node alone while a copy of its pages is in flight."""
@@ -376,10 +397,19 @@ class RadixTree:
         bit = _IN_DEVICE_HEAP if idx == 0 else _IN_HOST_HEAP
         heap = self._heaps[idx]
         priority = self.priority
+        device = idx == 0
+        pop = heapq.heappop
         while heap:
-            prio, _, node = heapq.heappop(heap)
+            prio, _, node = pop(heap)
             node.queued &= ~bit
-            if not self.is_candidate(node, tier):
+            if node.parent is None or node.lock_ref or node.pinned:
+                continue
+            if device:
+                if node.device is None or (
+                    node.children and any(c.device is not None for c in node.children.values())
+                ):
+                    continue
+            elif node.device is not None or node.host is None or node.children:
                 continue
             now = priority(node)
             if now != prio:  # touched since queued: requeue at its current place
@@ -390,6 +420,7 @@ class RadixTree:
         return None
 
     def is_candidate(self, node: TreeNode, tier: Tier) -> bool:
+        # NOTE: pop_candidate inlines this test
         if node.parent is None or node.lock_ref or node.pinned:
             return False
         if tier is Tier.DEVICE:

@@ -20,6 +20,7 @@ from pathlib import Path
 from kvtier.errors import KvtierError
 
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake FAST'25 README: "The block size is 512 tokens"
+_INT = {int}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +86,8 @@ def parse_request(obj: object, rid: int, where: str, block_size: int) -> TraceRe
     input_len = _int_field(obj, "input_length", where, 1)
     output_len = _int_field(obj, "output_length", where, 1)
     ids = obj.get("hash_ids")
-    # `type(h) is int` also refuses bools, which JSON `true` would give
-    if not isinstance(ids, list) or not all(type(h) is int for h in ids):
+    # exact types: an int subclass, bool, is what JSON `true` would give
+    if not isinstance(ids, list) or not set(map(type, ids)) <= _INT:
         raise KvtierError(f"{where}: `hash_ids` must be a list of integers")
     expected = math.ceil(input_len / block_size)
     if len(ids) != expected:
