@@ -244,7 +244,10 @@ def _reference(args: argparse.Namespace, trace: Any, progress: _Progress) -> int
         trace,
         capacities,
         args.warmup_fraction,
-        progress.bar(f"replaying {len(capacities)} reference cache(s)", len(trace.requests)),
+        progress.bar(
+            f"replaying {len(capacities)} reference cache(s)",
+            len(trace.requests) * len(capacities),
+        ),
     )
     if len(results) == 1:
         if args.unbounded:

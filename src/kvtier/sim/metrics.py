@@ -152,6 +152,42 @@ class Concurrency:
         return tuple(self.samples[::step])
 
 
+def summarize_untimed(
+    input_lens: Sequence[int],
+    device_hits: Sequence[int],
+    warmup_fraction: float,
+    evictions: dict[str, int],
+    params: dict[str, object] | None = None,
+) -> SimResult:
+    """What `summarize` gives for a clockless reference run, from each request's prompt tokens
+    and device hit tokens (in trace order) rather than from records: every request runs, at
+    once, so there is no latency, throughput or concurrency to measure."""
+    skip = math.floor(warmup_fraction * len(input_lens))
+    hits = {t.value: 0 for t in TIERS}
+    hits[Tier.DEVICE.value] = sum(device_hits[skip:])
+    return SimResult(
+        requests=len(input_lens),
+        measured=len(input_lens) - skip,
+        finished=len(input_lens),
+        rejected=0,
+        rejected_ids=(),
+        input_tokens=sum(input_lens[skip:]),
+        hit_tokens_by_tier=hits,
+        prefill_tokens_saved=sum(device_hits),
+        timed=False,
+        ttft_s=percentiles([]),
+        queue_s=percentiles([]),
+        throughput_tok_s=0.0,
+        duration_s=0.0,
+        concurrency_max=0,
+        concurrency_mean=0.0,
+        concurrency_series=(),
+        evictions=evictions,
+        pcie_busy_fraction=0.0,
+        params=params or {},
+    )
+
+
 def summarize(
     records: Sequence[RequestRecord],
     warmup_fraction: float,
