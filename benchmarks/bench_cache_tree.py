@@ -97,6 +97,7 @@ def replay(
         storage(Tier.HOST, host_pages) if host_pages else None,
         write_policy=args.write_policy,
         eviction=args.eviction,
+        page_runs=False,  # one page per 512-token block: a few pages a request, as lists
     )
     running: list[Admission] = []
     refused = device_hit = host_hit = 0

@@ -168,10 +168,7 @@ class TieredCache:
         pool = self.device_pool if tier is Tier.DEVICE else self.host_pool
         if n <= pool.num_free or n > pool.capacity:
             return pool.alloc(n)
-        if tier is Tier.DEVICE:
-            self._evict_device(n - pool.num_free)
-        else:
-            self._evict_host(n - pool.num_free)
+        self.evict(tier, n - pool.num_free)
         pages = pool.alloc(n)
         if pages is None and self._copies:
             # pinned pages may be what blocks: let in-flight copies land and retry once
