@@ -210,7 +210,7 @@ def test_packed_token_keys_drive_the_tree_like_tuple_keys(
                 cache.free_device(new[: result.prefix_len - match.num_device_pages])
                 got.append(result.prefix_len)
             got.append(cache.evict(Tier.DEVICE, evict))
-            got.append(sorted((list(n.keys), n.device) for n in cache.tree.nodes()))
+            got.append(sorted((list(n.keys), list(n.device or [])) for n in cache.tree.nodes()))
             cache.check_integrity([])
             outcome.append(got)
         assert outcome[0] == outcome[1]

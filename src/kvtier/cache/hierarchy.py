@@ -352,7 +352,8 @@ class TieredCache:
         handle = self.transfer.submit(self.host, join(src), self.device, pages)  # type: ignore[arg-type]
         self._loaded_from_host += n
         self._track(_Copy(handle, nodes))
-        return LoadBackHandle(handle, match.device_pages + pages, n, match.last_node)
+        prefix = match.device_pages + pages  # type: ignore[operator]  # one cache: both lists or both Pages
+        return LoadBackHandle(handle, prefix, n, match.last_node)
 
     def fetch_from_store(self, keys: Sequence[PageKey], match: MatchResult) -> MatchResult:
         """Bring the store's pages after `match` into the host tier (synchronously) and match

@@ -94,7 +94,7 @@ def _check_node(tree: RadixTree, node: TreeNode, pins: Counter[int]) -> None:
     assert node.pinned == pins[id(node)], f"{node!r} pinned {node.pinned} by {pins[id(node)]}"
 
 
-def _disjoint(runs: list[range]) -> bool:
+def _disjoint(runs: Sequence[range]) -> bool:
     ordered = sorted(runs, key=lambda r: r.start)
     return all(a.stop <= b.start for a, b in pairwise(ordered))
 

@@ -48,23 +48,6 @@ class Pages(Sequence[int]):
         runs.append(range(start, stop))  # type: ignore[arg-type]
         return cls(tuple(runs), sum(len(r) for r in runs))
 
-    @classmethod
-    def join_runs(cls, runs: list[range], n: int) -> Pages:
-        """Pages of `runs` (non-empty, step 1, `n` pages in all), adjacent runs merged."""
-        out = [runs[0]]
-        for r in runs[1:]:
-            last = out[-1]
-            if last.stop == r.start:
-                out[-1] = range(last.start, r.stop)
-            else:
-                out.append(r)
-        return cls(tuple(out), n)
-
-    @classmethod
-    def span(cls, start: int, stop: int) -> Pages:
-        """Pages start..stop-1."""
-        return cls((range(start, stop),), stop - start) if stop > start else EMPTY
-
     def __len__(self) -> int:
         return self.n
 
@@ -115,9 +98,6 @@ class Pages(Sequence[int]):
         if a[-1].stop == b[0].start:
             return Pages((*a[:-1], range(a[-1].start, b[0].stop), *b[1:]), self.n + other.n)
         return Pages(a + b, self.n + other.n)
-
-    def __radd__(self, other: Sequence[int]) -> Pages:
-        return Pages.of(other) + self
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Pages):

@@ -181,9 +181,9 @@ class RunPool:
             return
         if len(runs) > 1:
             runs = tuple(sorted(runs, key=_START))
-            for a, b in pairwise(runs):
-                if b.start < a.stop:
-                    raise ValueError(f"page {b.start} is not allocated (listed twice)")
+            for low, high in pairwise(runs):
+                if high.start < low.stop:
+                    raise ValueError(f"page {high.start} is not allocated (listed twice)")
         starts, stops, top = self._starts, self._stops, self._top
         for r in runs:
             a, b = r.start, r.stop

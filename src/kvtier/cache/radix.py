@@ -154,7 +154,7 @@ class RadixTree:
         tick = self.clock
         node = self.root
         last_device = node
-        device_parts: list[Pages] = []
+        device_parts: list[PageSeq] = []
         num_host = 0
         i, n = 0, len(keys)
         while i < n:

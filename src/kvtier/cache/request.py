@@ -66,7 +66,14 @@ def admit(
         cache.unlock(last)
         return None
     return Admission(
-        keys, prefix + new, len(prefix), last, match.num_device_pages, host_hit, store_hit, load
+        keys,
+        prefix + new,  # type: ignore[operator]  # one cache: both lists or both Pages
+        len(prefix),
+        last,
+        match.num_device_pages,
+        host_hit,
+        store_hit,
+        load,
     )
 
 
@@ -98,7 +105,8 @@ def finish(cache: TieredCache, adm: Admission, keys: Sequence[PageKey] | None = 
     ):
         raise ValueError("finish keys must extend the admitted prefix and fit the request's pages")
     result = cache.insert(keys, adm.pages[:n])
-    cache.free_device(adm.pages[adm.num_cached : result.prefix_len] + adm.pages[n:])
+    duplicates = adm.pages[adm.num_cached : result.prefix_len]
+    cache.free_device(duplicates + adm.pages[n:])  # type: ignore[operator]  # one cache: both lists or both Pages
     cache.unlock(adm.last_node)
     return result.prefix_len
 

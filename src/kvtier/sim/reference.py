@@ -61,7 +61,7 @@ def replay(
             new = cache.alloc_device(len(keys) - len(prefix))
             if new is None:
                 raise RuntimeError("an idle reference cache refused a prompt that fits")
-            cache.insert(keys, prefix + new, m)
+            cache.insert(keys, prefix + new, m)  # type: ignore[operator]  # both lists
             cache.unlock(m.last_device_node)
             hits.append(req.prefix_tokens(len(prefix), block))
             if progress is not None and not i & 1023:
