@@ -155,21 +155,30 @@ class _Progress:
             from rich.console import Console
             from rich.progress import Progress
 
-            self._rich = Progress(console=Console(stderr=True), transient=True)
+            self._rich = Progress(
+                console=Console(stderr=True),
+                transient=True,
+                redirect_stdout=False,  # results go to stdout, after the bars are cleared
+                redirect_stderr=False,
+            )
 
     def __enter__(self) -> _Progress:
-        if self._rich is not None:
-            self._rich.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.done()
+
+    def done(self) -> None:
+        """Clear the bars before the results print (stdout and stderr share a terminal)."""
         if self._rich is not None:
             self._rich.stop()
+            self._rich = None
 
     def bar(self, label: str, total: int) -> Callable[[int], None] | None:
         rich = self._rich
         if rich is None:
             return None
+        rich.start()  # shown from the first bar on; starting again is a no-op
         for task in rich.tasks:  # the phase before this one is over
             rich.update(task.id, visible=False)
         task = rich.add_task(label, total=total)
@@ -249,6 +258,7 @@ def _reference(args: argparse.Namespace, trace: Any, progress: _Progress) -> int
             len(trace.requests) * len(capacities),
         ),
     )
+    progress.done()
     if len(results) == 1:
         if args.unbounded:
             title = "unbounded cache: the trace's hit-rate ceiling (no clock)"
@@ -326,6 +336,7 @@ def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
                 "drop --device-tokens so the ledger sizes it"
             )
         results = run_sweep(sweep, deployment, flags, run_one)
+        progress.done()
         if args.json:
             print(json.dumps({"sweep": sweep_json(sweep, results), "notes": notes}, indent=2))
             return 0
@@ -336,6 +347,7 @@ def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
         lines = [rejected_line(r) for r in results]
     else:
         result = run_one(deployment, flags, {"time_scale": args.time_scale})
+        progress.done()
         if args.json:
             print(json.dumps({**result.to_json(), "notes": notes}, indent=2))
             return 0
