@@ -58,8 +58,12 @@ class TokenPages(Sequence[tuple[int, ...]]):
                 raise ValueError("TokenPages slices take no step")
             if start == 0 and stop >= self._pages:
                 return self  # immutable: the whole run is itself
-            view = memoryview(self.data)[start * w : max(start, stop) * w]
-            return TokenPages(view, self.page_size)
+            stop = max(start, stop)
+            out = TokenPages.__new__(TokenPages)  # this run's fields, not recomputed
+            out.data = memoryview(self.data)[start * w : stop * w]
+            out.page_size, out.width, out._page = self.page_size, w, self._page
+            out._pages = stop - start
+            return out
         if i < 0:
             i += self._pages
         if not 0 <= i < self._pages:

@@ -60,7 +60,7 @@ class Pages(Sequence[int]):
     def __getitem__(self, i: slice) -> Pages: ...
     def __getitem__(self, i: int | slice) -> int | Pages:
         runs = self.runs
-        if isinstance(i, slice):
+        if type(i) is slice:
             start, stop, step = i.indices(self.n)
             if step != 1:
                 raise ValueError("Pages slices take no step")
