@@ -28,7 +28,9 @@ class Measured:
     `free_end_gib` is the scheduler's final 'available_gpu_mem'.
     vLLM: `weights_gib` is 'Model loading took', `activation_gib` the torch peak increase,
     `non_torch_gib` the non-torch increase, `cuda_graph_gib` the CUDA-graph estimate,
-    `gpu_mem_gib` the device total the engine sees.
+    `gpu_mem_gib` the device total the engine sees, `kv_available_gib` the KV budget the engine
+    printed ('Available KV cache memory', V0 'the rest of the memory reserved for KV Cache') at
+    the utilization `kv_available_utilization`.
     """
 
     free_before_load_gib: float | None = None
@@ -40,6 +42,8 @@ class Measured:
     draft_weights_gib: float | None = None
     free_end_gib: float | None = None
     gpu_mem_gib: float | None = None
+    kv_available_gib: float | None = None
+    kv_available_utilization: float | None = None
 
 
 # field -> the flag named in an error (SGLang's name; vLLM's takes the same check)

@@ -1,86 +1,30 @@
-"""Parse a pasted engine launch command into `Deployment` values.
+"""Parse an engine launch command into `Deployment` values: pasted after `--`, or found in a log.
 
 Accepted: `python -m sglang.launch_server ...`, `sglang serve ...`, `vllm serve MODEL ...`,
 `python -m vllm.entrypoints.openai.api_server ...`, with leading `VAR=value` assignments,
 `--flag value` / `--flag=value`, dash or underscore spellings and shell line continuations.
-Flags that change memory map to Deployment fields; flags known to leave memory alone are dropped
-silently; any other flag is reported in `ignored` so the caller can warn about it.
+Flags that change memory map to Deployment fields through the engine's table
+(`engines/<engine>/flags.py`); flags known to leave memory alone are dropped silently; any other
+flag is reported in `ignored` so the caller can warn about it. This is the one launch-command
+parser: `kvtier plan -- ...` and the log readers (`find_launch`) both use it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from kvtier.engines.deployment import Engine
+from kvtier.engines.flags import FlagTable, as_bool
+from kvtier.engines.sglang.flags import FLAGS as SGLANG_FLAGS
+from kvtier.engines.vllm.flags import FLAGS as VLLM_FLAGS
 from kvtier.errors import KvtierError
+from kvtier.logs.lines import LogLine
+from kvtier.logs.records import Args
 
-Convert = Callable[[str], object]
-
-
-def _bool(raw: str) -> bool:
-    return raw.lower() not in ("false", "0", "no")
-
-
-def _upper(raw: str) -> str:
-    return raw.upper()
-
-
-# flag (dashes) -> (Deployment field, converter); None converter marks a boolean switch.
-_SGLANG: dict[str, tuple[str, Convert | None]] = {
-    "model-path": ("model", str),
-    "model": ("model", str),
-    "tp-size": ("tp", int),
-    "tp": ("tp", int),
-    "tensor-parallel-size": ("tp", int),
-    "pp-size": ("pp", int),
-    "pp": ("pp", int),
-    "pipeline-parallel-size": ("pp", int),
-    "dp-size": ("dp", int),
-    "dp": ("dp", int),
-    "data-parallel-size": ("dp", int),
-    "enable-dp-attention": ("enable_dp_attention", None),
-    "mem-fraction-static": ("mem_fraction", float),
-    "kv-cache-dtype": ("kv_cache_dtype", str),
-    "dtype": ("dtype", str),
-    "page-size": ("page_size", int),
-    "context-length": ("context_length", int),
-    "max-running-requests": ("max_running_requests", int),
-    "max-total-tokens": ("max_total_tokens", int),
-    "chunked-prefill-size": ("chunked_prefill_size", int),
-    "cuda-graph-max-bs": ("cuda_graph_max_bs", int),
-    "speculative-algorithm": ("speculative_algorithm", _upper),
-    "speculative-algo": ("speculative_algorithm", _upper),
-    "speculative-draft-model-path": ("draft_model", str),
-    "speculative-draft-model": ("draft_model", str),
-    "speculative-draft": ("draft_model", str),
-    "speculative-num-steps": ("speculative_num_steps", int),
-    "speculative-eagle-topk": ("speculative_eagle_topk", int),
-    "speculative-num-draft-tokens": ("speculative_num_draft_tokens", int),
-    "enable-hierarchical-cache": ("enable_hierarchical_cache", None),
-    "hicache-ratio": ("hicache_ratio", float),
-    "hicache-size": ("hicache_size_gb", float),
-}
-_VLLM: dict[str, tuple[str, Convert | None]] = {
-    "model": ("model", str),
-    "tensor-parallel-size": ("tp", int),
-    "tp": ("tp", int),
-    "pipeline-parallel-size": ("pp", int),
-    "pp": ("pp", int),
-    "data-parallel-size": ("dp", int),
-    "dp": ("dp", int),
-    "gpu-memory-utilization": ("mem_fraction", float),
-    "kv-cache-dtype": ("kv_cache_dtype", str),
-    "dtype": ("dtype", str),
-    "block-size": ("page_size", int),
-    "max-model-len": ("context_length", int),
-    "max-num-seqs": ("max_running_requests", int),
-    "max-num-batched-tokens": ("chunked_prefill_size", int),
-    "kv-cache-memory-bytes": ("kv_cache_memory_bytes", int),
-    "kv-offloading-size": ("kv_offloading_size_gib", float),
-}
 _SHORT = {
     "-tp": "tensor-parallel-size",
     "-pp": "pipeline-parallel-size",
@@ -205,11 +149,16 @@ def _speculative_config(raw: str, values: dict[str, object]) -> None:
         values["speculative_num_draft_tokens"] = int(config["num_speculative_tokens"])
 
 
-def parse_launch(command: Sequence[str]) -> LaunchCommand:
-    """Parse an engine launch command; raises KvtierError (one line) when it is malformed."""
+def flag_table(engine: Engine) -> FlagTable:
+    return SGLANG_FLAGS if engine is Engine.SGLANG else VLLM_FLAGS
+
+
+def read_launch(command: Sequence[str]) -> LaunchCommand:
+    """Parse an engine launch command (a model need not be named); raises KvtierError (one line)
+    when it is malformed."""
     words = _tokens(command)
     engine, args, positional_model = _engine(words)
-    table = _SGLANG if engine is Engine.SGLANG else _VLLM
+    table = flag_table(engine)
     values: dict[str, object] = {}
     if positional_model:
         values["model"] = positional_model
@@ -222,29 +171,91 @@ def parse_launch(command: Sequence[str]) -> LaunchCommand:
             ignored.append(word)
             continue
         name, eq, inline = word.partition("=")
-        flag = _SHORT.get(name, name.lstrip("-")).replace("_", "-")
+        spelling = _SHORT.get(name, name.lstrip("-")).replace("_", "-")
+        flag = table.find(spelling)
         raw: str | None = inline if eq else None
-        takes_value = flag not in _BOOL_FLAGS and (flag not in table or table[flag][1] is not None)
+        takes_value = spelling not in _BOOL_FLAGS and (flag is None or flag.convert is not None)
         if raw is None and takes_value and i < len(args) and not args[i].startswith("--"):
             raw = args[i]
             i += 1
-        if flag == "speculative-config" and engine is Engine.VLLM:
+        if spelling == "speculative-config" and engine is Engine.VLLM:
             if raw is None:
                 raise KvtierError("--speculative-config needs a value")
             _speculative_config(raw, values)
-        elif flag in table:
-            field, convert = table[flag]
-            if convert is None:
-                values[field] = _bool(raw) if raw is not None else True
+        elif flag is not None:
+            if flag.convert is None:
+                values[flag.field] = as_bool(raw) if raw is not None else True
                 continue
             if raw is None:
-                raise KvtierError(f"launch command flag --{flag} needs a value")
+                raise KvtierError(f"launch command flag --{spelling} needs a value")
             try:
-                values[field] = convert(raw)
+                values[flag.field] = flag.convert(raw)
             except ValueError:
-                raise KvtierError(f"launch command flag --{flag}: bad value {raw!r}") from None
-        elif flag not in _NO_MEMORY_EFFECT:
+                raise KvtierError(f"launch command flag --{spelling}: bad value {raw!r}") from None
+        elif spelling not in _NO_MEMORY_EFFECT:
             ignored.append(name)
-    if "model" not in values:
-        raise KvtierError("launch command names no model (--model-path / vllm serve MODEL)")
     return LaunchCommand(engine, values, tuple(ignored))
+
+
+def parse_launch(command: Sequence[str]) -> LaunchCommand:
+    """`read_launch` of a command that must name its model (what `kvtier plan -- ...` takes)."""
+    launch = read_launch(command)
+    if "model" not in launch.values:
+        raise KvtierError("launch command names no model (--model-path / vllm serve MODEL)")
+    return launch
+
+
+# Where a launch command starts inside a log line: the interpreter and module, or the CLI.
+_IN_LOG = re.compile(
+    r"(?:\S{0,200}python[\d.]{0,5}\s{1,4}-m\s{1,4})?"
+    r"(?:sglang\.launch_server|vllm\.entrypoints\.openai\.api_server)\b"
+    r"|\b(?:sglang|vllm) serve\b"
+)
+_CONTINUED_LINES = 40  # a wrapped command spans at most this many lines
+
+
+def find_launch(lines: list[LogLine]) -> Args | None:
+    """The last launch command in a log, read by `read_launch`, as the arguments it sets under
+    the names the engine prints them (`tp_size`, `tensor_parallel_size`, ...).
+
+    A command cut short or quoted oddly is read word by word; one that cannot be read at all is
+    skipped.
+    """
+    found = None
+    for index, line in enumerate(lines):
+        if "serve" not in line.text and "launch_server" not in line.text:
+            continue
+        match = _IN_LOG.search(line.text)
+        if match is None:
+            continue
+        parts = [line.text[match.start() :]]
+        follow = index
+        while parts[-1].rstrip().endswith("\\") and follow + 1 < min(
+            len(lines), index + _CONTINUED_LINES
+        ):
+            follow += 1
+            parts.append(lines[follow].text)
+        command = " ".join(part.rstrip().rstrip("\\") for part in parts)
+        if not match.group().startswith(("sglang ", "vllm ")) and "-m" not in match.group():
+            command = "python -m " + command
+        launch = _read_in_log(command)
+        if launch is None:
+            continue
+        table = flag_table(launch.engine)
+        values: dict[str, object] = {}
+        for field, value in launch.values.items():
+            names = table.printed(field) or (field,)
+            values[names[0]] = value
+        found = Args(line.number, line.text, None, values)
+    return found
+
+
+def _read_in_log(command: str) -> LaunchCommand | None:
+    try:
+        return read_launch([command])
+    except KvtierError:
+        pass
+    try:  # unbalanced quotes in a pasted or cut line: plain words
+        return read_launch([w.strip("'\"") for w in command.split()])
+    except KvtierError:
+        return None

@@ -82,6 +82,7 @@ class Ledger:
     notes: tuple[str, ...] = ()
     host_pool: HostPool | None = None
     extra: tuple[tuple[str, float], ...] = field(default=())  # engine-specific figures
+    pool_formula: str = ""  # the pool formula with this ledger's numbers in it
 
     @property
     def exact(self) -> bool:

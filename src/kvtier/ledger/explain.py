@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 from kvtier.engines.deployment import Measured
 from kvtier.engines.detect import parse_log
+from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.log_inputs import LogInputs, log_inputs
 from kvtier.ledger.log_ledger import LogLedger, build_ledger
 from kvtier.ledger.options import LogOptions, log_options
+from kvtier.ledger.plan import resolve
 from kvtier.ledger.reconcile import Reconciliation, reconcile
 
 
@@ -41,9 +43,11 @@ def explain_log(
     engine = flags.get("engine")
     parsed = parse_log(text, engine if isinstance(engine, str) else None)
     inputs = log_inputs(parsed, flags)
-    rec = reconcile(inputs)
+    deployment = log_deployment(inputs, measured)
+    plan = resolve(deployment, model=inputs.model, logged=True)
+    rec = reconcile(inputs, plan)
     host_ram = flags.get("host_ram_gb")
     host = float(host_ram) if isinstance(host_ram, int | float) else None
-    options = log_options(inputs, host, measured)
-    ledger = build_ledger(inputs, rec, measured, options.base)
+    options = log_options(plan, rec.ledger, host)
+    ledger = build_ledger(inputs, rec, measured, rec.ledger)
     return Explanation(inputs, rec, ledger, options)

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from kvtier.engines.deployment import Engine
 from kvtier.engines.detect import ParsedLog
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
-from kvtier.engines.sglang import pool as sglang_budget
-from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.engines.launch import flag_table
 from kvtier.engines.sglang.log import SGLangStartup
 from kvtier.engines.vllm import pool as vllm_budget
 from kvtier.engines.vllm.log import VllmStartup
@@ -21,7 +20,6 @@ from kvtier.errors import KvtierError
 from kvtier.ledger.log_model import identify_model
 from kvtier.ledger.settings import Settings, to_bool, to_fraction, to_int, to_str
 from kvtier.logs.facts import Fact, min_over_ranks, stated
-from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import ModelSpec
 
 
@@ -31,7 +29,7 @@ class SGLangMemory:
     free_after: Fact[float]
     usage: Fact[float]  # GiB the target weights took: printed, or before - after
     before_inferred: bool
-    fraction: Fact[float]
+    fraction: Fact[float] | None  # None: not printed, the engine's default rule applies
     max_total_tokens: int | None
 
 
@@ -48,13 +46,12 @@ class LogInputs:
     model_source: Fact[str]
     tp: Fact[int]
     pp: Fact[int]
+    dp: Fact[int]
+    enable_dp_attention: Fact[bool]
     attn_tp: Fact[int]
-    layers: int  # layers on the largest pipeline stage
     kv_dtype: KVDtype
     kv_dtype_source: Fact[str]
     page_size: Fact[int]
-    bytes_per_token: int  # one GPU, all its layers
-    bytes_per_token_how: str
     observed: Fact[int]
     sglang: SGLangMemory | None
     vllm: VllmMemory | None
@@ -69,43 +66,30 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
     startup = parsed.startup
     require_memory_lines(startup)
     printed = [a for a in _printed_args(startup) if a is not None]
-    settings = Settings(printed, flags)
-    model, model_source, model_warnings = identify_model(startup, _str_flag(flags, "model"))
-    settings.warnings.extend(model_warnings)
     sglang = isinstance(startup, SGLangStartup)
     engine = Engine.SGLANG if sglang else Engine.VLLM
-    tp = settings.get("tp", ("tp_size", "tensor_parallel_size"), to_int, 1)
-    pp = settings.get("pp", ("pp_size", "pipeline_parallel_size"), to_int, 1)
-    dp = settings.get("dp", ("dp_size", "data_parallel_size"), to_int, 1)
-    dp_attention = settings.get("enable_dp_attention", ("enable_dp_attention",), to_bool, False)
+    settings = Settings(printed, flags, flag_table(engine))
+    model, model_source, model_warnings = identify_model(startup, _str_flag(flags, "model"))
+    settings.warnings.extend(model_warnings)
+    tp = settings.get("tp", to_int, 1)
+    pp = settings.get("pp", to_int, 1)
+    dp = settings.get("dp", to_int, 1)
+    dp_attention = settings.get("enable_dp_attention", to_bool, False)
     assert tp is not None and pp is not None and dp is not None and dp_attention is not None
     attn = tp.value // dp.value if dp_attention.value and dp.value else tp.value
     attn_tp = tp if attn == tp.value else stated(attn, f"tp {tp.value} / dp {dp.value}")
-    layers = sglang_budget.stage_layers(model.kv.num_layers, max(pp.value, 1))
     kv_dtype, kv_source = _kv_dtype(engine, startup, settings, model)
     notes = list(parsed.notes)
     if sglang:
         assert isinstance(startup, SGLangStartup)
-        page = settings.get("page_size", ("page_size",), to_int, 1, "default page size 1")
-        sglang_budget.check_layers(model.kv)
-        per_token = sglang_budget.cell_size(model.kv, attn_tp.value, layers, kv_dtype)
-        how = "SGLang cell size (get_cell_size_per_token)"
-        memory = _sglang_memory(startup, settings, per_token)
+        page = settings.get("page_size", to_int, 1, "default page size 1")
+        memory = _sglang_memory(startup, settings)
         observed = _sglang_observed(startup)
         vllm = None
     else:
         assert isinstance(startup, VllmStartup)
-        page = settings.get(
-            "page_size", ("block_size",), to_int, vllm_budget.DEFAULT_BLOCK_SIZE, "CUDA default"
-        )
-        if model.kv.is_hybrid:
-            raise KvtierError(
-                "vLLM's grouped KV pools of hybrid sliding-window models are not modelled"
-            )
+        page = settings.get("page_size", to_int, vllm_budget.DEFAULT_BLOCK_SIZE, "CUDA default")
         assert page is not None
-        block = vllm_budget.page_bytes(model.kv, attn_tp.value, page.value, kv_dtype)
-        per_token = block * layers // page.value
-        how = "vLLM page bytes (real_page_size_bytes) x layers / block size"
         vllm, vllm_notes = _vllm_memory(startup)
         notes.extend(vllm_notes)
         observed = _vllm_observed(startup, page)
@@ -119,13 +103,12 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
         model_source=model_source,
         tp=tp,
         pp=pp,
+        dp=dp,
+        enable_dp_attention=dp_attention,
         attn_tp=attn_tp,
-        layers=layers,
         kv_dtype=kv_dtype,
         kv_dtype_source=kv_source,
         page_size=page,
-        bytes_per_token=per_token,
-        bytes_per_token_how=how,
         observed=observed,
         sglang=memory,
         vllm=vllm,
@@ -136,16 +119,17 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
     )
 
 
-# Deployment field -> names SGLang's server_args / vLLM's arguments print it under, and its type.
+# Deployment fields `plan` and `advise` need besides the pool formula's, and their types; the
+# names each engine prints them under come from its flag table.
 _PLAN_SETTINGS = (
-    ("context_length", ("context_length", "max_model_len"), to_int),
-    ("max_running_requests", ("max_running_requests", "max_num_seqs"), to_int),
-    ("chunked_prefill_size", ("chunked_prefill_size", "max_num_batched_tokens"), to_int),
-    ("cuda_graph_max_bs", ("cuda_graph_max_bs",), to_int),
-    ("speculative_algorithm", ("speculative_algorithm",), to_str),
-    ("draft_model", ("speculative_draft_model_path",), to_str),
-    ("speculative_num_draft_tokens", ("speculative_num_draft_tokens",), to_int),
-    ("max_total_tokens", ("max_total_tokens",), to_int),
+    ("context_length", to_int),
+    ("max_running_requests", to_int),
+    ("chunked_prefill_size", to_int),
+    ("cuda_graph_max_bs", to_int),
+    ("speculative_algorithm", to_str),
+    ("draft_model", to_str),
+    ("speculative_num_draft_tokens", to_int),
+    ("max_total_tokens", to_int),
 )
 
 
@@ -154,8 +138,8 @@ def _plan_settings(
 ) -> tuple[tuple[str, Fact[object]], ...]:
     """The settings `plan` and `advise` need besides the pool formula's, log first."""
     found: list[tuple[str, Fact[object]]] = []
-    for name, keys, convert in _PLAN_SETTINGS:
-        fact: Fact[object] | None = settings.get(name, keys, convert)
+    for name, convert in _PLAN_SETTINGS:
+        fact: Fact[object] | None = settings.get(name, convert)
         if name == "context_length" and (fact is None or fact.line is None):
             fact = _printed_context(startup) or fact  # the engine's summary beats a flag
         if fact is not None and not (name == "speculative_algorithm" and fact.value == "None"):
@@ -188,14 +172,14 @@ def _kv_dtype(
     engine: Engine, startup: SGLangStartup | VllmStartup, settings: Settings, model: ModelSpec
 ) -> tuple[KVDtype, Fact[str]]:
     """The KV element type: the engine's own dtype line, else the argument, else the model's."""
-    model_dtype = settings.get("dtype", ("dtype",), to_str, "auto")
+    model_dtype = settings.get("dtype", to_str, "auto")
     base = model.dtype if model_dtype is None or model_dtype.value == "auto" else model_dtype.value
     printed: Fact[str] | None = None
     if isinstance(startup, SGLangStartup):
         printed = startup.kv_dtype
     elif startup.fp8_kv is not None:
         printed = startup.fp8_kv
-    flag = settings.get("kv_cache_dtype", ("kv_cache_dtype",), to_str, "auto")
+    flag = settings.get("kv_cache_dtype", to_str, "auto")
     assert flag is not None
     if printed is not None and not (flag.line is not None and flag.value != "auto"):
         source = printed
@@ -216,7 +200,7 @@ def _kv_dtype(
     return dtype, source
 
 
-def _sglang_memory(startup: SGLangStartup, settings: Settings, cell: int) -> SGLangMemory | None:
+def _sglang_memory(startup: SGLangStartup, settings: Settings) -> SGLangMemory | None:
     loads = [w for w in startup.target_weights if w.avail_gib is not None]
     if not loads:
         return None
@@ -241,50 +225,35 @@ def _sglang_memory(startup: SGLangStartup, settings: Settings, cell: int) -> SGL
         inferred = True
     else:
         return None
-    fraction = settings.get("mem_fraction", ("mem_fraction_static",), to_fraction)
-    if fraction is None:
-        fraction = _default_fraction(startup, settings)
-    if fraction is None:
-        implied = _implied_fraction(startup, free_before.value, free_after.value, cell)
+    fraction = settings.get("mem_fraction", to_fraction)
+    if fraction is None and not isinstance(settings.flags.get("gpu"), str):
+        implied = _implied_fraction(startup, free_before.value, free_after.value)
         hint = f" (the log's own figures imply about {implied:.3f})" if implied else ""
         raise KvtierError(
             "the log does not state mem_fraction_static (no server_args line with it); "
             f"pass --mem-fraction-static, or --gpu and --sglang-version for the engine's "
             f"default{hint}"
         )
-    cap = settings.get("max_total_tokens", ("max_total_tokens",), to_int)
+    cap = settings.get("max_total_tokens", to_int)
     return SGLangMemory(
         free_before, free_after, usage, inferred, fraction, cap.value if cap else None
     )
 
 
-def _default_fraction(startup: SGLangStartup, settings: Settings) -> Fact[float] | None:
-    """SGLang's own default for the GPU (`--gpu`) and version (`--sglang-version`), if given."""
-    gpu_name = settings.flags.get("gpu")
-    if not isinstance(gpu_name, str):
-        return None
-    version = settings.flags.get("engine_version")
-    era = sglang_budget.era_for(version if isinstance(version, str) else None)
-    gpu = resolve_gpu(gpu_name)
-    tp = settings.get("tp", ("tp_size",), to_int, 1)
-    pp = settings.get("pp", ("pp_size",), to_int, 1)
-    spec = settings.get("speculative_algorithm", ("speculative_algorithm",), to_str)
-    assert tp is not None and pp is not None
-    rule = default_mem_fraction(
-        era.fraction_rule, gpu.memory_mib, tp.value, pp.value, spec.value if spec else None
-    )
-    return stated(rule.value, f"default for {gpu.name} under {era.label}: {rule.rule}")
-
-
-def _implied_fraction(
-    startup: SGLangStartup, before: float, after: float, cell: int
-) -> float | None:
-    """The fraction that would give the logged pool: solves rest = after - before x (1 - f)."""
+def implied_fraction(startup: SGLangStartup, before: float, after: float) -> float | None:
+    """The fraction that gives the logged pool: solves rest = after - before x (1 - f), with the
+    pool's bytes from its own 'KV size' figure (two decimals of GB, so about three digits)."""
     observed = _sglang_observed(startup)
-    if observed is None or before <= 0:
+    pools = [p for p in startup.target_pools if p.total_gib is not None and p.tokens]
+    if observed is None or before <= 0 or not pools:
         return None
-    rest = observed.value * cell / (1 << 30)
+    pool = min(pools, key=lambda p: p.tokens or 0)
+    assert pool.total_gib is not None and pool.tokens
+    rest = pool.total_gib * observed.value / pool.tokens
     return 1.0 - (after - rest) / before
+
+
+_implied_fraction = implied_fraction
 
 
 def _sglang_observed(startup: SGLangStartup) -> Fact[int] | None:

@@ -79,7 +79,7 @@ def _sglang(
 ) -> LogLedger:
     mem = inp.sglang
     assert mem is not None
-    before, after, fraction = mem.free_before.value, mem.free_after.value, mem.fraction.value
+    before, after, fraction = mem.free_before.value, mem.free_after.value, rec.ledger.mem_fraction
     items = [
         _item("free before load (the fraction's base)", mem.free_before),
         _item("target weights", mem.usage),
@@ -113,7 +113,7 @@ def _sglang(
     if plan is not None:
         unlogged = _estimate(plan, uses, unlogged)
     free_end = _sglang_free_end(s, pool_end, uses)
-    answer = _sglang_answer(inp, s, reserve, pool_end, uses, unlogged, free_end)
+    answer = _sglang_answer(inp, rec, s, reserve, pool_end, uses, unlogged, free_end)
     return LogLedger(tuple(items), reserve, tuple(uses), free_end, tuple(unlogged), answer)
 
 
@@ -204,6 +204,7 @@ def _sglang_free_end(
 
 def _sglang_answer(
     inp: LogInputs,
+    rec: Reconciliation,
     s: SGLangStartup,
     reserve: LedgerItem,
     pool_end: Fact[float] | None,
@@ -218,14 +219,14 @@ def _sglang_answer(
         lines.append(
             f"Yes: {pool_end.value:.2f} GiB per GPU is free right after the KV pool is allocated "
             f"({pool_end.where}). That is by design, not waste: SGLang sizes the pool so that "
-            f"(1 - mem_fraction_static) x free-before-load = (1 - {mem.fraction.value}) x "
+            f"(1 - mem_fraction_static) x free-before-load = (1 - {rec.ledger.mem_fraction}) x "
             f"{mem.free_before.value:.2f} = {reserve.gib:.2f} GiB stays free for everything "
             "allocated after it (the request table, draft model, CUDA graphs) and for "
             "activations at run time."
         )
     else:
         lines.append(
-            f"SGLang keeps (1 - {mem.fraction.value}) x {mem.free_before.value:.2f} = "
+            f"SGLang keeps (1 - {rec.ledger.mem_fraction}) x {mem.free_before.value:.2f} = "
             f"{reserve.gib:.2f} GiB per GPU out of the KV pool for what is allocated after it "
             "and for activations at run time."
         )
@@ -244,7 +245,7 @@ def _sglang_answer(
         )
     step = mem.free_before.value * 0.01
     per_step = f"every 0.01 of --mem-fraction-static is {step:.2f} GiB " + (
-        f"(~{int(step * GiB // inp.bytes_per_token):,} tokens) of KV pool"
+        f"(~{int(step * GiB // rec.kv_bytes_per_token):,} tokens) of KV pool"
     )
     if free_end is not None and free_end.exact:
         lines.append(

@@ -8,20 +8,27 @@ from kvtier.engines.ledger import Ledger
 from kvtier.engines.sglang import ledger as sglang_ledger
 from kvtier.engines.vllm import ledger as vllm_ledger
 from kvtier.errors import KvtierError
+from kvtier.spec.model import ModelSpec
 
 
 def resolve(
     deployment: Deployment,
     contexts: tuple[int, ...] | None = None,
     pcie_gbps: float | None = None,
+    model: ModelSpec | None = None,
+    logged: bool = False,
 ) -> PlanInputs:
-    """Look up the model (catalog, config.json or HF cache), the GPU and the weights per GPU."""
+    """Look up the model (catalog, config.json or HF cache), the GPU and the weights per GPU.
+
+    `model` is the spec when the caller already resolved it; `logged` marks a deployment a real
+    startup log describes, whose context length the engine already accepted.
+    """
     from kvtier.spec.catalog import resolve_model
     from kvtier.spec.weights import weight_bytes
 
     d = deployment
-    model = resolve_model(d.model)
-    if d.context_length and d.context_length > model.context_length:
+    model = model or resolve_model(d.model)
+    if not logged and d.context_length and d.context_length > model.context_length:
         # both engines refuse a longer context than the config derives unless forced by env
         raise KvtierError(
             f"context length {d.context_length} is greater than the model's derived maximum "
@@ -69,6 +76,13 @@ def build_ledger(inputs: PlanInputs) -> Ledger:
     if inputs.deployment.engine is Engine.SGLANG:
         return sglang_ledger.build(inputs)
     return vllm_ledger.build(inputs)
+
+
+def rounded_measures(deployment: Deployment) -> tuple[str, ...]:
+    """The measured figures the deployment's pool formula reads (rounded where printed)."""
+    if deployment.engine is Engine.SGLANG:
+        return sglang_ledger.rounded_measures(deployment)
+    return vllm_ledger.rounded_measures(deployment)
 
 
 def plan(

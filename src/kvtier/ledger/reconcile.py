@@ -1,25 +1,26 @@
-"""Recompute a logged KV pool from the log's own inputs and say whether it matches.
+"""Recompute a logged KV pool with the engine's own ledger builder and say whether it matches.
 
-SGLang (`profile_max_num_token`, Eras A/B; `KVCacheConfigurator._profile_available_bytes`, C):
-    tokens = int((free_after_load - free_before_load x (1 - mem_fraction_static)) x 2^30) // cell
-    aligned down to the page size, where both free figures are the MIN over ranks.
-vLLM (V1 `kv_cache_utils.get_num_blocks`; V0 `determine_num_available_blocks`):
-    tokens = floor(available_kv_bytes / (block_size x bytes_per_token)) x block_size
-Printed figures carry two decimals, so the prediction is a range over their rounding; a logged
-count inside that range is a match.
+The log's printed figures are measured inputs of the builder `kvtier plan` uses
+(`kvtier.engines.<engine>.ledger.build`), so explain, plan and the options it prices can never
+disagree: `predicted.kv_tokens` is the builder's count and the options start from that ledger.
+Printed figures carry two decimals, so the prediction is a range over their rounding: the
+builder runs again at every corner of the printed values' half units, and a logged count inside
+that range is a match.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvtier.engines.deployment import Engine
+from kvtier.engines.deployment import Engine, Measured
+from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.kvdtype import KVDtype
-from kvtier.engines.sglang import pool as sglang_budget
-from kvtier.engines.vllm import pool as vllm_budget
+from kvtier.engines.ledger import Ledger
+from kvtier.errors import KvtierError
 from kvtier.ledger.log_inputs import LogInputs
+from kvtier.ledger.plan import build_ledger, rounded_measures
 from kvtier.logs.facts import Fact, stated
 from kvtier.spec.model import ModelSpec
 
@@ -45,6 +46,7 @@ class Reconciliation:
     formula: str
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
+    ledger: Ledger  # the builder's ledger from the log's figures; options are priced on it
 
     @property
     def difference(self) -> int:
@@ -67,109 +69,96 @@ class Reconciliation:
         )
 
 
-def reconcile(inputs: LogInputs) -> Reconciliation:
-    """Observed vs predicted KV tokens of a logged start, from its resolved inputs."""
-    if inputs.engine is Engine.SGLANG:
-        return _sglang(inputs)
-    return _vllm(inputs)
+def token_range(plan: PlanInputs, halves: dict[str, float]) -> tuple[int, int]:
+    """(low, high) KV tokens over every corner of the measured figures' rounding.
+
+    `halves` maps a `Measured` field to the half unit its printed value was rounded to; a corner
+    the engine would refuse (no memory left) counts as 0 tokens.
+    """
+    measured = plan.deployment.measured
+    names = [n for n in halves if getattr(measured, n) is not None]
+    counts = []
+    for signs in itertools.product((-1, 1), repeat=len(names)):
+        shifted = {
+            n: getattr(measured, n) + sign * halves[n] for n, sign in zip(names, signs, strict=True)
+        }
+        deployment = dataclasses.replace(
+            plan.deployment, measured=dataclasses.replace(measured, **shifted)
+        )
+        try:
+            counts.append(build_ledger(dataclasses.replace(plan, deployment=deployment)).kv_tokens)
+        except KvtierError:
+            counts.append(0)
+    return min(counts), max(counts)
 
 
-def _spread(
-    formula: Callable[..., int], values: Sequence[float], halves: Sequence[float]
-) -> tuple[int, int, int]:
-    """(nominal, low, high) of `formula` over every corner of the printed values' rounding."""
-    nominal = formula(*values)
-    corners = [
-        formula(*(v + sign * h for v, h, sign in zip(values, halves, signs, strict=True)))
-        for signs in itertools.product((-1, 1), repeat=len(values))
-    ]
-    return nominal, min(corners), max(corners)
-
-
-def _sglang(inp: LogInputs) -> Reconciliation:
-    s = inp.sglang
-    assert s is not None
-    cell = sglang_budget.cell_size(inp.model.kv, inp.attn_tp.value, inp.layers, inp.kv_dtype)
-    page, cap = inp.page_size.value, s.max_total_tokens
-    fraction = s.fraction.value
-
-    def tokens(after: float, before: float) -> int:
-        rest = sglang_budget.rest_gib(before, after, fraction)
-        if rest <= 0:
-            return 0
-        count = sglang_budget.profile_tokens(rest, cell, page, cap)
-        if inp.model.kv.is_hybrid:
-            ratio = sglang_budget.SWA_FULL_TOKENS_RATIO
-            return sglang_budget.hybrid_swa_tokens(
-                count, inp.model.kv, inp.attn_tp.value, page, ratio
-            ).full_tokens
-        return count
-
-    # An inferred free-before-load is the sum of two printed figures: twice the rounding.
-    before_half = PRINTED_HALF_UNIT * (2 if s.before_inferred else 1)
-    nominal, low, high = _spread(
-        tokens, (s.free_after.value, s.free_before.value), (PRINTED_HALF_UNIT, before_half)
-    )
-    formula = (
-        f"int(({s.free_after.value:.2f} - {s.free_before.value:.2f} x (1 - {fraction})) GiB x 2^30)"
-        f" // {cell} B/token, aligned down to page {page}"
-    )
-    rows: list[tuple[str, Fact[object]]] = [
-        ("free before load (GiB, min over ranks)", s.free_before),
-        ("free after load (GiB, min over ranks)", s.free_after),
-        ("mem_fraction_static", s.fraction),
-    ]
-    return _result(inp, cell, nominal, low, high, formula, rows)
-
-
-def _vllm(inp: LogInputs) -> Reconciliation:
-    v = inp.vllm
-    assert v is not None
-    per_token = inp.bytes_per_token
-    block = inp.page_size.value
-
-    def tokens(available_gib: float) -> int:
-        # a block of all layers is `block` tokens of `per_token` bytes: one "layer" of that page
-        return vllm_budget.blocks_in_gib(available_gib, per_token * block, 1) * block
-
-    nominal, low, high = _spread(tokens, (v.available.value,), (PRINTED_HALF_UNIT,))
-    formula = (
-        f"floor({v.available.value:.2f} GiB x 2^30 / ({block} x {per_token} B/token)) x {block}"
-    )
-    return _result(
-        inp, per_token, nominal, low, high, formula, [("available KV (GiB)", v.available)]
-    )
-
-
-def _result(
-    inp: LogInputs,
-    per_token: int,
-    nominal: int,
-    low: int,
-    high: int,
-    formula: str,
-    rows: list[tuple[str, Fact[object]]],
+def reconcile(
+    inp: LogInputs, plan: PlanInputs, halves: dict[str, float] | None = None
 ) -> Reconciliation:
-    common: list[tuple[str, Fact[object]]] = [
-        ("model", inp.model_source),
-        ("tensor parallel (attention)", inp.attn_tp),
-        ("kv cache dtype", inp.kv_dtype_source),
-        ("page size" if inp.engine is Engine.SGLANG else "block size", inp.page_size),
-        ("bytes per token per GPU", stated(per_token, inp.bytes_per_token_how)),
-    ]
+    """Observed vs predicted KV tokens of a logged start: the builder's count over `plan`, the
+    deployment the log describes with its figures as measured inputs.
+
+    `halves` overrides the rounding of measured figures (default: every figure the engine's pool
+    formula reads was printed with two decimals).
+    """
+    ledger = build_ledger(plan)
+    if halves is None:
+        halves = dict.fromkeys(rounded_measures(plan.deployment), PRINTED_HALF_UNIT)
+    low, high = token_range(plan, halves)
+    low, high = min(low, ledger.kv_tokens), max(high, ledger.kv_tokens)
     return Reconciliation(
         engine=inp.engine.value,
         model=inp.model,
         model_source=inp.model_source,
         observed=inp.observed,
-        predicted=nominal,
+        predicted=ledger.kv_tokens,
         predicted_low=low,
         predicted_high=high,
-        kv_bytes_per_token=per_token,
-        kv_dtype=inp.kv_dtype,
-        page_size=inp.page_size.value,
-        inputs=tuple(rows + common),
-        formula=formula,
+        kv_bytes_per_token=ledger.kv_bytes_per_token,
+        kv_dtype=plan.kv_dtype(),
+        page_size=ledger.page_size,
+        inputs=tuple(_memory_rows(inp, ledger) + _common_rows(inp, ledger)),
+        formula=ledger.pool_formula,
         warnings=tuple(inp.warnings),
         notes=tuple(inp.notes),
+        ledger=ledger,
     )
+
+
+def _memory_rows(inp: LogInputs, ledger: Ledger) -> list[tuple[str, Fact[object]]]:
+    if inp.sglang is not None:
+        s = inp.sglang
+        fraction: Fact[object] = (
+            s.fraction
+            if s.fraction is not None
+            else stated(ledger.mem_fraction, _input_origin(ledger, "mem_fraction_static"))
+        )
+        return [
+            ("free before load (GiB, min over ranks)", s.free_before),
+            ("free after load (GiB, min over ranks)", s.free_after),
+            ("mem_fraction_static", fraction),
+        ]
+    assert inp.vllm is not None
+    return [("available KV (GiB)", inp.vllm.available)]
+
+
+def _common_rows(inp: LogInputs, ledger: Ledger) -> list[tuple[str, Fact[object]]]:
+    how = (
+        "SGLang cell size (get_cell_size_per_token)"
+        if inp.engine is Engine.SGLANG
+        else "vLLM page bytes (real_page_size_bytes) x layers / block size"
+    )
+    return [
+        ("model", inp.model_source),
+        ("tensor parallel (attention)", inp.attn_tp),
+        ("kv cache dtype", inp.kv_dtype_source),
+        ("page size" if inp.engine is Engine.SGLANG else "block size", inp.page_size),
+        ("bytes per token per GPU", stated(ledger.kv_bytes_per_token, how)),
+    ]
+
+
+def _input_origin(ledger: Ledger, name: str) -> str:
+    return next((i.origin for i in ledger.inputs if i.name == name), "default")
+
+
+__all__ = ["PRINTED_HALF_UNIT", "Measured", "Reconciliation", "reconcile", "token_range"]

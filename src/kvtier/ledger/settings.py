@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from kvtier.engines.flags import FlagTable
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, stated
 from kvtier.logs.records import Args
@@ -23,17 +24,19 @@ class Settings:
 
     printed: list[Args]  # argument dumps / launch commands in the log, most authoritative first
     flags: Mapping[str, object]  # kvtier flags the user passed (None: not given)
+    table: FlagTable  # the engine's flags: the names it prints each setting under
     warnings: list[str] = field(default_factory=list)
 
     def get(
         self,
         name: str,
-        keys: tuple[str, ...],
         convert: Callable[[object], T],
         default: T | None = None,
         default_how: str = "default",
     ) -> Fact[T] | None:
-        """Setting `name` (flag `--name`): the first of `keys` printed in the log, else the flag."""
+        """Deployment setting `name` (flag `--name`): as the log printed it, under the name the
+        engine prints it (its flag table), else the user's flag, else `default`."""
+        keys = self.table.printed(name) or (name,)
         from_log = self._from_log(name, keys, convert)
         flag = self.flags.get(name)
         flag_value = None if flag is None else _convert(name, flag, convert, "--" + _dash(name))

@@ -1,8 +1,9 @@
 """From a deployment to what the simulator runs: tier sizes in trace blocks, limits, timing.
 
-Device KV tokens come from the engine ledger (`kvtier.ledger.plan`) unless given; the host tier
-is sized as SGLang's HiCache sizes it (`kvtier.engines.sglang.hicache.host_tokens`); the running-request
-cap and chunk size follow SGLang's rules for the same deployment. Each figure records its source.
+Device KV tokens come from the engine ledger (`kvtier.ledger.plan`) unless given; the host
+tier is sized as SGLang's HiCache sizes it (`kvtier.engines.sglang.hicache.host_tokens`); the
+running-request cap and chunk size follow SGLang's rules for the same deployment. Each figure
+records its source.
 
 Granularity: the cache's page key is one trace block (512 tokens for Mooncake), so a tier of T
 tokens holds T // (ceil(512 / page_size) x page_size) blocks, and every block, a prompt's partial
@@ -16,13 +17,16 @@ from dataclasses import dataclass
 
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang import pool as sglang
-from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.hicache import host_bytes_per_token, host_tokens
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
 from kvtier.spec.model import AttentionKind, ModelSpec
 from kvtier.spec.weights import weight_bytes
+
+# server_args chunked_prefill_size before v0.5.4 on cards of 25 GB and more (the ledger's fraction
+# rule sets the tiered default from v0.5.4 on).
+PRE_V054_CHUNKED_PREFILL_SIZE = 8192
 
 GRANULARITY_NOTE = (
     "cache pages are whole trace blocks: each block, a prompt's partial last block included, "
@@ -160,14 +164,8 @@ def build_config(
     sources.append(("max running requests", "model_runner rule over the device tokens"))
     chunk = d.chunked_prefill_size
     if chunk is None:
-        rule = sglang.era_for(d.engine_version).fraction_rule
-        chunk = (
-            default_mem_fraction(
-                rule if rule in ("iii", "iv") else "iii", gpu.memory_mib, d.tp, d.pp
-            ).chunked_prefill_size
-            or 8192
-        )
-        sources.append(("chunked prefill size", "SGLang GPU-memory tier default"))
+        chunk = int(ledger.figure("chunked_prefill_size")) or PRE_V054_CHUNKED_PREFILL_SIZE
+        sources.append(("chunked prefill size", "SGLang's default for the GPU (server_args)"))
     pcie = flags.pcie_gbps or gpu.pcie_gbps
     tflops = flags.bf16_tflops or gpu.bf16_dense_tflops
     hbm = flags.hbm_gbps or gpu.hbm_gbps
@@ -193,13 +191,13 @@ def build_config(
     cost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
     sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
     timing_model = TimingModel(cost, hw, d.tp, flags.compute_efficiency, flags.hbm_efficiency)
-    timing = (
+    timing_text = (
         f"prefill at {flags.compute_efficiency} x {tflops:g} TFLOPS x {d.tp} GPUs; "
         f"decode at {flags.hbm_efficiency} x {hbm:g} GB/s; "
         f"loads at {timing_model.load_gbps:g} GB/s per GPU (link {pcie:g}, "
         f"host side {hw.host_gbps:g} over {min(d.tp, gpus_per_node)} GPUs)"
     )
-    sources.append(("timing", timing))
+    sources.append(("timing", timing_text))
     return SimConfig(
         device_tokens=device_tokens,
         host_tokens=host,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kvtier.engines import estimate
+from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
@@ -101,6 +102,15 @@ def _memory_terms(p: PlanInputs) -> dict[str, Term]:
 
 def _after(v: Mapping[str, float]) -> float:
     return v["after"] if "after" in v else v["pre"] - v["weights"]
+
+
+def rounded_measures(d: Deployment) -> tuple[str, ...]:
+    """The measured figures the pool depends on: free before load (or, when the log omits
+    'Load weight begin', the weights it adds to free after load) and free after load."""
+    m = d.measured
+    if m.free_before_load_gib is not None:
+        return ("free_before_load_gib", "free_after_load_gib")
+    return ("free_after_load_gib", "weights_gib")
 
 
 def build(p: PlanInputs) -> Ledger:
@@ -308,6 +318,10 @@ def build(p: PlanInputs) -> Ledger:
         )
 
     running = sglang.max_running_requests(tokens, reqs, flag, d.dp)
+    formula = (
+        f"int(({nominal_after:.2f} - {nominal_pre:.2f} x (1 - {fraction})) GiB x 2^30) "
+        f"// {cell} B/token, aligned down to page {page}"
+    )
     host_pool = _host_pool(p, tokens, page, dtype, layers) if d.enable_hierarchical_cache else None
     return p.ledger(
         era=era.label,
@@ -323,6 +337,7 @@ def build(p: PlanInputs) -> Ledger:
         inputs=tuple(inputs),
         notes=tuple(notes),
         host_pool=host_pool,
+        pool_formula=formula,
         extra=(
             ("free_before_load_gib", nominal_pre),
             ("free_after_load_gib", nominal_after),

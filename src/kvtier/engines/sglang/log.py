@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from kvtier.engines.launch import find_launch
 from kvtier.logs.facts import Fact, min_over_ranks
-from kvtier.logs.launch import find_launch
 from kvtier.logs.lines import LogLine, rank_of, rank_order
 from kvtier.logs.pyargs import parse_kwargs
 from kvtier.logs.records import NUM, Args, Printed, as_float, as_int, field

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvtier.engines import estimate
+from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import (
@@ -117,6 +118,41 @@ class _Pool:
         return int(blocks / self.blocks_per_request(context) * context)
 
 
+def _total_known(p: PlanInputs) -> bool:
+    return p.deployment.measured.gpu_mem_gib is not None or p.gpu_mem_mib is not None
+
+
+def _measured_available(d: Deployment, util: float, terms: dict[str, Term]) -> Term:
+    """The printed KV budget; at another utilization it moves by total x the difference, since
+    the non-KV memory the profile run measured does not depend on it (requested_memory =
+    total x gpu_memory_utilization, determine_available_memory)."""
+    m = d.measured
+    assert m.kv_available_gib is not None
+    source = "measured: 'Available KV cache memory'"
+    at = m.kv_available_utilization
+    if at is None or at == util:
+        return Term.known(m.kv_available_gib, source)
+    if "total" not in terms:
+        raise KvtierError(
+            "another gpu_memory_utilization moves the KV budget by the device total: "
+            "pass --gpu or --gpu-mem-gib"
+        )
+    total = terms["total"]
+    shift = util - at
+    return Term(
+        m.kv_available_gib + total.value * shift,
+        m.kv_available_gib + min(total.low * shift, total.high * shift),
+        m.kv_available_gib + max(total.low * shift, total.high * shift),
+        f"{source} at utilization {at} + total x ({util} - {at})",
+        total.exact,
+    )
+
+
+def rounded_measures(d: Deployment) -> tuple[str, ...]:
+    """The measured figure the pool depends on: the KV budget (printed with two decimals)."""
+    return ("kv_available_gib",) if d.kv_cache_memory_bytes is None else ()
+
+
 def build(p: PlanInputs) -> Ledger:
     """The ledger vLLM's determine_available_memory / get_num_blocks produce for `p`."""
     d = p.deployment
@@ -144,6 +180,9 @@ def build(p: PlanInputs) -> Ledger:
     terms: dict[str, Term] = {}
     if d.kv_cache_memory_bytes is not None:
         available = Term.known(d.kv_cache_memory_bytes / GiB, "--kv-cache-memory-bytes")
+    elif d.measured.kv_available_gib is not None:
+        terms = _terms(p, era) if _total_known(p) else {}
+        available = _measured_available(d, util, terms)
     else:
         terms = _terms(p, era)
         available = estimate.spread(
@@ -277,6 +316,13 @@ def build(p: PlanInputs) -> Ledger:
         inputs=tuple(inputs),
         notes=tuple(notes),
         host_pool=host_pool,
+        pool_formula=(
+            f"floor({available.value:.2f} GiB x 2^30 / ({block} x {page * pool.layers // block} "
+            f"B/token)) x {block}"
+            if pool.layout is None
+            else f"int({blocks} blocks / {per_req} blocks per request x {ctx}) "
+            "(max_concurrency x max_model_len)"
+        ),
         extra=(
             ("num_blocks", float(blocks)),
             ("available_kv_gib", available.value),

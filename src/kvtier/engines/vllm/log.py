@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kvtier.engines.launch import find_launch
 from kvtier.logs.facts import Fact, min_over_ranks
-from kvtier.logs.launch import find_launch
 from kvtier.logs.lines import LogLine, rank_of
 from kvtier.logs.pyargs import parse_dict, parse_kwargs
 from kvtier.logs.records import GROUPED_INT, INT, NUM, Args, Printed, as_float, field

@@ -1,0 +1,48 @@
+"""One engine's launch flags: which `Deployment` field each sets, how its value reads, and the
+name the engine prints it under (its argparse destination, in `server_args=ServerArgs(...)`,
+`non-default args: {...}` or `Namespace(...)`).
+
+Each engine keeps its table in `engines/<engine>/flags.py`; the launch-command parser, the log
+readers and explain all go through these tables, so a flag is spelled in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+Convert = Callable[[str], object]
+
+
+def as_bool(raw: str) -> bool:
+    return raw.lower() not in ("false", "0", "no")
+
+
+def as_upper(raw: str) -> str:
+    return raw.upper()
+
+
+class Flag(NamedTuple):
+    field: str  # the Deployment field it sets
+    printed: str  # the argument name the engine prints it under
+    convert: Convert | None  # None: a boolean switch
+    spellings: tuple[str, ...]  # as typed on a command line, dashes, without the leading --
+
+
+class FlagTable:
+    """An engine's flags by every spelling, and by the field they set."""
+
+    def __init__(self, flags: tuple[Flag, ...]) -> None:
+        self.flags = flags
+        self._by_spelling = {s: f for f in flags for s in f.spellings}
+        self._by_field: dict[str, list[Flag]] = {}
+        for f in flags:
+            self._by_field.setdefault(f.field, []).append(f)
+
+    def find(self, spelling: str) -> Flag | None:
+        """The flag a command-line spelling (dashes, no leading --) names, or None."""
+        return self._by_spelling.get(spelling)
+
+    def printed(self, field: str) -> tuple[str, ...]:
+        """The names the engine prints the arguments setting `field` under."""
+        return tuple(dict.fromkeys(f.printed for f in self._by_field.get(field, ())))

@@ -1,0 +1,25 @@
+"""vLLM's launch flags that change the memory ledger (vllm/engine/arg_utils.py `EngineArgs`;
+the printed name is the EngineArgs field, as `non-default args: {...}` shows it).
+`--speculative-config` is JSON and read by the launch parser itself."""
+
+from __future__ import annotations
+
+from kvtier.engines.flags import Flag, FlagTable
+
+FLAGS = FlagTable(
+    (
+        Flag("model", "model", str, ("model",)),
+        Flag("tp", "tensor_parallel_size", int, ("tensor-parallel-size", "tp")),
+        Flag("pp", "pipeline_parallel_size", int, ("pipeline-parallel-size", "pp")),
+        Flag("dp", "data_parallel_size", int, ("data-parallel-size", "dp")),
+        Flag("mem_fraction", "gpu_memory_utilization", float, ("gpu-memory-utilization",)),
+        Flag("kv_cache_dtype", "kv_cache_dtype", str, ("kv-cache-dtype",)),
+        Flag("dtype", "dtype", str, ("dtype",)),
+        Flag("page_size", "block_size", int, ("block-size",)),
+        Flag("context_length", "max_model_len", int, ("max-model-len",)),
+        Flag("max_running_requests", "max_num_seqs", int, ("max-num-seqs",)),
+        Flag("chunked_prefill_size", "max_num_batched_tokens", int, ("max-num-batched-tokens",)),
+        Flag("kv_cache_memory_bytes", "kv_cache_memory_bytes", int, ("kv-cache-memory-bytes",)),
+        Flag("kv_offloading_size_gib", "kv_offloading_size", float, ("kv-offloading-size",)),
+    )
+)
