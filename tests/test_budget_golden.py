@@ -9,6 +9,7 @@ import pytest
 
 from conftest import require_shared
 from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.sglang import pool as sglang
 from kvtier.ledger.plan import plan
 from kvtier.units import GiB
 
@@ -47,7 +48,9 @@ def test_founding_deployment_to_the_token() -> None:
     assert ledger.kv_tokens == 159_294
     assert abs(ledger.kv_tokens - 159_277) / 159_277 < 0.0005
     assert round(ledger.item("KV cache pool").gib, 2) == 10.43  # logged 10.42 from 159,277
-    assert abs((159_277 + 1) * 70_272 / GiB - 10.42) < 0.005
+    # the log's 'KV size: 10.42 GB' is memory_pool.py's (tokens + page) x cell at its count
+    logged = sglang.kv_size_bytes(159_277, ledger.page_size, ledger.kv_bytes_per_token)
+    assert round(logged / GiB, 2) == 10.42
 
 
 def test_sglang_kv_size_line_matches_the_log() -> None:

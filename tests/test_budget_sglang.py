@@ -6,11 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvtier.engines.deployment import Engine
+from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.sglang import hicache
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.engines.sglang.pool import FractionRule, PoolEra
+from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GB, GiB
@@ -116,24 +118,51 @@ def test_req_to_token_rows_clamp() -> None:
 
 
 def test_versions_map_to_eras() -> None:
-    assert sglang.era_for("0.4.3").fraction_rule == "i"
-    assert sglang.era_for("0.5.2") == ("B", "ii", sglang.era_for("0.5.2").label)
-    assert sglang.era_for("v0.5.9").fraction_rule == "iii"
-    assert sglang.era_for("main").pool == "C"
+    era = sglang.era_for
+    assert (era("0.4.3").pool, era("0.4.3").fraction_rule) == (PoolEra.A, FractionRule.TP_TABLE)
+    assert era("0.4.3.post4").fraction_rule is FractionRule.TP_TABLE
+    assert (era("0.4.9").pool, era("0.4.9").fraction_rule) == (
+        PoolEra.A,
+        FractionRule.RESERVE_TABLE,
+    )
+    assert (era("0.5.2").pool, era("0.5.2").fraction_rule) == (
+        PoolEra.B,
+        FractionRule.RESERVE_TABLE,
+    )
+    assert era("v0.5.9").fraction_rule is FractionRule.HEURISTICS
+    assert era("0.5.10").fraction_rule is FractionRule.HEURISTICS  # not 0.5.1
+    assert era("main").pool is PoolEra.C
     with pytest.raises(KvtierError):
-        sglang.era_for("latest")
+        era("latest")
+
+
+def test_versions_are_ordered_values() -> None:
+    versions = ["main", "0.5.10", "0.4.9", "0.5.9", "v0.4.3.post4", "0.5.2"]
+    ordered = sorted(Version.parse(v, "SGLang") for v in versions)
+    assert [str(v) for v in ordered] == [
+        "v0.4.3.post4",
+        "0.4.9",
+        "0.5.2",
+        "0.5.9",
+        "0.5.10",
+        "main",
+    ]
+
+
+def _sglang(tp: int, speculative: str | None = None) -> Deployment:
+    return Deployment(engine=Engine.SGLANG, model="m", tp=tp, speculative_algorithm=speculative)
 
 
 def test_default_fraction_rules() -> None:
     # v0.5.4+ heuristics, RTX PRO 6000 (97,887 MiB), TP8, EAGLE3: 512 + 8192x1.5 + 512x2 + 1024
     # = 14,848 MiB, + 2,048 for speculative decoding -> round((97887 - 16896) / 97887, 3)
-    rule = default_mem_fraction("iii", 97_887, 8, 1, "EAGLE3")
+    rule = default_mem_fraction(FractionRule.HEURISTICS, 97_887, _sglang(8, "EAGLE3"))
     assert rule.value == 0.827
     assert (rule.chunked_prefill_size, rule.cuda_graph_max_bs) == (8192, 512)
     # main-2026 worked example: H100 81,559 MiB, TP1 -> 13,440 MiB reserved -> 0.835
-    assert default_mem_fraction("iv", 81_559, 1, 1).value == 0.835
-    assert default_mem_fraction("ii", 16_303, 1, 1).value == 0.818
-    assert default_mem_fraction("i", None, 8, 1).value == 0.81
+    assert default_mem_fraction(FractionRule.MEMORY_HOOK, 81_559, _sglang(1)).value == 0.835
+    assert default_mem_fraction(FractionRule.RESERVE_TABLE, 16_303, _sglang(1)).value == 0.818
+    assert default_mem_fraction(FractionRule.TP_TABLE, None, _sglang(8)).value == 0.81
 
 
 def test_hicache_ratio_4_on_the_founding_deployment() -> None:

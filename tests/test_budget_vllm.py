@@ -44,8 +44,10 @@ def test_blocks_fit_in_the_budget(available: int, block: int, layers: int) -> No
 
 
 def test_versions_map_to_eras() -> None:
-    assert vllm.era_for("0.6.6").name == "V0"
-    assert vllm.era_for("0.19.0").name == "V1-mid"
+    assert vllm.era_for("0.6.6").worker is vllm.Worker.V0
+    assert vllm.era_for("0.10.1.dev101+g1").worker is vllm.Worker.V1_MID
+    assert vllm.era_for("0.19.0").worker is vllm.Worker.V1_MID
+    assert not vllm.era_for("0.20.2").budgets_cuda_graphs
     assert vllm.era_for("0.21.0").budgets_cuda_graphs
     assert vllm.era_for(None).budgets_cuda_graphs
 

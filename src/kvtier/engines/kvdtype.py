@@ -1,4 +1,7 @@
-"""KV-cache element types each engine accepts for `--kv-cache-dtype`, and their byte widths."""
+"""KV-cache element types each engine accepts for `--kv-cache-dtype`, and their byte widths.
+
+`auto` stores the model dtype, whose width comes from the one dtype table (`kvtier.spec.dtypes`).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +9,7 @@ from typing import NamedTuple
 
 from kvtier.engines.deployment import Engine
 from kvtier.errors import KvtierError
-
-# Model dtypes as config.json / --dtype spell them -> bytes per element.
-MODEL_DTYPE_BYTES = {
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "fp16": 2,
-    "half": 2,
-    "float32": 4,
-    "float": 4,
-}
+from kvtier.spec.dtypes import DTYPE_BYTES, dtype_bytes
 
 # SGLang server_args `--kv-cache-dtype` choices (v0.5.x). FP8 pools store uint8: 1 byte, per-tensor
 # scales only, so no per-token overhead (memory_pool.py, MHATokenToKVPool).
@@ -54,9 +47,9 @@ def resolve_kv_dtype(engine: Engine, kv_cache_dtype: str, model_dtype: str) -> K
     """The KV element type an engine uses; "auto" means the model dtype (both engines)."""
     choices = _SGLANG if engine is Engine.SGLANG else _VLLM
     if kv_cache_dtype == "auto":
-        if model_dtype not in MODEL_DTYPE_BYTES:
+        if model_dtype.strip().lower().removeprefix("torch.") not in DTYPE_BYTES:
             raise KvtierError(f"model dtype {model_dtype!r} is not known; pass --kv-cache-dtype")
-        return KVDtype(model_dtype, MODEL_DTYPE_BYTES[model_dtype])
+        return KVDtype(model_dtype, dtype_bytes(model_dtype))
     if kv_cache_dtype not in choices:
         known = ", ".join(["auto", *choices])
         raise KvtierError(

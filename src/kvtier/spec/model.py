@@ -2,7 +2,7 @@
 
 These types are the contract between the spec layer (which builds them from a Hugging Face
 `config.json` or a catalog entry) and everything above it (budget, logs, cache, sim).
-Engine-specific byte counts (cell sizes, page sizes) live in `kvtier.budget`, not here.
+Engine-specific byte counts (cell sizes, page sizes) live in `kvtier.engines`, not here.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerIt
 from kvtier.engines.sglang import hicache
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.engines.sglang.pool import PoolEra
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB, MiB
@@ -125,22 +126,11 @@ def build(p: PlanInputs) -> Ledger:
     target_cell = sglang.cell_size(kv, p.attn_tp, layers, dtype)
     draft = _draft_cell(p)
     cell = target_cell
-    if era.pool == "C" and draft is not None:  # DefaultPoolConfigurator prices the draft in
+    if era.pool is PoolEra.C and draft is not None:  # DefaultPoolConfigurator prices the draft in
         cell = int(target_cell * (1 + draft.layers / layers))
     inputs = p.base_inputs()
     # The engine picks chunked_prefill_size and cuda_graph_max_bs by GPU tier either way.
-    rule = default_mem_fraction(
-        era.fraction_rule,
-        p.gpu_mem_mib,
-        d.tp,
-        d.pp,
-        d.speculative_algorithm,
-        d.enable_dp_attention,
-        d.dp,
-        kv.kind is AttentionKind.MLA,
-        d.chunked_prefill_size,
-        d.cuda_graph_max_bs,
-    )
+    rule = default_mem_fraction(era.fraction_rule, p.gpu_mem_mib, d, kv.kind is AttentionKind.MLA)
     chunk, max_bs = rule.chunked_prefill_size, rule.cuda_graph_max_bs
     if d.mem_fraction is not None:
         fraction = d.mem_fraction
@@ -235,7 +225,7 @@ def build(p: PlanInputs) -> Ledger:
         else:
             notes.append("draft weights unknown (pass --draft-weights-gib): counted in 'free'")
         draft_kv_gib = sglang.kv_size_bytes(tokens, page, draft.cell) / GiB
-        where = "inside the budget (Era C)" if era.pool == "C" else "from the reserve (Era B)"
+        where = "inside the budget (Era C)" if era.pool is PoolEra.C else "from the reserve (Era B)"
         items.append(
             LedgerItem(
                 "draft KV pool",
@@ -244,7 +234,7 @@ def build(p: PlanInputs) -> Ledger:
                 draft.exact and exact_mem,
             )
         )
-        if era.pool == "A":
+        if era.pool is PoolEra.A:
             notes.append(
                 "Era A also inflates the pool by max_num_reqs x (steps x topk + draft "
                 "tokens) + 100 for speculative decoding; not included"
@@ -258,7 +248,7 @@ def build(p: PlanInputs) -> Ledger:
             "speculative default (server_args)" if flag else "clamp(tokens/ctx x 512, 2048, 4096)"
         )
     reqs = sglang.max_num_reqs(tokens, ctx, flag)
-    draft_tokens = (d.speculative_num_draft_tokens or 0) if era.pool == "B" else 0
+    draft_tokens = (d.speculative_num_draft_tokens or 0) if era.pool is PoolEra.B else 0
     table = sglang.req_to_token_bytes(reqs, ctx, draft_tokens)
     items.append(
         LedgerItem(

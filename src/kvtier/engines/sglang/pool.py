@@ -15,11 +15,12 @@ fixed share of what was free before the weights loaded.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import NamedTuple
 
 from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB
@@ -35,35 +36,58 @@ REQ_TO_TOKEN_ELEMENT_BYTES = 4  # int32
 SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 
 
+class PoolEra(IntEnum):
+    """How the pool is sized, in the order the code changed."""
+
+    A = 1  # v0.3 - v0.4.x: model_runner.py profile_max_num_token / init_memory_pool
+    B = 2  # v0.5.0 - v0.5.10: ModelRunnerKVCacheMixin
+    C = 3  # main 2026: KVCacheConfigurator, draft priced into the cell
+
+
+class FractionRule(IntEnum):
+    """Which default `--mem-fraction-static` rule applies (see `defaults`), in order."""
+
+    TP_TABLE = 1  # v0.3 - v0.4.8
+    RESERVE_TABLE = 2  # v0.4.9 - v0.5.3
+    HEURISTICS = 3  # v0.5.4 - v0.5.10
+    MEMORY_HOOK = 4  # main 2026
+
+
 class Era(NamedTuple):
-    pool: str  # "A", "B" or "C"
-    fraction_rule: str  # which default mem_fraction_static rule: "i", "ii", "iii", "iv"
+    pool: PoolEra
+    fraction_rule: FractionRule
     label: str
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
-    if match is None:
-        raise KvtierError(f"SGLang version {version!r} is not of the form 0.5.9 (or 'main')")
-    return tuple(int(g or 0) for g in match.groups())
+# First release of each rule change; `main` orders after every release.
+V0_4_9 = Version.release_of(0, 4, 9)
+V0_5_0 = Version.release_of(0, 5, 0)
+V0_5_4 = Version.release_of(0, 5, 4)
+V0_5_10 = Version.release_of(0, 5, 10)
 
 
-def era_for(version: str | None) -> Era:
+def era_for(version: str | Version | None) -> Era:
     """The era a version falls in; no version means Era B with the v0.5.4+ fraction rule."""
     if version is None:
-        return Era("B", "iii", "SGLang v0.5.4-v0.5.10 (Era B; default, pass --sglang-version)")
-    if version == "main":
-        return Era("C", "iv", "SGLang main 2026 (Era C)")
-    v = _version_tuple(version)
-    if v < (0, 4, 9):
-        return Era("A", "i", f"SGLang {version} (Era A, v0.3-v0.4.8)")
-    if v < (0, 5, 0):
-        return Era("A", "ii", f"SGLang {version} (Era A, v0.4.9+ reserve table)")
-    if v < (0, 5, 4):
-        return Era("B", "ii", f"SGLang {version} (Era B, reserve table)")
-    if v <= (0, 5, 10):
-        return Era("B", "iii", f"SGLang {version} (Era B, v0.5.4+ heuristics)")
-    return Era("C", "iv", f"SGLang {version} (Era C)")
+        return Era(
+            PoolEra.B,
+            FractionRule.HEURISTICS,
+            "SGLang v0.5.4-v0.5.10 (Era B; default, pass --sglang-version)",
+        )
+    v = version if isinstance(version, Version) else Version.parse(version, "SGLang")
+    if v.is_main:
+        return Era(PoolEra.C, FractionRule.MEMORY_HOOK, "SGLang main 2026 (Era C)")
+    if v < V0_4_9:
+        return Era(PoolEra.A, FractionRule.TP_TABLE, f"SGLang {v} (Era A, v0.3-v0.4.8)")
+    if v < V0_5_0:
+        return Era(
+            PoolEra.A, FractionRule.RESERVE_TABLE, f"SGLang {v} (Era A, v0.4.9+ reserve table)"
+        )
+    if v < V0_5_4:
+        return Era(PoolEra.B, FractionRule.RESERVE_TABLE, f"SGLang {v} (Era B, reserve table)")
+    if v <= V0_5_10:
+        return Era(PoolEra.B, FractionRule.HEURISTICS, f"SGLang {v} (Era B, v0.5.4+ heuristics)")
+    return Era(PoolEra.C, FractionRule.MEMORY_HOOK, f"SGLang {v} (Era C)")
 
 
 def cell_size(kv: KVGeometry, attn_tp: int, layers: int, dtype: KVDtype) -> int:
@@ -173,7 +197,7 @@ def max_num_reqs(tokens: int, context_len: int, max_running_requests: int | None
 def speculative_max_running_requests(speculative: str | None, era: Era) -> int | None:
     """48 when a draft-model speculative algorithm is on and the flag is unset (server_args
     v0.4.9+; 2026: arg_groups/speculative_hook.py); None otherwise."""
-    if speculative is None or era.fraction_rule == "i":
+    if speculative is None or era.fraction_rule is FractionRule.TP_TABLE:
         return None
     if speculative.upper() in ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE"):
         return SPECULATIVE_MAX_RUNNING_REQUESTS

@@ -90,7 +90,7 @@ class _Pool:
             raise KvtierError(
                 "vLLM chunked-local attention and hybrid models under PP are not modelled"
             )
-        if vllm.era_for(d.engine_version).name == "V0":
+        if vllm.era_for(d.engine_version).worker is vllm.Worker.V0:
             raise KvtierError("vLLM V0 sliding-window pools are not modelled")
         self.layout = vllm.hybrid_layout(kv.num_full_layers, kv.num_local_layers)
         self.layers = self.layout.group_size
@@ -281,7 +281,7 @@ def build(p: PlanInputs) -> Ledger:
         for c in context_lengths(p.contexts, p.context_length)
     )
     notes = list(pool.notes)
-    if era.name == "V0":
+    if era.worker is vllm.Worker.V0:
         notes.append(f"V0 logs '# GPU blocks: {blocks}'")
     else:
         notes.append(

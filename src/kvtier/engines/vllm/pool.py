@@ -12,9 +12,11 @@ page bytes: vllm/v1/kv_cache_interface.py FullAttentionSpec / MLAAttentionSpec.r
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import NamedTuple
 
 from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry
 from kvtier.units import GiB
@@ -28,33 +30,39 @@ MTP_METHODS = frozenset({"DEEPSEEK_MTP", "MTP", "QWEN3_NEXT_MTP", "ERNIE_MTP"})
 FP8_DS_MLA_BYTES = 656  # per token per layer: 512 fp8 latent + 4 fp32 scales + 64 bf16 rope
 
 
+class Worker(IntEnum):
+    """Which worker sizes the cache, in the order the code changed."""
+
+    V0 = 1  # v0.6 - v0.7: determine_num_available_blocks
+    V1_MID = 2  # v0.8 - v0.20: determine_available_memory, CUDA graphs not budgeted
+    V1 = 3  # >= v0.21: the CUDA-graph estimate is budgeted
+
+
 class Era(NamedTuple):
-    name: str  # "V0", "V1-mid", "V1"
+    worker: Worker
     label: str
 
     @property
     def budgets_cuda_graphs(self) -> bool:
-        return self.name == "V1"
+        return self.worker >= Worker.V1
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = version.lstrip("v").split("+")[0].split(".")[:2]
-    try:
-        return tuple(int(p) for p in parts)
-    except ValueError:
-        raise KvtierError(f"vLLM version {version!r} is not of the form 0.19.0") from None
+V0_8 = Version.release_of(0, 8)
+V0_21 = Version.release_of(0, 21)
 
 
-def era_for(version: str | None) -> Era:
+def era_for(version: str | Version | None) -> Era:
     """The era a version falls in; no version means V1 >= v0.21 (graphs budgeted)."""
     if version is None:
-        return Era("V1", "vLLM V1 >= v0.21 (default, pass --vllm-version)")
-    v = _version_tuple(version)
-    if v < (0, 8):
-        return Era("V0", f"vLLM {version} (V0 worker)")
-    if v < (0, 21):
-        return Era("V1-mid", f"vLLM {version} (V1, CUDA graphs not budgeted)")
-    return Era("V1", f"vLLM {version} (V1, CUDA-graph estimate budgeted)")
+        return Era(Worker.V1, "vLLM V1 >= v0.21 (default, pass --vllm-version)")
+    v = version if isinstance(version, Version) else Version.parse(version, "vLLM")
+    if v.is_main:
+        return Era(Worker.V1, "vLLM main (V1, CUDA-graph estimate budgeted)")
+    if v < V0_8:
+        return Era(Worker.V0, f"vLLM {v} (V0 worker)")
+    if v < V0_21:
+        return Era(Worker.V1_MID, f"vLLM {v} (V1, CUDA graphs not budgeted)")
+    return Era(Worker.V1, f"vLLM {v} (V1, CUDA-graph estimate budgeted)")
 
 
 def page_bytes(kv: KVGeometry, tp: int, block_size: int, dtype: KVDtype) -> int:

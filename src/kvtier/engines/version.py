@@ -1,0 +1,41 @@
+"""Engine versions as ordered values: `0.4.9 < 0.5.10 < main`.
+
+A release is its (major, minor, patch) numbers; suffixes (`.post4`, `rc1`, `+cu128`, `.dev101`)
+do not move it between rule eras, so they are kept in the text only. `main` (the development
+branch) orders after every release.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kvtier.errors import KvtierError
+
+_RELEASE = re.compile(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?(?![\d])")
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Version:
+    is_main: bool
+    release: tuple[int, int, int]
+    text: str = field(compare=False)
+
+    @classmethod
+    def parse(cls, text: str, engine: str) -> Version:
+        """`0.5.9`, `v0.4.3.post4`, `0.10.1.dev101+g123`, or `main`; one error line otherwise."""
+        plain = text.strip()
+        if plain == "main":
+            return cls(True, (0, 0, 0), plain)
+        match = _RELEASE.match(plain)
+        if match is None:
+            raise KvtierError(f"{engine} version {text!r} is not of the form 0.5.9 (or 'main')")
+        major, minor, patch = (int(g or 0) for g in match.groups())
+        return cls(False, (major, minor, patch), plain)
+
+    @classmethod
+    def release_of(cls, major: int, minor: int, patch: int = 0) -> Version:
+        return cls(False, (major, minor, patch), f"{major}.{minor}.{patch}")
+
+    def __str__(self) -> str:
+        return self.text
