@@ -6,7 +6,7 @@ import pytest
 
 from kvtier.cache.storage import Tier
 from kvtier.sim.engine.cacheport import TieredCachePort
-from kvtier.sim.engine.scheduler import Engine, EngineConfig
+from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
 from kvtier.sim.engine.simulator import Simulation
 from kvtier.sim.engine.store import AccountingStore
 from kvtier.sim.run import simulate
@@ -127,7 +127,7 @@ def test_store_hits_are_read_then_loaded() -> None:
     d = req(2, 200.0, 2000, 10, (20, 21, 22, 23))
     b = req(3, 300.0, 1600, 10, (1, 2, 3, 4))
     port = TieredCachePort(5, 8, store_pages=100)
-    sim = Simulation(Trace((a, c, d, b)), Engine(port, TM, EngineConfig(512, 64, 8192)))
+    sim = Simulation(Trace((a, c, d, b)), ServerModel(port, TM, EngineConfig(512, 64, 8192)))
     records = sim.run()
     rec = records[3]
     assert rec.hit_tokens == {Tier.DEVICE: 0, Tier.HOST: 0, Tier.STORE: 1536}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvtier.sim.engine.cacheport import TieredCachePort
-from kvtier.sim.engine.scheduler import Engine, EngineConfig
+from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
 from kvtier.sim.engine.simulator import Simulation
 from kvtier.sim.metrics import SimResult, summarize
 from kvtier.sim.setup import SimConfig
@@ -25,7 +25,7 @@ def simulate(
     port = TieredCachePort(
         config.device_blocks, config.host_blocks, config.write_policy, config.store_blocks
     )
-    engine = Engine(
+    engine = ServerModel(
         port,
         config.timing,
         EngineConfig(

@@ -47,8 +47,8 @@ class Live:
     store_tokens: int = 0  # of those, tokens to read from the L3 store first
 
 
-class Engine:
-    """The state machine the event loop drives; times in seconds."""
+class ServerModel:
+    """The simulated server: the scheduler the event loop drives; times in seconds."""
 
     def __init__(self, cache: CachePort, timing: TimingModel, config: EngineConfig) -> None:
         self.cache = cache

@@ -11,7 +11,7 @@ import heapq
 import math
 from collections.abc import Callable
 
-from kvtier.sim.engine.scheduler import Engine, Live
+from kvtier.sim.engine.scheduler import Live, ServerModel
 from kvtier.sim.metrics import Concurrency, RequestRecord
 from kvtier.sim.trace import Trace
 
@@ -21,7 +21,7 @@ ARRIVAL, STEP_END, WAKE = 0, 1, 2  # tie order at equal times
 class Simulation:
     """Replays `trace` through `engine`; `run` returns every request's record in trace order."""
 
-    def __init__(self, trace: Trace, engine: Engine) -> None:
+    def __init__(self, trace: Trace, engine: ServerModel) -> None:
         self.trace = trace
         self.engine = engine
         self.records = [
