@@ -24,13 +24,20 @@ _SIGNS = {
         "max_total_num_tokens=",
         "Using KV cache dtype",
         "sglang.launch_server",
+        "leave no GPU memory for the KV cache",
+        "Please try to increase --mem-fraction-static",
     ),
     "vllm": (
         "non-default args:",
         "GPU KV cache size:",
         "Available KV cache memory",
         "Model loading took",
-        "# GPU blocks:",
+        "GPU blocks:",
+        "CUDA blocks:",
+        "Memory profiling results:",
+        "KV cache is needed, which is larger than",
+        "number of tokens that can be stored in KV cache",
+        "on startup is less than desired GPU memory",
         "gpu_memory_utilization (",
         "reserved for KV Cache is",
         "Maximum concurrency for",
@@ -53,16 +60,32 @@ class ParsedLog:
 
 
 def detect_engine(lines: list[LogLine]) -> tuple[str | None, dict[str, LogLine]]:
-    """The engine whose lines the log holds (None when neither), and a sample line of each."""
-    votes = dict.fromkeys(ENGINES, 0)
+    """The engine whose lines the log holds (None when neither), and a sample line of each.
+
+    When both engines' lines are present, the engine of the last such line wrote the last start.
+    """
     sample: dict[str, LogLine] = {}
-    for line in lines:
+    last: dict[str, int] = {}
+    for index, line in enumerate(lines):
         for engine, signs in _SIGN_PATTERNS.items():
             if signs.search(line.text):
-                votes[engine] += 1
                 sample.setdefault(engine, line)
-    best = max(ENGINES, key=lambda e: votes[e])
-    return (best if votes[best] else None), sample
+                last[engine] = index
+    if not last:
+        return None, sample
+    return max(last, key=lambda e: last[e]), sample
+
+
+def _mixed_note(lines: list[LogLine], detected: str, sample: dict[str, LogLine]) -> str:
+    """Say that the log mixes both engines and which start is explained."""
+    other = next(e for e in ENGINES if e != detected)
+    first = sample[other]
+    own = [x for x in lines if _SIGN_PATTERNS[detected].search(x.text)]
+    return (
+        f"the log holds lines of both engines ({_NAMES[other]} line {first.number}: "
+        f"{first.text.strip()[:80]!r}; {_NAMES[detected]} line {own[-1].number}: "
+        f"{own[-1].text.strip()[:80]!r}); the last startup, {_NAMES[detected]}'s, is explained"
+    )
 
 
 def parse_log(text: str, engine: str | None = None) -> ParsedLog:
@@ -75,6 +98,8 @@ def parse_log(text: str, engine: str | None = None) -> ParsedLog:
             "(expected lines such as 'Load weight end.' / 'KV Cache is allocated.' from SGLang, "
             "or 'Available KV cache memory' / 'GPU KV cache size' from vLLM)"
         )
+    if engine is not None and engine != detected and engine in sample:
+        detected = engine  # a mixed log: the user named the engine to explain
     if engine is not None and engine != detected:
         line = sample[detected]
         named = f"{_ARTICLES[detected]} {_NAMES[detected]}"
@@ -90,6 +115,8 @@ def parse_log(text: str, engine: str | None = None) -> ParsedLog:
         reports_memory=lambda t: any(m in t for m in module.MEMORY_MARKERS),
     )
     notes: list[str] = []
+    if len(sample) > 1:
+        notes.append(_mixed_note(lines, detected, sample))
     chosen = runs[-1]
     if len(runs) > 1:
         has_memory = [any(any(m in x.text for m in module.MEMORY_MARKERS) for x in r) for r in runs]

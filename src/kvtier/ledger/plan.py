@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.deployment import Deployment
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
-from kvtier.engines.sglang import ledger as sglang_ledger
-from kvtier.engines.vllm import ledger as vllm_ledger
+from kvtier.engines.rules import rules_for
 from kvtier.errors import KvtierError
 from kvtier.spec.model import ModelSpec
 
@@ -73,16 +72,12 @@ def resolve(
 
 def build_ledger(inputs: PlanInputs) -> Ledger:
     """The per-GPU ledger the deployment's engine would produce."""
-    if inputs.deployment.engine is Engine.SGLANG:
-        return sglang_ledger.build(inputs)
-    return vllm_ledger.build(inputs)
+    return rules_for(inputs.deployment.engine).build_ledger(inputs)
 
 
 def rounded_measures(deployment: Deployment) -> tuple[str, ...]:
     """The measured figures the deployment's pool formula reads (rounded where printed)."""
-    if deployment.engine is Engine.SGLANG:
-        return sglang_ledger.rounded_measures(deployment)
-    return vllm_ledger.rounded_measures(deployment)
+    return rules_for(deployment.engine).rounded_measures(deployment)
 
 
 def plan(

@@ -8,6 +8,7 @@ from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
 from kvtier.engines.sglang import hicache
 from kvtier.engines.sglang import pool as sglang
@@ -351,7 +352,7 @@ def _concurrency(
     return tuple(rows)
 
 
-def _host_pool(p: PlanInputs, tokens: int, page: int, dtype, layers: int) -> HostPool:
+def _host_pool(p: PlanInputs, tokens: int, page: int, dtype: KVDtype, layers: int) -> HostPool:
     d = p.deployment
     per_token = hicache.host_bytes_per_token(p.model.kv, p.attn_tp, layers, dtype)
     host = hicache.host_tokens(tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)

@@ -51,7 +51,17 @@ _RUNNING = re.compile(r"max_running_requests=(\d{1,15})")
 _CONTEXT = re.compile(r"context_len=(\d{1,15})")
 _FINAL_FREE = re.compile(r"available_gpu_mem=" + NUM + " GB")
 
+# The engine's refusal when the weights leave no room for the pool: profile_max_num_token /
+# init_memory_pool (v0.3 - v0.5: "Not enough memory. Please try to increase
+# --mem-fraction-static"), KVCacheConfigurator (2026: "Loaded weights leave no GPU memory").
+_FAILURE = re.compile(
+    r"Not enough memory\. Please try to increase --mem-fraction-static"
+    r"|leave no GPU memory for the KV cache"
+)
+FAILURE_MARKERS = ("Not enough memory", "leave no GPU memory")
+
 MEMORY_MARKERS = (
+    *FAILURE_MARKERS,
     "Load weight end",
     "KV Cache is allocated",
     "Memory pool end",
@@ -128,6 +138,7 @@ class SGLangStartup:
     graphs: tuple[GraphCapture, ...]
     summary: Summary | None
     host_pool_gb: Fact[float] | None
+    failure: Fact[str] | None = None  # the engine's refusal line, when the start failed
 
     @property
     def target_weights(self) -> list[WeightLoad]:
@@ -174,6 +185,7 @@ def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
     graphs: list[GraphCapture] = []
     summary: Summary | None = None
     host_pool: Fact[float] | None = None
+    failure: Fact[str] | None = None
     pool_done: set[str | None] = set()  # ranks whose target pool is complete: draft lines follow
     draft_loading: set[str | None] = set()
 
@@ -254,6 +266,9 @@ def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
             )
         elif "host memory for hierarchical" in text and (m := _HOST_POOL.search(text)):
             host_pool = Fact(float(m.group(1)), number, text, rank_of(text, m.start()))
+        elif "memory" in text and (m := _FAILURE.search(text)):
+            reason = "the weights leave no GPU memory for the KV cache at this fraction"
+            failure = Fact(reason, number, text, rank_of(text, m.start()))
 
     return SGLangStartup(
         server_args=server_args,
@@ -268,4 +283,5 @@ def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
         graphs=tuple(graphs),
         summary=summary,
         host_pool_gb=host_pool,
+        failure=failure,
     )

@@ -70,7 +70,36 @@ _V0_WEIGHTS = re.compile(r"model weights take " + NUM + G)
 _V0_NON_TORCH = re.compile(r"non_torch_memory(?: takes)? " + NUM + G)
 _V0_ACTIVATION = re.compile(r"activation peak memory takes " + NUM + G)
 _V0_KV = re.compile(r"the rest (?:of the memory )?reserved for KV Cache is " + NUM + G)
-_BLOCKS = re.compile(r"# (?:GPU|cuda|CUDA) blocks: " + INT + r"(?:, # CPU blocks: " + INT + ")?")
+_BLOCKS = re.compile(r"(?:GPU|cuda|CUDA) blocks: " + INT + r"(?:, # CPU blocks: " + INT + ")?")
+# v0.6.4 - v0.7 Worker.determine_num_available_blocks: one line with every profiling figure
+_V0_RESULTS = re.compile(r"Memory profiling results: ")
+_V0_R_TOTAL = re.compile(r"\btotal_gpu_memory=" + NUM + G)
+_V0_R_NON_TORCH = re.compile(r"\bnon_torch_memory=" + NUM + G)
+_V0_R_KV = re.compile(r"\bkv_cache_size=" + NUM + G)
+_V0_R_UTIL = re.compile(r"\bgpu_memory_utilization=" + NUM)
+# Refusals: v1/core/kv_cache_utils.py check_enough_kv_cache_memory (V1), V0
+# LLMEngine._initialize_kv_caches / Worker raise_if_cache_size_invalid, and v1/worker/utils.py
+# request_memory (free memory at startup below total x utilization).
+_NEEDED = re.compile(
+    r"max seq len \(" + INT + r"\), \(?" + NUM + G + r" KV cache is needed, which is larger than "
+    r"the available KV cache memory \(" + NUM + G + r"\)"
+)
+_ESTIMATED_LEN = re.compile(r"estimated maximum model length is " + INT)
+_V0_CAPACITY = re.compile(
+    r"max seq len \(" + INT + r"\) is larger than the maximum number of tokens that can be "
+    r"stored in KV cache \(" + INT + r"\)"
+)
+_FREE_SHORT = re.compile(
+    r"Free memory on device \S{1,20} \(" + NUM + "/" + NUM + G + r"\) on startup is less than "
+    r"desired GPU memory utilization \(" + NUM + ", " + NUM + G + r"\)"
+)
+_NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
+FAILURE_MARKERS = (
+    "KV cache is needed",
+    "stored in KV cache",
+    "on startup is less than desired",
+    "No available memory for the cache blocks",
+)
 _FP8 = re.compile(r"Using fp8 data type to store kv cache")
 
 MEMORY_MARKERS = (
@@ -80,6 +109,8 @@ MEMORY_MARKERS = (
     "blocks: ",
     "reserved for KV Cache",
     "Memory profiling takes",
+    "Memory profiling results",
+    *FAILURE_MARKERS,
 )
 START_MARKERS = ("non-default args", "args: Namespace(", "LLM engine (v", "vllm serve")
 
@@ -120,6 +151,9 @@ class VllmStartup:
     cpu_blocks: Fact[int] | None
     graph_gib: tuple[Fact[float], ...]  # measured capture cost
     fp8_kv: Fact[str] | None
+    failure: Fact[str] | None = None  # the engine's refusal line, when the start failed
+    needed_kv: Fact[tuple[int, float]] | None = None  # (max_model_len, GiB it needs) refused
+    capacity_tokens: Fact[int] | None = None  # the KV token capacity a refusal line states
 
     def available_kv(self) -> Fact[float] | None:
         """KV bytes per worker as the engine sizes them: the smallest worker's figure."""
@@ -229,6 +263,9 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
         cpu_blocks=single.get("cpu_blocks"),
         graph_gib=found.all("graphs"),
         fp8_kv=single.get("fp8"),
+        failure=single.get("failure"),
+        needed_kv=single.get("needed"),
+        capacity_tokens=single.get("capacity"),
     )
 
 
@@ -247,7 +284,40 @@ def _v0_lines(line: LogLine, found: _Found) -> None:
         one("v0_activation", float(m.group(1)), line, m.start())
     if "reserved for KV Cache is" in text and (m := _V0_KV.search(text)):
         many("available", float(m.group(1)), line, m.start())
+    if "Memory profiling results" in text and (m := _V0_RESULTS.search(text)):
+        if (total := as_float(field(_V0_R_TOTAL, text, m.end()))) is not None:
+            many("total", total, line, m.start())
+        if (kv := as_float(field(_V0_R_KV, text, m.end()))) is not None:
+            many("available", kv, line, m.start())
+        if (util := as_float(field(_V0_R_UTIL, text, m.end()))) is not None:
+            one("utilization", util, line, m.start())
+        if (non_torch := as_float(field(_V0_R_NON_TORCH, text, m.end()))) is not None:
+            one("v0_non_torch", non_torch, line, m.start())
+    if any(marker in text for marker in FAILURE_MARKERS):
+        _failure(line, found)
     if "blocks: " in text and (m := _BLOCKS.search(text)):
         one("gpu_blocks", int(m.group(1)), line, m.start())
         if m.group(2) is not None:
             one("cpu_blocks", int(m.group(2)), line, m.start())
+
+
+def _failure(line: LogLine, found: _Found) -> None:
+    """A refusal line: the reason, and the KV figures it states."""
+    text, one = line.text, found.one
+    if m := _NEEDED.search(text):
+        one("failure", "max_model_len does not fit the KV cache", line, m.start())
+        one("needed", (int(m.group(1)), float(m.group(2))), line, m.start())
+        found.many("available", float(m.group(3)), line, m.start())
+        if e := _ESTIMATED_LEN.search(text, m.end()):
+            one("capacity", int(e.group(1)), line, m.start())
+    elif m := _V0_CAPACITY.search(text):
+        one("failure", "max_model_len does not fit the KV cache", line, m.start())
+        one("capacity", int(m.group(2)), line, m.start())
+    elif m := _FREE_SHORT.search(text):
+        one("failure", "free memory at startup is below total x gpu_memory_utilization", line, 0)
+        found.many("free", float(m.group(1)), line, m.start())
+        found.many("total", float(m.group(2)), line, m.start())
+        one("utilization", float(m.group(3)), line, m.start())
+        found.many("requested", float(m.group(4)), line, m.start())
+    elif m := _NO_BLOCKS.search(text):
+        one("failure", "no memory left for KV cache blocks", line, m.start())

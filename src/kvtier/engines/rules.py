@@ -1,0 +1,39 @@
+"""One interface over each engine's rules: `rules_for(Engine.SGLANG)` / `rules_for(Engine.VLLM)`.
+
+Everything engine-specific that plan, explain, advise and simulate need is reached through it:
+the version eras, the launch-flag table, the startup-log grammar and the ledger builder (which
+holds the pool formula and the default rules). Each engine implements it in one package,
+`engines/<engine>/`, and nothing outside that package computes an engine's number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.flags import FlagTable
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.ledger import Ledger
+from kvtier.logs.lines import LogLine
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRules:
+    engine: Engine
+    flags: FlagTable  # launch flags: Deployment field, printed name, spellings
+    era_label: Callable[[str | None], str]  # the rule era a version falls in, as printed
+    build_ledger: Callable[[PlanInputs], Ledger]  # pool formula, default rules, ledger items
+    rounded_measures: Callable[[Deployment], tuple[str, ...]]  # printed figures the pool reads
+    parse_startup: Callable[[list[LogLine]], Any]  # the startup-log grammar
+
+
+def rules_for(engine: Engine) -> EngineRules:
+    if engine is Engine.SGLANG:
+        from kvtier.engines.sglang.rules import RULES as SGLANG
+
+        return SGLANG
+    from kvtier.engines.vllm.rules import RULES as VLLM
+
+    return VLLM

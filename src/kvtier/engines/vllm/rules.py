@@ -1,0 +1,17 @@
+"""vLLM's `EngineRules`: what `kvtier.engines.rules.rules_for` hands out."""
+
+from __future__ import annotations
+
+from kvtier.engines.deployment import Engine
+from kvtier.engines.rules import EngineRules
+from kvtier.engines.vllm import ledger, log, pool
+from kvtier.engines.vllm.flags import FLAGS
+
+RULES = EngineRules(
+    engine=Engine.VLLM,
+    flags=FLAGS,
+    era_label=lambda version: pool.era_for(version).label,
+    build_ledger=ledger.build,
+    rounded_measures=ledger.rounded_measures,
+    parse_startup=log.parse_vllm,
+)
