@@ -6,6 +6,7 @@ import argparse
 
 from kvtier.cli.parser import add_subcommand
 from kvtier.cli.plan import add_deployment_arguments, deployment_from_args, warn_ignored
+from kvtier.cli.values import GBPS, GIB, HOST_GB, TOKENS
 from kvtier.errors import KvtierError
 
 EPILOG = """\
@@ -31,29 +32,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     a = p.add_argument_group("advice")
     a.add_argument(
         "--margin-gib",
-        type=float,
+        type=GIB,
         default=2.0,
         help="GiB to keep free at the end of startup when raising the fraction",
     )
     a.add_argument(
         "--host-ram-gb",
-        type=float,
+        type=HOST_GB,
         help="host RAM available on the node (GB, as `free -g` available)",
     )
     a.add_argument(
         "--load-tokens",
-        type=int,
+        type=TOKENS,
         default=32768,
         help="tokens to reload from host when pricing the host tier",
     )
     a.add_argument(
         "--node-host-gbps",
-        type=float,
+        type=GBPS,
         help="host-to-GPU GB/s the node sustains in total (shared by its GPUs)",
     )
     a.add_argument(
         "--target-requests",
-        type=int,
+        type=TOKENS,
         help="requests that must run at once (with one --context length)",
     )
     add_deployment_arguments(p, launch=True)
@@ -66,8 +67,6 @@ def run(args: argparse.Namespace) -> int:
     from kvtier.ledger.target import solve
     from kvtier.report.ledger_view import print_advice
 
-    if args.margin_gib < 0:
-        raise KvtierError("--margin-gib must not be negative")
     deployment = deployment_from_args(args)
     warn_ignored(deployment)
     inputs = resolve(deployment, args.context, args.pcie_gbps)

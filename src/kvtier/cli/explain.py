@@ -7,10 +7,11 @@ log states wins (a contradiction is reported as a warning).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from kvtier.cli.files import check_model_path, read_text
 from kvtier.cli.parser import add_subcommand
-from kvtier.cli.plan import add_deployment_arguments
+from kvtier.cli.plan import add_deployment_arguments, field_values
+from kvtier.cli.values import HOST_GB
 from kvtier.errors import KvtierError
 
 EPILOG = """\
@@ -21,32 +22,34 @@ examples:
   kvtier explain - < examples/logs/vllm-llama31-8b-h100.log
 """
 
-# kvtier flag dest -> setting name the log reader uses; the first given of a group wins.
-_SETTINGS = (
-    ("engine", "engine"),
-    ("model", "model"),
-    ("tp", "tp"),
-    ("pp", "pp"),
-    ("dp", "dp"),
-    ("mem_fraction_static", "mem_fraction"),
-    ("gpu_memory_utilization", "mem_fraction"),
-    ("kv_cache_dtype", "kv_cache_dtype"),
-    ("page_size", "page_size"),
-    ("block_size", "page_size"),
-    ("max_total_tokens", "max_total_tokens"),
-    ("context_length", "context_length"),
-    ("max_model_len", "context_length"),
-    ("max_running_requests", "max_running_requests"),
-    ("chunked_prefill_size", "chunked_prefill_size"),
-    ("cuda_graph_max_bs", "cuda_graph_max_bs"),
-    ("speculative_algorithm", "speculative_algorithm"),
-    ("draft_model", "draft_model"),
-    ("speculative_num_draft_tokens", "speculative_num_draft_tokens"),
-    ("gpus", "gpus"),
-    ("gpu", "gpu"),
-    ("sglang_version", "engine_version"),
-    ("vllm_version", "engine_version"),
-    ("host_ram_gb", "host_ram_gb"),
+# kvtier flag dest -> setting name the log reader uses; two of a group must agree.
+_SETTINGS = dict(
+    (
+        ("engine", "engine"),
+        ("model", "model"),
+        ("tp", "tp"),
+        ("pp", "pp"),
+        ("dp", "dp"),
+        ("mem_fraction_static", "mem_fraction"),
+        ("gpu_memory_utilization", "mem_fraction"),
+        ("kv_cache_dtype", "kv_cache_dtype"),
+        ("page_size", "page_size"),
+        ("block_size", "page_size"),
+        ("max_total_tokens", "max_total_tokens"),
+        ("context_length", "context_length"),
+        ("max_model_len", "context_length"),
+        ("max_running_requests", "max_running_requests"),
+        ("chunked_prefill_size", "chunked_prefill_size"),
+        ("cuda_graph_max_bs", "cuda_graph_max_bs"),
+        ("speculative_algorithm", "speculative_algorithm"),
+        ("draft_model", "draft_model"),
+        ("speculative_num_draft_tokens", "speculative_num_draft_tokens"),
+        ("gpus", "gpus"),
+        ("gpu", "gpu"),
+        ("sglang_version", "engine_version"),
+        ("vllm_version", "engine_version"),
+        ("host_ram_gb", "host_ram_gb"),
+    )
 )
 
 # Deployment flags explain takes from the log alone, or does not use: refused, not ignored.
@@ -77,21 +80,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("log", help="startup log file ('-' for standard input)")
     p.add_argument(
-        "--host-ram-gb", type=float, help="host RAM available per node, decimal GB (HiCache check)"
+        "--host-ram-gb",
+        type=HOST_GB,
+        help="host RAM available per node, decimal GB (HiCache check)",
     )
     add_deployment_arguments(p, launch=False)
     p.set_defaults(run=run)
-
-
-def _read(path: str) -> str:
-    if path == "-":
-        import sys
-
-        return sys.stdin.read()
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise KvtierError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,11 +107,9 @@ def run(args: argparse.Namespace) -> int:
         from kvtier.spec.gpu import resolve_gpu
 
         resolve_gpu(args.gpu)  # an unknown name fails here, not later in the options note
-    flags: dict[str, object] = {}
-    for dest, name in _SETTINGS:
-        value = getattr(args, dest, None)
-        if value is not None and name not in flags:
-            flags[name] = value
+    flags = field_values(args, _SETTINGS)
+    if args.model is not None:
+        check_model_path(args.model)
     from kvtier.engines.deployment import Measured
 
     measured = Measured(
@@ -126,6 +118,6 @@ def run(args: argparse.Namespace) -> int:
         free_end_gib=args.free_end_gib,
         gpu_mem_gib=args.gpu_mem_gib,
     )
-    explanation = explain_log(_read(args.log), flags, measured)
+    explanation = explain_log(read_text(args.log, "log"), flags, measured)
     print_explanation(explanation, as_json=args.json, quiet=args.quiet)
     return 0

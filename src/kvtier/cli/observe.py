@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from kvtier.cli.parser import add_subcommand
+from kvtier.cli.values import SECONDS, count
 from kvtier.errors import KvtierError
 
 if TYPE_CHECKING:
@@ -48,13 +49,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--follow", action="store_true", help="keep reading a growing log file")
     p.add_argument(
         "--idle-exit",
-        type=float,
+        type=SECONDS,
         metavar="S",
         help="with --follow: stop after S seconds with nothing new (default: run until Ctrl-C)",
     )
-    p.add_argument("--samples", type=int, help="scrapes of a /metrics URL (default 3)")
-    p.add_argument("--interval", type=float, help="seconds between scrapes (default 5)")
-    p.add_argument("--points", type=int, default=120, help="timeline points kept (default 120)")
+    p.add_argument(
+        "--samples", type=count(1, 1_000_000), help="scrapes of a /metrics URL (default 3)"
+    )
+    p.add_argument("--interval", type=SECONDS, help="seconds between scrapes (default 5)")
+    p.add_argument(
+        "--points", type=count(1, 1_000_000), default=120, help="timeline points kept (default 120)"
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="machine-readable output")
     out.add_argument("--quiet", action="store_true", help="key figures as `key value` lines")

@@ -7,10 +7,25 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import TYPE_CHECKING
 
+from kvtier.cli.files import check_model_path
 from kvtier.cli.parser import add_subcommand
+from kvtier.cli.values import (
+    FRACTION,
+    GBPS,
+    GIB,
+    GPUS,
+    HOST_GB,
+    MAX_GIB,
+    MAX_RATIO,
+    MAX_TOKENS,
+    TOKENS,
+    count,
+    number,
+)
 from kvtier.errors import KvtierError
 
 if TYPE_CHECKING:
@@ -27,6 +42,8 @@ _MEASURED = (
     ("free_end_gib", "SGLang: final 'available_gpu_mem'"),
     ("gpu_mem_gib", "card memory in GiB (vLLM: the total_memory it logs); overrides --gpu's"),
 )
+PAGE = count(1, 1 << 20)
+CARD_GIB = number(0.0, MAX_GIB, above=True)
 # kvtier flag dest -> Deployment field
 _FIELDS = {
     "model": "model",
@@ -56,19 +73,21 @@ _FIELDS = {
 
 
 def _contexts(raw: str) -> tuple[int, ...]:
-    try:
-        values = tuple(
-            int(float(x.lower().rstrip("k")) * (1024 if x.lower().endswith("k") else 1))
-            for x in raw.split(",")
-            if x.strip()
-        )
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--context wants lengths like 8192,32k: {raw!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"--context wants positive lengths: {raw!r}")
-    return values
+    values = []
+    for word in (w.strip().lower() for w in raw.split(",") if w.strip()):
+        scale = 1024 if word.endswith("k") else 1
+        try:
+            value = float(word.removesuffix("k")) * scale
+        except ValueError:
+            value = math.nan
+        if not (1 <= value <= MAX_TOKENS and value == int(value)):
+            raise argparse.ArgumentTypeError(
+                f"wants whole lengths like 8192,32k from 1 to {MAX_TOKENS:,}, got {raw!r}"
+            )
+        values.append(int(value))
+    if not values or len(values) > 64:
+        raise argparse.ArgumentTypeError(f"wants 1 to 64 lengths like 8192,32k, got {raw!r}")
+    return tuple(values)
 
 
 def add_deployment_arguments(p: argparse.ArgumentParser, *, launch: bool) -> None:
@@ -86,39 +105,40 @@ def add_deployment_arguments(p: argparse.ArgumentParser, *, launch: bool) -> Non
     g.add_argument("--engine", choices=("sglang", "vllm"))
     g.add_argument("--model", help="catalog id, config.json path or model directory")
     g.add_argument("--gpu", help="GPU catalog name, e.g. 'H100 80GB', 'RTX PRO 6000'")
-    g.add_argument("--gpus", type=int, help="GPUs per node (default: tp x pp)")
-    g.add_argument("--tp", type=int)
-    g.add_argument("--pp", type=int)
-    g.add_argument("--dp", type=int)
-    g.add_argument("--mem-fraction-static", type=float)
-    g.add_argument("--gpu-memory-utilization", type=float)
+    g.add_argument("--gpus", type=GPUS, help="GPUs per node (default: tp x pp)")
+    g.add_argument("--tp", type=GPUS)
+    g.add_argument("--pp", type=GPUS)
+    g.add_argument("--dp", type=GPUS)
+    g.add_argument("--mem-fraction-static", type=FRACTION)
+    g.add_argument("--gpu-memory-utilization", type=FRACTION)
     g.add_argument("--kv-cache-dtype")
-    g.add_argument("--page-size", type=int)
-    g.add_argument("--block-size", type=int)
-    g.add_argument("--context-length", type=int)
-    g.add_argument("--max-model-len", type=int)
-    g.add_argument("--max-running-requests", "--max-num-seqs", type=int)
-    g.add_argument("--max-total-tokens", type=int)
-    g.add_argument("--chunked-prefill-size", "--max-num-batched-tokens", type=int)
-    g.add_argument("--cuda-graph-max-bs", type=int)
+    g.add_argument("--page-size", type=PAGE)
+    g.add_argument("--block-size", type=PAGE)
+    g.add_argument("--context-length", type=TOKENS)
+    g.add_argument("--max-model-len", type=TOKENS)
+    g.add_argument("--max-running-requests", "--max-num-seqs", type=TOKENS)
+    g.add_argument("--max-total-tokens", type=TOKENS)
+    g.add_argument("--chunked-prefill-size", "--max-num-batched-tokens", type=TOKENS)
+    g.add_argument("--cuda-graph-max-bs", type=TOKENS)
     g.add_argument("--speculative-algorithm", type=str.upper)
     g.add_argument("--speculative-draft-model-path", "--draft-model", dest="draft_model")
-    g.add_argument("--speculative-num-draft-tokens", type=int)
-    g.add_argument("--hicache-ratio", type=float)
-    g.add_argument("--hicache-size", type=float, help="host pool per rank, decimal GB")
-    g.add_argument("--kv-cache-memory-bytes", type=int)
+    g.add_argument("--speculative-num-draft-tokens", type=TOKENS)
+    g.add_argument("--hicache-ratio", type=number(0.0, MAX_RATIO))
+    g.add_argument("--hicache-size", type=HOST_GB, help="host pool per rank, decimal GB")
+    g.add_argument("--kv-cache-memory-bytes", type=count(1, 1 << 50))
     g.add_argument("--sglang-version", help="SGLang version whose rules apply (default: 0.5.4+)")
     g.add_argument("--vllm-version", help="vLLM version whose rules apply (default: >= 0.21)")
     m = p.add_argument_group("measured figures (GiB per GPU; from a real startup)")
     for dest, text in _MEASURED:
-        m.add_argument("--" + dest.replace("_", "-"), type=float, help=text)
+        kind = CARD_GIB if dest == "gpu_mem_gib" else GIB
+        m.add_argument("--" + dest.replace("_", "-"), type=kind, help=text)
     o = p.add_argument_group("output")
     o.add_argument(
         "--context",
         type=_contexts,
         help="context lengths for concurrency, e.g. 8k,32k (default 8k,32k,128k,max)",
     )
-    o.add_argument("--pcie-gbps", type=float, help="host-to-GPU GB/s per card (default: catalog)")
+    o.add_argument("--pcie-gbps", type=GBPS, help="host-to-GPU GB/s per card (default: catalog)")
     o.add_argument("--json", action="store_true", help="machine-readable output")
     o.add_argument("--quiet", action="store_true", help="only the key figures, as `key value`")
 
@@ -134,11 +154,7 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
         raise KvtierError("say which engine: --engine sglang|vllm, or paste a launch command")
     if launch and args.engine and launch.engine.value != args.engine:
         raise KvtierError(f"--engine {args.engine} contradicts the {launch.engine} launch command")
-    flags: dict[str, object] = {
-        name: getattr(args, dest)
-        for dest, name in _FIELDS.items()
-        if getattr(args, dest) is not None
-    }
+    flags = field_values(args, _FIELDS)
     version = args.sglang_version if engine == "sglang" else args.vllm_version
     if version:
         flags["engine_version"] = version
@@ -146,6 +162,7 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
     model = flags.get("model") or from_launch.get("model")
     if model is None:
         raise KvtierError("say which model: --model ID, or paste a launch command")
+    check_model_path(str(model))
     deployment = Deployment(
         engine=Engine(engine),
         model=str(model),
@@ -154,11 +171,50 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
     )
     deployment = deployment.with_values("launch command", **from_launch)
     deployment = deployment.with_values("kvtier flag", **flags)
+    _check_kv_bytes(deployment)
     if deployment.hicache_ratio or deployment.hicache_size_gb:
         deployment = deployment.with_values(
             "implied by the host size", enable_hierarchical_cache=True
         )
     return deployment
+
+
+def _check_kv_bytes(deployment: Deployment) -> None:
+    """vLLM's `--kv-cache-memory-bytes` must fit on the card (the engine would fail to
+    allocate it); refused here rather than priced as a pool larger than the GPU."""
+    wanted = deployment.kv_cache_memory_bytes
+    if wanted is None:
+        return
+    card_gib = deployment.measured.gpu_mem_gib
+    if card_gib is None and deployment.gpu is not None:
+        from kvtier.spec.gpu import resolve_gpu
+
+        card_gib = resolve_gpu(deployment.gpu).memory_mib / 1024
+    if card_gib is not None and wanted > card_gib * 2**30:
+        raise KvtierError(
+            f"--kv-cache-memory-bytes {wanted:,} is more than the card's {card_gib:g} GiB "
+            f"({round(card_gib * 2**30):,} bytes)"
+        )
+
+
+def field_values(args: argparse.Namespace, fields: dict[str, str]) -> dict[str, object]:
+    """`{field: value}` of the flags given; two flags of one field must agree (say,
+    `--gpu-memory-utilization` and `--mem-fraction-static`), or both are refused."""
+    values: dict[str, object] = {}
+    given: dict[str, str] = {}
+    for dest, name in fields.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if name in values and values[name] != value:
+            raise KvtierError(
+                f"{given[name]} {values[name]} contradicts {flag} {value} (both set {name}); "
+                "give one"
+            )
+        values.setdefault(name, value)
+        given.setdefault(name, flag)
+    return values
 
 
 def warn_ignored(deployment: Deployment) -> None:

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from kvtier.cli.files import MAX_TRACE_BYTES, check_output, open_input
 from kvtier.cli.parser import add_subcommand
 from kvtier.cli.plan import add_deployment_arguments, deployment_from_args, warn_ignored
+from kvtier.cli.values import (
+    FINITE,
+    FRACTION,
+    GBPS,
+    GPUS,
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    TFLOPS,
+    TOKENS,
+    count,
+    counts,
+    number,
+)
 from kvtier.errors import KvtierError
+from kvtier.report.json_text import json_text
 
 # Names and defaults the help text states; kvtier.sim is imported only when a simulation runs
 # (tests check these against kvtier.sim.workload.GENERATORS, sim.sweep.SWEEPABLE, sim.timing).
@@ -73,12 +87,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="KIND",
         help=f"generate a workload: {', '.join(WORKLOADS)}",
     )
-    w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--requests", type=int, default=1000)
-    w.add_argument("--rate", type=float, default=1.0, help="sessions (or requests) per second")
+    w.add_argument("--seed", type=count(0, 1 << 63), default=0)
+    w.add_argument("--requests", type=count(1, MAX_REQUESTS), default=1000)
+    w.add_argument(
+        "--rate", type=number(1e-6, 1e6), default=1.0, help="sessions (or requests) per second"
+    )
     w.add_argument("-o", "--output", help="write the generated trace here and stop")
     s = p.add_argument_group("simulation")
-    s.add_argument("--device-tokens", type=int, help="device KV tokens (default: the ledger's)")
+    s.add_argument("--device-tokens", type=TOKENS, help="device KV tokens (default: the ledger's)")
     s.add_argument(
         "--hicache-write-policy",
         default="write_through",
@@ -86,26 +102,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     s.add_argument(
         "--store-tokens",
-        type=int,
+        type=count(0, MAX_TOKENS),
         default=0,
         help="L3 store (disk) capacity in tokens behind the host tier (default: none)",
     )
     s.add_argument("--unbounded", action="store_true", help="reference: a cache that never evicts")
     s.add_argument(
         "--lru-tokens",
-        type=_token_list,
+        type=counts(1, MAX_TOKENS),
         metavar="N[,N...]",
         help="reference: single-tier LRU of N tokens; several sizes replay in one pass",
     )
     s.add_argument(
         "--warmup-fraction",
-        type=float,
+        type=FINITE,
         default=0.0,
         help="measure hit rates and latency only after the first F of the requests",
     )
     s.add_argument(
         "--time-scale",
-        type=float,
+        type=FINITE,
         default=1.0,
         metavar="F",
         help="multiply arrival times by F (2: the same trace at half the load)",
@@ -115,33 +131,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     t = p.add_argument_group("timing model (defaults: see the end of this help)")
     t.add_argument(
-        "--compute-efficiency", type=float, help="share of dense bf16 peak prefill reaches"
+        "--compute-efficiency", type=FRACTION, help="share of dense bf16 peak prefill reaches"
     )
-    t.add_argument("--hbm-efficiency", type=float, help="share of HBM bandwidth decode reaches")
+    t.add_argument("--hbm-efficiency", type=FRACTION, help="share of HBM bandwidth decode reaches")
     t.add_argument(
-        "--bf16-tflops", type=float, help="dense bf16 TFLOP/s per GPU (default: catalog)"
+        "--bf16-tflops", type=TFLOPS, help="dense bf16 TFLOP/s per GPU (default: catalog)"
     )
-    t.add_argument("--hbm-gbps", type=float, help="HBM GB/s per GPU (default: catalog)")
+    t.add_argument("--hbm-gbps", type=GBPS, help="HBM GB/s per GPU (default: catalog)")
     t.add_argument(
         "--host-gbps",
-        type=float,
+        type=GBPS,
         help="host-side GB/s of the node shared by GPUs loading at once "
         "(default: --pcie-gbps x GPUs per node / 2)",
     )
-    t.add_argument("--store-gbps", type=float, help="L3 store read GB/s of the node")
-    t.add_argument("--gpus-per-node", type=int, dest="gpus", help="same as --gpus")
+    t.add_argument("--store-gbps", type=GBPS, help="L3 store read GB/s of the node")
+    t.add_argument("--gpus-per-node", type=GPUS, dest="gpus", help="same as --gpus")
     add_deployment_arguments(p, launch=True)
     p.set_defaults(run=run)
-
-
-def _token_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N[,N...] tokens, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive token counts, got {text!r}")
-    return values
 
 
 class _Progress:
@@ -188,26 +194,10 @@ class _Progress:
 def _check(args: argparse.Namespace) -> None:
     if not 0.0 <= args.warmup_fraction < 1.0:
         raise KvtierError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
+    if not 1e-6 <= args.time_scale <= 1e6:
+        raise KvtierError(f"--time-scale must be in [1e-06, 1e+06], got {args.time_scale}")
     if (args.unbounded or args.lru_tokens is not None) and args.sweep:
         raise KvtierError("--sweep applies to timed runs, not to --unbounded / --lru-tokens")
-    for name in ("compute_efficiency", "hbm_efficiency"):
-        value = getattr(args, name)
-        if value is not None and not 0.0 < value <= 1.0:
-            raise KvtierError(f"--{name.replace('_', '-')} must be in (0, 1]")
-    if args.store_tokens < 0:
-        raise KvtierError(f"--store-tokens must not be negative, got {args.store_tokens}")
-    for name in (
-        "pcie_gbps",
-        "host_gbps",
-        "bf16_tflops",
-        "hbm_gbps",
-        "gpus",
-        "device_tokens",
-        "store_gbps",
-    ):
-        value = getattr(args, name, None)
-        if value is not None and value <= 0:
-            raise KvtierError(f"--{name.replace('_', '-')} must be positive, got {value}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -217,13 +207,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, progress: _Progress) -> int:
-    from kvtier.sim.trace import Trace, load_trace, scale_time, write_trace
+    from kvtier.sim.trace import Trace, read_trace, scale_time, write_trace
     from kvtier.sim.workload import generate
 
     trace_path = args.trace
     if args.generate and trace_path:
         raise KvtierError("give a trace file or --generate KIND, not both")
+    if args.output and not args.generate:
+        raise KvtierError("-o writes a generated trace: give --generate KIND")
     if args.generate:
+        if args.output:
+            check_output(args.output, [args.model])
         requests = generate(args.generate, args.requests, args.seed, args.rate)
         if args.output:
             n = write_trace(requests, args.output)
@@ -231,8 +225,9 @@ def _run(args: argparse.Namespace, progress: _Progress) -> int:
             return 0
         trace = Trace(requests, source=f"generated {args.generate} seed {args.seed}")
     elif trace_path:
-        size = os.path.getsize(trace_path) if os.path.isfile(trace_path) else 0
-        trace = load_trace(trace_path, progress=progress.bar("loading trace", size))
+        with open_input(trace_path, "trace", MAX_TRACE_BYTES) as stream:
+            size = os.fstat(stream.fileno()).st_size
+            trace = read_trace(stream, trace_path, progress=progress.bar("loading trace", size))
     else:
         raise KvtierError("give a trace file, or --generate KIND")
     if args.unbounded or args.lru_tokens is not None:
@@ -265,7 +260,7 @@ def _reference(args: argparse.Namespace, trace: Any, progress: _Progress) -> int
         else:
             title = f"single-tier LRU of {capacities[0]:,} tokens (whole blocks, no clock)"
         if args.json:
-            print(json.dumps(results[0].to_json(), indent=2))
+            print(json_text(results[0].to_json()))
         elif args.quiet:
             print("\n".join(quiet_lines(results[0])))
         else:
@@ -273,7 +268,7 @@ def _reference(args: argparse.Namespace, trace: Any, progress: _Progress) -> int
         return 0
     sweep = Sweep("lru-tokens", tuple("unbounded" if c is None else str(c) for c in capacities))
     if args.json:
-        print(json.dumps({"sweep": sweep_json(sweep, results)}, indent=2))
+        print(json_text({"sweep": sweep_json(sweep, results)}))
     elif args.quiet:
         print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
     else:
@@ -338,7 +333,7 @@ def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
         results = run_sweep(sweep, deployment, flags, run_one)
         progress.done()
         if args.json:
-            print(json.dumps({"sweep": sweep_json(sweep, results), "notes": notes}, indent=2))
+            print(json_text({"sweep": sweep_json(sweep, results), "notes": notes}))
             return 0
         if args.quiet:
             print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
@@ -349,7 +344,7 @@ def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
         result = run_one(deployment, flags, {"time_scale": args.time_scale})
         progress.done()
         if args.json:
-            print(json.dumps({**result.to_json(), "notes": notes}, indent=2))
+            print(json_text({**result.to_json(), "notes": notes}))
             return 0
         if args.quiet:
             print("\n".join(quiet_lines(result)))

@@ -46,17 +46,23 @@ class Measured:
     kv_available_utilization: float | None = None
 
 
-# field -> the flag named in an error (SGLang's name; vLLM's takes the same check)
+# Bounds wide enough for any real deployment, narrow enough that no sum or product overflows.
+_MAX_GPUS = 4096
+_MAX_PAGE = 1 << 20
+_MAX_TOKENS = 1 << 40
+# field -> the flag named in an error (SGLang's name; vLLM's takes the same check), the bound
 _HOST_SIZES = (
-    ("hicache_ratio", "--hicache-ratio"),
-    ("hicache_size_gb", "--hicache-size"),
-    ("kv_cache_memory_bytes", "--kv-cache-memory-bytes"),
-    ("kv_offloading_size_gib", "--kv-offloading-size"),
+    ("hicache_ratio", "--hicache-ratio", 1e4),
+    ("hicache_size_gb", "--hicache-size", 1e7),
+    ("kv_cache_memory_bytes", "--kv-cache-memory-bytes", float(1 << 50)),
+    ("kv_offloading_size_gib", "--kv-offloading-size", 1e7),
 )
 _COUNTS = (
-    ("max_running_requests", "--max-running-requests"),
-    ("max_total_tokens", "--max-total-tokens"),
-    ("cuda_graph_max_bs", "--cuda-graph-max-bs"),
+    ("context_length", "context length", 1),
+    ("max_running_requests", "--max-running-requests", 1),
+    ("max_total_tokens", "--max-total-tokens", 1),
+    ("cuda_graph_max_bs", "--cuda-graph-max-bs", 1),
+    ("speculative_num_draft_tokens", "--speculative-num-draft-tokens", 1),
 )
 
 
@@ -104,25 +110,28 @@ class Deployment:
     ignored_flags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        # written as `not (low <= x <= high)` so that NaN, which compares false, is refused
         for name in ("tp", "pp", "dp"):
-            if getattr(self, name) < 1:
-                raise KvtierError(f"--{name} must be at least 1, got {getattr(self, name)}")
-        if self.gpus_per_node is not None and self.gpus_per_node < 1:
-            raise KvtierError(f"--gpus must be at least 1, got {self.gpus_per_node}")
+            if not 1 <= getattr(self, name) <= _MAX_GPUS:
+                raise KvtierError(
+                    f"--{name} must be from 1 to {_MAX_GPUS:,}, got {getattr(self, name)}"
+                )
+        if self.gpus_per_node is not None and not 1 <= self.gpus_per_node <= _MAX_GPUS:
+            raise KvtierError(f"--gpus must be from 1 to {_MAX_GPUS:,}, got {self.gpus_per_node}")
         if self.mem_fraction is not None and not 0.0 < self.mem_fraction <= 1.0:
             raise KvtierError(f"memory fraction must be in (0, 1], got {self.mem_fraction}")
-        if self.page_size is not None and self.page_size < 1:
-            raise KvtierError(f"page/block size must be at least 1, got {self.page_size}")
-        if self.context_length is not None and self.context_length < 1:
-            raise KvtierError(f"context length must be at least 1, got {self.context_length}")
-        for name, flag in _HOST_SIZES:
+        if self.page_size is not None and not 1 <= self.page_size <= _MAX_PAGE:
+            raise KvtierError(
+                f"page/block size must be from 1 to {_MAX_PAGE:,}, got {self.page_size}"
+            )
+        for name, flag, least in _COUNTS:
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise KvtierError(f"{flag} must not be negative, got {value}")
-        for name, flag in _COUNTS:
+            if value is not None and not least <= value <= _MAX_TOKENS:
+                raise KvtierError(f"{flag} must be from {least} to {_MAX_TOKENS:,}, got {value}")
+        for name, flag, most in _HOST_SIZES:
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise KvtierError(f"{flag} must be at least 1, got {value}")
+            if value is not None and not 0 <= value <= most:
+                raise KvtierError(f"{flag} must be from 0 to {most:g}, got {value}")
 
     @property
     def gpus(self) -> int:

@@ -133,20 +133,36 @@ def _engine(words: list[str]) -> tuple[Engine, list[str], str | None]:
     raise KvtierError(f"launch command not recognised (starts with {shown!r}); {USAGE}")
 
 
+_MAX_DRAFT_TOKENS = 1024
+
+
 def _speculative_config(raw: str, values: dict[str, object]) -> None:
     """vLLM `--speculative-config '{"method": ..., "model": ..., "num_speculative_tokens": N}'`."""
     try:
         config = json.loads(raw)
-    except ValueError:
-        raise KvtierError(f"--speculative-config is not JSON: {raw!r}") from None
+    except (ValueError, RecursionError):  # not JSON, a 5,000-digit number, deep nesting
+        raise KvtierError(f"--speculative-config is not JSON: {raw[:60]!r}") from None
     if not isinstance(config, dict):
         raise KvtierError("--speculative-config must be a JSON object")
-    if config.get("method"):
-        values["speculative_algorithm"] = str(config["method"]).upper()
-    if config.get("model"):
-        values["draft_model"] = str(config["model"])
-    if config.get("num_speculative_tokens"):
-        values["speculative_num_draft_tokens"] = int(config["num_speculative_tokens"])
+    for key, field in (("method", "speculative_algorithm"), ("model", "draft_model")):
+        value = config.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise KvtierError(f"--speculative-config `{key}` must be a name, got {value!r:.40}")
+        values[field] = value.upper() if key == "method" else value
+    tokens = config.get("num_speculative_tokens")
+    if tokens is not None:
+        if (
+            isinstance(tokens, bool)
+            or not isinstance(tokens, int)
+            or not 1 <= tokens <= _MAX_DRAFT_TOKENS
+        ):
+            raise KvtierError(
+                "--speculative-config `num_speculative_tokens` must be a whole number from 1 "
+                f"to {_MAX_DRAFT_TOKENS:,}, got {tokens!r:.40}"
+            )
+        values["speculative_num_draft_tokens"] = tokens
 
 
 def flag_table(engine: Engine) -> FlagTable:
@@ -163,6 +179,7 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
     if positional_model:
         values["model"] = positional_model
     ignored: list[str] = []
+    written: dict[str, str] = {}  # field -> the words that set it
     i = 0
     while i < len(args):
         word = args[i]
@@ -178,6 +195,7 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
         if raw is None and takes_value and i < len(args) and not args[i].startswith("--"):
             raw = args[i]
             i += 1
+        before = dict(values)
         if spelling == "speculative-config" and engine is Engine.VLLM:
             if raw is None:
                 raise KvtierError("--speculative-config needs a value")
@@ -185,16 +203,32 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
         elif flag is not None:
             if flag.convert is None:
                 values[flag.field] = as_bool(raw) if raw is not None else True
-                continue
-            if raw is None:
+            elif raw is None:
                 raise KvtierError(f"launch command flag --{spelling} needs a value")
-            try:
-                values[flag.field] = flag.convert(raw)
-            except ValueError:
-                raise KvtierError(f"launch command flag --{spelling}: bad value {raw!r}") from None
+            else:
+                try:
+                    values[flag.field] = flag.convert(raw)
+                except ValueError:
+                    raise KvtierError(
+                        f"launch command flag --{spelling}: bad value {raw!r}"
+                    ) from None
         elif spelling not in _NO_MEMORY_EFFECT:
             ignored.append(name)
+        _check_agrees(before, values, written, word if eq or raw is None else f"{word} {raw}")
     return LaunchCommand(engine, values, tuple(ignored))
+
+
+def _check_agrees(
+    before: dict[str, object], after: dict[str, object], written: dict[str, str], words: str
+) -> None:
+    """Refuse a flag that sets a field an earlier flag set to another value (`--tp 8` and
+    `--tp-size 4`); the engine would silently keep the last."""
+    for field, value in after.items():
+        if before.get(field, value) != value:
+            raise KvtierError(
+                f"launch command: {words} contradicts {written[field]} (both set {field})"
+            )
+        written.setdefault(field, words)
 
 
 def parse_launch(command: Sequence[str]) -> LaunchCommand:

@@ -7,13 +7,13 @@ their source states the range. Colour carries meaning only (estimates dim, verdi
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvtier.engines.ledger import Ledger
 from kvtier.report.concurrency import requests_caption, whole_requests
+from kvtier.report.json_text import json_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -177,7 +177,7 @@ def option_key(option: Option) -> str:
 
 
 def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))
+    print(json_text(data))
 
 
 def print_ledger(ledger: Ledger, as_json: bool = False, quiet: bool = False) -> None:

@@ -6,12 +6,12 @@ Usage and hit rates print as percentages; the JSON keeps them as 0-1 fractions a
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from kvtier.observe.diagnosis import KV_FULL
 from kvtier.observe.observer import Observation
 from kvtier.observe.timeline import Point
+from kvtier.report.json_text import json_text
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -92,7 +92,7 @@ def quiet_lines(o: Observation) -> list[str]:
 
 def print_observation(o: Observation, as_json: bool = False, quiet: bool = False) -> None:
     if as_json:
-        print(json.dumps(observation_json(o), indent=2, allow_nan=False))
+        print(json_text(observation_json(o)))
         return
     if quiet:
         print("\n".join(quiet_lines(o)))

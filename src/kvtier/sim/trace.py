@@ -11,11 +11,12 @@ A malformed line is refused with its line number; nothing is dropped or repaired
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
-import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
 from kvtier.errors import KvtierError
 
@@ -67,13 +68,26 @@ def scale_time(trace: Trace, factor: float) -> Trace:
     return dataclasses.replace(trace, requests=requests)
 
 
+MAX_TIMESTAMP_MS = 1e13  # about 317 years
+MAX_LENGTH = 1 << 27  # tokens of one prompt or answer
+MAX_LINE = 8 << 20  # characters of one line: 262,144 hash ids of 20 digits, and room to spare
+_ID_RANGE = (-(1 << 63), 1 << 64)  # signed or unsigned 64-bit hashes
+
+
 def _int_field(obj: dict[str, object], key: str, where: str, minimum: int) -> int:
     value = obj.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise KvtierError(f"{where}: `{key}` must be an integer, got {value!r}")
-    if value < minimum:
-        raise KvtierError(f"{where}: `{key}` must be >= {minimum}, got {value}")
+        raise KvtierError(f"{where}: `{key}` must be an integer, got {_shown(value)}")
+    if not minimum <= value <= MAX_LENGTH:
+        raise KvtierError(
+            f"{where}: `{key}` must be >= {minimum} and <= {MAX_LENGTH:,}, got {_shown(value)}"
+        )
     return value
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parse_request(obj: object, rid: int, where: str, block_size: int) -> TraceRequest:
@@ -81,20 +95,29 @@ def parse_request(obj: object, rid: int, where: str, block_size: int) -> TraceRe
     if not isinstance(obj, dict):
         raise KvtierError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     ts = obj.get("timestamp")
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
-        raise KvtierError(f"{where}: `timestamp` must be a non-negative number of ms, got {ts!r}")
+    if (
+        isinstance(ts, bool)
+        or not isinstance(ts, int | float)
+        or not 0 <= ts <= MAX_TIMESTAMP_MS  # NaN fails this too
+    ):
+        raise KvtierError(
+            f"{where}: `timestamp` must be a non-negative number of ms up to {MAX_TIMESTAMP_MS:g}, "
+            f"got {_shown(ts)}"
+        )
     input_len = _int_field(obj, "input_length", where, 1)
     output_len = _int_field(obj, "output_length", where, 1)
     ids = obj.get("hash_ids")
     # exact types: an int subclass, bool, is what JSON `true` would give
     if not isinstance(ids, list) or not set(map(type, ids)) <= _INT:
         raise KvtierError(f"{where}: `hash_ids` must be a list of integers")
-    expected = math.ceil(input_len / block_size)
+    expected = -(-input_len // block_size)
     if len(ids) != expected:
         raise KvtierError(
             f"{where}: {len(ids)} hash_ids for input_length {input_len}; "
             f"expected ceil({input_len}/{block_size}) = {expected}"
         )
+    if ids and not (_ID_RANGE[0] <= min(ids) and max(ids) < _ID_RANGE[1]):
+        raise KvtierError(f"{where}: `hash_ids` must be 64-bit integers")
     return TraceRequest(rid, ts / 1000.0, input_len, output_len, tuple(ids))
 
 
@@ -106,10 +129,14 @@ def iter_lines(lines: Iterable[str], block_size: int, name: str) -> Iterator[Tra
         if not line.strip():
             continue
         where = f"{name}:{lineno}"
+        if len(line) > MAX_LINE:
+            raise KvtierError(f"{where}: a line over {MAX_LINE:,} characters")
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise KvtierError(f"{where}: not valid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit number, deep nesting
+            raise KvtierError(f"{where}: not a trace line ({str(exc)[:60]})") from None
         req = parse_request(obj, rid, where, block_size)
         if req.arrival_s < last_ts:
             raise KvtierError(f"{where}: timestamp goes backwards; a trace is in arrival order")
@@ -127,16 +154,38 @@ def load_trace(
     gets the characters read so far (the bytes, for the ASCII a trace is), every 4096 lines."""
     p = Path(path)
     try:
-        with p.open(encoding="utf-8") as fh:
-            lines: Iterable[str] = fh if progress is None else _counted(fh, progress)
-            requests = tuple(iter_lines(lines, block_size, p.name))
+        with p.open("rb") as stream:
+            return read_trace(stream, str(p), block_size, progress)
     except OSError as exc:
         raise KvtierError(f"cannot read trace {p}: {exc.strerror}") from None
+
+
+def read_trace(
+    stream: BinaryIO,
+    source: str,
+    block_size: int = MOONCAKE_BLOCK_TOKENS,
+    progress: Callable[[int], None] | None = None,
+) -> Trace:
+    """`load_trace` of an open binary stream; `source` names it in errors and the result."""
+    name = Path(source).name
+    try:
+        lines: Iterable[str] = _bounded(io.TextIOWrapper(stream, encoding="utf-8"))
+        if progress is not None:
+            lines = _counted(lines, progress)
+        requests = tuple(iter_lines(lines, block_size, name))
+    except OSError as exc:
+        raise KvtierError(f"cannot read trace {source}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise KvtierError(f"{p}: not a UTF-8 text file") from None
+        raise KvtierError(f"{source}: not a UTF-8 text file") from None
     if not requests:
-        raise KvtierError(f"{p}: the trace holds no requests")
-    return Trace(requests, block_size, str(p))
+        raise KvtierError(f"{source}: the trace holds no requests")
+    return Trace(requests, block_size, source)
+
+
+def _bounded(text: TextIO) -> Iterator[str]:
+    """Lines of `text`; one longer than MAX_LINE is cut there (and refused by `iter_lines`)."""
+    while line := text.readline(MAX_LINE + 1):
+        yield line
 
 
 def _counted(lines: Iterable[str], progress: Callable[[int], None]) -> Iterator[str]:
@@ -164,8 +213,11 @@ def to_jsonl(requests: Iterable[TraceRequest]) -> Iterator[str]:
 def write_trace(requests: Iterable[TraceRequest], path: str | Path) -> int:
     """Write `requests` as Mooncake JSONL; return how many were written."""
     n = 0
-    with Path(path).open("w", encoding="utf-8") as fh:
-        for line in to_jsonl(requests):
-            fh.write(line)
-            n += 1
+    try:
+        with Path(path).open("w", encoding="utf-8") as fh:
+            for line in to_jsonl(requests):
+                fh.write(line)
+                n += 1
+    except OSError as exc:
+        raise KvtierError(f"cannot write {path}: {exc.strerror or exc}") from None
     return n

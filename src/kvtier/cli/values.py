@@ -1,0 +1,96 @@
+"""Argument types of every numeric flag: finite, within the range the flag allows.
+
+A value outside its range is refused by argparse as one line that names the flag:
+`kvtier: error: argument --tp: must be a whole number from 1 to 4,096, got '0'`. The bounds are
+wide enough for any real deployment and narrow enough that no later sum or product overflows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+MAX_GPUS = 4096  # tp, pp, dp, GPUs per node
+MAX_TOKENS = 1 << 40  # token counts, context lengths, batch sizes
+MAX_GIB = 4096.0  # GiB per GPU: a measured figure or a margin
+MAX_HOST_GB = 1e7  # decimal GB of host RAM or host pool
+MAX_GBPS = 1e6  # any bandwidth, GB/s
+MAX_TFLOPS = 1e6
+MAX_RATIO = 1e4  # hicache ratio
+MAX_SECONDS = 1e7
+MAX_REQUESTS = 10_000_000  # a generated trace
+
+
+def count(least: int = 1, most: int = MAX_TOKENS) -> Callable[[str], int]:
+    """A whole number in [least, most]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not least <= value <= most:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number from {least:,} to {most:,}, got {text!r}"
+            )
+        return value
+
+    parse.__name__ = "count"
+    return parse
+
+
+def number(
+    least: float = 0.0, most: float = math.inf, *, above: bool = False, below: bool = False
+) -> Callable[[str], float]:
+    """A finite number from `least` to `most`; `above` / `below` leave out that end."""
+    low = f"({least:g}" if above else f"[{least:g}"
+    high = f"{most:g})" if below else f"{most:g}]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        inside = (least < value if above else least <= value) and (
+            value < most if below else value <= most
+        )
+        if not (math.isfinite(value) and inside):
+            raise argparse.ArgumentTypeError(f"must be a number in {low}, {high}, got {text!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def counts(least: int = 1, most: int = MAX_TOKENS) -> Callable[[str], list[int]]:
+    """A comma-separated list of token counts in [least, most], at least one."""
+    one = count(least, most)
+
+    def parse(text: str) -> list[int]:
+        words = [w for w in text.split(",") if w.strip()]
+        if not words or len(words) > 64:
+            raise argparse.ArgumentTypeError(
+                f"expected N[,N...] tokens, 1 to 64 of them, got {text!r}"
+            )
+        try:
+            return [one(w) for w in words]
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected N[,N...] tokens, each a whole number from {least:,} to {most:,}, "
+                f"got {text!r}"
+            ) from None
+
+    parse.__name__ = "counts"
+    return parse
+
+
+GPUS = count(1, MAX_GPUS)
+TOKENS = count(1, MAX_TOKENS)
+FRACTION = number(0.0, 1.0, above=True)  # (0, 1]: a memory fraction, an efficiency
+GIB = number(0.0, MAX_GIB)
+HOST_GB = number(0.0, MAX_HOST_GB)
+GBPS = number(0.0, MAX_GBPS, above=True)
+TFLOPS = number(0.0, MAX_TFLOPS, above=True)
+SECONDS = number(0.0, MAX_SECONDS)
+FINITE = number(-1e12, 1e12)  # a flag whose range its command checks, naming the rule
