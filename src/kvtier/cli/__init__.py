@@ -7,6 +7,7 @@ Subcommand modules import their heavy dependencies inside `run`, so `kvtier --he
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
 
@@ -36,8 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@functools.cache
+def shared_parser() -> argparse.ArgumentParser:
+    """`build_parser()`, built once per process: a parser keeps no state between parses."""
+    return build_parser()
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = shared_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -43,7 +43,7 @@ _MEASURED = (
     ("gpu_mem_gib", "card memory in GiB (vLLM: the total_memory it logs); overrides --gpu's"),
 )
 PAGE = count(1, 1 << 20)
-CARD_GIB = number(0.0, MAX_GIB, above=True)
+CARD_GIB = number(1.0, MAX_GIB)
 # kvtier flag dest -> Deployment field
 _FIELDS = {
     "model": "model",

@@ -13,6 +13,7 @@ import io
 import json
 from typing import Any
 
+from kvtier.cli.files import check_output, load_json, read_input
 from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
 
@@ -64,10 +65,13 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kvtier.report.html import write_html
+    from kvtier.report.schema import check_payload
 
+    check_output(args.output, [args.log, *_saved_paths(args.saved), *_simulate_inputs(args)])
     payloads: dict[str, dict[str, Any]] = {}
     for spec in args.saved:
         kind, payload = saved_payload(spec)
+        check_payload(kind, payload, spec.partition("=")[2])
         payloads[kind] = payload
     if args.log:
         payloads["explain"] = command_json(["explain", args.log])
@@ -80,10 +84,22 @@ def run(args: argparse.Namespace) -> int:
         payloads["simulate"] = command_json(["simulate", *args.simulate, *launch])
     if not payloads:
         raise KvtierError("report: give a LOG, --simulate ARGS or --from KIND=FILE")
+    for kind in ("explain", "simulate"):
+        if kind in payloads and not any(s.startswith(f"{kind}=") for s in args.saved):
+            check_payload(kind, payloads[kind], f"`kvtier {kind} --json`")
     title = args.title or default_title(payloads)
     size = write_html(args.output, payloads, title=title)
     print(f"wrote {args.output} ({size / 1000:.0f} kB): {', '.join(payloads)}")
     return 0
+
+
+def _saved_paths(saved: list[str]) -> list[str]:
+    return [spec.partition("=")[2] for spec in saved]
+
+
+def _simulate_inputs(args: argparse.Namespace) -> list[str]:
+    """The words of --simulate ARGS that may name a file it reads (the trace, --model)."""
+    return [w for w in args.simulate or () if not w.startswith("-")]
 
 
 def saved_payload(spec: str) -> tuple[str, dict[str, Any]]:
@@ -92,14 +108,9 @@ def saved_payload(spec: str) -> tuple[str, dict[str, Any]]:
     if not sep or kind not in KINDS:
         raise KvtierError(f"report: --from wants KIND=FILE with KIND one of {', '.join(KINDS)}")
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise KvtierError(f"report: cannot read {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise KvtierError(f"report: {path} is not JSON: not UTF-8 text") from exc
-    except json.JSONDecodeError as exc:
-        raise KvtierError(f"report: {path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+        data = load_json(read_input(path, "saved payload"), path)
+    except KvtierError as exc:
+        raise KvtierError(f"report: {exc}") from None
     if not isinstance(data, dict):
         raise KvtierError(f"report: {path} holds no JSON object")
     return kind, data
@@ -107,9 +118,9 @@ def saved_payload(spec: str) -> tuple[str, dict[str, Any]]:
 
 def command_json(argv: list[str]) -> dict[str, Any]:
     """Run `kvtier ARGV --json` in this process and return the object it printed."""
-    from kvtier.cli import build_parser
+    from kvtier.cli import shared_parser
 
-    parser = build_parser()
+    parser = shared_parser()
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
@@ -128,6 +139,8 @@ def command_json(argv: list[str]) -> dict[str, Any]:
         data = json.loads(out.getvalue())
     except json.JSONDecodeError as exc:
         raise KvtierError(f"report: `kvtier {argv[0]} --json` printed no JSON") from exc
+    if not isinstance(data, dict):
+        raise KvtierError(f"report: `kvtier {argv[0]} --json` printed no JSON object")
     return data
 
 

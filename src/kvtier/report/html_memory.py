@@ -54,7 +54,7 @@ def reserve_bracket(payload: Payload, ledger: list[Payload], total: float) -> Br
         gib = float(stated[0]["gib"])
         return Bracket(f"{stated[0]['item']}: {gib:.2f} GiB", total - gib, total)
     names = [str(r["item"]) for r in ledger]
-    if payload.get("engine") != "sglang" or "mem_fraction" not in payload:
+    if payload.get("engine") != "sglang" or payload.get("mem_fraction") is None:
         return None
     if KV_POOL_ITEM not in names:
         return None

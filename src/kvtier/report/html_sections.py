@@ -110,7 +110,7 @@ def capacity_section(kind: str, payload: Payload) -> Section:
         if kv is not None and host:
             cached = tuple((c, (kv + host) // c) for c in ctxs)
             lines.setdefault((cached, True), []).append(f"{name}: contexts cached in GPU + host")
-        ratio = "" if kv is None else f"{kv / base:.2f}x"
+        ratio = "" if kv is None or not base else f"{kv / base:.2f}x"
         kv_text = "-" if kv is None else tokens(kv)
         host_text = tokens(host) if host else ""
         flags = flags_text(option.get("flags"))

@@ -67,14 +67,16 @@ def model_from_config(config: Mapping[str, Any], model_id: str) -> ModelSpec:
     if arch not in TEXT_ARCHITECTURES and arch not in WRAPPER_ARCHITECTURES:
         raise UnsupportedModel(f"{model_id}: unsupported architectures entry {arch!r}")
     nested = arch in WRAPPER_ARCHITECTURES and arch not in _TEXT_AT_TOP_LEVEL
-    text = text_section(config, nested, model_id)
-    fields = {**text.fields, "tie_word_embeddings": _tied(arch, config, text.fields)}
     try:
+        text = text_section(config, nested, model_id)
+        fields = {**text.fields, "tie_word_embeddings": _tied(arch, config, text.fields)}
         dtype = model_dtype(config, text, model_id)
         return _build(arch, config, fields, text.defaulted, dtype, model_id)
     except KeyError as exc:
         raise UnsupportedModel(f"{model_id}: config lacks field {exc.args[0]!r}") from None
-    except (TypeError, ValueError) as exc:  # a field no check above covers
+    # a field of the wrong type or size that no check in published.py covers (quantization,
+    # vision sections): refused as malformed, never carried into the ledger
+    except (TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
         raise UnsupportedModel(f"{model_id}: malformed config.json ({exc})") from None
     except UnsupportedModel as exc:
         if str(exc).startswith(model_id):
@@ -104,6 +106,7 @@ def _build(
     prefix = WRAPPER_ARCHITECTURES.get(arch, "")
     params: tuple[ParamGroup, ...] = decoder_params(arch, text, quantized, prefix)
     raw_vision = config.get("vision_config") if arch in WRAPPER_ARCHITECTURES else None
+    vision: dict[str, Any] = {}
     if raw_vision:
         vision = vision_section(arch, raw_vision, model_id)
         count = vision_params(arch, vision, int(text["hidden_size"]))
@@ -133,6 +136,8 @@ def _build(
         experts_per_token=top_k,
         draft_layers=int(text.get("num_nextn_predict_layers") or 0),
         multimodal=bool(raw_vision),
+        vision_layers=_int_or_none(vision.get("num_hidden_layers")),
+        vision_hidden_size=_int_or_none(vision.get("hidden_size")),
         load_buffers=load_buffers(arch, text),
         defaulted=defaulted,
     )
@@ -205,3 +210,7 @@ def _layer_kinds(arch: str, text: Mapping[str, Any], n: int) -> tuple[LayerKind,
     if arch in ("MistralForCausalLM", "MixtralForCausalLM") and text.get("sliding_window"):
         return (LayerKind.SLIDING,) * n
     return (LayerKind.FULL,) * n
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)

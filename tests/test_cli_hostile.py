@@ -1,0 +1,90 @@
+"""Each input hostile testing found, refused as one line with exit 2 (or answered right)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cli_support import error_line
+from kvtier.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = str(ROOT / "examples" / "logs" / "sglang-kimi-k25-eagle3.log")
+KIMI = ["--engine", "sglang", "--model", "kimi-k2.5", "--gpu", "RTX PRO 6000", "--tp", "8"]
+LLAMA = ["--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100"]
+VLLM = ["plan", "--gpu", "h100", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+LINE = '{"timestamp": %s, "input_length": %s, "output_length": 1, "hash_ids": [1]}'
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("hostile")
+    trace = root / "t.jsonl"
+    assert main(["simulate", "--generate", "chat", "--requests", "10", "-o", str(trace)]) == 0
+    files = {"trace": str(trace), "dir": str(root), "fifo": str(root / "fifo")}
+    os.mkfifo(files["fifo"])
+    for name, text in {
+        "ts400": LINE % ("1e400", "10"),
+        "len400": LINE % ("1", "1e400"),
+        "ts308": LINE % ("1e308", "10"),
+        "deep": "[" * 100_000 + "]" * 100_000,
+    }.items():
+        (root / f"{name}.jsonl").write_text(text + "\n")
+        files[name] = str(root / f"{name}.jsonl")
+    return files
+
+
+CASES = [
+    (["explain", LOG, "--host-ram-gb", "inf"], "argument --host-ram-gb"),
+    (["plan", *LLAMA, "--gpu-mem-gib", "nan"], "argument --gpu-mem-gib"),
+    (["plan", *LLAMA, "--weights-gib", "-5"], "argument --weights-gib"),
+    (["plan", *LLAMA, "--context", "inf"], "argument --context"),
+    (["plan", *LLAMA, "--mem-fraction-static", "nan"], "argument --mem-fraction-static"),
+    (["advise", *KIMI, "--node-host-gbps", "0"], "argument --node-host-gbps"),
+    (["advise", *KIMI, "--pcie-gbps", "-1"], "argument --pcie-gbps"),
+    (["simulate", "{trace}", *KIMI, "--hbm-gbps", "inf"], "argument --hbm-gbps"),
+    (["simulate", "{trace}", *KIMI, "--bf16-tflops", "nan"], "argument --bf16-tflops"),
+    (["simulate", "{ts400}", "--unbounded"], "`timestamp`"),
+    (["simulate", "{len400}", "--unbounded"], "`input_length`"),
+    (["simulate", "{ts308}", *KIMI], "`timestamp`"),
+    (["simulate", "{deep}", "--unbounded"], "deep.jsonl:1"),
+    (["simulate", "--generate", "chat", "-o", "/nonexistent/x.jsonl"], "cannot write"),
+    (["simulate", "--generate", "chat", "-o", "{dir}"], "a directory"),
+    (["simulate", "--generate", "chat", "-o", "/dev/full"], "cannot write /dev/full"),
+    (["simulate", "--generate", "chat", "--rate", "1e-308"], "argument --rate"),
+    (["simulate", "--generate", "chat", "--requests", "1" + "0" * 20], "argument --requests"),
+    ([*VLLM, "--speculative-config", '"abc"'], "must be a JSON object"),
+    ([*VLLM, "--speculative-config", "[1]"], "must be a JSON object"),
+    ([*VLLM, "--speculative-config", '{"num_speculative_tokens": 1e400}'], "num_speculative"),
+    ([*VLLM, "--speculative-config", '{"num_speculative_tokens": -5}'], "num_speculative"),
+    ([*VLLM, "--speculative-config", '{"method": [1]}'], "`method`"),
+    ([*VLLM, "--speculative-config", '{"model": ' + "[" * 99_999 + "]" * 99_999 + "}"], "JSON"),
+    ([*VLLM, "--max-model-len", "8192", "--max-model-len", "4096"], "contradicts"),
+    (["plan", *LLAMA, "--kv-cache-memory-bytes", "99999999999999999999"], "--kv-cache-memory"),
+    (["plan", *LLAMA, "--kv-cache-memory-bytes", str(1 << 40)], "more than the card's"),
+    (["plan", *LLAMA, "--gpu-memory-utilization", "0.8", "--mem-fraction-static", "0.9"], "0.9"),
+    (["plan", *LLAMA, "--max-model-len", "4096", "--context-length", "8192"], "contradicts"),
+    (["plan", *LLAMA, "--block-size", "16", "--page-size", "32"], "contradicts"),
+    (["explain", "{fifo}"], "not a regular file"),
+    (["simulate", "{fifo}", "--unbounded"], "not a regular file"),
+    (["plan", *LLAMA, "--model", "{fifo}"], "not a regular file"),
+    (["report", "-o", "{dir}/r.html", "--from", "plan={fifo}"], "not a regular file"),
+    (["report", "{trace}", "-o", "{trace}"], "the same file as the input"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), CASES, ids=[" ".join(a)[:80] for a, _ in CASES])
+def test_refused_in_one_line(
+    work: dict[str, str], capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    for name, path in work.items():  # placeholders only: JSON braces stay as written
+        argv = [word.replace(f"{{{name}}}", path) for word in argv]
+    err = error_line(capsys, argv)
+    assert message in err
+
+
+def test_equal_flags_of_one_field_agree(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", *LLAMA, "--gpu-memory-utilization", "0.8", "--mem-fraction-static", "0.8"]
+    assert main([*argv, "--quiet"]) == 0
