@@ -46,10 +46,109 @@ def test_blocks_fit_in_the_budget(available: int, block: int, layers: int) -> No
 def test_versions_map_to_eras() -> None:
     assert vllm.era_for("0.6.6").worker is vllm.Worker.V0
     assert vllm.era_for("0.10.1.dev101+g1").worker is vllm.Worker.V1_MID
-    assert vllm.era_for("0.19.0").worker is vllm.Worker.V1_MID
-    assert not vllm.era_for("0.20.2").budgets_cuda_graphs
-    assert vllm.era_for("0.21.0").budgets_cuda_graphs
+    assert vllm.era_for("0.19.1").worker is vllm.Worker.V1_MID
+    assert not vllm.era_for("0.19.1").budgets_cuda_graphs
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 in the v0.20.0 wheel
+    assert vllm.era_for("0.20.0").worker is vllm.Worker.V1_GRAPHS
+    assert vllm.era_for("0.20.2").budgets_cuda_graphs
+    assert not vllm.era_for("0.20.2").logs_concurrency_tokens
+    assert vllm.era_for("0.21.0").logs_concurrency_tokens
     assert vllm.era_for(None).budgets_cuda_graphs
+    assert vllm.Worker.V1_MID < vllm.Worker.V1_GRAPHS < vllm.Worker.V1
+
+
+def test_logged_token_count_changes_at_v0_21() -> None:
+    """Figures vLLM's own _report_kv_cache_config printed (tests/oracle_vllm): 3 full + 15
+    sliding-window layers (6 groups of 3), 50,862 blocks, 11,077 blocks per 131,072-token request;
+    and 8 full layers, 19,073 blocks at max_model_len 100 (7 blocks a request)."""
+    v20, v21 = vllm.era_for("0.20.2"), vllm.era_for("0.21.0")
+    assert vllm.logged_tokens(v20, 50862, 6, 16, 11077, 131072) == 135_632
+    assert vllm.logged_tokens(v21, 50862, 6, 16, 11077, 131072) == 601_840
+    assert vllm.logged_tokens(v20, 19073, 1, 16, 7, 100) == 305_168
+    assert vllm.logged_tokens(v21, 19073, 1, 16, 7, 100) == 272_471
+
+
+def test_gemma3_logged_tokens_by_version() -> None:
+    """gemma-3-27b at 131,072 context: the v0.20 line counts every group's blocks, the v0.21 line
+    the sliding-window groups' bounded share (several times larger)."""
+
+    def tokens(version: str) -> int:
+        return plan(
+            Deployment(
+                Engine.VLLM,
+                "google/gemma-3-27b-it",
+                gpu="H100",
+                engine_version=version,
+                kv_cache_memory_bytes=20 * GiB,
+            )
+        ).kv_tokens
+
+    old, new = tokens("0.20.0"), tokens("0.21.0")
+    assert 1.9 < new / old < 5
+
+
+def test_batch_defaults_by_gpu() -> None:
+    """get_batch_defaults: 8192 tokens on >= 70 GiB devices other than A100, else 2048."""
+    assert vllm.default_max_num_batched_tokens(79.19, "H100 SXM") == 8192
+    assert vllm.default_max_num_batched_tokens(79.25, "A100 80GB") == 2048
+    assert vllm.default_max_num_batched_tokens(44.39, "L40S") == 2048
+    assert vllm.default_max_num_batched_tokens(None, "") == 8192
+    ledger = plan(
+        Deployment(Engine.VLLM, "google/gemma-3-27b-it", gpu="L40S", tp=4, context_length=32768)
+    )
+    assert any(i.name == "max_num_batched_tokens" and i.value == "2048" for i in ledger.inputs)
+
+
+def test_model_dtype_by_gpu() -> None:
+    """_get_and_verify_dtype / _resolve_auto_dtype with CudaPlatform.supported_dtypes."""
+    assert vllm.model_dtype("auto", "float32", None, (8, 0)) == "bfloat16"
+    assert vllm.model_dtype("auto", "float32", None, (7, 5)) == "float16"
+    assert vllm.model_dtype("auto", "float32", "gemma2", (7, 5)) == "float32"
+    assert vllm.model_dtype("auto", "bfloat16", None, (7, 0)) == "float16"
+    assert vllm.model_dtype("auto", "float16", None, (9, 0)) == "float16"
+    assert vllm.model_dtype("float32", "bfloat16", None, (9, 0)) == "float32"
+    assert vllm.model_dtype("half", "bfloat16", None, (9, 0)) == "float16"
+    assert vllm.model_dtype("FLOAT", "bfloat16", None, None) == "float32"
+    with pytest.raises(KvtierError, match="does not support float16"):
+        vllm.model_dtype("float16", "bfloat16", "gemma3", (9, 0))
+    with pytest.raises(KvtierError, match=r"compute capability of at least 8\.0"):
+        vllm.model_dtype("bfloat16", "bfloat16", None, (7, 5))
+    with pytest.raises(KvtierError, match="Unknown dtype"):
+        vllm.model_dtype("fp8", "bfloat16", None, (9, 0))
+
+
+def test_explicit_float32_doubles_the_kv_page() -> None:
+    base = llama(kv_cache_memory_bytes=10 * GiB)
+    fp32 = plan(llama(kv_cache_memory_bytes=10 * GiB, dtype="float32"))
+    assert plan(base).kv_tokens == 2 * fp32.kv_tokens
+    with pytest.raises(KvtierError, match="does not support float16"):
+        plan(
+            Deployment(
+                Engine.VLLM,
+                "google/gemma-2-9b-it",
+                gpu="H100",
+                dtype="float16",
+                context_length=8192,
+            )
+        )
+
+
+def test_llama4_chunked_attention_is_full_attention_kv() -> None:
+    """attention_chunk_size turns the hybrid KV cache manager off: all 48 layers, one group."""
+    ledger = plan(
+        Deployment(
+            Engine.VLLM,
+            "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+            gpu="H200",
+            tp=8,
+            context_length=65536,
+            kv_cache_memory_bytes=30 * GiB,
+            engine_version="0.20.0",
+        )
+    )
+    page = 16 * 1 * 256 * 2  # 8 KV heads over TP8, head_dim 128 for K and V
+    assert ledger.kv_tokens == 30 * GiB // (page * 48) * 16
+    assert any("chunked local attention" in n for n in ledger.notes)
 
 
 def llama(**kw: object) -> Deployment:
@@ -71,10 +170,11 @@ def llama(**kw: object) -> Deployment:
     return Deployment(**base)
 
 
-def test_cuda_graph_estimate_is_budgeted_from_v0_21() -> None:
-    """The L05 deployment on >= v0.21 loses the 0.84 GiB graph estimate: 0.84 GiB / 2 MiB blocks."""
-    old = plan(llama(engine_version="0.19.0"))
-    new = plan(llama())
+def test_cuda_graph_estimate_is_budgeted_from_v0_20() -> None:
+    """The L05 deployment on >= v0.20 loses the 0.84 GiB graph estimate: 0.84 GiB / 2 MiB blocks."""
+    old = plan(llama(engine_version="0.19.1"))
+    new = plan(llama(engine_version="0.20.0"))
+    assert plan(llama()).kv_tokens == new.kv_tokens
     assert old.kv_tokens - new.kv_tokens == pytest.approx(0.84 * 1024 / 2 * 16, abs=32)
     assert new.item("CUDA graphs (budgeted estimate)").gib == 0.84
 

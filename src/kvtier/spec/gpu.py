@@ -48,6 +48,7 @@ class GpuSpec:
     pcie_gbps: float | None  # host link, one direction, per GPU, GB/s
     aliases: tuple[str, ...] = ()
     source: str = ""
+    compute_capability: tuple[int, int] | None = None  # CUDA (major, minor); None: not CUDA
 
     @property
     def memory_gib(self) -> float:
@@ -69,6 +70,13 @@ class GpuSpec:
         )
 
 
+def _capability(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
 @cache
 def gpu_catalog() -> tuple[GpuSpec, ...]:
     """Every catalog GPU, in file order."""
@@ -83,6 +91,7 @@ def gpu_catalog() -> tuple[GpuSpec, ...]:
             float(g["pcie_gbps"]),
             tuple(g.get("aliases", ())),
             g["source"],
+            _capability(g.get("compute_capability")),
         )
         for g in json.loads(text)["gpus"]
     )

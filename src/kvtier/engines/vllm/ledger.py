@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import (
     Concurrency,
     HostPool,
@@ -17,11 +20,61 @@ from kvtier.engines.ledger import (
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
-from kvtier.spec.model import LayerKind
+from kvtier.spec.gpu import resolve_gpu
+from kvtier.spec.model import LayerKind, ModelSpec
 from kvtier.units import GiB, MiB
 
+# config.json model_type of the architectures vLLM refuses in float16 (vllm.NO_FLOAT16_MODEL_TYPES)
+_MODEL_TYPES = {
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3_text",
+    "Gemma3ForConditionalGeneration": "gemma3",
+    "Glm4ForCausalLM": "glm4",
+    "Plamo2ForCausalLM": "plamo2",
+}
 
-def _terms(p: PlanInputs, era: vllm.Era) -> dict[str, Term]:
+
+class _Device(NamedTuple):
+    gib: float | None  # total memory as torch reports it (the card's figure when not measured)
+    name: str
+    capability: tuple[int, int] | None
+
+
+def _device(p: PlanInputs) -> _Device:
+    d = p.deployment
+    gib = d.measured.gpu_mem_gib
+    if gib is None and p.gpu_mem_mib is not None:
+        gib = p.gpu_mem_mib * MiB / GiB
+    capability = None
+    if d.gpu:
+        try:
+            capability = resolve_gpu(d.gpu).compute_capability
+        except KvtierError:
+            capability = None
+    return _Device(gib, " ".join(filter(None, (p.gpu_name, d.gpu))), capability)
+
+
+def _config_dtype(model: ModelSpec) -> str:
+    # the spec layer reads a float32 (or unstated) config dtype as bfloat16 and says so in its
+    # source; vLLM resolves that float32 itself, by GPU
+    return "float32" if "float32" in model.dtype_source else model.dtype
+
+
+def _kv_dtype(p: PlanInputs, era: vllm.Era, device: _Device) -> tuple[KVDtype, str | None]:
+    """The KV element type, and the run dtype when vLLM's --dtype rule decides it (V1)."""
+    if era.worker is vllm.Worker.V0:
+        return p.kv_dtype(), None
+    d = p.deployment
+    run = vllm.model_dtype(
+        d.dtype,
+        _config_dtype(p.model),
+        _MODEL_TYPES.get(p.model.architecture),
+        device.capability,
+    )
+    return resolve_kv_dtype(d.engine, d.kv_cache_dtype, run), run
+
+
+def _terms(p: PlanInputs, era: vllm.Era, batched: int) -> dict[str, Term]:
     """total, weights, activation, non-torch and graph terms: measured, else estimated."""
     d, m = p.deployment, p.deployment.measured
     terms: dict[str, Term] = {}
@@ -41,11 +94,10 @@ def _terms(p: PlanInputs, era: vllm.Era) -> dict[str, Term]:
     if m.activation_gib is not None:
         terms["activation"] = Term.known(m.activation_gib, "measured: torch peak increase")
     else:
-        scale = (d.chunked_prefill_size or 8192) / 8192
         terms["activation"] = estimate.from_constant(
             estimate.VLLM_ACTIVATION_GIB_PER_8K_TOKENS,
-            f"estimated: profile_run peak for {d.chunked_prefill_size or 8192} batched tokens",
-        ).scaled(scale)
+            f"estimated: profile_run peak for {batched} batched tokens",
+        ).scaled(batched / 8192)
     if m.non_torch_gib is not None:
         terms["non_torch"] = Term.known(m.non_torch_gib, "measured: non-torch increase")
     else:
@@ -68,9 +120,10 @@ def _terms(p: PlanInputs, era: vllm.Era) -> dict[str, Term]:
 class _Pool:
     """Uniform layers share one block count per layer; hybrid models group layers (V1)."""
 
-    def __init__(self, p: PlanInputs, block: int) -> None:
+    def __init__(self, p: PlanInputs, block: int, era: vllm.Era, batched: int) -> None:
         d, kv = p.deployment, p.model.kv
         self.block = block
+        self.era = era
         self.layers = sglang.stage_layers(kv.num_layers, d.pp)
         self.layout: vllm.HybridLayout | None = None
         self.notes: tuple[str, ...] = ()
@@ -86,16 +139,23 @@ class _Pool:
             )
         if not kv.is_hybrid:
             return
-        if LayerKind.CHUNKED in kv.layer_kinds or d.pp > 1:
-            raise KvtierError(
-                "vLLM chunked-local attention and hybrid models under PP are not modelled"
-            )
-        if vllm.era_for(d.engine_version).worker is vllm.Worker.V0:
+        if era.worker is vllm.Worker.V0:
             raise KvtierError("vLLM V0 sliding-window pools are not modelled")
+        if LayerKind.CHUNKED in kv.layer_kinds:
+            # VllmConfig.__post_init__ turns the hybrid KV cache manager off when the model sets
+            # attention_chunk_size; unify_hybrid_kv_cache_specs then makes every chunked-local
+            # layer a FullAttentionSpec: one group of every layer (v0.20.0, v0.21.0)
+            self.notes += (
+                f"chunked local attention (attention_chunk_size {kv.attention_chunk_size}): the "
+                "hybrid KV cache manager is off and every layer keeps full-attention KV",
+            )
+            return
+        if d.pp > 1:
+            raise KvtierError("vLLM hybrid models under PP are not modelled")
         self.layout = vllm.hybrid_layout(kv.num_full_layers, kv.num_local_layers)
         self.layers = self.layout.group_size
         self.window = kv.sliding_window or 0
-        self.batched = d.chunked_prefill_size or vllm.DEFAULT_MAX_NUM_BATCHED_TOKENS
+        self.batched = batched
         self.notes += (
             f"hybrid KV groups: {self.layout.full_groups} full + {self.layout.local_groups} "
             f"sliding-window groups of {self.layout.group_size} layers "
@@ -111,11 +171,13 @@ class _Pool:
         )
 
     def tokens(self, blocks: int, context: int) -> int:
-        """Logged 'GPU KV cache size': blocks x block size, or for hybrid models
-        int(max_concurrency x max_model_len) (_report_kv_cache_config, 2026)."""
-        if self.layout is None:
+        """Logged 'GPU KV cache size' (vllm.logged_tokens); V0 logs blocks x block size."""
+        if self.era.worker is vllm.Worker.V0:
             return blocks * self.block
-        return int(blocks / self.blocks_per_request(context) * context)
+        groups = 1 if self.layout is None else self.layout.full_groups + self.layout.local_groups
+        return vllm.logged_tokens(
+            self.era, blocks, groups, self.block, self.blocks_per_request(context), context
+        )
 
 
 def _total_known(p: PlanInputs) -> bool:
@@ -153,12 +215,32 @@ def rounded_measures(d: Deployment) -> tuple[str, ...]:
     return ("kv_available_gib",) if d.kv_cache_memory_bytes is None else ()
 
 
+def _pool_formula(
+    era: vllm.Era, pool: _Pool, blocks: int, per_req: int, ctx: int, gib: float, page: int
+) -> str:
+    if era.logs_concurrency_tokens:
+        return (
+            f"int({blocks} blocks / {per_req} blocks per request x {ctx}) "
+            "(max_concurrency x max_model_len)"
+        )
+    block = pool.block
+    if pool.layout is None:
+        return (
+            f"floor({gib:.2f} GiB x 2^30 / ({block} x {page * pool.layers // block} "
+            f"B/token)) x {block}"
+        )
+    groups = pool.layout.full_groups + pool.layout.local_groups
+    return f"{blocks} blocks // {groups} KV cache groups x {block} (num_blocks // groups x block)"
+
+
 def build(p: PlanInputs) -> Ledger:
     """The ledger vLLM's determine_available_memory / get_num_blocks produce for `p`."""
     d = p.deployment
     era = vllm.era_for(d.engine_version)
     kv = p.model.kv
-    dtype = p.kv_dtype()
+    device = _device(p)
+    dtype, run_dtype = _kv_dtype(p, era, device)
+    batched = d.chunked_prefill_size or vllm.default_max_num_batched_tokens(device.gib, device.name)
     block = d.page_size or vllm.DEFAULT_BLOCK_SIZE
     layers = sglang.stage_layers(kv.num_layers, d.pp)
     page = vllm.page_bytes(kv, d.tp, block, dtype)
@@ -177,14 +259,33 @@ def build(p: PlanInputs) -> Ledger:
         )
     )
     inputs.append(Input("version era", era.label, d.origin("engine_version")))
+    if run_dtype is not None:
+        inputs.append(
+            Input(
+                "model dtype",
+                run_dtype,
+                f"--dtype {d.dtype}: {p.model.dtype_source}"
+                if d.dtype == "auto"
+                else d.origin("dtype"),
+            )
+        )
+    inputs.append(
+        Input(
+            "max_num_batched_tokens",
+            str(batched),
+            d.origin("chunked_prefill_size")
+            if d.chunked_prefill_size
+            else "default (EngineArgs.get_batch_defaults: 8192 on >= 70 GiB non-A100, else 2048)",
+        )
+    )
     terms: dict[str, Term] = {}
     if d.kv_cache_memory_bytes is not None:
         available = Term.known(d.kv_cache_memory_bytes / GiB, "--kv-cache-memory-bytes")
     elif d.measured.kv_available_gib is not None:
-        terms = _terms(p, era) if _total_known(p) else {}
+        terms = _terms(p, era, batched) if _total_known(p) else {}
         available = _measured_available(d, util, terms)
     else:
-        terms = _terms(p, era)
+        terms = _terms(p, era, batched)
         available = estimate.spread(
             terms,
             lambda v: vllm.available_gib(
@@ -197,7 +298,7 @@ def build(p: PlanInputs) -> Ledger:
             ),
         )
 
-    pool = _Pool(p, block)
+    pool = _Pool(p, block, era, batched)
 
     def blocks_for(gib: float) -> int:
         return vllm.blocks_in_gib(gib, page, pool.layers)
@@ -316,13 +417,7 @@ def build(p: PlanInputs) -> Ledger:
         inputs=tuple(inputs),
         notes=tuple(notes),
         host_pool=host_pool,
-        pool_formula=(
-            f"floor({available.value:.2f} GiB x 2^30 / ({block} x {page * pool.layers // block} "
-            f"B/token)) x {block}"
-            if pool.layout is None
-            else f"int({blocks} blocks / {per_req} blocks per request x {ctx}) "
-            "(max_concurrency x max_model_len)"
-        ),
+        pool_formula=_pool_formula(era, pool, blocks, per_req, ctx, available.value, page),
         extra=(
             ("num_blocks", float(blocks)),
             ("available_kv_gib", available.value),

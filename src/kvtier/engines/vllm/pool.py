@@ -1,13 +1,18 @@
 """How vLLM sizes its GPU KV cache, per version era.
 
-  V0      v0.6 - v0.7   vllm/worker/worker.py Worker.determine_num_available_blocks:
-                        blocks = (total x util - non_kv) // cache_block_size (all layers)
-  V1 mid  v0.8 - v0.20  vllm/v1/worker/gpu_worker.py Worker.determine_available_memory:
-                        available = total x util - (weights + torch peak + non-torch increase)
-  V1      >= v0.21      the same minus the CUDA-graph estimate (profile_cudagraph_memory, on by
-                        default since v0.21.0)
+  V0         v0.6 - v0.7    vllm/worker/worker.py Worker.determine_num_available_blocks:
+                            blocks = (total x util - non_kv) // cache_block_size (all layers)
+  V1 mid     v0.8 - v0.19   vllm/v1/worker/gpu_worker.py Worker.determine_available_memory:
+                            available = total x util - (weights + torch peak + non-torch increase)
+  V1 graphs  v0.20          the same minus the CUDA-graph estimate (profile_cudagraph_memory:
+                            envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 from
+                            v0.20.0, although its log line says "default since v0.21.0")
+  V1         >= v0.21       the same budget; kv_cache_utils._report_kv_cache_config logs
+                            int(max_concurrency x max_model_len) tokens instead of
+                            num_blocks // len(kv_cache_groups) x block_size
 Blocks: vllm/v1/core/kv_cache_utils.py get_num_blocks (available // page_size // num_layers),
 page bytes: vllm/v1/kv_cache_interface.py FullAttentionSpec / MLAAttentionSpec.real_page_size_bytes.
+The V1 rules below were read in the v0.20.0 and v0.21.0 wheels.
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ from kvtier.units import GiB
 
 DEFAULT_BLOCK_SIZE = 16  # CUDA platform default (CacheConfig block_size)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-# SchedulerConfig max_num_batched_tokens for the OpenAI server on GPUs (V1, chunked prefill on).
+# EngineArgs.get_batch_defaults, OpenAI server (v0.20.0, v0.21.0): 8192 batched tokens and 1024
+# sequences on devices of >= 70 GiB whose name does not contain "a100", else 2048 and 256.
+LARGE_DEVICE_GIB = 70
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+SMALL_DEVICE_MAX_NUM_BATCHED_TOKENS = 2048
 # speculative methods whose draft is the checkpoint's own MTP layers (SpeculativeConfig.method)
 MTP_METHODS = frozenset({"DEEPSEEK_MTP", "MTP", "QWEN3_NEXT_MTP", "ERNIE_MTP"})
 FP8_DS_MLA_BYTES = 656  # per token per layer: 512 fp8 latent + 4 fp32 scales + 64 bf16 rope
@@ -34,8 +42,9 @@ class Worker(IntEnum):
     """Which worker sizes the cache, in the order the code changed."""
 
     V0 = 1  # v0.6 - v0.7: determine_num_available_blocks
-    V1_MID = 2  # v0.8 - v0.20: determine_available_memory, CUDA graphs not budgeted
-    V1 = 3  # >= v0.21: the CUDA-graph estimate is budgeted
+    V1_MID = 2  # v0.8 - v0.19: determine_available_memory, CUDA graphs not budgeted
+    V1_GRAPHS = 3  # v0.20: the CUDA-graph estimate is budgeted
+    V1 = 4  # >= v0.21: the logged token count is max_concurrency x max_model_len
 
 
 class Era(NamedTuple):
@@ -44,10 +53,15 @@ class Era(NamedTuple):
 
     @property
     def budgets_cuda_graphs(self) -> bool:
+        return self.worker >= Worker.V1_GRAPHS
+
+    @property
+    def logs_concurrency_tokens(self) -> bool:
         return self.worker >= Worker.V1
 
 
 V0_8 = Version.release_of(0, 8)
+V0_20 = Version.release_of(0, 20)
 V0_21 = Version.release_of(0, 21)
 
 
@@ -60,9 +74,21 @@ def era_for(version: str | Version | None) -> Era:
         return Era(Worker.V1, "vLLM main (V1, CUDA-graph estimate budgeted)")
     if v < V0_8:
         return Era(Worker.V0, f"vLLM {v} (V0 worker)")
-    if v < V0_21:
+    if v < V0_20:
         return Era(Worker.V1_MID, f"vLLM {v} (V1, CUDA graphs not budgeted)")
+    if v < V0_21:
+        return Era(Worker.V1_GRAPHS, f"vLLM {v} (V1, CUDA-graph estimate budgeted)")
     return Era(Worker.V1, f"vLLM {v} (V1, CUDA-graph estimate budgeted)")
+
+
+def default_max_num_batched_tokens(device_gib: float | None, device_name: str) -> int:
+    """EngineArgs.get_batch_defaults for the OpenAI server (v0.20.0, v0.21.0); an unknown device
+    takes the large-device figure, the one H100 / H200 deployments get."""
+    if device_gib is None:
+        return DEFAULT_MAX_NUM_BATCHED_TOKENS
+    if device_gib >= LARGE_DEVICE_GIB and "a100" not in device_name.lower():
+        return DEFAULT_MAX_NUM_BATCHED_TOKENS
+    return SMALL_DEVICE_MAX_NUM_BATCHED_TOKENS
 
 
 def page_bytes(kv: KVGeometry, tp: int, block_size: int, dtype: KVDtype) -> int:
@@ -139,7 +165,13 @@ class HybridLayout(NamedTuple):
 
 
 def hybrid_layout(full_layers: int, local_layers: int) -> HybridLayout:
-    """Groups of `group_size` layers of one type; each pool is shared by one layer per group."""
+    """kv_cache_utils._get_kv_cache_groups_uniform_page_size: groups of `group_size` layers of one
+    type, each pool shared by one layer per group. A model of one type only is one group of every
+    layer (_get_kv_cache_groups_uniform_spec)."""
+    if not full_layers or not local_layers:
+        return HybridLayout(
+            full_layers + local_layers, int(full_layers > 0), int(local_layers > 0), 0
+        )
     low, high = sorted((full_layers, local_layers))
     size = high if high < low * GROUP_SIZE_SLACK else low
     full, local = -(-full_layers // size), -(-local_layers // size)
@@ -157,3 +189,77 @@ def hybrid_blocks_per_request(
     local = -(-min(window - 1 + batched_tokens, context) // block_size) + 1
     full = blocks_per_request(context, block_size)
     return layout.full_groups * full + layout.local_groups * local
+
+
+def logged_tokens(
+    era: Era, blocks: int, groups: int, block_size: int, per_request: int, max_model_len: int
+) -> int:
+    """'GPU KV cache size: N tokens' (kv_cache_utils._report_kv_cache_config).
+
+    v0.20 and earlier: num_blocks // len(kv_cache_groups) x block_size; from v0.21:
+    int(max_concurrency x max_model_len), max_concurrency = num_blocks / blocks per request
+    (get_max_concurrency_for_kv_cache_config), in that float order.
+    """
+    if era.logs_concurrency_tokens:
+        return int(blocks / per_request * max_model_len)
+    return blocks // groups * block_size
+
+
+# vllm/config/model.py (v0.20.0, v0.21.0): the --dtype strings (_STR_DTYPE_TO_TORCH_DTYPE) and
+# the model types refused in float16 (_FLOAT16_NOT_SUPPORTED_MODELS).
+DTYPE_NAMES = {
+    "half": "float16",
+    "float16": "float16",
+    "float": "float32",
+    "float32": "float32",
+    "bfloat16": "bfloat16",
+}
+NO_FLOAT16_MODEL_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"})
+BF16_CAPABILITY = (8, 0)
+FP16_CAPABILITY = (6, 0)
+
+
+def supported_dtypes(capability: tuple[int, int] | None) -> tuple[str, ...]:
+    """CudaPlatform.supported_dtypes, preferred first; an unknown GPU counts as >= 8.0."""
+    if capability is None or capability >= BF16_CAPABILITY:
+        return ("bfloat16", "float16", "float32")
+    if capability >= FP16_CAPABILITY:
+        return ("float16", "float32")
+    return ("float32",)
+
+
+def model_dtype(
+    requested: str, config_dtype: str, model_type: str | None, capability: tuple[int, int] | None
+) -> str:
+    """The dtype V1 runs the model in (config/model.py _get_and_verify_dtype, v0.20.0 - v0.21.0).
+
+    `auto` (_resolve_auto_dtype): a float32 config takes the first dtype the GPU supports and the
+    model type allows (bfloat16 from compute capability 8.0, float16 on 6.0 - 7.5, float32 for a
+    float16-refusing model there); another config dtype the GPU lacks falls back to it too.
+    An explicit dtype is taken as given, float32 included; float16 is refused for
+    gemma2 / gemma3 / glm4 / plamo2, bfloat16 below compute capability 8.0
+    (CudaPlatform.check_if_supports_dtype).
+    """
+    refuses_fp16 = model_type in NO_FLOAT16_MODEL_TYPES
+    allowed = [t for t in supported_dtypes(capability) if not (refuses_fp16 and t == "float16")]
+    word = requested.strip().lower()
+    if word == "auto":
+        dtype = allowed[0] if config_dtype == "float32" else config_dtype
+        dtype = dtype if dtype in allowed else allowed[0]
+    elif word in DTYPE_NAMES:
+        dtype = DTYPE_NAMES[word]
+    else:
+        raise KvtierError(f"Unknown dtype: {requested!r} (vLLM takes {', '.join(DTYPE_NAMES)})")
+    if refuses_fp16 and dtype == "float16":
+        raise KvtierError(
+            f"The model type {model_type!r} does not support float16. Reason: Numerical "
+            "instability. Please use bfloat16 or float32 instead."
+        )
+    if dtype == "bfloat16" and capability is not None and capability < BF16_CAPABILITY:
+        raise KvtierError(
+            "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+            f"This GPU has compute capability {capability[0]}.{capability[1]}. "
+            "You can use float16 instead by explicitly setting the `dtype` flag in CLI, "
+            "for example: --dtype=half."
+        )
+    return dtype
