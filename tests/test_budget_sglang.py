@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,13 +13,15 @@ from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.sglang import hicache
 from kvtier.engines.sglang import pool as sglang
-from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.engines.sglang.defaults import default_mem_fraction, vlm_factor
 from kvtier.engines.sglang.pool import FractionRule, PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
+from kvtier.spec.config import model_from_config
+from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec
 from kvtier.units import GB, GiB
 
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 BF16 = KVDtype("bfloat16", 2)
 FP8 = KVDtype("fp8_e4m3", 1)
 
@@ -130,7 +135,7 @@ def test_versions_map_to_eras() -> None:
         FractionRule.RESERVE_TABLE,
     )
     assert era("v0.5.9").fraction_rule is FractionRule.HEURISTICS
-    assert era("0.5.10").fraction_rule is FractionRule.HEURISTICS  # not 0.5.1
+    assert era("0.5.10").fraction_rule is FractionRule.PIECEWISE  # not 0.5.1
     assert era("main").pool is PoolEra.C
     with pytest.raises(KvtierError):
         era("latest")
@@ -153,16 +158,102 @@ def _sglang(tp: int, speculative: str | None = None) -> Deployment:
     return Deployment(engine=Engine.SGLANG, model="m", tp=tp, speculative_algorithm=speculative)
 
 
-def test_default_fraction_rules() -> None:
-    # v0.5.4+ heuristics, RTX PRO 6000 (97,887 MiB), TP8, EAGLE3: 512 + 8192x1.5 + 512x2 + 1024
-    # = 14,848 MiB, + 2,048 for speculative decoding -> round((97887 - 16896) / 97887, 3)
-    rule = default_mem_fraction(FractionRule.HEURISTICS, 97_887, _sglang(8, "EAGLE3"))
-    assert rule.value == 0.827
-    assert (rule.chunked_prefill_size, rule.cuda_graph_max_bs) == (8192, 512)
-    # main-2026 worked example: H100 81,559 MiB, TP1 -> 13,440 MiB reserved -> 0.835
-    assert default_mem_fraction(FractionRule.MEMORY_HOOK, 81_559, _sglang(1)).value == 0.835
-    assert default_mem_fraction(FractionRule.RESERVE_TABLE, 16_303, _sglang(1)).value == 0.818
-    assert default_mem_fraction(FractionRule.TP_TABLE, None, _sglang(8)).value == 0.81
+def _spec(name: str) -> ModelSpec:
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
+    return model_from_config(config, name)
+
+
+QWEN3 = _spec("qwen3-8b")
+
+
+@pytest.mark.parametrize(
+    ("version", "rule"),
+    [
+        ("0.4.5.post3", FractionRule.TP_TABLE),
+        ("0.4.6", FractionRule.CARD_TABLE),
+        ("0.4.7.post1", FractionRule.CARD_RESERVE),
+        ("0.4.8", FractionRule.RESERVE_TABLE),
+        ("0.5.2", FractionRule.RESERVE_TABLE),
+        ("0.5.3", FractionRule.HEURISTICS),
+        ("0.5.9", FractionRule.HEURISTICS),
+        ("0.5.10", FractionRule.PIECEWISE),
+        ("0.5.13.post1", FractionRule.PIECEWISE),
+        ("0.5.14", FractionRule.MEMORY_HOOK),
+        ("main", FractionRule.MEMORY_HOOK),
+    ],
+)
+def test_fraction_rule_boundaries(version: str, rule: FractionRule) -> None:
+    assert sglang.era_for(version).fraction_rule is rule
+
+
+def _default(version: str, gpu: int | None, d: Deployment, model: ModelSpec = QWEN3) -> float:
+    return default_mem_fraction(version, gpu, d, model).value
+
+
+def test_default_fraction_at_each_boundary() -> None:
+    tp8 = _sglang(8)
+    # v0.4.5: the TP table whatever the card; v0.4.6: above 81,920 MiB, 13 GiB reserved
+    assert _default("0.4.5", 143_771, tp8) == 0.81
+    assert _default("0.4.6", 81_559, tp8) == 0.81
+    assert _default("0.4.6", 143_771, tp8) == (143_771 - 13 * 1024) / 143_771
+    # v0.4.7: 0.79 above 180,000 MiB; min(0.88 + 48 GiB x 0.12 / gpu, 1 - 18 GiB / gpu) on H200
+    assert _default("0.4.7", 183_359, tp8) == 0.79
+    assert _default("0.4.7", 143_771, tp8) == min(
+        0.88 + 48 * 1024 * (1 - 0.88) / 143_771, (143_771 - 18 * 1024) / 143_771
+    )
+    assert _default("0.4.7", 81_559, _sglang(1, "EAGLE")) == 0.88 * 0.95
+    # v0.4.8-v0.5.2 reserve table: RTX 5080 16,303 MiB TP1 -> (2.8 + 0.1) GiB -> 0.818 (S09)
+    assert _default("0.4.8", 16_303, _sglang(1)) == 0.818
+    assert _default("0.5.2", 16_303, _sglang(1)) == 0.818
+    # STANDALONE reserves 6 GiB from v0.5.2, 2 GiB before
+    h100 = 81_559
+    assert _default("0.5.1", h100, _sglang(1, "STANDALONE")) == round((h100 - 12 * 1024) / h100, 3)
+    assert _default("0.5.2", h100, _sglang(1, "STANDALONE")) == round((h100 - 16 * 1024) / h100, 3)
+    # v0.5.3 heuristics: 512 + 8192 x 1.5 + 256 x 2 + 128 = 13,440 MiB on an H100 at TP1
+    assert _default("0.5.3", h100, _sglang(1)) == round((h100 - 13_440) / h100, 3) == 0.835
+    # v0.5.10: plus 8 MiB per piecewise CUDA-graph size (58 sizes up to 8192 tokens)
+    assert _default("0.5.10", h100, _sglang(1)) == round((h100 - 13_440 - 58 * 8) / h100, 3)
+    # and EAGLE's reserve doubles to 4 GiB (piecewise graphs are off with a draft)
+    assert _default("0.5.9", 97_887, _sglang(8, "EAGLE3")) == 0.827
+    assert _default("0.5.10", 97_887, _sglang(8, "EAGLE3")) == round(
+        (97_887 - 14_848 - 4096) / 97_887, 3
+    )
+
+
+def test_default_chunk_and_cuda_graph_batch_by_version() -> None:
+    def picked(version: str, gpu: int | None, tp: int = 1) -> tuple[int | None, int | None]:
+        rule = default_mem_fraction(version, gpu, _sglang(tp), QWEN3)
+        return rule.chunked_prefill_size, rule.cuda_graph_max_bs
+
+    assert picked("0.4.5", 24_564) == (2048, 8)
+    assert picked("0.4.5", 81_559) == (8192, 160)
+    assert picked("0.4.6", 81_559) == (8192, None)  # left to the CUDA-graph runner
+    assert picked("0.4.7", 183_359) == (16384, None)
+    assert picked("0.4.8", 32_607, 4) == (2048, 80)
+    assert picked("0.4.8", None) == (4096, None)
+    assert picked("0.5.4", 24_564) == (2048, 16)
+    assert picked("0.5.5", 24_564) == (2048, 24)
+    assert picked("0.5.9", 46_068, 4) == (4096, 160)
+    assert picked("0.5.12", 183_359) == (16384, 512)
+
+
+def test_vlm_factor_lowers_kimi_k25() -> None:
+    """MoonViT, 27 layers of 1,152: 0.95 x (1 - 0.1 x (27 x 1152^2 / (24 x 1024^2) - 1))."""
+    kimi = _spec("kimi-k2.5")
+    assert (kimi.vision_layers, kimi.vision_hidden_size) == (27, 1152)
+    factor = 0.95 * (1 - 0.1 * (27 * 1152**2 / (24 * 1024**2) - 1))
+    assert vlm_factor(kimi) == pytest.approx(factor) == pytest.approx(0.9098, abs=1e-4)
+    d = _sglang(8)
+    # H200 TP8: 512 + 8192 x 1.5 + 512 x 2 + 1024 = 14,848 MiB -> 0.897, then x 0.9098 -> 0.816
+    assert _default("0.5.9", 143_771, d, kimi) == pytest.approx(
+        round((143_771 - 14_848) / 143_771, 3) * factor
+    )
+    assert _default("0.4.9", 143_771, d, kimi) == round((143_771 - 16 * 1024) / 143_771, 3) * 0.9
+    assert _default("0.4.8", 143_771, d, kimi) == round((143_771 - 16 * 1024) / 143_771, 3)
+    # Qwen2.5-VL's vision config has `depth`, not num_hidden_layers: SGLang reads 24 layers
+    qwen_vl = _spec("qwen2.5-vl-7b-instruct")
+    assert qwen_vl.vision_layers is None
+    assert vlm_factor(qwen_vl) == 0.95 * (1 - 0.1 * (1280**2 / 1024**2 - 1))
 
 
 def test_hicache_ratio_4_on_the_founding_deployment() -> None:

@@ -24,10 +24,6 @@ from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, def
 from kvtier.spec.model import AttentionKind, ModelSpec
 from kvtier.spec.weights import weight_bytes
 
-# server_args chunked_prefill_size before v0.5.4 on cards of 25 GB and more (the ledger's fraction
-# rule sets the tiered default from v0.5.4 on).
-PRE_V054_CHUNKED_PREFILL_SIZE = 8192
-
 GRANULARITY_NOTE = (
     "cache pages are whole trace blocks: each block, a prompt's partial last block included, "
     "takes {block_tokens} tokens of capacity (ceil({block}/page_size) x page_size); hits count "
@@ -164,7 +160,7 @@ def build_config(
     sources.append(("max running requests", "model_runner rule over the device tokens"))
     chunk = d.chunked_prefill_size
     if chunk is None:
-        chunk = int(ledger.figure("chunked_prefill_size")) or PRE_V054_CHUNKED_PREFILL_SIZE
+        chunk = int(ledger.figure("chunked_prefill_size"))
         sources.append(("chunked prefill size", "SGLang's default for the GPU (server_args)"))
     pcie = flags.pcie_gbps or gpu.pcie_gbps
     tflops = flags.bf16_tflops or gpu.bf16_dense_tflops

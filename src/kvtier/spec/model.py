@@ -119,6 +119,10 @@ class ModelSpec:
     experts_per_token: int = 0
     draft_layers: int = 0  # num_nextn_predict_layers (MTP heads shipped with the checkpoint)
     multimodal: bool = False
+    # the vision tower's num_hidden_layers / hidden_size as its config class reads them (None:
+    # the class has no such field)
+    vision_layers: int | None = None
+    vision_hidden_size: int | None = None
     aliases: tuple[str, ...] = field(default=())
     # tensors the engines derive from the weights while loading (RoPE cos/sin cache, MLA
     # absorbed projections): not checkpoint parameters, but inside the engines' weight figure

@@ -1,17 +1,27 @@
-"""SGLang's default `--mem-fraction-static` when the flag is not given, rule by rule.
+"""SGLang's default `--mem-fraction-static`, `chunked_prefill_size` and `cuda_graph_max_bs`.
 
-`gpu_mem_mib` is what server_args reads: get_nvgpu_memory_capacity(), the minimum over visible GPUs
-of `nvidia-smi --query-gpu=memory.total` in MiB (not the free memory, not GiB).
+`gpu_mem_mib` is what server_args reads: get_nvgpu_memory_capacity() / get_device_memory_capacity(),
+the minimum over visible GPUs of `nvidia-smi --query-gpu=memory.total` in MiB.
 
-Rules (`pool.FractionRule`; python/sglang/srt/server_args.py unless noted):
-  TP_TABLE       v0.3 - v0.4.8    ServerArgs.__post_init__: a table by TP size
-  RESERVE_TABLE  v0.4.9 - v0.5.3  ServerArgs.__post_init__: reserved MiB by GPU memory class
-  HEURISTICS     v0.5.4 - v0.5.10 ServerArgs._handle_gpu_memory_settings ("General heuristics
-                                  for --mem-fraction-static"): reserved MiB from
-                                  chunked_prefill_size, cuda_graph_max_bs and TP x PP, floor
-                                  10 GiB on big GPUs
-  MEMORY_HOOK    main 2026        arg_groups/memory_hook.py handle_gpu_memory_settings +
-                                  reserve_for_graph_mb
+Rules (`pool.FractionRule`; python/sglang/srt/server_args.py unless noted), checked against the
+released wheels by tests/test_oracle_sglang.py:
+  TP_TABLE       v0.3 - v0.4.5   ServerArgs.__post_init__: a table by tp_size
+  CARD_TABLE     v0.4.6          __post_init__: the table up to 81,920 MiB, (gpu - 13 GiB) / gpu
+                                 (unrounded) above
+  CARD_RESERVE   v0.4.7          __post_init__: the table by tp x pp; 0.79 above 180,000 MiB, at
+                                 most (gpu - 18 GiB (20 with a draft)) / gpu above 96 GiB, x0.95
+                                 with a draft on smaller cards
+  RESERVE_TABLE  v0.4.8 - v0.5.2 __post_init__: reserved MiB by GPU memory class (+2 GiB with a
+                                 draft, +6 GiB STANDALONE from v0.5.2, +4 GiB DP attention);
+                                 v0.4.9 x0.90 for multimodal models
+  HEURISTICS     v0.5.3 - v0.5.9 _handle_gpu_memory_settings: 512 + 1.5 x max(chunk, 2048)
+                                 + 2 x max_bs + tp x pp / 8 x 1024 MiB (+ DP attention), floor
+                                 10 GiB above 60 GiB, then +2 GiB draft / +6 GiB STANDALONE
+  PIECEWISE      v0.5.10-v0.5.13 the same plus the piecewise CUDA-graph reserve (8 MiB per
+                                 captured size, 1.5 GiB for MLA), +4 GiB for a draft
+  MEMORY_HOOK    v0.5.14+, main  arg_groups/memory_hook.py handle_gpu_memory_settings +
+                                 reserve_for_graph_mb (not checked against a wheel yet)
+From v0.4.10 multimodal models then go through adjust_mem_fraction_for_vlm (`vlm_factor`).
 """
 
 from __future__ import annotations
@@ -19,108 +29,245 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvtier.engines.deployment import Deployment
-from kvtier.engines.sglang.pool import FractionRule
+from kvtier.engines.sglang.pool import (
+    V0_4_9,
+    V0_4_10,
+    V0_5_2,
+    V0_5_5,
+    V0_5_13,
+    FractionRule,
+    era_for,
+)
+from kvtier.engines.version import Version
+from kvtier.spec.model import AttentionKind, ModelSpec
 
-# Speculative algorithms that draft with a separate model or head.
 STANDALONE = "STANDALONE"
 NGRAM = "NGRAM"
+# server_args max_prefill_tokens default: the activation term when chunked prefill is off (-1)
+MAX_PREFILL_TOKENS = 16384
+# adjust_mem_fraction_for_vlm: getattr defaults and the ViT-L/14 baseline
+VIT_DEFAULT_LAYERS = 24
+VIT_DEFAULT_HIDDEN = 1024
+
+
+_LABELS = {
+    FractionRule.HEURISTICS: "v0.5.3-v0.5.9 heuristics",
+    FractionRule.PIECEWISE: "v0.5.10-v0.5.13 heuristics + piecewise CUDA graphs",
+    FractionRule.MEMORY_HOOK: "v0.5.14+ memory settings",
+}
 
 
 class FractionDefault(NamedTuple):
     value: float
     rule: str  # the rule and its arithmetic, for the ledger's inputs
-    chunked_prefill_size: int | None  # the tier's default, when the rule sets one
+    chunked_prefill_size: int | None  # what server_args sets (None: left unset)
     cuda_graph_max_bs: int | None
 
 
-def _rule_i(tp: int) -> FractionDefault:
-    for min_tp, value in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
-        if tp >= min_tp:
-            return FractionDefault(
-                value, f"v0.3-v0.4.8 TP table: tp>={min_tp} -> {value}", None, None
-            )
-    return FractionDefault(0.88, "v0.3-v0.4.8 TP table: tp=1 -> 0.88", None, None)
+def _tp_table(size: int) -> float:
+    """The v0.3-v0.4.7 table (by tp_size, by tp_size x pp_size in v0.4.7)."""
+    for least, value in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
+        if size >= least:
+            return value
+    return 0.88
 
 
-def _spec_reserve_mib(speculative: str | None) -> float:
-    if speculative is None or speculative.upper() == NGRAM:
-        return 0.0
-    return 6 * 1024 if speculative.upper() == STANDALONE else 2 * 1024
+def _has_draft(speculative: str | None) -> bool:
+    return speculative is not None
 
 
-def _rule_ii(gpu_mem: int, parallel: int, speculative: str | None, dp_attention: bool) -> float:
-    if gpu_mem < 35 * 1024:  # T4, 4080 (< 20 GiB) and A10, L40, 4090, 5090 share the formula
-        reserved = (2.8 + parallel / 10) * 1024
-    elif gpu_mem < 90 * 1024:  # H100, A100
-        reserved = (9.5 + parallel / 2) * 1024
-    elif gpu_mem < 160 * 1024:  # H20, H200
-        reserved = (12 + parallel / 2) * 1024
-    else:  # B200, MI300
-        reserved = 32 * 1024
-    reserved += _spec_reserve_mib(speculative)
-    if dp_attention:
-        reserved += 4 * 1024
-    return reserved
+def _spec_reserve(speculative: str | None, v: Version, rule: FractionRule) -> float:
+    """MiB reserved for a draft model and its CUDA graphs."""
+    if speculative is None:
+        return 0
+    name = speculative.upper()
+    if name == STANDALONE and v >= V0_5_2:
+        return 6 * 1024
+    if name == NGRAM and rule >= FractionRule.HEURISTICS:
+        return 0
+    return 4 * 1024 if rule is FractionRule.PIECEWISE else 2 * 1024
 
 
-def _tier(gpu_mem: int, tp: int, rule: FractionRule) -> tuple[int, int]:
-    """(chunked_prefill_size, cuda_graph_max_bs) the heuristics pick by GPU memory and TP."""
+def vlm_factor(model: ModelSpec) -> float:
+    """adjust_mem_fraction_for_vlm (v0.4.10+): 0.95 x clamp(1 - 0.1 x (L x H^2 / (24 x 1024^2) - 1),
+    0.8, 1.05) over the vision tower's num_hidden_layers L and hidden_size H."""
+    layers = model.vision_layers or VIT_DEFAULT_LAYERS
+    hidden = model.vision_hidden_size or VIT_DEFAULT_HIDDEN
+    ratio = layers * (hidden**2) / (VIT_DEFAULT_LAYERS * (VIT_DEFAULT_HIDDEN**2))
+    dynamic = max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+    return 0.95 * dynamic
+
+
+def _old_chunk_and_bs(rule: FractionRule, gpu: int | None, tp: int) -> tuple[int, int | None]:
+    """__post_init__ v0.3-v0.5.2: chunked_prefill_size, cuda_graph_max_bs (None: unset, the
+    CUDA-graph runner's own range applies)."""
+    if rule >= FractionRule.RESERVE_TABLE:  # v0.4.8 - v0.5.2
+        small = gpu is not None and gpu < 35 * 1024
+        chunk = 4096 if gpu is None else 2048 if small else 8192 if gpu < 160 * 1024 else 16384
+        return chunk, (8 if tp < 4 else 80) if small else None
+    small = gpu is not None and gpu < 25_000
+    if rule is FractionRule.CARD_RESERVE and gpu is not None and gpu > 180_000:
+        chunk = 16384
+    else:
+        chunk = 2048 if small else 8192
+    if small:
+        return chunk, 8 if tp < 4 else 80
+    return chunk, 160 if rule is FractionRule.TP_TABLE else None
+
+
+def _tier(gpu: int | None, tp: int, v: Version, rule: FractionRule) -> tuple[int, int]:
+    """_handle_gpu_memory_settings (v0.5.3+): chunked_prefill_size, cuda_graph_max_bs by card."""
     big_tp = tp >= 4
-    if gpu_mem < 20 * 1024:
+    if gpu is None:
+        return 4096, 160
+    if gpu < 20 * 1024:
         return 2048, 8
-    if gpu_mem < 35 * 1024:
-        return (
-            (2048, 80 if big_tp else 24)
-            if rule is FractionRule.HEURISTICS
-            else (4096, 160 if big_tp else 48)
-        )
-    if gpu_mem < 60 * 1024:
+    if gpu < 35 * 1024:
+        if rule is FractionRule.MEMORY_HOOK:
+            return 4096, 160 if big_tp else 48
+        return 2048, 80 if big_tp else (24 if v >= V0_5_5 else 16)
+    if gpu < 60 * 1024:
         return 4096, 160 if big_tp else 32
-    if gpu_mem < 160 * 1024:
+    if gpu < 160 * 1024:
         return 8192, 512 if big_tp else 256
     return 16384, 512
 
 
-def default_mem_fraction(
-    rule: FractionRule, gpu_mem_mib: int | None, d: Deployment, is_mla: bool = False
-) -> FractionDefault:
-    """The fraction SGLang picks when `--mem-fraction-static` is unset, with its arithmetic."""
-    tp, pp, dp, dp_attention = d.tp, d.pp, d.dp, d.enable_dp_attention
-    speculative = d.speculative_algorithm
-    chunked_prefill_size, cuda_graph_max_bs = d.chunked_prefill_size, d.cuda_graph_max_bs
-    given = (chunked_prefill_size, cuda_graph_max_bs)
-    if rule is FractionRule.TP_TABLE:
-        return _rule_i(tp * (dp if dp_attention else 1))._replace(
-            chunked_prefill_size=given[0], cuda_graph_max_bs=given[1]
-        )
-    parallel = tp * pp
-    if gpu_mem_mib is None:
-        value = 0.95 if rule is FractionRule.MEMORY_HOOK else 0.88
-        text = f"{rule.name.lower()} rule: GPU memory unknown -> {value}"
-        return FractionDefault(value, text, *given)
-    if rule is FractionRule.RESERVE_TABLE:
-        reserved = _rule_ii(gpu_mem_mib, parallel, speculative, dp_attention)
-        value = round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
-        arithmetic = f"round(({gpu_mem_mib} - {reserved:.0f}) / {gpu_mem_mib}, 3)"
-        text = f"v0.4.9-v0.5.3 reserve table: {arithmetic}"
-        return FractionDefault(value, text, *given)
-    tier_chunk, tier_bs = _tier(gpu_mem_mib, tp, rule)
-    chunk = chunked_prefill_size or tier_chunk
-    max_bs = cuda_graph_max_bs or tier_bs
-    reserved = 512 + max(chunk, 2048) * 1.5 + parallel / 8 * 1024
-    graphs = max_bs * 2.0
-    if dp_attention:
-        graphs += max_bs * dp * 3 + (max_bs * dp * 1.5 if max_bs > 300 else 0)
-    if rule is FractionRule.MEMORY_HOOK and is_mla:
-        graphs += 1.5 * 1024  # prefill CUDA graph reserve for MLA (reserve_for_graph_mb)
-    reserved += graphs
-    if gpu_mem_mib > 60 * 1024:
+def piecewise_sizes(max_tokens: int) -> int:
+    """How many token counts _generate_piecewise_cuda_graph_tokens captures up to `max_tokens`."""
+    sizes = [
+        *range(4, 33, 4),
+        *range(48, 257, 16),
+        *range(288, 513, 32),
+        *range(576, 1025, 64),
+        *range(1280, 4097, 256),
+        *range(4608, max_tokens + 1, 512),
+    ]
+    return sum(1 for s in sizes if s <= max_tokens)
+
+
+def _piecewise_mib(d: Deployment, model: ModelSpec, chunk: int, v: Version) -> float:
+    """v0.5.10-v0.5.13 reserve for piecewise CUDA graphs, unless _handle_piecewise_cuda_graph
+    turns them off (draft, DP attention, PP, multimodal, hierarchical cache)."""
+    if (
+        d.speculative_algorithm is not None
+        or d.enable_dp_attention
+        or d.pp > 1
+        or model.multimodal
+        or d.enable_hierarchical_cache
+    ):
+        return 0
+    if model.kv.kind is AttentionKind.MLA:
+        return 1.5 * 1024
+    max_tokens = chunk
+    if d.max_total_tokens is not None:
+        max_tokens = min(max_tokens, d.max_total_tokens)
+    if "llama-2" in d.model.lower():
+        max_tokens = min(max_tokens, 4096)
+    if v >= V0_5_13 and d.context_length is not None:
+        max_tokens = min(max_tokens, d.context_length)
+    return piecewise_sizes(max_tokens) * 8
+
+
+def _reserve_rule(
+    rule: FractionRule, v: Version, gpu: int, d: Deployment, model: ModelSpec, chunk: int, bs: int
+) -> tuple[float, str]:
+    """Reserved MiB of the v0.5.3+ heuristics, in the engine's order of additions."""
+    reserved: float = 512
+    reserved += max(chunk if chunk > 0 else MAX_PREFILL_TOKENS, 2048) * 1.5
+    reserved += bs * 2
+    reserved += d.tp * d.pp / 8 * 1024
+    if d.enable_dp_attention:
+        reserved += bs * d.dp * 3
+        if bs > 300:
+            reserved += bs * d.dp * 1.5
+    if rule is FractionRule.PIECEWISE:
+        reserved += _piecewise_mib(d, model, chunk, v)
+    elif rule is FractionRule.MEMORY_HOOK and model.kv.kind is AttentionKind.MLA:
+        reserved += 1.5 * 1024  # prefill CUDA graph reserve for MLA (reserve_for_graph_mb)
+    if gpu > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    if rule is FractionRule.HEURISTICS:
-        reserved += _spec_reserve_mib(speculative)
-    value = round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
-    label = (
-        "v0.5.4-v0.5.10 heuristics" if rule is FractionRule.HEURISTICS else "main-2026 memory_hook"
-    )
-    text = f"{label}: round(({gpu_mem_mib} - {reserved:.0f}) / {gpu_mem_mib}, 3)"
+    if rule < FractionRule.MEMORY_HOOK:
+        reserved += _spec_reserve(d.speculative_algorithm, v, rule)
+    return reserved, f"round(({gpu} - {reserved:.0f}) / {gpu}, 3)"
+
+
+def _reserve_table(gpu: int, d: Deployment, v: Version) -> float:
+    """v0.4.8-v0.5.2 reserved MiB by GPU class (the H20 and H200 rows share a formula)."""
+    parallel_size = d.tp * d.pp
+    if gpu < 35 * 1024:  # T4, 4080 and A10, L40, 4090, 5090 share the formula
+        reserved = (2.8 + parallel_size / 10) * 1024
+    elif gpu < 90 * 1024:
+        reserved = (9.5 + parallel_size / 2) * 1024
+    elif gpu < 160 * 1024:
+        reserved = (12 + parallel_size / 2) * 1024
+    else:
+        reserved = 32 * 1024
+    reserved += _spec_reserve(d.speculative_algorithm, v, FractionRule.RESERVE_TABLE)
+    if d.enable_dp_attention:
+        reserved += 4 * 1024
+    return reserved
+
+
+def _card_reserve(gpu: int | None, d: Deployment) -> tuple[float, str]:
+    """v0.4.7: the table by tp x pp (0.88 above 80 GiB), then per-card corrections."""
+    value = _tp_table(d.tp * d.pp) if gpu is not None and gpu <= 81920 else 0.88
+    if gpu is not None and gpu > 180 * 1000:
+        return 0.79, "v0.4.7: cards above 180,000 MiB -> 0.79"
+    if gpu is not None and gpu > 96 * 1024:
+        reserve = 1024 * (20 if _has_draft(d.speculative_algorithm) else 18)
+        value = min(value + 48 * 1024 * (1 - value) / gpu, (gpu - reserve) / gpu)
+        return value, f"v0.4.7: min(table + 48 GiB x (1 - table) / {gpu}, 1 - {reserve} / {gpu})"
+    if _has_draft(d.speculative_algorithm):
+        return value * 0.95, "v0.4.7: TP x PP table x 0.95 (speculative)"
+    return value, f"v0.4.7: TP x PP table, tp x pp = {d.tp * d.pp}"
+
+
+def default_mem_fraction(
+    version: str | Version | None, gpu_mem_mib: int | None, d: Deployment, model: ModelSpec
+) -> FractionDefault:
+    """The fraction, chunk and CUDA-graph batch SGLang picks for `d` when the flags are unset."""
+    era = era_for(version)
+    rule = era.fraction_rule
+    v = era.version or Version.release_of(0, 5, 9)
+    gpu = gpu_mem_mib
+    given_chunk, given_bs = d.chunked_prefill_size, d.cuda_graph_max_bs
+    if rule < FractionRule.HEURISTICS:
+        tier_chunk, tier_bs = _old_chunk_and_bs(rule, gpu, d.tp)
+        chunk = given_chunk if given_chunk is not None else tier_chunk
+        max_bs = given_bs if given_bs is not None else tier_bs
+        if rule is FractionRule.TP_TABLE or (rule is FractionRule.CARD_TABLE and gpu is None):
+            value = _tp_table(d.tp)
+            text = f"v0.3-v0.4.6 TP table: tp={d.tp} -> {value}"
+        elif rule is FractionRule.CARD_TABLE:
+            assert gpu is not None
+            value = _tp_table(d.tp) if gpu <= 81920 else (gpu - 1024 * 13) / gpu
+            text = f"v0.4.6: TP table up to 81,920 MiB, (gpu - 13 GiB) / gpu above: {gpu} MiB"
+        elif rule is FractionRule.CARD_RESERVE:
+            value, text = _card_reserve(gpu, d)
+        elif gpu is None:
+            value, text = 0.88, "v0.4.8-v0.5.2 reserve table: GPU memory unknown -> 0.88"
+        else:
+            reserved = _reserve_table(gpu, d, v)
+            value = round((gpu - reserved) / gpu, 3)
+            text = f"v0.4.8-v0.5.2 reserve table: round(({gpu} - {reserved:.0f}) / {gpu}, 3)"
+    else:
+        tier_chunk, tier_bs = _tier(gpu, d.tp, v, rule)
+        chunk = given_chunk if given_chunk is not None else tier_chunk
+        max_bs = given_bs if given_bs is not None else tier_bs
+        if gpu is None:
+            value = 0.95 if rule is FractionRule.MEMORY_HOOK else 0.88
+            text = f"{rule.name.lower()} rule: GPU memory unknown -> {value}"
+        else:
+            reserved, arithmetic = _reserve_rule(rule, v, gpu, d, model, chunk, max_bs)
+            value = round((gpu - reserved) / gpu, 3)
+            text = f"{_LABELS[rule]}: {arithmetic}"
+    if model.multimodal and rule >= FractionRule.RESERVE_TABLE:
+        if v >= V0_4_10:
+            factor = vlm_factor(model)
+            value *= factor
+            text += f"; x {factor:.4f} adjust_mem_fraction_for_vlm"
+        elif v >= V0_4_9:
+            value *= 0.90
+            text += "; x 0.90 multimodal"
     return FractionDefault(value, text, chunk, max_bs)

@@ -131,8 +131,10 @@ def build(p: PlanInputs) -> Ledger:
         cell = int(target_cell * (1 + draft.layers / layers))
     inputs = p.base_inputs()
     # The engine picks chunked_prefill_size and cuda_graph_max_bs by GPU tier either way.
-    rule = default_mem_fraction(era.fraction_rule, p.gpu_mem_mib, d, kv.kind is AttentionKind.MLA)
+    rule = default_mem_fraction(era.version, p.gpu_mem_mib, d, p.model)
     chunk, max_bs = rule.chunked_prefill_size, rule.cuda_graph_max_bs
+    if p.gpu_mem_mib is None:  # the engine's tiers need the card: only the flags are known
+        chunk, max_bs = d.chunked_prefill_size, d.cuda_graph_max_bs
     if d.mem_fraction is not None:
         fraction = d.mem_fraction
         inputs.append(Input("mem_fraction_static", f"{fraction}", d.origin("mem_fraction")))

@@ -47,47 +47,64 @@ class PoolEra(IntEnum):
 class FractionRule(IntEnum):
     """Which default `--mem-fraction-static` rule applies (see `defaults`), in order."""
 
-    TP_TABLE = 1  # v0.3 - v0.4.8
-    RESERVE_TABLE = 2  # v0.4.9 - v0.5.3
-    HEURISTICS = 3  # v0.5.4 - v0.5.10
-    MEMORY_HOOK = 4  # main 2026
+    TP_TABLE = 1  # v0.3 - v0.4.5: a table by TP size
+    CARD_TABLE = 2  # v0.4.6: the TP table up to 80 GiB cards, 13 GiB reserved above
+    CARD_RESERVE = 3  # v0.4.7: the table by TP x PP, then per-card corrections
+    RESERVE_TABLE = 4  # v0.4.8 - v0.5.2: reserved MiB by GPU memory class
+    HEURISTICS = 5  # v0.5.3 - v0.5.9: reserve from chunk, CUDA-graph batch and TP x PP
+    PIECEWISE = 6  # v0.5.10 - v0.5.13: the same plus the piecewise CUDA-graph reserve
+    MEMORY_HOOK = 7  # v0.5.14 and later, main
 
 
 class Era(NamedTuple):
     pool: PoolEra
     fraction_rule: FractionRule
     label: str
+    version: Version | None = None
 
 
 # First release of each rule change; `main` orders after every release.
+V0_4_6 = Version.release_of(0, 4, 6)
+V0_4_7 = Version.release_of(0, 4, 7)
+V0_4_8 = Version.release_of(0, 4, 8)
 V0_4_9 = Version.release_of(0, 4, 9)
+V0_4_10 = Version.release_of(0, 4, 10)
 V0_5_0 = Version.release_of(0, 5, 0)
-V0_5_4 = Version.release_of(0, 5, 4)
+V0_5_2 = Version.release_of(0, 5, 2)
+V0_5_3 = Version.release_of(0, 5, 3)
+V0_5_5 = Version.release_of(0, 5, 5)
 V0_5_10 = Version.release_of(0, 5, 10)
+V0_5_13 = Version.release_of(0, 5, 13)
+V0_5_14 = Version.release_of(0, 5, 14)
+
+_RULES = (  # (first release, rule, label), newest first
+    (V0_5_14, FractionRule.MEMORY_HOOK, "v0.5.14+ memory settings"),
+    (V0_5_10, FractionRule.PIECEWISE, "v0.5.10-v0.5.13 heuristics + piecewise CUDA graphs"),
+    (V0_5_3, FractionRule.HEURISTICS, "v0.5.3-v0.5.9 heuristics"),
+    (V0_4_8, FractionRule.RESERVE_TABLE, "v0.4.8-v0.5.2 reserve table"),
+    (V0_4_7, FractionRule.CARD_RESERVE, "v0.4.7 TP x PP table with card corrections"),
+    (V0_4_6, FractionRule.CARD_TABLE, "v0.4.6 TP table, 13 GiB reserve above 80 GiB"),
+)
 
 
 def era_for(version: str | Version | None) -> Era:
-    """The era a version falls in; no version means Era B with the v0.5.4+ fraction rule."""
+    """The era a version falls in; no version means Era B with the v0.5.3-v0.5.9 fraction rule."""
     if version is None:
         return Era(
             PoolEra.B,
             FractionRule.HEURISTICS,
-            "SGLang v0.5.4-v0.5.10 (Era B; default, pass --sglang-version)",
+            "SGLang v0.5.3-v0.5.9 heuristics (Era B; default, pass --sglang-version)",
         )
     v = version if isinstance(version, Version) else Version.parse(version, "SGLang")
     if v.is_main:
-        return Era(PoolEra.C, FractionRule.MEMORY_HOOK, "SGLang main 2026 (Era C)")
-    if v < V0_4_9:
-        return Era(PoolEra.A, FractionRule.TP_TABLE, f"SGLang {v} (Era A, v0.3-v0.4.8)")
-    if v < V0_5_0:
-        return Era(
-            PoolEra.A, FractionRule.RESERVE_TABLE, f"SGLang {v} (Era A, v0.4.9+ reserve table)"
-        )
-    if v < V0_5_4:
-        return Era(PoolEra.B, FractionRule.RESERVE_TABLE, f"SGLang {v} (Era B, reserve table)")
-    if v <= V0_5_10:
-        return Era(PoolEra.B, FractionRule.HEURISTICS, f"SGLang {v} (Era B, v0.5.4+ heuristics)")
-    return Era(PoolEra.C, FractionRule.MEMORY_HOOK, f"SGLang {v} (Era C)")
+        return Era(PoolEra.C, FractionRule.MEMORY_HOOK, "SGLang main 2026 (Era C)", v)
+    pool = PoolEra.A if v < V0_5_0 else PoolEra.B if v <= V0_5_10 else PoolEra.C
+    rule, label = FractionRule.TP_TABLE, "v0.3-v0.4.5 TP table"
+    for first, candidate, text in _RULES:
+        if v >= first:
+            rule, label = candidate, text
+            break
+    return Era(pool, rule, f"SGLang {v} (Era {pool.name}, {label})", v)
 
 
 def cell_size(kv: KVGeometry, attn_tp: int, layers: int, dtype: KVDtype) -> int:
@@ -197,7 +214,7 @@ def max_num_reqs(tokens: int, context_len: int, max_running_requests: int | None
 def speculative_max_running_requests(speculative: str | None, era: Era) -> int | None:
     """48 when a draft-model speculative algorithm is on and the flag is unset (server_args
     v0.4.9+; 2026: arg_groups/speculative_hook.py); None otherwise."""
-    if speculative is None or era.fraction_rule is FractionRule.TP_TABLE:
+    if speculative is None or (era.version is not None and era.version < V0_4_9):
         return None
     if speculative.upper() in ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE"):
         return SPECULATIVE_MAX_RUNNING_REQUESTS
