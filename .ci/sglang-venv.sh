@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The SGLang virtualenv tests/test_sglang_hicache.py runs SGLang's side in:
+# benchmarks/peers/.venv-sglang, SGLang 0.5.23 without its GPU dependencies, as
+# benchmarks/peers/setup.sh makes it, plus redis-py for kvtier's Redis store. Nothing is
+# installed when the virtualenv already has both; the time taken is printed either way.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=benchmarks/peers/.venv-sglang
+start=$SECONDS
+has() { "$venv/bin/python" -c "$1" >/dev/null 2>&1; }
+if ! has 'from importlib.metadata import version; assert version("sglang") == "0.5.23"
+import sglang.srt.mem_cache.hicache_storage'; then
+  benchmarks/peers/setup.sh sglang
+fi
+if ! has 'import redis'; then
+  "$venv/bin/pip" install --quiet 'redis>=5'
+fi
+echo ".ci/sglang-venv.sh: SGLang virtualenv ready in $((SECONDS - start)) s"
