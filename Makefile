@@ -29,5 +29,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
 
+# vLLM's own kv_cache_utils (v0.20.0, v0.21.0 wheels, no dependencies, torch CPU) as the oracle for
+# kvtier's vLLM grouping, block count and logged token count; downloads into .oracle-vllm/.
+.PHONY: oracle-vllm
+oracle-vllm: $(STAMP)
+	$(PY) tests/oracle_vllm/oracle_env.py
+	KVTIER_ORACLE_VLLM=1 $(PY) -m pytest -q -rA tests/test_oracle_vllm.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

@@ -1,0 +1,53 @@
+"""A virtualenv holding torch and one or two vLLM wheels unpacked without their dependencies.
+
+    .oracle-vllm/venv            python with torch==2.13.0 (the CPU wheel the project pins)
+    .oracle-vllm/wheels          the vLLM wheels, downloaded once (`pip download --no-deps`)
+    .oracle-vllm/site-<version>  each wheel installed with `--no-deps --target`
+
+Every step is skipped when its output is already there; the directory is gitignored.
+Usage: python tests/oracle_vllm/oracle_env.py [ROOT]  (prints the python and the site directories)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+VERSIONS = ("0.20.0", "0.21.0")  # either side of the logged-token change (_report_kv_cache_config)
+TORCH = "torch==2.13.0"
+ROOT = Path(__file__).resolve().parents[2] / ".oracle-vllm"
+
+
+def _pip(python: Path, *args: str) -> None:
+    subprocess.run(
+        [str(python), "-m", "pip", "-q", "--disable-pip-version-check", *args], check=True
+    )
+
+
+def prepare(root: Path = ROOT) -> tuple[Path, dict[str, Path]]:
+    """The oracle's python and each version's site directory, built where missing."""
+    python = root / "venv" / "bin" / "python"
+    stamp = root / "venv" / f".installed-{TORCH}"
+    if not stamp.exists():
+        venv.create(root / "venv", with_pip=True)
+        _pip(python, "install", TORCH)
+        stamp.touch()
+    wheels, sites = root / "wheels", {}
+    for version in VERSIONS:
+        site = root / f"site-{version}"
+        done = site / ".installed"
+        if not done.exists():
+            if not list(wheels.glob(f"vllm-{version}-*.whl")):
+                _pip(python, "download", "--no-deps", f"vllm=={version}", "-d", str(wheels))
+            (wheel,) = wheels.glob(f"vllm-{version}-*.whl")
+            _pip(python, "install", "--no-deps", "--target", str(site), str(wheel))
+            done.touch()
+        sites[version] = site
+    return python, sites
+
+
+if __name__ == "__main__":
+    py, found = prepare(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT)
+    print(py, *found.values())
