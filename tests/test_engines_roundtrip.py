@@ -27,7 +27,7 @@ from kvtier.spec.catalog import resolve_model
 ROUND_TRIPS = 1200  # examples per run, CI included
 
 SGLANG_VERSIONS = ("0.4.5", "0.4.9", "0.5.2", "0.5.9", "main")
-VLLM_VERSIONS = ("0.6.3", "0.19.0", "0.21.0")
+VLLM_VERSIONS = ("0.6.3", "0.19.0", "0.20.0", "0.21.0")
 # (catalog id, speculative algorithm SGLang can run on it or None)
 SGLANG_MODELS = (
     ("Qwen/Qwen3-8B", None),
