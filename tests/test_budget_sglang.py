@@ -218,6 +218,10 @@ def test_default_fraction_at_each_boundary() -> None:
     assert _default("0.5.10", 97_887, _sglang(8, "EAGLE3")) == round(
         (97_887 - 14_848 - 4096) / 97_887, 3
     )
+    # from v0.5.11 a draft leaves piecewise graphs on: their 58 sizes x 8 MiB count too
+    assert _default("0.5.11", 97_887, _sglang(8, "EAGLE3")) == round(
+        (97_887 - 14_848 - 58 * 8 - 4096) / 97_887, 3
+    )
 
 
 def test_default_chunk_and_cuda_graph_batch_by_version() -> None:

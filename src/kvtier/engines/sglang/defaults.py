@@ -18,7 +18,8 @@ released wheels by tests/test_oracle_sglang.py:
                                  + 2 x max_bs + tp x pp / 8 x 1024 MiB (+ DP attention), floor
                                  10 GiB above 60 GiB, then +2 GiB draft / +6 GiB STANDALONE
   PIECEWISE      v0.5.10-v0.5.13 the same plus the piecewise CUDA-graph reserve (8 MiB per
-                                 captured size, 1.5 GiB for MLA), +4 GiB for a draft
+                                 captured size, 1.5 GiB for MLA; off with a draft in v0.5.10),
+                                 +4 GiB for a draft
   MEMORY_HOOK    v0.5.14+, main  arg_groups/memory_hook.py handle_gpu_memory_settings +
                                  reserve_for_graph_mb (not checked against a wheel yet)
 From v0.4.10 multimodal models then go through adjust_mem_fraction_for_vlm (`vlm_factor`).
@@ -34,6 +35,7 @@ from kvtier.engines.sglang.pool import (
     V0_4_10,
     V0_5_2,
     V0_5_5,
+    V0_5_11,
     V0_5_13,
     FractionRule,
     era_for,
@@ -148,9 +150,9 @@ def piecewise_sizes(max_tokens: int) -> int:
 
 def _piecewise_mib(d: Deployment, model: ModelSpec, chunk: int, v: Version) -> float:
     """v0.5.10-v0.5.13 reserve for piecewise CUDA graphs, unless _handle_piecewise_cuda_graph
-    turns them off (draft, DP attention, PP, multimodal, hierarchical cache)."""
+    turns them off (DP attention, PP, multimodal, hierarchical cache; a draft until v0.5.10)."""
     if (
-        d.speculative_algorithm is not None
+        (d.speculative_algorithm is not None and v < V0_5_11)
         or d.enable_dp_attention
         or d.pp > 1
         or model.multimodal

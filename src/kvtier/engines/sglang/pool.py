@@ -74,6 +74,7 @@ V0_5_2 = Version.release_of(0, 5, 2)
 V0_5_3 = Version.release_of(0, 5, 3)
 V0_5_5 = Version.release_of(0, 5, 5)
 V0_5_10 = Version.release_of(0, 5, 10)
+V0_5_11 = Version.release_of(0, 5, 11)
 V0_5_13 = Version.release_of(0, 5, 13)
 V0_5_14 = Version.release_of(0, 5, 14)
 

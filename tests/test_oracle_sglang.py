@@ -1,0 +1,160 @@
+"""SGLang's own default-memory code as the oracle for engines/sglang/defaults.py.
+
+For each released version below, the wheel's server_args.py runs (tests/oracle/sglang_defaults.py,
+a bare interpreter with every import stubbed) over a grid of deployments, and kvtier must pick the
+same mem_fraction_static, chunked_prefill_size and cuda_graph_max_bs: zero differences.
+
+Wheels are downloaded once into .oracle-sglang/ (gitignored). Opt-in on a user's machine
+(`make oracle` sets KVTIER_ORACLE=1); under CI it always runs, and a failed download fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import in_ci, missing
+from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.spec.config import model_from_config
+from kvtier.spec.model import AttentionKind, ModelSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".oracle-sglang"
+RUNNER = Path(__file__).parent / "oracle" / "sglang_defaults.py"
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+# one or more per rule and every change inside a rule (see defaults.py)
+VERSIONS = (
+    "0.4.3", "0.4.5", "0.4.6", "0.4.7", "0.4.8", "0.4.9", "0.4.10", "0.5.1", "0.5.2",
+    "0.5.3", "0.5.4", "0.5.5", "0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.13",
+)  # fmt: skip
+CASES_PER_VERSION = 240
+# nvidia-smi memory.total of T4-class, RTX 5080, RTX 4090, RTX 5090, L40S, H100, RTX PRO 6000,
+# H200, B200 cards, and the boundaries the rules compare with
+GPUS = (15_360, 16_303, 24_564, 32_607, 46_068, 81_559, 97_887, 143_771, 183_359, 81_920, 98_304)
+MODELS = ("qwen3-8b", "deepseek-v3", "kimi-k2.5", "qwen2.5-vl-7b-instruct", "gemma-3-27b-it")
+NAMES = ("org/model", "meta-llama/Llama-2-70b-hf")
+
+pytestmark = pytest.mark.skipif(
+    not (in_ci() or os.environ.get("KVTIER_ORACLE")),
+    reason="opt-in: `make oracle` (downloads SGLang wheels); always run under CI",
+)
+
+
+def _server_args(version: str) -> Path:
+    """The wheel's server_args.py, extracted once into .oracle/<version>/."""
+    target = CACHE / version / "server_args.py"
+    if target.exists():
+        return target
+    wheels = CACHE / "wheels"
+    found = list(wheels.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+        cmd += ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64"]
+        cmd += ["-d", str(wheels), f"sglang=={version}"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        found = list(wheels.glob(f"sglang-{version}-*.whl"))
+        if done.returncode != 0 or not found:
+            missing(f"cannot download the sglang=={version} wheel: {done.stderr.strip()[-300:]}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(found[0]) as wheel:
+        target.write_bytes(wheel.read("sglang/srt/server_args.py"))
+    return target
+
+
+def _spec(name: str) -> ModelSpec:
+    return model_from_config(json.loads((CONFIGS / f"{name}.json").read_text()), name)
+
+
+SPECS = {name: _spec(name) for name in MODELS}
+
+
+def _grid(version: str) -> list[tuple[Deployment, ModelSpec, int | None]]:
+    rng = random.Random(f"sglang-oracle-{version}")
+    # v0.4.6 compares the capacity with a number unguarded: it needs a GPU
+    gpus: tuple[int | None, ...] = GPUS if version == "0.4.6" else (*GPUS, None)
+    cases = []
+    for i in range(CASES_PER_VERSION):
+        tp = rng.choice((1, 2, 4, 8, 16))
+        dp_attention = tp > 1 and rng.random() < 0.25
+        d = Deployment(
+            engine=Engine.SGLANG,
+            model=rng.choice(NAMES),
+            tp=tp,
+            pp=rng.choice((1, 1, 2)),
+            dp=tp if dp_attention else 1,
+            enable_dp_attention=dp_attention,
+            speculative_algorithm=rng.choice(
+                (None, None, "EAGLE", "EAGLE3", "STANDALONE", "NGRAM")
+            ),
+            chunked_prefill_size=rng.choice((None, None, 4096, 16384, -1)),
+            cuda_graph_max_bs=rng.choice((None, None, 64, 320)),
+            max_total_tokens=rng.choice((None, None, 3000)),
+            context_length=rng.choice((None, None, 2048)),
+            enable_hierarchical_cache=rng.random() < 0.1,
+        )
+        cases.append((d, SPECS[MODELS[i % len(MODELS)]], rng.choice(gpus)))
+    return cases
+
+
+def _engine_case(d: Deployment, model: ModelSpec, gpu: int | None) -> dict[str, Any]:
+    return {
+        "gpu_mem_mib": gpu,
+        "architecture": model.architecture,
+        "multimodal": model.multimodal,
+        "vision_layers": model.vision_layers,
+        "vision_hidden_size": model.vision_hidden_size,
+        "mla": model.kv.kind is AttentionKind.MLA,
+        "args": {
+            "model_path": d.model,
+            "tp_size": d.tp,
+            "pp_size": d.pp,
+            "dp_size": d.dp,
+            "enable_dp_attention": d.enable_dp_attention,
+            "speculative_algorithm": d.speculative_algorithm,
+            "chunked_prefill_size": d.chunked_prefill_size,
+            "cuda_graph_max_bs": d.cuda_graph_max_bs,
+            "max_total_tokens": d.max_total_tokens,
+            "context_length": d.context_length,
+            "enable_hierarchical_cache": d.enable_hierarchical_cache,
+        },
+    }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_defaults_match_the_engine(version: str) -> None:
+    python = shutil.which("python3")
+    assert python is not None
+    cases = _grid(version)
+    engine_cases = [_engine_case(*case) for case in cases]
+    done = subprocess.run(
+        [python, "-I", "-S", str(RUNNER), str(_server_args(version))],
+        input=json.dumps(engine_cases),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    picked = json.loads(done.stdout)
+    differences = []
+    for (d, model, gpu), engine, case in zip(cases, picked, engine_cases, strict=True):
+        ours = default_mem_fraction(version, gpu, d, model)
+        mine = {
+            "mem_fraction_static": ours.value,
+            "chunked_prefill_size": ours.chunked_prefill_size,
+            "cuda_graph_max_bs": ours.cuda_graph_max_bs,
+        }
+        if mine != engine:
+            differences.append({"case": case, "engine": engine, "kvtier": mine})
+    assert not differences, f"{len(differences)} of {len(cases)} differ:\n" + "\n".join(
+        json.dumps(x) for x in differences[:5]
+    )
