@@ -26,6 +26,7 @@ from kvtier.logs.facts import Fact, min_over_ranks
 from kvtier.logs.lines import LogLine, rank_of
 from kvtier.logs.pyargs import parse_dict, parse_kwargs
 from kvtier.logs.records import GROUPED_INT, INT, NUM, Args, Printed, as_float, field
+from kvtier.units import GiB
 
 G = r" ?Gi?B"  # vLLM prints "GiB"; some releases and pasted notes write "GB" or no space
 
@@ -261,6 +262,8 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
         _v0_lines(line, found)
 
     single = found.single
+    if "override" in single and args is not None:
+        single["override"] = _exact_override(single["override"], args)
     return VllmStartup(
         version=single.get("version"),
         args=args,
@@ -289,6 +292,16 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
         capacity_tokens=single.get("capacity"),
         kv_device=single.get("kv_device"),
     )
+
+
+def _exact_override(printed: Fact[float], args: Args) -> Fact[float]:
+    """The KV budget a `reserved ... for KV Cache` / `Explicitly set` line rounds to two decimals
+    of GiB (a small budget prints as 0.0), exact from --kv-cache-memory-bytes when the arguments
+    state it."""
+    given = args.values.get("kv_cache_memory_bytes")
+    if not isinstance(given, int) or isinstance(given, bool) or given <= 0:
+        return printed
+    return Fact(given / GiB, args.line, args.text, printed.rank)
 
 
 def _v0_lines(line: LogLine, found: _Found) -> None:
