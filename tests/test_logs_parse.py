@@ -211,18 +211,31 @@ def test_engine_is_recognised_and_a_wrong_one_refused() -> None:
 def test_no_memory_lines_named() -> None:
     with pytest.raises(KvtierError, match="no SGLang or vLLM startup lines"):
         parse_log("hello\nworld\n")
-    only_pool = "[t TP0] KV Cache is allocated. #tokens: 1000, KV size: 0.10 GB\n"
+    only_end = "[t TP0] Memory pool end. avail mem=11.18 GB\n"
     with pytest.raises(KvtierError, match=r"lacks the memory lines.*'Load weight end\."):
-        explain_log(only_pool, {"model": "deepseek-ai/DeepSeek-V2-Lite-Chat"})
-    only_budget = "(EngineCore pid=1) INFO [gpu_worker.py:1] Available KV cache memory: 5.00 GiB\n"
-    with pytest.raises(KvtierError, match="'GPU KV cache size: N tokens'"):
-        explain_log(only_budget, {"model": "Qwen/Qwen3-8B"})
+        explain_log(only_end, {"model": "deepseek-ai/DeepSeek-V2-Lite-Chat"})
 
 
-def test_missing_fraction_is_asked_for_with_the_implied_value() -> None:
+def test_a_count_without_memory_lines_is_observed_only() -> None:
+    only_pool = "[t TP0] KV Cache is allocated. #tokens: 1000, KV size: 0.10 GB\n"
+    rec = explain_log(only_pool, {"model": "deepseek-ai/DeepSeek-V2-Lite-Chat"}).reconciliation
+    assert rec.status == "observed only" and rec.predicted == 1000
+    assert "lacks the figures" in rec.verdict
+
+
+def test_a_budget_without_a_count_is_predicted_only() -> None:
+    only_budget = "(EngineCore pid=1) INFO [gpu_worker.py:1] Available KV cache memory: 10.00 GiB\n"
+    rec = explain_log(only_budget, {"model": "Qwen/Qwen3-8B"}).reconciliation
+    assert rec.status == "predicted only" and rec.observed is None
+    assert rec.predicted == 10 * 2**30 // (147_456 * 16) * 16  # Qwen3-8B: 36 x 8 x 128 x 2 x 2 B
+
+
+def test_missing_fraction_applies_the_default_rule_to_an_estimated_card() -> None:
     text = (FIXTURES / "s09-sglang.log").read_text(encoding="utf-8")
-    with pytest.raises(KvtierError, match=r"--mem-fraction-static.*imply about 0\.817"):
-        explain_log(text, {"model": "Qwen/Qwen3-0.6B"})
+    rec = explain_log(text, {"model": "Qwen/Qwen3-0.6B"}).reconciliation
+    assert "card memory (GiB)" in rec.estimated
+    assert rec.predicted_low <= rec.observed.value <= rec.predicted_high  # type: ignore[union-attr]
+    assert any("reproduces the logged pool is about 0.817" in n for n in rec.notes)
 
 
 def test_flag_contradicting_the_log_is_a_warning() -> None:

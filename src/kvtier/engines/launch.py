@@ -224,7 +224,7 @@ def _check_agrees(
     """Refuse a flag that sets a field an earlier flag set to another value (`--tp 8` and
     `--tp-size 4`); the engine would silently keep the last."""
     for field, value in after.items():
-        if before.get(field, value) != value:
+        if field in before and before[field] != value:
             raise KvtierError(
                 f"launch command: {words} contradicts {written[field]} (both set {field})"
             )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvtier.engines.deployment import Measured
+from kvtier.engines.deployment import Engine, Measured
 from kvtier.engines.detect import parse_log
+from kvtier.engines.inputs import PlanInputs
 from kvtier.ledger.log_deployment import log_deployment
+from kvtier.ledger.log_geometry import stand_in, with_bytes
 from kvtier.ledger.log_inputs import LogInputs, log_inputs
 from kvtier.ledger.log_ledger import LogLedger, build_ledger
 from kvtier.ledger.options import LogOptions, log_options
@@ -22,7 +25,7 @@ class Explanation:
     inputs: LogInputs
     reconciliation: Reconciliation
     ledger: LogLedger
-    options: LogOptions
+    options: LogOptions | None  # None: the builder could not recompute the pool
 
     @property
     def engine(self) -> str:
@@ -45,9 +48,56 @@ def explain_log(
     inputs = log_inputs(parsed, flags)
     deployment = log_deployment(inputs, measured)
     plan = resolve(deployment, model=inputs.model, logged=True)
-    rec = reconcile(inputs, plan)
+    variants: tuple[PlanInputs, ...] = ()
+    if not inputs.model_known:
+        # a stand-in has no parameters: its weights are unknown, not zero
+        plan = dataclasses.replace(
+            plan, weights_bytes=None, weights_source="unknown (model not resolved)"
+        )
+        variants = _geometry_variants(inputs, plan)
+    variants += _era_variants(inputs, plan)
+    rec = reconcile(inputs, plan, variants=variants)
     host_ram = flags.get("host_ram_gb")
     host = float(host_ram) if isinstance(host_ram, int | float) else None
-    options = log_options(plan, rec.ledger, host)
+    options = log_options(plan, rec.ledger, host) if rec.ledger is not None else None
     ledger = build_ledger(inputs, rec, measured, rec.ledger)
     return Explanation(inputs, rec, ledger, options)
+
+
+# One SGLang version per default-fraction rule (engines/sglang/defaults.py: i, ii, iii, iv).
+_SGLANG_RULE_VERSIONS = ("0.4.8", "0.5.0", "0.5.4", "main")
+
+
+def _era_variants(inputs: LogInputs, plan: PlanInputs) -> tuple[PlanInputs, ...]:
+    """An SGLang log that states neither the fraction nor the version: the default rule of
+    every era is a candidate, so the range covers each."""
+    d = plan.deployment
+    if inputs.engine is not Engine.SGLANG or d.mem_fraction is not None or d.engine_version:
+        return ()
+    return tuple(
+        dataclasses.replace(plan, deployment=d.with_values("candidate era", engine_version=v))
+        for v in _SGLANG_RULE_VERSIONS
+    )
+
+
+def _geometry_variants(inputs: LogInputs, plan: PlanInputs) -> tuple[PlanInputs, ...]:
+    """The plan with the stand-in model at both ends of the log's bytes-per-token bracket."""
+    geometry = inputs.geometry
+    if geometry is None:
+        return ()
+    size = inputs.kv_dtype.element_bytes
+    ends = (-(-geometry.low // size) * size, geometry.high // size * size)
+    return tuple(
+        dataclasses.replace(
+            plan,
+            model=stand_in(
+                inputs.model.model_id,
+                with_bytes(geometry, cell),
+                size,
+                inputs.model.dtype,
+                inputs.model.context_length,
+            ),
+        )
+        for cell in ends
+        if cell > 0
+    )

@@ -41,18 +41,16 @@ def log_deployment(inp: LogInputs, measured_flags: Measured | None = None) -> De
     if isinstance(startup, SGLangStartup):
         measured = _sglang_measured(inp, startup, flags)
         mem = inp.sglang
-        assert mem is not None
-        if mem.fraction is not None:
+        if mem is not None and mem.fraction is not None:
             values["mem_fraction"] = mem.fraction.value
             origins["mem_fraction"] = mem.fraction.where
     else:
         assert isinstance(startup, VllmStartup)
-        assert inp.vllm is not None
         utilization = startup.utilization or inp.settings.get("mem_fraction", to_fraction)
         measured = _vllm_measured(
             startup,
             flags,
-            inp.vllm.available.value,
+            inp.vllm.available.value if inp.vllm is not None else None,
             utilization.value if utilization is not None else DEFAULT_GPU_MEMORY_UTILIZATION,
         )
         if utilization is not None:
@@ -87,7 +85,9 @@ def _value(fact: Fact[float] | None) -> float | None:
 
 def _sglang_measured(inp: LogInputs, s: SGLangStartup, flags: Measured) -> Measured:
     mem = inp.sglang
-    assert mem is not None
+    if mem is None:  # no weight-load lines: the builder estimates from the card and the spec
+        return flags
+    card = mem.card.gib if mem.card is not None else None
     target_graphs = [g.usage_gib for g in s.graphs if not g.draft and g.usage_gib is not None]
     draft = next((w.usage_gib for w in s.draft_weights if w.usage_gib is not None), None)
     final = s.summary.available_gpu_mem_gib if s.summary is not None else None
@@ -98,12 +98,12 @@ def _sglang_measured(inp: LogInputs, s: SGLangStartup, flags: Measured) -> Measu
         cuda_graph_gib=target_graphs[0] if target_graphs else flags.cuda_graph_gib,
         draft_weights_gib=draft if draft is not None else flags.draft_weights_gib,
         free_end_gib=final if final is not None else flags.free_end_gib,
-        gpu_mem_gib=flags.gpu_mem_gib,
+        gpu_mem_gib=flags.gpu_mem_gib if flags.gpu_mem_gib is not None else card,
     )
 
 
 def _vllm_measured(
-    v: VllmStartup, flags: Measured, available_gib: float, utilization: float
+    v: VllmStartup, flags: Measured, available_gib: float | None, utilization: float
 ) -> Measured:
     profile = next((p for p in v.profiles if p.torch_peak_gib is not None), None)
     activation = profile.torch_peak_gib if profile else _value(v.v0_activation_gib)
@@ -116,5 +116,5 @@ def _vllm_measured(
         cuda_graph_gib=graphs if graphs is not None else flags.cuda_graph_gib,
         gpu_mem_gib=_value(min_over_ranks(v.total_gib)) or flags.gpu_mem_gib,
         kv_available_gib=available_gib,
-        kv_available_utilization=utilization,
+        kv_available_utilization=utilization if available_gib is not None else None,
     )

@@ -1,7 +1,10 @@
 """The inputs a reconciliation needs, taken from a parsed log, then flags, then defaults.
 
 Each input is a `Fact`: the log line it was printed on, or the flag, default or inference it
-came from. Missing memory lines are named in one error, so the user knows what to paste.
+came from. A log that lacks a figure is still explained: what it lacks is estimated (and said
+so), and only a log with no KV count, memory or refusal line at all is refused, naming the lines
+to paste. A model kvtier cannot resolve takes its KV bytes per token from the log
+(`log_geometry`).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kvtier.engines import estimate
 from kvtier.engines.deployment import Engine
 from kvtier.engines.detect import ParsedLog
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
@@ -17,10 +21,16 @@ from kvtier.engines.sglang.log import SGLangStartup
 from kvtier.engines.vllm import pool as vllm_budget
 from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
+from kvtier.ledger.log_geometry import LogGeometry, from_log, stand_in
 from kvtier.ledger.log_model import identify_model
 from kvtier.ledger.settings import Settings, to_bool, to_fraction, to_int, to_str
 from kvtier.logs.facts import Fact, min_over_ranks, stated
 from kvtier.spec.model import ModelSpec
+
+# The model dtype a stand-in geometry assumes when the log does not print one.
+ASSUMED_DTYPE = "bfloat16"
+# Context length a stand-in model reports concurrency at when the log prints none.
+STAND_IN_CONTEXT = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +41,16 @@ class SGLangMemory:
     before_inferred: bool
     fraction: Fact[float] | None  # None: not printed, the engine's default rule applies
     max_total_tokens: int | None
+    card: CardEstimate | None = None  # the card, estimated from free-before-load when needed
+
+
+@dataclass(frozen=True, slots=True)
+class CardEstimate:
+    """A card size estimated as free before load + the before-load overheads (estimate.py)."""
+
+    gib: float
+    half: float  # half the width of the overheads' stated range
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +64,8 @@ class LogInputs:
     parsed: ParsedLog
     model: ModelSpec
     model_source: Fact[str]
+    geometry: LogGeometry | None  # the log's own bytes-per-token bracket
+    model_known: bool  # False: `model` is a stand-in with the log's bytes per token
     tp: Fact[int]
     pp: Fact[int]
     dp: Fact[int]
@@ -52,24 +74,27 @@ class LogInputs:
     kv_dtype: KVDtype
     kv_dtype_source: Fact[str]
     page_size: Fact[int]
-    observed: Fact[int]
+    observed: Fact[int] | None  # None: a failed start that printed no count
     sglang: SGLangMemory | None
     vllm: VllmMemory | None
     settings: Settings
     plan_settings: tuple[tuple[str, Fact[object]], ...]  # Deployment fields the log or flags set
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
+    failure: Fact[str] | None = None  # the engine's refusal line
+    estimated: tuple[tuple[str, Fact[object]], ...] = ()  # inputs estimated, not printed
 
 
 def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
-    """Resolve every input of the KV-pool formula for `parsed`; raise naming missing lines."""
+    """Resolve every input of the KV-pool formula for `parsed`; raise only when the log holds
+    no KV count, memory or refusal line."""
     startup = parsed.startup
     require_memory_lines(startup)
     printed = [a for a in _printed_args(startup) if a is not None]
     sglang = isinstance(startup, SGLangStartup)
     engine = Engine.SGLANG if sglang else Engine.VLLM
     settings = Settings(printed, flags, flag_table(engine))
-    model, model_source, model_warnings = identify_model(startup, _str_flag(flags, "model"))
+    found, model_source, model_warnings = identify_model(startup, _str_flag(flags, "model"))
     settings.warnings.extend(model_warnings)
     tp = settings.get("tp", to_int, 1)
     pp = settings.get("pp", to_int, 1)
@@ -78,29 +103,72 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
     assert tp is not None and pp is not None and dp is not None and dp_attention is not None
     attn = tp.value // dp.value if dp_attention.value and dp.value else tp.value
     attn_tp = tp if attn == tp.value else stated(attn, f"tp {tp.value} / dp {dp.value}")
-    kv_dtype, kv_source = _kv_dtype(engine, startup, settings, model)
     notes = list(parsed.notes)
+    estimated: list[tuple[str, Fact[object]]] = []
+    if sglang:
+        page = settings.get("page_size", to_int, 1, "default page size 1")
+    else:
+        page = settings.get("page_size", to_int, vllm_budget.DEFAULT_BLOCK_SIZE, "CUDA default")
+    assert page is not None
+    base = _model_dtype(settings, found)
+    kv_dtype, kv_source = _kv_dtype(engine, startup, settings, base.value)
+    geometry = from_log(startup, page.value, kv_dtype.element_bytes)
+    model = found
+    if model is None:
+        context = _printed_context(startup) or settings.get("context_length", to_int)
+        ctx = context.value if context is not None and isinstance(context.value, int) else None
+        name = model_source.value
+        if geometry is not None:
+            model = stand_in(
+                name, geometry, kv_dtype.element_bytes, base.value, ctx or _ctx(startup)
+            )
+            notes.append(
+                f"{name}: the KV geometry came from the log ({geometry.how} -> "
+                f"{geometry.low:,}-{geometry.high:,} B/token per GPU, "
+                f"{geometry.bytes_per_token:,} taken) and was not checked; "
+                "pass --model to check it"
+            )
+            estimated.append(("bytes per token per GPU", _geometry_fact(geometry)))
+        else:
+            placeholder = LogGeometry(kv_dtype.element_bytes, 0, 0, stated(0, "none"), "none")
+            model = stand_in(name, placeholder, kv_dtype.element_bytes, base.value, ctx or 1)
+            notes.append(
+                f"{name}: the log prints no KV size and the model is not known to kvtier; "
+                "pass --model to recompute the pool"
+            )
+    failure = startup.failure
     if sglang:
         assert isinstance(startup, SGLangStartup)
-        page = settings.get("page_size", to_int, 1, "default page size 1")
-        memory = _sglang_memory(startup, settings)
+        memory = _sglang_memory(startup, settings, tp.value * pp.value)
+        if memory is not None and memory.card is not None:
+            estimated.append(
+                ("card memory (GiB)", stated(round(memory.card.gib, 2), memory.card.source))
+            )
+            implied = implied_fraction(startup, memory.free_before.value, memory.free_after.value)
+            if implied is not None:
+                notes.append(
+                    "mem_fraction_static is not printed; the engine's default rule is applied to "
+                    f"the estimated card, and the fraction that reproduces the logged pool is "
+                    f"about {implied:.3f}"
+                )
         observed = _sglang_observed(startup)
         vllm = None
     else:
         assert isinstance(startup, VllmStartup)
-        page = settings.get("page_size", to_int, vllm_budget.DEFAULT_BLOCK_SIZE, "CUDA default")
-        assert page is not None
         vllm, vllm_notes = _vllm_memory(startup)
         notes.extend(vllm_notes)
         observed = _vllm_observed(startup, page)
         memory = None
+    if failure is not None:
+        notes.append(f"the start failed ({failure.where}): {failure.value}")
     plan_settings = _plan_settings(startup, settings)
-    assert page is not None and observed is not None and (memory or vllm) is not None
     return LogInputs(
         engine=engine,
         parsed=parsed,
         model=model,
         model_source=model_source,
+        geometry=geometry,
+        model_known=found is not None,
         tp=tp,
         pp=pp,
         dp=dp,
@@ -116,7 +184,33 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
         plan_settings=plan_settings,
         warnings=tuple(settings.warnings),
         notes=tuple(notes),
+        failure=failure,
+        estimated=tuple(estimated),
     )
+
+
+def _geometry_fact(geometry: LogGeometry) -> Fact[object]:
+    line = geometry.line
+    text = (
+        f"from the log: {geometry.how} -> {geometry.low:,}-{geometry.high:,} B, "
+        f"{geometry.bytes_per_token:,} taken (most factors of two); not checked"
+    )
+    return Fact(
+        geometry.bytes_per_token, line.line, text if line.line is None else line.text, line.rank
+    )
+
+
+def _ctx(startup: SGLangStartup | VllmStartup) -> int:
+    """A context length to report concurrency at when the log states none: the logged count
+    capped at 8k (a stand-in model has no max_position_embeddings)."""
+    observed = (
+        _sglang_observed(startup)
+        if isinstance(startup, SGLangStartup)
+        else startup.kv_tokens or startup.capacity_tokens
+    )
+    if observed is None or observed.value <= 0:
+        return STAND_IN_CONTEXT
+    return min(observed.value, STAND_IN_CONTEXT)
 
 
 # Deployment fields `plan` and `advise` need besides the pool formula's, and their types; the
@@ -168,12 +262,20 @@ def _str_flag(flags: Mapping[str, object], name: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _model_dtype(settings: Settings, model: ModelSpec | None) -> Fact[str]:
+    """The dtype the weights load in: the argument, else the model's, else assumed bf16."""
+    flag = settings.get("dtype", to_str, "auto")
+    if flag is not None and flag.value != "auto":
+        return stated(str(flag.value).removeprefix("torch."), flag.where)
+    if model is not None:
+        return stated(model.dtype, "model config")
+    return stated(ASSUMED_DTYPE, f"assumed {ASSUMED_DTYPE} (the log names no dtype)")
+
+
 def _kv_dtype(
-    engine: Engine, startup: SGLangStartup | VllmStartup, settings: Settings, model: ModelSpec
+    engine: Engine, startup: SGLangStartup | VllmStartup, settings: Settings, base: str
 ) -> tuple[KVDtype, Fact[str]]:
     """The KV element type: the engine's own dtype line, else the argument, else the model's."""
-    model_dtype = settings.get("dtype", to_str, "auto")
-    base = model.dtype if model_dtype is None or model_dtype.value == "auto" else model_dtype.value
     printed: Fact[str] | None = None
     if isinstance(startup, SGLangStartup):
         printed = startup.kv_dtype
@@ -200,7 +302,9 @@ def _kv_dtype(
     return dtype, source
 
 
-def _sglang_memory(startup: SGLangStartup, settings: Settings) -> SGLangMemory | None:
+def _sglang_memory(
+    startup: SGLangStartup, settings: Settings, parallel: int
+) -> SGLangMemory | None:
     loads = [w for w in startup.target_weights if w.avail_gib is not None]
     if not loads:
         return None
@@ -225,18 +329,36 @@ def _sglang_memory(startup: SGLangStartup, settings: Settings) -> SGLangMemory |
         inferred = True
     else:
         return None
-    fraction = settings.get("mem_fraction", to_fraction)
-    if fraction is None and not isinstance(settings.flags.get("gpu"), str):
-        implied = _implied_fraction(startup, free_before.value, free_after.value)
-        hint = f" (the log's own figures imply about {implied:.3f})" if implied else ""
+    if free_before.value <= 0:
         raise KvtierError(
-            "the log does not state mem_fraction_static (no server_args line with it); "
-            f"pass --mem-fraction-static, or --gpu and --sglang-version for the engine's "
-            f"default{hint}"
+            f"free memory before load is {free_before.value:.2f} GiB ({free_before.where}); "
+            "the log is cut or mangled"
         )
+    fraction = settings.get("mem_fraction", to_fraction)
+    card = None
+    if fraction is None and not isinstance(settings.flags.get("gpu"), str):
+        card = _card_from_free(free_before.value, parallel)
     cap = settings.get("max_total_tokens", to_int)
     return SGLangMemory(
-        free_before, free_after, usage, inferred, fraction, cap.value if cap else None
+        free_before, free_after, usage, inferred, fraction, cap.value if cap else None, card
+    )
+
+
+def _card_from_free(free_before: float, parallel: int) -> CardEstimate:
+    """The card the default-fraction rule reads, as free before load + what was taken before
+    it: driver reserve, CUDA context and, under TP/PP, NCCL buffers (estimate.py ranges)."""
+    parts = [estimate.DRIVER_RESERVED_GIB, estimate.CUDA_CONTEXT_GIB]
+    if parallel > 1:
+        parts.append(estimate.COMM_BUFFERS_GIB)
+    low = free_before + sum(p[1] for p in parts)
+    high = free_before + sum(p[2] for p in parts)
+    value = free_before + sum(p[0] for p in parts)
+    return CardEstimate(
+        value,
+        (high - low) / 2,
+        f"estimated: free before load {free_before:.2f} + driver, CUDA context"
+        + (", NCCL" if parallel > 1 else "")
+        + f" ({low:.2f}-{high:.2f} GiB); no server_args line states mem_fraction_static",
     )
 
 
@@ -309,7 +431,7 @@ def _vllm_observed(startup: VllmStartup, block: Fact[int]) -> Fact[int] | None:
         return startup.kv_tokens
     blocks = startup.gpu_blocks
     if blocks is None:
-        return None
+        return startup.capacity_tokens  # a refusal that states the capacity
     return Fact(
         blocks.value * block.value,
         blocks.line,
@@ -320,34 +442,30 @@ def _vllm_observed(startup: VllmStartup, block: Fact[int]) -> Fact[int] | None:
 
 
 def require_memory_lines(startup: SGLangStartup | VllmStartup) -> None:
-    """Refuse, naming every missing line, when the log cannot be reconciled."""
-    missing: list[str] = []
+    """Refuse, naming the lines to paste, a log with no KV count, memory or refusal line."""
+    if startup.failure is not None:
+        return
     if isinstance(startup, SGLangStartup):
-        loads = [w for w in startup.target_weights if w.avail_gib is not None]
-        before = startup.load_begin or any(w.usage_gib is not None for w in loads)
-        if not loads or not before:
-            missing.append(
-                "'Load weight end. ... avail mem=X GB, mem usage=Y GB.' (free memory after the "
-                "weights load, and what they took) or 'Load weight begin. avail mem=X GB'"
-            )
-        if _sglang_observed(startup) is None:
-            missing.append(
-                "'KV Cache is allocated. #tokens: N, ...' or 'max_total_num_tokens=N, ...' "
-                "(the pool size the engine chose)"
-            )
-    else:
-        chain = startup.requested_gib and any(p.non_kv_gib is not None for p in startup.profiles)
-        if not (startup.available_kv_gib or startup.kv_memory_override_gib or chain):
-            missing.append(
-                "'Available KV cache memory: X GiB' (or 'Initial free memory ...; Requested "
-                "memory ...' with 'Memory profiling takes ... Total non KV cache memory', or V0 "
-                "'the rest of the memory reserved for KV Cache is X GiB')"
-            )
-        if startup.kv_tokens is None and startup.gpu_blocks is None:
-            missing.append("'GPU KV cache size: N tokens' (or V0 '# GPU blocks: N')")
-    if missing:
-        raise KvtierError(
-            "the log lacks the memory lines kvtier needs: "
-            + "; ".join(missing)
-            + ". Paste the whole startup log, from the launch to the first request"
+        if startup.load_begin or startup.weights or startup.pools or startup.summary:
+            return
+        wanted = (
+            "'Load weight end. ... avail mem=X GB, mem usage=Y GB.', "
+            "'KV Cache is allocated. #tokens: N, ...' or 'max_total_num_tokens=N, ...'"
         )
+    else:
+        if (
+            startup.available_kv_gib
+            or startup.kv_memory_override_gib
+            or startup.requested_gib
+            or startup.kv_tokens is not None
+            or startup.gpu_blocks is not None
+        ):
+            return
+        wanted = (
+            "'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' "
+            "(or V0 '# GPU blocks: N' / 'Memory profiling results: ...')"
+        )
+    raise KvtierError(
+        f"the log lacks the memory lines kvtier needs: one of {wanted}. Paste the whole "
+        "startup log, from the launch to the first request"
+    )

@@ -78,8 +78,14 @@ def _sglang(
     inp: LogInputs, s: SGLangStartup, rec: Reconciliation, flags: Measured, plan: Ledger | None
 ) -> LogLedger:
     mem = inp.sglang
-    assert mem is not None
-    before, after, fraction = mem.free_before.value, mem.free_after.value, rec.ledger.mem_fraction
+    if mem is None:
+        return _partial(inp, s, rec)
+    fraction = rec.ledger.mem_fraction if rec.ledger is not None else None
+    if fraction is None and mem.fraction is not None:
+        fraction = mem.fraction.value
+    if fraction is None:
+        return _partial(inp, s, rec)
+    before, after = mem.free_before.value, mem.free_after.value
     items = [
         _item("free before load (the fraction's base)", mem.free_before),
         _item("target weights", mem.usage),
@@ -88,10 +94,12 @@ def _sglang(
     kv_gib = pool.total_gib if pool is not None else None
     if pool is not None and kv_gib is not None:
         items.append(_item("KV cache pool (target)", pool.fact(kv_gib)))
-    else:
+    elif rec.observed is not None:
         kv_gib = (rec.observed.value + rec.page_size) * rec.kv_bytes_per_token / GiB
         how = "(tokens + page) x cell (memory_pool.py)"
         items.append(LedgerItem("KV cache pool (target)", kv_gib, how, True))
+    else:
+        kv_gib = 0.0
     pool_end = s.free_at_pool_end()
     if pool_end is not None:
         extras = after - kv_gib - pool_end.value
@@ -113,7 +121,7 @@ def _sglang(
     if plan is not None:
         unlogged = _estimate(plan, uses, unlogged)
     free_end = _sglang_free_end(s, pool_end, uses)
-    answer = _sglang_answer(inp, rec, s, reserve, pool_end, uses, unlogged, free_end)
+    answer = _sglang_answer(inp, rec, s, fraction, reserve, pool_end, uses, unlogged, free_end)
     return LogLedger(tuple(items), reserve, tuple(uses), free_end, tuple(unlogged), answer)
 
 
@@ -206,6 +214,7 @@ def _sglang_answer(
     inp: LogInputs,
     rec: Reconciliation,
     s: SGLangStartup,
+    fraction: float,
     reserve: LedgerItem,
     pool_end: Fact[float] | None,
     uses: list[LedgerItem],
@@ -215,18 +224,26 @@ def _sglang_answer(
     mem = inp.sglang
     assert mem is not None
     lines = []
+    if rec.failure is not None:
+        lines.append(
+            f"The start failed ({rec.failure.where}): {rec.failure.value}. The weights left "
+            f"{mem.free_after.value:.2f} GiB free, less than the reserve of {reserve.gib:.2f} GiB "
+            f"the fraction keeps; raise --mem-fraction-static above "
+            f"{1 - mem.free_after.value / mem.free_before.value:.3f}, or use more GPUs."
+        )
+        return " ".join(lines)
     if pool_end is not None:
         lines.append(
             f"Yes: {pool_end.value:.2f} GiB per GPU is free right after the KV pool is allocated "
             f"({pool_end.where}). That is by design, not waste: SGLang sizes the pool so that "
-            f"(1 - mem_fraction_static) x free-before-load = (1 - {rec.ledger.mem_fraction}) x "
+            f"(1 - mem_fraction_static) x free-before-load = (1 - {fraction}) x "
             f"{mem.free_before.value:.2f} = {reserve.gib:.2f} GiB stays free for everything "
             "allocated after it (the request table, draft model, CUDA graphs) and for "
             "activations at run time."
         )
     else:
         lines.append(
-            f"SGLang keeps (1 - {rec.ledger.mem_fraction}) x {mem.free_before.value:.2f} = "
+            f"SGLang keeps (1 - {fraction}) x {mem.free_before.value:.2f} = "
             f"{reserve.gib:.2f} GiB per GPU out of the KV pool for what is allocated after it "
             "and for activations at run time."
         )
@@ -245,7 +262,7 @@ def _sglang_answer(
         )
     step = mem.free_before.value * 0.01
     per_step = f"every 0.01 of --mem-fraction-static is {step:.2f} GiB " + (
-        f"(~{int(step * GiB // rec.kv_bytes_per_token):,} tokens) of KV pool"
+        f"(~{int(step * GiB // max(rec.kv_bytes_per_token, 1)):,} tokens) of KV pool"
     )
     if free_end is not None and free_end.exact:
         lines.append(
@@ -262,9 +279,26 @@ def _sglang_answer(
     return " ".join(lines)
 
 
+def _partial(inp: LogInputs, s: SGLangStartup, rec: Reconciliation) -> LogLedger:
+    """An SGLang log without the weight-load lines: only what it prints."""
+    items: list[LedgerItem] = []
+    pool = s.target_pools[0] if s.target_pools else None
+    if pool is not None and pool.total_gib is not None:
+        items.append(_item("KV cache pool (target)", pool.fact(pool.total_gib)))
+    unlogged = [("free before / after load", "no 'Load weight begin' / 'Load weight end' line")]
+    if rec.failure is not None:
+        answer = f"The start failed ({rec.failure.where}): {rec.failure.value}."
+    else:
+        answer = (
+            "The log does not print the free memory before and after the weights load, so the "
+            "reserve SGLang keeps out of the KV pool cannot be read from it"
+            + ("; the figures above are kvtier's estimates." if rec.ledger is not None else ".")
+        )
+    return LogLedger(tuple(items), None, (), None, tuple(unlogged), answer)
+
+
 def _vllm(inp: LogInputs, v: VllmStartup, rec: Reconciliation) -> LogLedger:
     mem = inp.vllm
-    assert mem is not None
     items: list[LedgerItem] = []
     total = min_over_ranks(v.total_gib)
     requested = min_over_ranks(v.requested_gib)
@@ -302,26 +336,34 @@ def _vllm(inp: LogInputs, v: VllmStartup, rec: Reconciliation) -> LogLedger:
                 True,
             )
         )
-    items.append(_item("KV cache budget", mem.available))
-    used = rec.observed.value * rec.kv_bytes_per_token / GiB
-    items.append(
-        LedgerItem(
-            "KV cache blocks allocated",
-            used,
-            f"{rec.observed.value:,} tokens x {rec.kv_bytes_per_token:,} B",
-            True,
+    if mem is not None:
+        items.append(_item("KV cache budget", mem.available))
+    used = (rec.observed.value if rec.observed else 0) * rec.kv_bytes_per_token / GiB
+    if rec.observed is not None and rec.kv_bytes_per_token:
+        items.append(
+            LedgerItem(
+                "KV cache blocks allocated",
+                used,
+                f"{rec.observed.value:,} tokens x {rec.kv_bytes_per_token:,} B",
+                inp.model_known,
+            )
         )
-    )
     graphs = min_over_ranks(v.graph_gib)
     if graphs is not None:
         items.append(_item("CUDA graphs captured", graphs))
     unlogged = [] if graphs is not None else [("CUDA graphs", "no 'Graph capturing finished' line")]
     outside = total.value - requested.value if total is not None and requested else None
     answer = (
-        f"vLLM gives the KV cache what is left of total x gpu_memory_utilization after weights, "
-        f"the activation peak and non-torch memory: {mem.available.value:.2f} GiB here, of which "
-        f"{used:.2f} GiB are whole blocks."
+        "vLLM gives the KV cache what is left of total x gpu_memory_utilization after weights, "
+        "the activation peak and non-torch memory"
+        + (
+            f": {mem.available.value:.2f} GiB here, of which {used:.2f} GiB are whole blocks."
+            if mem is not None
+            else "; this log does not print that budget."
+        )
     )
+    if rec.failure is not None:
+        answer = f"The start failed ({rec.failure.where}): {rec.failure.value}. " + answer
     if outside is not None:
         answer += (
             f" {outside:.2f} GiB per GPU lies outside the budget (1 - utilization); CUDA graphs "

@@ -16,17 +16,27 @@ _MODEL_KEYS = ("model_path", "model")
 
 def identify_model(
     startup: SGLangStartup | VllmStartup, model_flag: str | None
-) -> tuple[ModelSpec, Fact[str], list[str]]:
-    """The model spec, where its name came from, and warnings (a class that disagrees).
+) -> tuple[ModelSpec | None, Fact[str], list[str]]:
+    """The model spec (None when kvtier cannot resolve it), where its name came from, and
+    warnings (a model class or a model path that disagrees with `--model`).
 
     Order: `--model`; the model path in the printed arguments or launch command; the model class
     of SGLang's `Load weight end. type=...` when exactly one catalog model has it.
     """
     warnings: list[str] = []
+    logged = _logged_name(startup)
     if model_flag:
         spec, source = resolve_model(model_flag), stated(model_flag, "from --model")
+        if logged is not None and not _same_model(logged.value, spec):
+            warnings.append(
+                f"--model {model_flag} but the log served {logged.value!r} ({logged.where}): "
+                "check --model"
+            )
     else:
-        spec, source = _from_log(startup)
+        found, source = _from_log(startup)
+        if found is None:
+            return None, source, warnings
+        spec = found
     arch = _architecture(startup)
     if arch is not None and arch.value != spec.architecture:
         warnings.append(
@@ -36,7 +46,32 @@ def identify_model(
     return spec, source, warnings
 
 
-def _from_log(startup: SGLangStartup | VllmStartup) -> tuple[ModelSpec, Fact[str]]:
+def _logged_name(startup: SGLangStartup | VllmStartup) -> Fact[str] | None:
+    """The model path or id the log's arguments name, if any."""
+    for args in _arg_sources(startup):
+        for key in _MODEL_KEYS:
+            name = args.values.get(key)
+            if isinstance(name, str) and name:
+                return args.fact(name)
+    return None
+
+
+def _same_model(logged: str, spec: ModelSpec) -> bool:
+    """Whether a logged path or id names `spec`: it resolves to it, or its last part is the
+    spec's name or one of its aliases (a local copy of the checkpoint)."""
+    try:
+        if resolve_model(logged).model_id == spec.model_id:
+            return True
+    except KvtierError:
+        pass
+    last = logged.rstrip("/").split("/")[-1].lower()
+    names = {spec.model_id.lower(), spec.model_id.split("/")[-1].lower()}
+    names |= {a.lower() for a in spec.aliases}
+    return last in names
+
+
+def _from_log(startup: SGLangStartup | VllmStartup) -> tuple[ModelSpec | None, Fact[str]]:
+    """The model the log names, or None with the name to show (the log's path, or why none)."""
     tried: list[str] = []
     for args in _arg_sources(startup):
         for key in _MODEL_KEYS:
@@ -56,8 +91,11 @@ def _from_log(startup: SGLangStartup | VllmStartup) -> tuple[ModelSpec, Fact[str
             f"model class {arch.value} ({arch.where}) fits "
             + (", ".join(ids) if ids else "no catalog model")
         )
+    logged = _logged_name(startup)
     detail = "; ".join(tried) if tried else "the log names no model path or model class"
-    raise KvtierError(f"cannot tell which model the log served ({detail}); pass --model")
+    if logged is not None:
+        return None, Fact(logged.value, logged.line, f"{logged.text}", logged.rank)
+    return None, stated("unknown model", f"not resolved ({detail})")
 
 
 def _arg_sources(startup: SGLangStartup | VllmStartup) -> list[Args]:

@@ -23,6 +23,7 @@ from kvtier.ledger.log_inputs import LogInputs
 from kvtier.ledger.plan import build_ledger, rounded_measures
 from kvtier.logs.facts import Fact, stated
 from kvtier.spec.model import ModelSpec
+from kvtier.units import GiB
 
 # Every GiB figure both engines print is formatted with two decimals (%.2f).
 PRINTED_HALF_UNIT = 0.005
@@ -35,7 +36,7 @@ class Reconciliation:
     engine: str
     model: ModelSpec
     model_source: Fact[str]
-    observed: Fact[int]
+    observed: Fact[int] | None  # None: a failed start that printed no count
     predicted: int
     predicted_low: int
     predicted_high: int
@@ -46,34 +47,66 @@ class Reconciliation:
     formula: str
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
-    ledger: Ledger  # the builder's ledger from the log's figures; options are priced on it
+    ledger: Ledger | None  # the builder's ledger from the log's figures; None: it cannot run
+    failure: Fact[str] | None = None  # the engine's refusal line
+    unchecked: str | None = None  # why the count is observed only (nothing to recompute from)
+    estimated: tuple[str, ...] = ()  # names of inputs that were estimated, not printed
 
     @property
     def difference(self) -> int:
-        return self.predicted - self.observed.value
+        return self.predicted - (self.observed.value if self.observed else 0)
 
     @property
     def relative_difference(self) -> float:
-        return self.difference / self.observed.value if self.observed.value else 0.0
+        observed = self.observed.value if self.observed else 0
+        return self.difference / observed if observed else 0.0
 
     @property
     def matches(self) -> bool:
-        return self.predicted_low <= self.observed.value <= self.predicted_high
+        observed = self.observed.value if self.observed else 0
+        return self.predicted_low <= observed <= self.predicted_high
+
+    @property
+    def status(self) -> str:
+        """One of: failed, observed only, predicted only, match, mismatch."""
+        if self.failure is not None:
+            return "failed"
+        if self.unchecked is not None:
+            return "observed only"
+        if self.observed is None:
+            return "predicted only"
+        return "match" if self.matches else "mismatch"
 
     @property
     def verdict(self) -> str:
+        if self.failure is not None:
+            count = (
+                "the count it states is within the recomputed range"
+                if self.observed is not None and self.matches
+                else "no KV pool was allocated"
+                if self.observed is None
+                else f"the count it states is {self.relative_difference:+.2%} off"
+            )
+            return f"failed start ({self.failure.where}): {self.failure.value}; {count}"
+        if self.unchecked is not None:
+            return f"observed only: {self.unchecked}"
+        if self.observed is None:
+            return "predicted only: the log prints no KV token count to compare with"
+        widened = " and the estimated inputs" if self.estimated else ""
         if self.matches:
-            return "match: within the rounding of the printed figures"
+            return f"match: within the rounding of the printed figures{widened}"
         return (
-            f"mismatch: {self.relative_difference:+.2%} outside the rounding of the printed figures"
+            f"mismatch: {self.relative_difference:+.2%} outside the rounding of the printed "
+            f"figures{widened}"
         )
 
 
 def token_range(plan: PlanInputs, halves: dict[str, float]) -> tuple[int, int]:
     """(low, high) KV tokens over every corner of the measured figures' rounding.
 
-    `halves` maps a `Measured` field to the half unit its printed value was rounded to; a corner
-    the engine would refuse (no memory left) counts as 0 tokens.
+    `halves` maps a `Measured` field to the half unit its printed value was rounded to (or half
+    the stated range of an estimated figure); a corner the engine would refuse (no memory left)
+    counts as 0 tokens.
     """
     measured = plan.deployment.measured
     names = [n for n in halves if getattr(measured, n) is not None]
@@ -85,27 +118,52 @@ def token_range(plan: PlanInputs, halves: dict[str, float]) -> tuple[int, int]:
         deployment = dataclasses.replace(
             plan.deployment, measured=dataclasses.replace(measured, **shifted)
         )
+        corner = dataclasses.replace(plan, deployment=deployment)
+        if "gpu_mem_gib" in shifted:  # the card the default rule reads (resolve's rounding)
+            corner = dataclasses.replace(corner, gpu_mem_mib=round(shifted["gpu_mem_gib"] * 1024))
         try:
-            counts.append(build_ledger(dataclasses.replace(plan, deployment=deployment)).kv_tokens)
+            counts.append(build_ledger(corner).kv_tokens)
         except KvtierError:
             counts.append(0)
     return min(counts), max(counts)
 
 
 def reconcile(
-    inp: LogInputs, plan: PlanInputs, halves: dict[str, float] | None = None
+    inp: LogInputs,
+    plan: PlanInputs,
+    halves: dict[str, float] | None = None,
+    variants: tuple[PlanInputs, ...] = (),
 ) -> Reconciliation:
     """Observed vs predicted KV tokens of a logged start: the builder's count over `plan`, the
     deployment the log describes with its figures as measured inputs.
 
     `halves` overrides the rounding of measured figures (default: every figure the engine's pool
-    formula reads was printed with two decimals).
+    formula reads was printed with two decimals, and an estimated card its stated range).
+    `variants` are the same deployment at the other ends of an uncertain input (a model's bytes
+    per token read from the log); the range covers them too.
     """
-    ledger = build_ledger(plan)
     if halves is None:
         halves = dict.fromkeys(rounded_measures(plan.deployment), PRINTED_HALF_UNIT)
-    low, high = token_range(plan, halves)
-    low, high = min(low, ledger.kv_tokens), max(high, ledger.kv_tokens)
+        if inp.sglang is not None and inp.sglang.card is not None:
+            halves["gpu_mem_gib"] = inp.sglang.card.half
+    try:
+        ledger = _count_ledger(inp, plan)
+    except KvtierError as exc:
+        return _unbuilt(inp, plan, str(exc))
+    low, high = ledger.kv_tokens, ledger.kv_tokens
+    for variant in (plan, *variants):
+        try:
+            variant = _countable(inp, variant)
+        except KvtierError:
+            continue
+        lo, hi = token_range(variant, halves)
+        low, high = min(low, lo), max(high, hi)
+    if ledger.kv_tokens_range is not None:  # inputs the builder estimated from the spec
+        low, high = min(low, ledger.kv_tokens_range[0]), max(high, ledger.kv_tokens_range[1])
+    notes = list(inp.notes)
+    high = _unaligned_top(inp, plan, high, notes)
+    if inp.failure is not None and inp.observed is None:
+        notes.append(f"kvtier's builder at the log's figures: {ledger.kv_tokens:,} tokens")
     return Reconciliation(
         engine=inp.engine.value,
         model=inp.model,
@@ -117,11 +175,101 @@ def reconcile(
         kv_bytes_per_token=ledger.kv_bytes_per_token,
         kv_dtype=plan.kv_dtype(),
         page_size=ledger.page_size,
-        inputs=tuple(_memory_rows(inp, ledger) + _common_rows(inp, ledger)),
+        inputs=tuple(_memory_rows(inp, ledger) + _common_rows(inp, ledger) + list(inp.estimated)),
         formula=ledger.pool_formula,
-        warnings=tuple(inp.warnings),
-        notes=tuple(inp.notes),
+        warnings=tuple(inp.warnings) + _geometry_warning(inp, ledger),
+        notes=tuple(notes),
         ledger=ledger,
+        failure=inp.failure,
+        estimated=tuple(name for name, _ in inp.estimated),
+    )
+
+
+def _countable(inp: LogInputs, plan: PlanInputs) -> PlanInputs:
+    """The plan whose pool the log's count is: a start refused for a too-long max_model_len
+    still sized the pool, so its count is taken at a one-block context."""
+    if inp.failure is None or plan.deployment.context_length is None:
+        return plan
+    try:
+        build_ledger(plan)
+        return plan
+    except KvtierError:
+        page = plan.deployment.page_size or inp.page_size.value
+        shorter = dataclasses.replace(plan.deployment, context_length=page)
+        return dataclasses.replace(plan, deployment=shorter)
+
+
+def _count_ledger(inp: LogInputs, plan: PlanInputs) -> Ledger:
+    return build_ledger(_countable(inp, plan))
+
+
+def _unaligned_top(inp: LogInputs, plan: PlanInputs, high: int, notes: list[str]) -> int:
+    """vLLM prints int(max_concurrency x max_model_len) for hybrid models (v0.21+,
+    _report_kv_cache_config), not whole blocks; with a log-derived geometry the engine's grouping
+    is unknown, so the range's top is the unaligned count the budget holds."""
+    observed, geometry = inp.observed, inp.geometry
+    available = plan.deployment.measured.kv_available_gib
+    if inp.model_known or geometry is None or observed is None or available is None:
+        return high
+    if observed.value % inp.page_size.value == 0:
+        return high
+    top = int((available + PRINTED_HALF_UNIT) * GiB // geometry.low)
+    notes.append(
+        f"the logged count {observed.value:,} is not whole blocks of {inp.page_size.value} "
+        "(vLLM prints int(max_concurrency x max_model_len) for hybrid models); the range's "
+        f"top is the unaligned count {top:,}"
+    )
+    return max(high, top)
+
+
+def _geometry_warning(inp: LogInputs, ledger: Ledger) -> tuple[str, ...]:
+    geometry = inp.geometry
+    if not inp.model_known or geometry is None or geometry.fits(ledger.kv_bytes_per_token):
+        return ()
+    return (
+        f"{inp.model.model_id} takes {ledger.kv_bytes_per_token:,} B of KV per token per GPU, "
+        f"but the log's figures allow {geometry.low:,}-{geometry.high:,} ({geometry.how}, "
+        f"{geometry.line.where}): check --model, --tp and --kv-cache-dtype",
+    )
+
+
+def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
+    """A start whose pool the builder cannot recompute: a refusal, or a log without figures."""
+    observed = inp.observed
+    if inp.failure is None and observed is None:
+        raise KvtierError(f"cannot recompute the KV pool: {why}")
+    notes = list(inp.notes)
+    unchecked = None
+    if inp.failure is not None:
+        notes.append(f"kvtier's builder at the log's figures: {why}")
+        predicted = observed.value if observed is not None else 0
+    else:
+        assert observed is not None
+        unchecked = f"the log lacks the figures to recompute it ({why})"
+        predicted = observed.value
+    geometry = inp.geometry
+    cell = geometry.bytes_per_token if geometry is not None else 0
+    rows: list[tuple[str, Fact[object]]] = [("model", inp.model_source)]
+    rows += [("page size" if inp.engine is Engine.SGLANG else "block size", inp.page_size)]
+    return Reconciliation(
+        engine=inp.engine.value,
+        model=inp.model,
+        model_source=inp.model_source,
+        observed=observed,
+        predicted=predicted,
+        predicted_low=predicted,
+        predicted_high=predicted,
+        kv_bytes_per_token=cell,
+        kv_dtype=inp.kv_dtype,
+        page_size=inp.page_size.value,
+        inputs=tuple(rows + list(inp.estimated)),
+        formula="not recomputed: " + why,
+        warnings=tuple(inp.warnings),
+        notes=tuple(notes),
+        ledger=None,
+        failure=inp.failure,
+        unchecked=unchecked,
+        estimated=tuple(name for name, _ in inp.estimated),
     )
 
 
@@ -138,8 +286,15 @@ def _memory_rows(inp: LogInputs, ledger: Ledger) -> list[tuple[str, Fact[object]
             ("free after load (GiB, min over ranks)", s.free_after),
             ("mem_fraction_static", fraction),
         ]
-    assert inp.vllm is not None
-    return [("available KV (GiB)", inp.vllm.available)]
+    if inp.vllm is not None:
+        return [("available KV (GiB)", inp.vllm.available)]
+    return [
+        ("memory figures", stated("estimated", "estimated by kvtier plan: " + _estimates(ledger)))
+    ]
+
+
+def _estimates(ledger: Ledger) -> str:
+    return "; ".join(f"{i.item} {i.gib:.2f} GiB ({i.source})" for i in ledger.items if not i.exact)
 
 
 def _common_rows(inp: LogInputs, ledger: Ledger) -> list[tuple[str, Fact[object]]]:

@@ -83,6 +83,10 @@ def to_int(raw: object) -> int:
     """A count of at least 1 (ranks, page size, tokens)."""
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
         raise TypeError(raw)
+    if isinstance(raw, int):  # exact, and no float overflow on a mangled huge number
+        if raw < 1:
+            raise ValueError(raw)
+        return raw
     value = float(raw)
     if not value.is_integer() or value < 1:
         raise ValueError(raw)

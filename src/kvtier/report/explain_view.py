@@ -21,11 +21,23 @@ if TYPE_CHECKING:
 def explanation_json(e: Explanation) -> dict[str, Any]:
     """The machine-readable explanation (stable keys: engine, model, observed, predicted, ...)."""
     rec, ledger = e.reconciliation, e.ledger
+    base = e.options.base if e.options is not None else None
+    observed = rec.observed
     return {
         "engine": e.engine,
-        "model": {"id": rec.model.model_id, "source": _where(rec.model_source)},
+        "model": {
+            "id": rec.model.model_id,
+            "source": _where(rec.model_source),
+            "geometry": "catalog or config.json" if e.inputs.model_known else "from the log",
+        },
         "units": "GiB (2**30 bytes) per GPU; host RAM in decimal GB",
-        "observed": {"kv_tokens": rec.observed.value, "source": _where(rec.observed)},
+        "observed": {
+            "kv_tokens": observed.value if observed is not None else None,
+            "source": _where(observed) if observed is not None else None,
+        },
+        "failed": None
+        if rec.failure is None
+        else {"reason": rec.failure.value, "source": _where(rec.failure)},
         "predicted": {
             "kv_tokens": rec.predicted,
             "range": [rec.predicted_low, rec.predicted_high],
@@ -33,12 +45,19 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
         },
         "difference": rec.difference,
         "relative_difference": round(rec.relative_difference, 6),
-        "verdict": "match" if rec.matches else "mismatch",
+        "verdict": rec.status,
+        "verdict_text": rec.verdict,
         "kv_bytes_per_token": rec.kv_bytes_per_token,
         "kv_cache_dtype": rec.kv_dtype.name,
         "page_size": rec.page_size,
         "inputs": [
-            {"name": name, "value": fact.value, "source": _where(fact)} for name, fact in rec.inputs
+            {
+                "name": name,
+                "value": fact.value,
+                "source": _where(fact),
+                "estimated": name in rec.estimated,
+            }
+            for name, fact in rec.inputs
         ],
         "ledger": [
             {
@@ -54,10 +73,10 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
         "free_end_gib": round(ledger.free_end.gib, 4) if ledger.free_end else None,
         "not_in_log": [{"item": name, "why": why} for name, why in ledger.unlogged],
         "answer": ledger.answer,
-        "options": [o.to_json() for o in e.options.options],
-        "options_priced_at_kv_tokens": e.options.base.kv_tokens if e.options.base else None,
-        "max_running_requests": e.options.base.max_running_requests if e.options.base else None,
-        "notes": list(rec.notes) + ([e.options.note] if e.options.note else []),
+        "options": [o.to_json() for o in e.options.options] if e.options is not None else [],
+        "options_priced_at_kv_tokens": base.kv_tokens if base else None,
+        "max_running_requests": base.max_running_requests if base else None,
+        "notes": list(rec.notes) + ([e.options.note] if e.options and e.options.note else []),
         "warnings": list(rec.warnings),
     }
 
@@ -87,12 +106,12 @@ def quiet_lines(e: Explanation) -> list[str]:
     """The key figures as `key value` lines, plain numbers (no separators, GiB to 2 decimals)."""
     rec, ledger = e.reconciliation, e.ledger
     lines = [
-        f"observed_kv_tokens {rec.observed.value}",
+        f"observed_kv_tokens {rec.observed.value if rec.observed is not None else 'none'}",
         f"predicted_kv_tokens {rec.predicted}",
         f"predicted_kv_tokens_range {rec.predicted_low} {rec.predicted_high}",
         f"difference {rec.difference}",
         f"difference_pct {100 * rec.relative_difference:.2f}",
-        f"verdict {'match' if rec.matches else 'mismatch'}",
+        f"verdict {rec.status.replace(' ', '_')}",
         f"kv_bytes_per_token {rec.kv_bytes_per_token}",
         f"kv_cache_dtype {rec.kv_dtype.name}",
     ]
@@ -144,7 +163,10 @@ def _header(console: Console, e: Explanation) -> None:
     table.add_column("")
     table.add_column("tokens", justify="right")
     table.add_column("from", overflow="fold")
-    table.add_row("observed", f"{rec.observed.value:,}", rec.observed.where)
+    if rec.observed is not None:
+        table.add_row("observed", f"{rec.observed.value:,}", rec.observed.where)
+    else:
+        table.add_row("observed", "-", "the failed start printed no count")
     table.add_row(
         "predicted",
         f"{rec.predicted:,}",
@@ -153,14 +175,15 @@ def _header(console: Console, e: Explanation) -> None:
     )
     table.add_row("difference", f"{rec.difference:+,}", f"{rec.relative_difference:+.2%}")
     console.print(table)
-    colour = "green" if rec.matches else "red"
+    colour = {"match": "green", "observed only": "yellow"}.get(rec.status, "red")
     console.print(rec.verdict, style=colour, markup=False)
     inputs = Table(title="inputs", title_justify="left")
     inputs.add_column("input")
     inputs.add_column("value", justify="right")
     inputs.add_column("from", overflow="fold")
     for name, fact in rec.inputs:
-        inputs.add_row(name, _value(fact.value), fact.where)
+        mark = " (estimated)" if name in rec.estimated else ""
+        inputs.add_row(name + mark, _value(fact.value), fact.where)
     console.print(inputs)
 
 
@@ -190,6 +213,8 @@ def _options(console: Console, e: Explanation) -> None:
     from kvtier.report.ledger_view import options_table, print_option_details
 
     menu = e.options
+    if menu is None:
+        return
     if menu.note:
         console.print(f"note: {menu.note}", markup=False)
     if menu.base is None or not menu.options:
