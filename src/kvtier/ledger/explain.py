@@ -64,8 +64,19 @@ def explain_log(
     return Explanation(inputs, rec, ledger, options)
 
 
-# One SGLang version per default-fraction rule (engines/sglang/defaults.py: i, ii, iii, iv).
-_SGLANG_RULE_VERSIONS = ("0.4.8", "0.5.0", "0.5.4", "main")
+# SGLang versions spanning every default-fraction rule (engines/sglang/defaults.py): the TP
+# table, the reserve table, the heuristics and main's memory hook, with each boundary's sides.
+_SGLANG_RULE_VERSIONS = (
+    "0.3.0",
+    "0.4.0",
+    "0.4.6",
+    "0.4.9",
+    "0.5.0",
+    "0.5.3",
+    "0.5.4",
+    "0.5.10",
+    "main",
+)
 
 
 def _era_variants(inputs: LogInputs, plan: PlanInputs) -> tuple[PlanInputs, ...]:

@@ -67,10 +67,10 @@ def _sglang(s: SGLangStartup, page: int, element_bytes: int) -> LogGeometry | No
 
 def _vllm(v: VllmStartup, block: int, element_bytes: int) -> LogGeometry | None:
     if v.needed_kv is not None:
-        length, needed = v.needed_kv.value
+        length, needed, half = v.needed_kv.value
         tokens = -(-length // block) * block
-        low = math.ceil((needed - HALF) * GiB / tokens)
-        high = math.floor((needed + HALF) * GiB / tokens)
+        low = math.ceil((needed - half) * GiB / tokens)
+        high = math.floor((needed + half) * GiB / tokens)
         how = f"{needed:.2f} GiB needed for max_model_len {length:,} ({tokens:,} tokens in blocks)"
         return _pick(low, high, element_bytes, v.needed_kv, how)
     available = v.available_kv()

@@ -162,7 +162,8 @@ class VllmStartup:
     graph_gib: tuple[Fact[float], ...]  # measured capture cost
     fp8_kv: Fact[str] | None
     failure: Fact[str] | None = None  # the engine's refusal line, when the start failed
-    needed_kv: Fact[tuple[int, float]] | None = None  # (max_model_len, GiB it needs) refused
+    # (max_model_len refused, GiB it needs, half the unit that figure was printed to)
+    needed_kv: Fact[tuple[int, float, float]] | None = None
     capacity_tokens: Fact[int] | None = None  # the KV token capacity a refusal line states
     kv_device: Fact[str] | None = None  # "GPU" or "CPU", as the KV cache size line names it
 
@@ -341,7 +342,9 @@ def _failure(line: LogLine, found: _Found) -> None:
     text, one = line.text, found.one
     if m := _NEEDED.search(text):
         one("failure", "max_model_len does not fit the KV cache", line, m.start())
-        one("needed", (int(m.group(1)), float(m.group(2))), line, m.start())
+        decimals = len(m.group(2).partition(".")[2])  # releases print .1f or .2f
+        half = 0.5 * 10.0**-decimals
+        one("needed", (int(m.group(1)), float(m.group(2)), half), line, m.start())
         found.many("available", float(m.group(3)), line, m.start())
         if e := _ESTIMATED_LEN.search(text, m.end()):
             one("capacity", int(e.group(1)), line, m.start())
