@@ -16,6 +16,7 @@ was served from the one it asked for without talking to the writer.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import sys
@@ -406,7 +407,8 @@ def handle(instances: dict[str, Instance], req: dict[str, Any]) -> Any:
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     instances: dict[str, Instance] = {}
-    print(json.dumps({"ok": True, "result": "ready"}), flush=True)
+    ready = {"redis_py": importlib.util.find_spec("redis") is not None}
+    print(json.dumps({"ok": True, "result": ready}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -85,6 +85,11 @@ class Worker:
         ready = self._reply()
         if not ready.get("ok"):
             raise WorkerError(f"worker did not start: {ready}")
+        self.has_redis_py = bool(ready["result"]["redis_py"])
+
+    def require_redis_py(self) -> None:
+        if not self.has_redis_py:
+            missing("redis-py is not installed in the SGLang virtualenv: run .ci/sglang-venv.sh")
 
     def _reply(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
@@ -328,6 +333,7 @@ def test_clear_removes_every_page_of_the_fingerprint(worker: Worker, tmp_path: P
 def test_two_processes_share_one_redis(
     worker: Worker, other_worker: Worker, redis_server: RedisServer
 ) -> None:
+    worker.require_redis_py()
     a = open_instance(worker, redis_server.url, kind="mla")
     b = open_instance(other_worker, redis_server.url, kind="mla")
     ka, kb = keys(worker, 6, seed=8), keys(worker, 6, seed=9)
@@ -345,6 +351,7 @@ def test_two_processes_share_one_redis(
 def test_redis_killed_and_restarted_mid_run_gives_misses_not_errors(
     worker: Worker, redis_server: RedisServer
 ) -> None:
+    worker.require_redis_py()
     name = open_instance(worker, redis_server.url)
     ks = keys(worker, 8, seed=10)
     assert worker("set_v1", name=name, keys=ks, slots=list(range(8))) == [True] * 8
