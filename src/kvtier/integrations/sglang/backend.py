@@ -132,7 +132,7 @@ class KvtierHiCacheBackend:
                 page_bytes,
             )
 
-    # -- zero-copy interface (v1): pages of the registered host pool --------------------------
+    # -- v1 interface (`"interface_v1": 1`): pages of the KV host pool, by host index --------
 
     def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
         """How many leading pages of `keys` the store holds (header-checked)."""
@@ -240,8 +240,13 @@ class KvtierHiCacheBackend:
                 page = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
                 out.append(page.view(pool.host_pool.dtype))
             else:
-                _write_into(target, payload, self._staging(len(payload)))
-                out.append(target)
+                try:
+                    _write_into(target, payload, self._staging(len(payload)))
+                except Exception as exc:  # a target this cannot write (not host memory)
+                    self._log_once(f"batch_get target refused: {type(exc).__name__}: {exc}")
+                    out.append(None)
+                else:
+                    out.append(target)
         return out
 
     def set(
