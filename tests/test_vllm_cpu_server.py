@@ -28,6 +28,9 @@ from pathlib import Path
 import pytest
 
 from conftest import missing
+from kvtier.engines.vllm import pool
+from kvtier.engines.vllm.log import parse_vllm
+from kvtier.logs.lines import read_lines
 from vllm_cpu_support import (
     TinyLlama,
     VllmServer,
@@ -263,3 +266,32 @@ def test_observe_small_pool_metrics_is_kv_bound(small_pool: Served, source: str)
 
 def _metrics_file(served: Served) -> Path:
     return served.log.with_name("metrics.txt")
+
+
+# ---- without a server: the CPU build's startup lines, as vllm-cpu 0.32.0 printed them here
+
+CPU_STARTUP = """\
+(APIServer pid=13683) INFO 12-01 12:20:26 [api_utils.py:286] non-default args: {'host': \
+'127.0.0.1', 'port': 33941, 'model': '/tmp/m', 'max_model_len': 1024, 'enforce_eager': True, \
+'kv_cache_memory_bytes': 1343488}
+(Worker pid=14193) INFO 12-01 12:20:43 [cpu_worker.py:260] Explicitly set (0.0/23.54) GiB for KV \
+cache on node 0.
+(EngineCore pid=13848) INFO 12-01 12:20:43 [kv_cache_utils.py:2327] CPU KV cache size: 2,560 \
+tokens, Maximum concurrency for 1,024 tokens per request: 2.50x
+"""
+
+
+def test_cpu_startup_lines_parse() -> None:
+    startup = parse_vllm(read_lines(CPU_STARTUP))
+    assert startup.kv_tokens is not None and startup.kv_tokens.value == 2560
+    assert startup.kv_device is not None and startup.kv_device.value == "CPU"
+    assert startup.max_model_len is not None and startup.max_model_len.value == MAX_MODEL_LEN
+    assert startup.concurrency is not None and startup.concurrency.value == 2.5
+    # the worker prints 0.0 GiB; the arguments give the exact budget
+    override = startup.kv_memory_override_gib
+    assert override is not None and override.value * (1 << 30) == 1343488
+
+
+def test_cpu_default_block_size() -> None:
+    assert pool.default_block_size("CPU") == CPU_BLOCK
+    assert pool.default_block_size("GPU") == pool.default_block_size(None) == 16

