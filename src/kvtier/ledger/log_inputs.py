@@ -108,7 +108,13 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
     if sglang:
         page = settings.get("page_size", to_int, 1, "default page size 1")
     else:
-        page = settings.get("page_size", to_int, vllm_budget.DEFAULT_BLOCK_SIZE, "CUDA default")
+        device = startup.kv_device.value if startup.kv_device is not None else None
+        page = settings.get(
+            "page_size",
+            to_int,
+            vllm_budget.default_block_size(device),
+            f"{device or 'CUDA'} default (CacheConfig block_size)",
+        )
     assert page is not None
     base = _model_dtype(settings, found)
     kv_dtype, kv_source = _kv_dtype(engine, startup, settings, base.value)
@@ -224,6 +230,7 @@ _PLAN_SETTINGS = (
     ("draft_model", to_str),
     ("speculative_num_draft_tokens", to_int),
     ("max_total_tokens", to_int),
+    ("kv_cache_memory_bytes", to_int),
 )
 
 
