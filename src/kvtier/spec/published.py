@@ -149,14 +149,21 @@ def checked(fields: dict[str, Any], where: str, model_id: str) -> dict[str, Any]
     return out
 
 
+# Upper bounds: a layer count is walked layer by layer, so it stays small; any other size fits
+# in 32 bits in every published model
+_MOST = {"num_hidden_layers": 4096, "depth": 4096, "num_nextn_predict_layers": 64}
+_MOST_INT = (1 << 31) - 1
+
+
 def _problem(name: str, value: Any) -> str | None:
     if name in _POSITIVE or name in _NON_NEGATIVE:
         least = 1 if name in _POSITIVE else 0
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= least
-        return None if ok else f"an integer >= {least}"
+        most = _MOST.get(name, _MOST_INT)
+        ok = isinstance(value, int) and not isinstance(value, bool) and least <= value <= most
+        return None if ok else f"an integer from {least} to {most:,}"
     if name in _INT_LISTS:
         ok = isinstance(value, list) and all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MOST_INT for v in value
         )
         return None if ok else "a list of integers >= 0"
     if name == "layer_types":
