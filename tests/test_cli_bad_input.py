@@ -51,7 +51,10 @@ CASES = [
         for cmd in ("plan", "advise")
     ],
     (["simulate", "{trace}", *KIMI, "--tp", "3"], "does not divide the 64 attention heads"),
-    (["plan", *KIMI, "--tp", "x"], "argument --tp: must be a whole number from 1 to 4,096, got 'x'"),
+    (
+        ["plan", *KIMI, "--tp", "x"],
+        "argument --tp: must be a whole number from 1 to 4,096, got 'x'",
+    ),
     # unknown GPU
     *[([cmd, *KIMI, "--gpu", "H900"], "unknown GPU 'H900'") for cmd in ("plan", "advise")],
     (["explain", LOG, "--gpu", "H900"], "unknown GPU 'H900'"),
@@ -69,12 +72,18 @@ CASES = [
     ),
     # host tier sizes and memory fractions
     *[
-        ([cmd, *KIMI, "--hicache-ratio", "-2"], "argument --hicache-ratio: must be a number in [0, 10000]")
+        (
+            [cmd, *KIMI, "--hicache-ratio", "-2"],
+            "argument --hicache-ratio: must be a number in [0, 10000]",
+        )
         for cmd in ("plan", "advise")
     ],
     (["simulate", "{trace}", *KIMI, "--hicache-ratio", "-2"], "--hicache-ratio"),
     (["explain", LOG, "--hicache-ratio", "-2"], "argument --hicache-ratio"),
-    (["plan", *KIMI, "--hicache-size", "-1"], "argument --hicache-size: must be a number in [0, 1e+07]"),
+    (
+        ["plan", *KIMI, "--hicache-size", "-1"],
+        "argument --hicache-size: must be a number in [0, 1e+07]",
+    ),
     *[([cmd, *KIMI, "--mem-fraction-static", "1.5"], "1.5") for cmd in ("plan", "advise")],
     (["simulate", "{trace}", *KIMI, "--mem-fraction-static", "1.5"], "1.5"),
     (["explain", LOG, "--mem-fraction-static", "1.5"], "1.5"),

@@ -28,15 +28,15 @@ def open_input(path: str, what: str, limit: int) -> BinaryIO:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise KvtierError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+        raise KvtierError(f"cannot read {path} ({what}): {exc.strerror or exc}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise KvtierError(f"cannot read {what} {path}: {kind} (give a regular file)")
+            raise KvtierError(f"cannot read {path} ({what}): {kind} (give a regular file)")
         if info.st_size > limit:
             raise KvtierError(
-                f"cannot read {what} {path}: {info.st_size:,} bytes, over the {limit:,}-byte bound"
+                f"cannot read {path} ({what}): {info.st_size:,} bytes, over the {limit:,} bound"
             )
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -54,9 +54,9 @@ def read_input(path: str, what: str, limit: int = MAX_LOG_BYTES) -> bytes:
             try:
                 data = stream.read(limit + 1)
             except OSError as exc:
-                raise KvtierError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+                raise KvtierError(f"cannot read {path} ({what}): {exc.strerror or exc}") from None
     if len(data) > limit:
-        raise KvtierError(f"cannot read {what} {path}: over the {limit:,}-byte bound")
+        raise KvtierError(f"cannot read {path} ({what}): over the {limit:,}-byte bound")
     return data
 
 
