@@ -67,14 +67,16 @@ def model_from_config(config: Mapping[str, Any], model_id: str) -> ModelSpec:
     if arch not in TEXT_ARCHITECTURES and arch not in WRAPPER_ARCHITECTURES:
         raise UnsupportedModel(f"{model_id}: unsupported architectures entry {arch!r}")
     nested = arch in WRAPPER_ARCHITECTURES and arch not in _TEXT_AT_TOP_LEVEL
-    text = text_section(config, nested, model_id)
-    fields = {**text.fields, "tie_word_embeddings": _tied(arch, config, text.fields)}
     try:
+        text = text_section(config, nested, model_id)
+        fields = {**text.fields, "tie_word_embeddings": _tied(arch, config, text.fields)}
         dtype = model_dtype(config, text, model_id)
         return _build(arch, config, fields, text.defaulted, dtype, model_id)
     except KeyError as exc:
         raise UnsupportedModel(f"{model_id}: config lacks field {exc.args[0]!r}") from None
-    except (TypeError, ValueError) as exc:  # a field no check above covers
+    # a field of the wrong type or size that no check in published.py covers (quantization,
+    # vision sections): refused as malformed, never carried into the ledger
+    except (TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
         raise UnsupportedModel(f"{model_id}: malformed config.json ({exc})") from None
     except UnsupportedModel as exc:
         if str(exc).startswith(model_id):
