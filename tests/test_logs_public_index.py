@@ -86,5 +86,6 @@ def test_observed_tokens_are_printed_or_derived(entry_id):
     assert blocks is not None and block_size is not None, (
         f"{entry_id}: {observed} is not in the log and no gpu_blocks x block_size is stated"
     )
-    assert re.search(rf"(# ?)?(GPU|CUDA) blocks: {blocks}\b", text), f"{entry_id}: no GPU/CUDA blocks line with {blocks}"
+    line = re.search(rf"(# ?)?(GPU|CUDA) blocks: {blocks}\b", text)
+    assert line, f"{entry_id}: no GPU/CUDA blocks line with {blocks}"
     assert blocks * block_size == observed

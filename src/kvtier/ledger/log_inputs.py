@@ -108,6 +108,7 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
     if sglang:
         page = settings.get("page_size", to_int, 1, "default page size 1")
     else:
+        assert isinstance(startup, VllmStartup)
         device = startup.kv_device.value if startup.kv_device is not None else None
         page = settings.get(
             "page_size",
@@ -318,6 +319,12 @@ def _sglang_memory(
     after_load = min(loads, key=lambda w: w.avail_gib or 0.0)
     assert after_load.avail_gib is not None
     free_after = after_load.fact(after_load.avail_gib)
+    for load in loads:
+        if load.avail_gib is not None and load.avail_gib < 0:
+            raise KvtierError(
+                f"line {load.line}: avail mem={load.avail_gib:.2f} GB is negative; SGLang "
+                "prints the free memory, never below 0"
+            )
     begin = startup.free_before_load()
     sums = [w for w in loads if w.usage_gib is not None]
     if begin is not None:

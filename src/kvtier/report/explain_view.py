@@ -6,8 +6,9 @@ per GPU, as the engines print them; host RAM is decimal GB, as SGLang sizes it.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
+
+from kvtier.report.json_text import json_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -128,7 +129,7 @@ def _where(fact: Fact[Any]) -> dict[str, Any]:
 
 def print_explanation(e: Explanation, as_json: bool = False, quiet: bool = False) -> None:
     if as_json:
-        print(json.dumps(explanation_json(e), indent=2))
+        print(json_text(explanation_json(e)))
         return
     if quiet:
         print("\n".join(quiet_lines(e)))

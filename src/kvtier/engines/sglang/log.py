@@ -33,7 +33,7 @@ _POOL_END = re.compile(r"Memory pool end\. avail mem=" + NUM + " GB")
 _GRAPH = re.compile(
     r"Capture (?:(target|draft) )?(?:([a-z]{1,10}) )?\w{1,10} graph (begin|end)", re.IGNORECASE
 )
-_SUMMARY = re.compile(r"max_total_num_tokens=(\d{1,15})")
+_SUMMARY = re.compile(r"max_total_num_tokens=(\d{1,15})(?!\d)")
 _HOST_POOL = re.compile(r"Allocating " + NUM + " GB host memory for hierarchical KV cache")
 
 _ARCH = re.compile(r"\btype=(\w{1,120})")
@@ -41,14 +41,14 @@ _DTYPE = re.compile(r"\bdtype[=:] ?([\w.]{1,40})")
 _QUANT = re.compile(r"\bquant=([\w.-]{1,40})")
 _AVAIL = re.compile(r"\bavail mem=" + NUM + " GB")
 _USAGE = re.compile(r"\bmem usage=" + NUM + " GB")
-_TOKENS = re.compile(r"#tokens: (\d{1,15})")
+_TOKENS = re.compile(r"#tokens: (\d{1,15})(?!\d)")
 _KV_SIZE = re.compile(r"\bKV size: " + NUM + " GB")
 _K_SIZE = re.compile(r"\bK size: " + NUM + " GB")
 R = TypeVar("R", bound=Printed)
 
 _V_SIZE = re.compile(r"\bV size: " + NUM + " GB")
-_RUNNING = re.compile(r"max_running_requests=(\d{1,15})")
-_CONTEXT = re.compile(r"context_len=(\d{1,15})")
+_RUNNING = re.compile(r"max_running_requests=(\d{1,15})(?!\d)")
+_CONTEXT = re.compile(r"context_len=(\d{1,15})(?!\d)")
 _FINAL_FREE = re.compile(r"available_gpu_mem=" + NUM + " GB")
 
 # The engine's refusal when the weights leave no room for the pool: profile_max_num_token /
