@@ -72,8 +72,11 @@ def _tp(spec: ModelSpec) -> int:
     return next(tp for tp in (8, 4, 2, 1) if spec.num_attention_heads % tp == 0)
 
 
-# the spec reads these; an engine's pool formula for their attention is not modelled yet
-POOL_NOT_MODELLED = {"llama-4-scout": "chunked"}
+# the spec reads these; SGLang's pool formula for their attention is not modelled yet (vLLM
+# treats chunked local attention as full attention: its hybrid KV manager is off for it)
+POOL_NOT_MODELLED = {("llama-4-scout", "sglang"): "chunked"}
+# a 10M-token context needs 240 GiB of KV for one request: the engine refuses it on one H200
+CONTEXT = {"llama-4-scout": 131_072}
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
@@ -83,10 +86,12 @@ def test_both_engines_plan_every_fixture(
 ) -> None:
     tp = _tp(_spec(name))
     args = ["plan", "--engine", engine, "--model", str(CONFIGS / f"{name}.json")]
+    if name in CONTEXT:
+        args += ["--context-length", str(CONTEXT[name])]
     code = main([*args, "--gpu", "H200", "--tp", str(tp), "--json"])
     captured = capsys.readouterr()
-    if name in POOL_NOT_MODELLED:
-        assert code == 2 and POOL_NOT_MODELLED[name] in captured.err
+    if (name, engine) in POOL_NOT_MODELLED:
+        assert code == 2 and POOL_NOT_MODELLED[name, engine] in captured.err
         return
     assert code == 0, captured.err
     out = json.loads(captured.out)
