@@ -73,7 +73,7 @@ def test_directory_without_config_is_a_clear_error(tmp_path: Path) -> None:
 def test_unreadable_config_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "config.json"
     bad.write_text("{not json")
-    with pytest.raises(KvtierError, match="cannot read"):
+    with pytest.raises(KvtierError, match="is not JSON"):
         resolve_model(str(bad))
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from kvtier.cli.files import check_model_path, read_text
 from kvtier.cli.parser import add_subcommand
 from kvtier.cli.plan import add_deployment_arguments, field_values
 from kvtier.cli.values import HOST_GB
 from kvtier.errors import KvtierError
+from kvtier.files import check_model_path, read_text
 
 EPILOG = """\
 examples:

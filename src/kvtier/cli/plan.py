@@ -11,7 +11,6 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
-from kvtier.cli.files import check_model_path
 from kvtier.cli.parser import add_subcommand
 from kvtier.cli.values import (
     FRACTION,
@@ -27,6 +26,7 @@ from kvtier.cli.values import (
     number,
 )
 from kvtier.errors import KvtierError
+from kvtier.files import check_model_path
 
 if TYPE_CHECKING:
     from kvtier.engines.deployment import Deployment

@@ -13,9 +13,9 @@ import io
 import json
 from typing import Any
 
-from kvtier.cli.files import check_output, load_json, read_input
 from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
+from kvtier.files import check_output, load_json, read_input
 
 KINDS = ("plan", "advise", "explain", "simulate")
 

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from kvtier.cli.files import MAX_TRACE_BYTES, check_output, open_input
 from kvtier.cli.parser import add_subcommand
 from kvtier.cli.plan import add_deployment_arguments, deployment_from_args, warn_ignored
 from kvtier.cli.values import (
@@ -25,6 +24,7 @@ from kvtier.cli.values import (
     number,
 )
 from kvtier.errors import KvtierError
+from kvtier.files import MAX_TRACE_BYTES, check_output, open_input
 from kvtier.report.json_text import json_text
 
 # Names and defaults the help text states; kvtier.sim is imported only when a simulation runs

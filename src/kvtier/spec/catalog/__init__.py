@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kvtier.errors import KvtierError
+from kvtier.files import MAX_CONFIG_BYTES, load_json, read_input
 from kvtier.spec.config import model_from_config
 from kvtier.spec.model import ModelSpec
 
@@ -116,12 +117,11 @@ def _from_entry(entry: CatalogEntry) -> ModelSpec:
 
 def _from_path(path: Path, model_id: str) -> ModelSpec:
     config_file = path / "config.json" if path.is_dir() else path
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise KvtierError(f"no config.json in {path}") from None
-    except (OSError, ValueError) as exc:
-        raise KvtierError(f"cannot read {config_file}: {exc}") from None
+    if not config_file.exists():
+        raise KvtierError(f"no config.json in {path}")
+    # the one file rule (kvtier.files): a regular file, bounded, strict JSON, bounded nesting
+    data = read_input(str(config_file), "config.json", MAX_CONFIG_BYTES)
+    config = load_json(data, str(config_file))
     if not isinstance(config, dict):
         raise KvtierError(f"{config_file} is not a JSON object")
     return model_from_config(config, model_id)
