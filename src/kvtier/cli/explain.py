@@ -20,6 +20,7 @@ examples:
   kvtier explain examples/logs/vllm-llama31-8b-h100.log --json
   kvtier explain --quiet examples/logs/sglang-kimi-k25-eagle3.log
   kvtier explain - < examples/logs/vllm-llama31-8b-h100.log
+  kvtier explain examples/logs/sglang-kimi-k25-eagle3.log --nvidia-smi smi.txt
 """
 
 # kvtier flag dest -> setting name the log reader uses; two of a group must agree.
@@ -84,6 +85,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=HOST_GB,
         help="host RAM available per node, decimal GB (HiCache check)",
     )
+    p.add_argument(
+        "--nvidia-smi",
+        metavar="FILE",
+        help="nvidia-smi's table or --query-gpu=index,memory.used,memory.total CSV, taken while "
+        "serving: its 'used' reconciled item by item with the log's ledger",
+    )
     add_deployment_arguments(p, launch=False)
     p.set_defaults(run=run)
 
@@ -118,6 +125,15 @@ def run(args: argparse.Namespace) -> int:
         free_end_gib=args.free_end_gib,
         gpu_mem_gib=args.gpu_mem_gib,
     )
+    card = None
+    if args.nvidia_smi is not None:
+        from kvtier.observe.nvidia_smi import parse_nvidia_smi
+
+        gpus = parse_nvidia_smi(read_text(args.nvidia_smi, "nvidia-smi"), args.nvidia_smi)
     explanation = explain_log(read_text(args.log, "log"), flags, measured)
-    print_explanation(explanation, as_json=args.json, quiet=args.quiet)
+    if args.nvidia_smi is not None:
+        from kvtier.observe.nvidia_smi import reconcile_card
+
+        card = reconcile_card(gpus, explanation)
+    print_explanation(explanation, as_json=args.json, quiet=args.quiet, card=card)
     return 0

@@ -13,6 +13,7 @@ from kvtier.cli.values import SECONDS, count
 from kvtier.errors import KvtierError
 
 if TYPE_CHECKING:
+    from kvtier.observe.nvidia_smi import CardReconciliation, GpuMemory
     from kvtier.observe.observer import Observer
 
 EPILOG = """\
@@ -21,6 +22,7 @@ examples:
   kvtier observe server.log --follow --idle-exit 60 --json
   kvtier observe http://localhost:30000/metrics --samples 12 --interval 5
   docker logs sglang 2>&1 | kvtier observe -
+  kvtier observe server.log --nvidia-smi smi.txt
 
 verdicts: kv-bound (requests wait while the KV pool is >= 90% full, or running requests are
 preempted / retracted), compute-bound (requests wait while the pool has room), not-saturated
@@ -58,6 +60,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--interval", type=SECONDS, help="seconds between scrapes (default 5)")
     p.add_argument(
+        "--nvidia-smi",
+        metavar="FILE",
+        help="nvidia-smi's table or --query-gpu=index,memory.used,memory.total CSV: its 'used' "
+        "reconciled with the startup lines of the same log (as `kvtier explain` reads them)",
+    )
+    p.add_argument(
         "--points", type=count(1, 1_000_000), default=120, help="timeline points kept (default 120)"
     )
     out = p.add_mutually_exclusive_group()
@@ -92,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
     source: str = args.source
     is_url = source.startswith(("http://", "https://"))
     _check(args, is_url)
+    gpus = None
+    if args.nvidia_smi is not None:
+        from kvtier.files import read_text
+        from kvtier.observe.nvidia_smi import parse_nvidia_smi
+
+        gpus = parse_nvidia_smi(read_text(args.nvidia_smi, "nvidia-smi"), args.nvidia_smi)
     observer = Observer(source, args.points)
     if is_url:
         from kvtier.observe.metrics import observe_scrapes, poll
@@ -107,8 +121,25 @@ def run(args: argparse.Namespace) -> int:
             f"{source}: no serving lines found (SGLang `Decode batch` / `Prefill batch`, "
             "vLLM `Avg prompt throughput`) and no engine metrics"
         )
-    print_observation(result, as_json=args.json, quiet=args.quiet)
+    card = None if gpus is None else _card(gpus, source, is_url)
+    print_observation(result, as_json=args.json, quiet=args.quiet, card=card)
     return 0
+
+
+def _card(gpus: tuple[GpuMemory, ...], source: str, is_url: bool) -> CardReconciliation:
+    """nvidia-smi against the ledger of the startup lines in the same log, when it has them."""
+    from kvtier.observe.nvidia_smi import reconcile_card, unreconciled
+
+    if is_url or source == "-":
+        return unreconciled(gpus, f"{source} is not a file with startup lines to reconcile with")
+    from kvtier.files import read_text
+    from kvtier.ledger.explain import explain_log
+
+    try:
+        explanation = explain_log(read_text(source, "log"), {})
+    except KvtierError as exc:
+        return unreconciled(gpus, f"no startup ledger from {source}: {exc}")
+    return reconcile_card(gpus, explanation)
 
 
 def _read_file(path: Path, observer: Observer, args: argparse.Namespace) -> None:

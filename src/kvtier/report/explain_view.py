@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kvtier.ledger.explain import Explanation
     from kvtier.ledger.log_ledger import LogLedger
     from kvtier.logs.facts import Fact
+    from kvtier.observe.nvidia_smi import CardReconciliation
 
 
 def explanation_json(e: Explanation) -> dict[str, Any]:
@@ -127,12 +128,22 @@ def _where(fact: Fact[Any]) -> dict[str, Any]:
     return {"line": fact.line, "text": fact.text.strip(), "rank": fact.rank}
 
 
-def print_explanation(e: Explanation, as_json: bool = False, quiet: bool = False) -> None:
+def print_explanation(
+    e: Explanation,
+    as_json: bool = False,
+    quiet: bool = False,
+    card: CardReconciliation | None = None,
+) -> None:
+    from kvtier.report.card_view import card_json, card_quiet, print_card
+
     if as_json:
-        print(json_text(explanation_json(e)))
+        payload = explanation_json(e)
+        if card is not None:
+            payload["nvidia_smi"] = card_json(card)
+        print(json_text(payload))
         return
     if quiet:
-        print("\n".join(quiet_lines(e)))
+        print("\n".join(quiet_lines(e) + (card_quiet(card) if card is not None else [])))
         return
     from rich.text import Text
 
@@ -148,6 +159,9 @@ def print_explanation(e: Explanation, as_json: bool = False, quiet: bool = False
         console.print(f"note: {note}", markup=False)
     for warning in e.reconciliation.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
+    if card is not None:
+        console.print()
+        print_card(console, card)
 
 
 def _header(console: Console, e: Explanation) -> None:

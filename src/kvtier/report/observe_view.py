@@ -16,6 +16,8 @@ from kvtier.report.json_text import json_text
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from kvtier.observe.nvidia_smi import CardReconciliation
+
 _ENGINES = {"sglang": "SGLang", "vllm": "vLLM"}
 _COLOURS = {"kv-bound": "red", "compute-bound": "yellow", "not-saturated": "green"}
 
@@ -90,12 +92,22 @@ def quiet_lines(o: Observation) -> list[str]:
     ]
 
 
-def print_observation(o: Observation, as_json: bool = False, quiet: bool = False) -> None:
+def print_observation(
+    o: Observation,
+    as_json: bool = False,
+    quiet: bool = False,
+    card: CardReconciliation | None = None,
+) -> None:
+    from kvtier.report.card_view import card_json, card_quiet, print_card
+
     if as_json:
-        print(json_text(observation_json(o)))
+        payload = observation_json(o)
+        if card is not None:
+            payload["nvidia_smi"] = card_json(card)
+        print(json_text(payload))
         return
     if quiet:
-        print("\n".join(quiet_lines(o)))
+        print("\n".join(quiet_lines(o) + (card_quiet(card) if card is not None else [])))
         return
     from rich.table import Table
 
@@ -141,6 +153,9 @@ def print_observation(o: Observation, as_json: bool = False, quiet: bool = False
         console.print(
             f"warning: {o.skipped:,} lines of a known format could not be read", style="yellow"
         )
+    if card is not None:
+        console.print()
+        print_card(console, card)
 
 
 def _timeline_table(points: tuple[Point, ...], rows: int = 24) -> Table:
