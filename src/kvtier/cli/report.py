@@ -1,8 +1,10 @@
-"""`kvtier report`: one self-contained HTML file from a startup log and a simulation sweep.
+"""`kvtier report`: one self-contained HTML file from a startup log, a serving log or /metrics,
+and a simulation sweep.
 
-It runs `kvtier explain LOG --json` and, when asked, `kvtier simulate ... --json` in this
-process, and draws their JSON: the same contract automation reads, so the report never shows a
-number the commands would not print. Saved `--json` output can be drawn too (`--from`).
+It runs `kvtier explain LOG --json`, `kvtier observe SOURCE --json` and, when asked,
+`kvtier simulate ... --json` in this process, and draws their JSON: the same contract
+automation reads, so the report never shows a number the commands would not print. Saved
+`--json` output can be drawn too (`--from`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
 from kvtier.files import check_output, load_json, read_input
 
-KINDS = ("plan", "advise", "explain", "simulate")
+KINDS = ("plan", "advise", "explain", "observe", "simulate")
 
 
 EPILOG = """\
 examples:
   kvtier report examples/logs/sglang-kimi-k25-eagle3.log -o report.html
   kvtier report examples/logs/vllm-llama31-8b-h100.log -o report.html --title "Llama 8B on H100"
+  kvtier report --observe server.log -o serving.html
+  kvtier report startup.log --observe http://localhost:30000/metrics -o report.html
   kvtier simulate --generate chat --requests 500 -o chat.jsonl
   kvtier report examples/logs/sglang-kimi-k25-eagle3.log -o report.html --simulate chat.jsonl \\
       --gpu "RTX PRO 6000" --sweep hicache-ratio=0,2,4 -- python -m sglang.launch_server \\
@@ -44,6 +48,12 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("log", nargs="?", help="engine startup log to explain")
     parser.add_argument("-o", "--output", required=True, help="HTML file to write")
+    parser.add_argument(
+        "--observe",
+        metavar="SOURCE",
+        help="serving log, saved /metrics or a /metrics URL (what `kvtier observe` reads): "
+        "its diagnosis and time series of KV usage, queue, throughput and hit rate",
+    )
     parser.add_argument("--title", help="report title (default: from the model)")
     parser.add_argument(
         "--from",
@@ -67,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     from kvtier.report.html import write_html
     from kvtier.report.schema import check_payload
 
-    check_output(args.output, [args.log, *_saved_paths(args.saved), *_simulate_inputs(args)])
+    inputs = [args.log, args.observe, *_saved_paths(args.saved), *_simulate_inputs(args)]
+    check_output(args.output, [i for i in inputs if i is None or "://" not in i])
     payloads: dict[str, dict[str, Any]] = {}
     for spec in args.saved:
         kind, payload = saved_payload(spec)
@@ -75,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         payloads[kind] = payload
     if args.log:
         payloads["explain"] = command_json(["explain", args.log])
+    if args.observe:
+        payloads["observe"] = command_json(["observe", args.observe])
     if args.launch and args.simulate is None:
         raise KvtierError("report: a launch command after `--` belongs to --simulate ARGS")
     if args.simulate is not None:
@@ -83,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
         launch = ["--", *args.launch] if args.launch else []
         payloads["simulate"] = command_json(["simulate", *args.simulate, *launch])
     if not payloads:
-        raise KvtierError("report: give a LOG, --simulate ARGS or --from KIND=FILE")
-    for kind in ("explain", "simulate"):
+        raise KvtierError(
+            "report: give a LOG, --observe SOURCE, --simulate ARGS or --from KIND=FILE"
+        )
+    for kind in ("explain", "observe", "simulate"):
         if kind in payloads and not any(s.startswith(f"{kind}=") for s in args.saved):
             check_payload(kind, payloads[kind], f"`kvtier {kind} --json`")
     title = args.title or default_title(payloads)

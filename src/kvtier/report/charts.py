@@ -218,10 +218,12 @@ def line_chart(
     y_fmt: Fmt = _num,
     width: int = 760,
     height: int = 340,
+    x_ticks: Sequence[float] | None = None,
 ) -> str:
     """Lines over a shared x axis; `x_log2` / `y_log2` space an axis by powers of two.
 
-    On a log y axis, points below 1 cannot be drawn and are left off their line.
+    On a log y axis, points below 1 cannot be drawn and are left off their line. The x axis is
+    ticked at every point's x unless `x_ticks` names fewer (a long timeline).
     """
     if y_log2:
         series = [
@@ -253,7 +255,7 @@ def line_chart(
     out = _svg_open(width, height, title)
     out.append('<g class="axes">')
     out.extend(_y_grid(y_ticks, fy, pad_l, plot_w, y_fmt))
-    for t in xs:
+    for t in xs if x_ticks is None else x_ticks:
         out.append(
             f'<line x1="{fx(t):.2f}" x2="{fx(t):.2f}" y1="{pad_t + plot_h}" '
             f'y2="{pad_t + plot_h + 4}" stroke="#333"/><text x="{fx(t):.2f}" '

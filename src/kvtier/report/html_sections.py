@@ -188,6 +188,10 @@ def sections_for(kind: str, payload: Payload) -> list[Section]:
     """The sections one command's `--json` payload becomes, in reading order."""
     if kind == "simulate":
         return [simulation_section(payload)]
+    if kind == "observe":
+        from kvtier.report.html_observe import observe_section
+
+        return [observe_section(payload)]
     if kind not in ("plan", "advise", "explain"):
         raise KvtierError(f"report: no HTML view for '{kind}' data")
     parts = [

@@ -86,11 +86,35 @@ _RUN = {
     "value?": "scalar",
     "params?": {},
 }
+_POINT = {
+    "kv_usage?": "share",
+    "running?": "count",
+    "queued?": "count",
+    "prompt_tps?": "amount",
+    "gen_tps?": "amount",
+    "hit_rate?": "share",
+    "samples?": "positive",
+    "line?": "count",
+}
+_OBSERVE = {
+    "source": "text",
+    "engine?": "scalar",
+    "samples": "count",
+    "diagnosis": "name",
+    "reason?": "scalar",
+    "kv_usage_max?": "share",
+    "queue_max?": "count",
+    "kv_full_threshold?": "share",
+    "next_steps?": _SCALARS,
+    "evidence?": [{"line?": "count", "text": "scalar"}],
+    "timeline": [_POINT],
+}
 SCHEMAS: dict[str, Any] = {
     "plan": _PLAN,
     "advise": _PLAN,
     "explain": _EXPLAIN,
     "simulate": {"notes?": _SCALARS, "sweep?": {"param": "name", "runs": [_RUN]}},
+    "observe": _OBSERVE,
 }
 
 
