@@ -93,3 +93,18 @@ def test_one_command_report_renders(browser: Chromium, tmp_path: Path) -> None:
     assert report.problems == []
     assert len(report.value) == 6
     assert all(c["width"] > 300 and c["drawn"] > 0 for c in report.value), report.value
+
+
+def test_serving_report_renders_every_chart(browser: Chromium, tmp_path: Path) -> None:
+    from test_report_observe import TITLES, serving_log
+
+    log = serving_log(tmp_path / "serving.log")
+    out = tmp_path / "serving.html"
+    assert main(["report", str(founding_log()), "--observe", str(log), "-o", str(out)]) == 0
+    report = browser.load(out, MEASURE_CHARTS)
+    assert report.problems == []
+    titles = [chart["title"] for chart in report.value]
+    assert titles[-4:] == TITLES and len(titles) == 7  # explain's three, then serving's four
+    for chart in report.value:
+        assert chart["width"] > 300 and chart["height"] > 100, chart
+        assert chart["marks"] > 0 and chart["drawn"] == chart["marks"], chart

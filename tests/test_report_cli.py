@@ -31,7 +31,7 @@ def test_saved_json_becomes_one_report(tmp_path: Path, capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "give a LOG, --simulate ARGS or --from KIND=FILE"),
+        ([], "give a LOG, --observe SOURCE, --simulate ARGS or --from KIND=FILE"),
         (["--from", "trace=x.json"], "--from wants KIND=FILE with KIND one of"),
         (["--from", "plan=/nonexistent/p.json"], "cannot read /nonexistent/p.json"),
         (["--simulate"], "--simulate needs the arguments"),
