@@ -18,9 +18,9 @@ EPILOG = """\
 examples:
   kvtier explain examples/logs/sglang-kimi-k25-eagle3.log --host-ram-gb 396
   kvtier explain examples/logs/vllm-llama31-8b-h100.log --json
-  kvtier explain --quiet examples/logs/sglang-kimi-k25-eagle3.log
   kvtier explain - < examples/logs/vllm-llama31-8b-h100.log
-  kvtier explain examples/logs/sglang-kimi-k25-eagle3.log --nvidia-smi smi.txt
+  kvtier explain examples/logs/sglang-kimi-k25-eagle3.log --quiet \
+      --nvidia-smi tests/fixtures/observe/nvidia-smi/kimi-k25-serving.txt
 """
 
 # kvtier flag dest -> setting name the log reader uses; two of a group must agree.

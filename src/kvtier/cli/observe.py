@@ -18,11 +18,10 @@ if TYPE_CHECKING:
 
 EPILOG = """\
 examples:
-  kvtier observe server.log
+  kvtier observe server.log --nvidia-smi smi.txt
   kvtier observe server.log --follow --idle-exit 60 --json
   kvtier observe http://localhost:30000/metrics --samples 12 --interval 5
   docker logs sglang 2>&1 | kvtier observe -
-  kvtier observe server.log --nvidia-smi smi.txt
 
 verdicts: kv-bound (requests wait while the KV pool is >= 90% full, or running requests are
 preempted / retracted), compute-bound (requests wait while the pool has room), not-saturated

@@ -27,7 +27,6 @@ examples:
   kvtier report examples/logs/sglang-kimi-k25-eagle3.log -o report.html
   kvtier report examples/logs/vllm-llama31-8b-h100.log -o report.html --title "Llama 8B on H100"
   kvtier report --observe server.log -o serving.html
-  kvtier report startup.log --observe http://localhost:30000/metrics -o report.html
   kvtier simulate --generate chat --requests 500 -o chat.jsonl
   kvtier report examples/logs/sglang-kimi-k25-eagle3.log -o report.html --simulate chat.jsonl \\
       --gpu "RTX PRO 6000" --sweep hicache-ratio=0,2,4 -- python -m sglang.launch_server \\
