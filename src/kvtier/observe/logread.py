@@ -1,9 +1,13 @@
 """Serving logs read as a stream: chunks in, readings out, one unfinished line held at a time.
 
-Each line of a chunk is searched for every engine's titles at once; only the lines that hold one
-are read. ANSI colours, CR characters and prefixes (docker, journalctl, rank tags) are handled as
-in startup logs. A message's time is the last timestamp printed before it (vLLM's own, behind a
-docker timestamp); identical messages printed by several ranks at one time count once.
+Each chunk of complete lines is searched, as bytes, for every engine's titles at once by one
+pattern, so lines without a title are never split out or decoded. The commonest messages
+(SGLang's decode and prefill lines, vLLM's V1 stats line) are read by that same search where
+they end their line behind a plain prefix; every other line with a title is decoded and read by
+`read_line`, the general reader, which gives the same readings. ANSI colours, CR characters and
+prefixes (docker, journalctl, rank tags) are handled as in startup logs. A message's time is the
+last timestamp printed before it (vLLM's own, behind a docker timestamp); identical messages
+printed by several ranks at one time count once.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import re
 import time as clock
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from kvtier.engines.sglang import serving as sglang
 from kvtier.engines.vllm import serving as vllm
@@ -119,33 +123,119 @@ def read_line(
         _read_message(observer, number, text, start, end, title, when)
 
 
+# What a fast shape's reading needs: engine, kind, fields builder, and its groups' slice.
+_Shape = tuple[str, str, Callable[[tuple[Any, ...]], dict[str, float]], int, int]
+
+
+def _scan_pattern() -> tuple[re.Pattern[bytes], dict[str, _Shape]]:
+    """One bytes pattern for a chunk: the engines' fast shapes, each where its message ends the
+    line (trailing blanks aside, as `str.rstrip` leaves it), then every title `_FILTER` knows.
+
+    A shape's groups are unnamed here (shapes share names); an empty group closes each shape, so
+    a match's `lastgroup` names the shape that matched."""
+    branches: list[str] = []
+    shapes: dict[str, _Shape] = {}
+    group = 0
+    for engine, grammar in (("sglang", sglang), ("vllm", vllm)):
+        for kind, source, build in grammar.FAST:
+            plain = re.sub(r"\(\?P<\w+>", "(", source)
+            name = f"shape{len(shapes)}"
+            branches.append(f"{plain}(?<! )(?=[ \t]*$)(?P<{name}>)")
+            count = re.compile(plain).groups
+            shapes[name] = (engine, kind, build, group, group + count)
+            group += count + 1
+    titles = [re.escape(m) for m in sglang.MARKERS + vllm.MARKERS]
+    return re.compile("|".join(branches + titles).encode("ascii"), re.MULTILINE), shapes
+
+
+_SCAN, _SHAPES = _scan_pattern()
+_DIRTY_BYTES = re.compile(b"[\x1b\r\x00]")
+_HEADS_KEPT = 4096
+
+
 class LogReader:
-    """Feeds a byte stream to an observer, line by line, keeping only the unfinished line."""
+    """Feeds a byte stream to an observer, chunk by chunk, keeping only the unfinished line."""
 
     def __init__(self, observer: Observer) -> None:
         self.observer = observer
         self.lines = 0
-        self._rest = ""
+        self._rest: list[bytes] = []
         self._prefixes = _Prefixes()
+        # a fast message's prefix, as bytes: its text, time and rank, or () when it is not plain
+        # ASCII or holds what `read_line` would clean
+        self._heads: dict[bytes, tuple[str, str | None, str | None] | tuple[()]] = {}
 
     def feed(self, data: bytes) -> None:
-        lines = (self._rest + data.decode("utf-8", errors="replace")).split("\n")
-        self._rest = lines.pop()
-        self._read(lines)
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            if data:
+                self._rest.append(data)
+            return
+        if self._rest:
+            self._rest.append(data[:cut])
+            block = b"".join(self._rest)
+            self._rest = []
+        else:
+            block = data[:cut] if cut < len(data) else data
+        if cut < len(data):
+            self._rest.append(data[cut:])
+        self._read(block)
+        self.lines += block.count(b"\n")
 
-    def _read(self, lines: list[str]) -> None:
-        number = self.lines + 1
-        search = _FILTER.search
-        for i, line in enumerate(lines):
-            found = search(line)
+    def _head(self, head: bytes) -> tuple[str, str | None, str | None] | tuple[()]:
+        if len(self._heads) >= _HEADS_KEPT:
+            self._heads.clear()
+        found: tuple[str, str | None, str | None] | tuple[()] = ()
+        if head.isascii() and _DIRTY_BYTES.search(head) is None:
+            text = head.decode("ascii")
+            found = (text, *self._prefixes.read(text))
+        self._heads[head] = found
+        return found
+
+    def _read(self, block: bytes) -> None:
+        """The messages of `block`, whole lines (the last one may lack its newline)."""
+        observer, heads, shapes = self.observer, self._heads, _SHAPES
+        number = self.lines + 1  # the number of the line starting at `counted`
+        counted = done = 0
+        for match in _SCAN.finditer(block):
+            at = match.start()
+            if at < done:
+                continue  # a line already read whole
+            start = block.rfind(b"\n", 0, at) + 1
+            shape = match.lastgroup
+            if shape is not None:
+                head = block[start:at]
+                known = heads.get(head)
+                if known is None:
+                    known = self._head(head)
+                if known:
+                    text, when, rank = known
+                    message = match.group().decode("ascii")
+                    done = match.end()
+                    if observer.duplicate(when, message, rank):
+                        continue
+                    number += block.count(b"\n", counted, start)
+                    counted = start
+                    engine, kind, build, first, last = shapes[shape]
+                    fields = build(match.groups()[first:last])
+                    observer.add(engine, kind, fields, line=number, text=text + message, time=when)
+                    continue
+            done = block.find(b"\n", at)
+            if done < 0:
+                done = len(block)
+            number += block.count(b"\n", counted, start)
+            counted = start
+            line = block[start:done].decode("utf-8", errors="replace")
+            found = _FILTER.search(line)
             if found is not None:
-                read_line(self.observer, number + i, line, self._prefixes, found)
-        self.lines += len(lines)
+                read_line(observer, number, line, self._prefixes, found)
 
     def close(self) -> None:
         if self._rest:
-            rest, self._rest = self._rest, ""
-            self._read([rest])
+            rest = b"".join(self._rest)
+            self._rest = []
+            self._read(rest)
+            self.lines += 1
 
 
 def read_stream(

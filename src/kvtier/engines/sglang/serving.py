@@ -36,6 +36,8 @@ retracted, pool_tokens.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from kvtier.logs.records import GROUPED_INT
 
@@ -85,33 +87,52 @@ _REQUIRED = {"decode": ("running",), "prefill": ("new_tokens",), "fill": ("new_t
 
 
 # The two commonest shapes, read by one pattern each (the general reader gives the same fields).
-_FAST_DECODE = re.compile(
+# The sources are kept without their end anchor: the stream reader also matches them on bytes,
+# over whole chunks, and reads the fields with the same builders.
+_FAST_DECODE_SOURCE = (
     r"Decode batch[.,] #running-req: (?P<running>\d{1,9}), #token: \d{1,12}, "
     r"token usage: (?P<kv_usage>\d{1,3}\.\d{1,4}), (?:cuda graph: \w{1,5}, )?"
     r"gen throughput \(token/s\): (?P<gen_tps>\d{1,9}\.\d{1,4}), (?:largest-len: \d{1,9}, )?"
-    r"#queue-req: (?P<queued>\d{1,9}),? ?$"
+    r"#queue-req: (?P<queued>\d{1,9}),? ?"
 )
-_FAST_PREFILL = re.compile(
+_FAST_PREFILL_SOURCE = (
     r"Prefill batch[.,] #new-seq: \d{1,9}, #new-token: (?P<new_tokens>\d{1,12}), "
     r"#cached-token: (?P<cached_tokens>\d{1,12}), token usage: (?P<kv_usage>\d{1,3}\.\d{1,4}), "
     r"#running-req: (?P<running>\d{1,9}), #queue-req: (?P<queued>\d{1,9}),? ?"
     r"(?:cuda graph: \w{1,5}, )?"
-    r"(?:input throughput \(token/s\): (?P<prompt_tps>\d{1,12}\.\d{1,4}),? ?)?$"
+    r"(?:input throughput \(token/s\): (?P<prompt_tps>\d{1,12}\.\d{1,4}),? ?)?"
 )
+_FAST_DECODE = re.compile(_FAST_DECODE_SOURCE + "$")
+_FAST_PREFILL = re.compile(_FAST_PREFILL_SOURCE + "$")
+
+# a fast pattern's groups: digits as str or bytes (None for an optional group not matched)
+FastValues = tuple[Any, ...]
 
 
-_FAST_NAMES = {p: tuple(p.groupindex) for p in (_FAST_DECODE, _FAST_PREFILL)}
+def _builder(pattern: re.Pattern[str]) -> Callable[[FastValues], dict[str, float]]:
+    names = tuple(pattern.groupindex)
+
+    def build(values: FastValues) -> dict[str, float]:
+        if None in values:
+            return {k: float(v) for k, v in zip(names, values, strict=True) if v is not None}
+        return dict(zip(names, map(float, values), strict=True))
+
+    return build
+
+
+# (kind, pattern source without its end anchor, fields from the pattern's groups in order)
+FAST: tuple[tuple[str, str, Callable[[FastValues], dict[str, float]]], ...] = (
+    ("decode", _FAST_DECODE_SOURCE, _builder(_FAST_DECODE)),
+    ("prefill", _FAST_PREFILL_SOURCE, _builder(_FAST_PREFILL)),
+)
+_FAST_BUILD = {_FAST_DECODE: FAST[0][2], _FAST_PREFILL: FAST[1][2]}
 
 
 def _fast(pattern: re.Pattern[str], kind: str, segment: str) -> tuple[str, dict[str, float]] | None:
     match = pattern.match(segment)
     if match is None:
         return None
-    values = match.groups()
-    names = _FAST_NAMES[pattern]
-    if None in values:
-        return kind, {k: float(v) for k, v in zip(names, values, strict=True) if v is not None}
-    return kind, dict(zip(names, map(float, values), strict=True))
+    return kind, _FAST_BUILD[pattern](match.groups())
 
 
 def _pairs(body: str) -> dict[str, float]:

@@ -33,6 +33,8 @@ preemptions (per interval), preempted_total (cumulative), external_hit_rate and 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from kvtier.logs.records import GROUPED_INT
 
@@ -66,26 +68,42 @@ _LABELS: dict[str, tuple[str, float]] = {
 
 
 # The V1 line without optional parts, read by one pattern (the general reader gives the same).
-_FAST_V1 = re.compile(
+# The source is kept without its end anchor: the stream reader also matches it on bytes, over
+# whole chunks, and reads the fields with the same builder.
+_FAST_V1_SOURCE = (
     r"Avg prompt throughput: (\d{1,12}\.\d) tokens/s, "
     r"Avg generation throughput: (\d{1,12}\.\d) tokens/s, "
     r"Running: (\d{1,9}) reqs, Waiting: (\d{1,9}) reqs, [GC]PU KV cache usage: (\d{1,3}\.\d)%, "
-    r"Prefix cache hit rate: (\d{1,3}\.\d)%\s*$"
+    r"Prefix cache hit rate: (\d{1,3}\.\d)%"
+)
+_FAST_V1 = re.compile(_FAST_V1_SOURCE + r"\s*$")
+
+# a fast pattern's groups: digits as str or bytes (None for an optional group not matched)
+FastValues = tuple[Any, ...]
+
+
+def _fast_v1(values: FastValues) -> dict[str, float]:
+    prompt, gen, running, waiting, usage, hit = values  # every group is required
+    return {
+        "prompt_tps": float(prompt),
+        "gen_tps": float(gen),
+        "running": float(running),
+        "queued": float(waiting),
+        "kv_usage": float(usage) / 100,
+        "hit_rate": float(hit) / 100,
+    }
+
+
+# (kind, pattern source without its end anchor, fields from the pattern's groups in order)
+FAST: tuple[tuple[str, str, Callable[[FastValues], dict[str, float]]], ...] = (
+    ("stats", _FAST_V1_SOURCE, _fast_v1),
 )
 
 
 def _stats(segment: str) -> tuple[str, dict[str, float]] | None:
     fast = _FAST_V1.match(segment)
     if fast is not None:
-        prompt, gen, running, waiting, usage, hit = fast.groups()
-        return "stats", {
-            "prompt_tps": float(prompt),
-            "gen_tps": float(gen),
-            "running": float(running),
-            "queued": float(waiting),
-            "kv_usage": float(usage) / 100,
-            "hit_rate": float(hit) / 100,
-        }
+        return "stats", _fast_v1(fast.groups())
     return _general(segment)
 
 
