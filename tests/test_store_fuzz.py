@@ -24,6 +24,8 @@ import os
 import random
 import stat
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -560,11 +562,11 @@ def test_read_only_store_faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert (stats.errors, stats.skipped) == (0, 0), stats
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="permissions do not bind root")
-def test_a_really_read_only_directory(tmp_path: Path) -> None:
-    store = ResilientStore(DiskStore(tmp_path, FP))
+def read_only_directory_check(root: Path) -> None:
+    """A corrupt page in shards the process may not write: a miss, quarantined, no error."""
+    store = ResilientStore(DiskStore(root, FP))
     rng = _rng("chmod")
-    case = DiskCase(store, tmp_path, rng)
+    case = DiskCase(store, root, rng)
     store.put(case.hashes, case.payloads)
     case.path(0).write_bytes(case.blob(0)[:-1])
     shards = {case.path(i).parent for i in range(len(case.hashes))}
@@ -577,6 +579,36 @@ def test_a_really_read_only_directory(tmp_path: Path) -> None:
     finally:
         for shard in shards:
             shard.chmod(0o755)
+
+
+# Everything is imported first (the interpreter's own files may be unreadable to nobody), then
+# the child drops root, under which permission bits do not bind, and runs the check.
+_AS_NOBODY = """
+import os, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import test_store_fuzz
+root = Path(tempfile.mkdtemp())
+os.chmod(root, 0o777)
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+test_store_fuzz.read_only_directory_check(root / "store")
+print("checked")
+"""
+
+
+def test_a_really_read_only_directory(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        read_only_directory_check(tmp_path)
+        return
+    tests = str(Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-c", _AS_NOBODY, tests],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert done.returncode == 0 and "checked" in done.stdout, done.stderr[-2000:]
 
 
 # -- temporary files -------------------------------------------------------------------------
