@@ -38,12 +38,14 @@ SGLANG_MODELS = (
     ("moonshotai/Kimi-K2.5", "EAGLE3"),
     ("google/gemma-2-9b-it", None),
 )
+# (catalog id, speculative method vLLM can run on it or None)
 VLLM_MODELS = (
-    "Qwen/Qwen3-8B",
-    "meta-llama/Llama-3.1-8B-Instruct",
-    "Qwen/Qwen3-30B-A3B",
-    "deepseek-ai/DeepSeek-V2-Lite-Chat",
-    "mistralai/Mistral-7B-Instruct-v0.3",
+    ("Qwen/Qwen3-8B", None),
+    ("meta-llama/Llama-3.1-8B-Instruct", None),
+    ("Qwen/Qwen3-30B-A3B", None),
+    ("deepseek-ai/DeepSeek-V2-Lite-Chat", None),
+    ("mistralai/Mistral-7B-Instruct-v0.3", None),
+    ("deepseek-ai/DeepSeek-V3", "deepseek_mtp"),
 )
 GPUS = ("H100", "H200", "RTX PRO 6000", "A100 40GB", "L40S")
 
@@ -86,9 +88,13 @@ def sglang_cases(draw: st.DrawFn, on_grid: bool) -> Case:
 
 @st.composite
 def vllm_cases(draw: st.DrawFn, on_grid: bool) -> Case:
+    model, method = draw(st.sampled_from(VLLM_MODELS))
+    speculative = method if method and draw(st.booleans()) else None
     deployment = Deployment(
         engine=Engine.VLLM,
-        model=draw(st.sampled_from(VLLM_MODELS)),
+        model=model,
+        speculative_algorithm=speculative.upper() if speculative else None,
+        speculative_num_draft_tokens=1 if speculative else None,
         tp=draw(st.sampled_from((1, 2, 4))),
         pp=draw(st.sampled_from((1, 1, 2))),
         engine_version=draw(st.sampled_from(VLLM_VERSIONS)),
@@ -139,6 +145,11 @@ def _render_vllm(case: Case, ledger: Ledger) -> str:
     d, m = case.deployment, case.deployment.measured
     assert m.kv_available_gib is not None
     kv_dtype = f", 'kv_cache_dtype': '{d.kv_cache_dtype}'" if d.kv_cache_dtype != "auto" else ""
+    if d.speculative_algorithm:
+        kv_dtype += (
+            f", 'speculative_config': {{'method': '{d.speculative_algorithm.lower()}', "
+            f"'num_speculative_tokens': {d.speculative_num_draft_tokens}}}"
+        )
     lines = [
         f"INFO 01-05 10:00:00 [api_server.py:1] vLLM API server version {d.engine_version}",
         f"INFO 01-05 10:00:00 [utils.py:1] non-default args: {{'model': '{d.model}', "

@@ -142,8 +142,15 @@ def _speculative_config(raw: str, values: dict[str, object]) -> None:
         config = json.loads(raw)
     except (ValueError, RecursionError):  # not JSON, a 5,000-digit number, deep nesting
         raise KvtierError(f"--speculative-config is not JSON: {raw[:60]!r}") from None
+    values.update(speculative_config(config))
+
+
+def speculative_config(config: object) -> dict[str, object]:
+    """The Deployment fields a vLLM speculative config sets (`--speculative-config`, or the
+    `speculative_config` dict a log's `non-default args` print): method, draft model, tokens."""
     if not isinstance(config, dict):
         raise KvtierError("--speculative-config must be a JSON object")
+    values: dict[str, object] = {}
     for key, field in (("method", "speculative_algorithm"), ("model", "draft_model")):
         value = config.get(key)
         if value is None:
@@ -163,6 +170,7 @@ def _speculative_config(raw: str, values: dict[str, object]) -> None:
                 f"to {_MAX_DRAFT_TOKENS:,}, got {tokens!r:.40}"
             )
         values["speculative_num_draft_tokens"] = tokens
+    return values
 
 
 def flag_table(engine: Engine) -> FlagTable:

@@ -16,7 +16,7 @@ from kvtier.engines import estimate
 from kvtier.engines.deployment import Engine
 from kvtier.engines.detect import ParsedLog
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
-from kvtier.engines.launch import flag_table
+from kvtier.engines.launch import flag_table, speculative_config
 from kvtier.engines.sglang.log import SGLangStartup
 from kvtier.engines.vllm import pool as vllm_budget
 from kvtier.engines.vllm.log import VllmStartup
@@ -246,7 +246,24 @@ def _plan_settings(
             fact = _printed_context(startup) or fact  # the engine's summary beats a flag
         if fact is not None and not (name == "speculative_algorithm" and fact.value == "None"):
             found.append((name, fact))
+    if isinstance(startup, VllmStartup):
+        found.extend(_vllm_speculative(settings, {name for name, _ in found}))
     return tuple(found)
+
+
+def _vllm_speculative(settings: Settings, known: set[str]) -> list[tuple[str, Fact[object]]]:
+    """vLLM prints speculative decoding as one `speculative_config` dict in its arguments."""
+    for args in settings.printed:
+        config = args.values.get("speculative_config")
+        if not isinstance(config, dict):
+            continue
+        try:
+            values = speculative_config(config)
+        except KvtierError as exc:
+            settings.warnings.append(f"line {args.line}: speculative_config not read ({exc})")
+            return []
+        return [(k, args.fact(v)) for k, v in values.items() if k not in known]
+    return []
 
 
 def _printed_context(startup: SGLangStartup | VllmStartup) -> Fact[object] | None:
