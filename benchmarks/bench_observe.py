@@ -4,12 +4,15 @@ The log is written to a temporary directory: an SGLang server at load (decode li
 tensor-parallel ranks, which count once, prefill lines, uvicorn access lines, retractions) or a
 vLLM one (`--engine vllm`: V1 stats lines every few access lines, preemption warnings). Lines are
 varied (timestamps, counts, usage), a block of them is generated once and written repeatedly
-with fresh timestamps. The figure is the file's size over the wall time of reading it; peak
-memory of the reading (tracemalloc) shows that it stays bounded by the timeline, not the file.
+with fresh timestamps. The figure is the file's size over the wall time of reading it, and over
+the CPU time of the reading (steadier on a shared machine); `--repeat N` reads the file N times
+and keeps the best of each. Peak memory of the reading (tracemalloc) shows that it stays bounded
+by the timeline, not the file.
 
     python benchmarks/bench_observe.py [--size-mb 1024] [--engine sglang|vllm] [--goal 50]
+                                       [--repeat 3]
 
-Exits 1 when the rate is below the goal.
+Exits 1 when the best wall rate is below the goal.
 """
 
 from __future__ import annotations
@@ -120,30 +123,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--goal", type=float, default=GOAL_MB_S, help="MB/s below which it fails")
     parser.add_argument("--trace-memory", action="store_true", help="peak Python memory (slower)")
+    parser.add_argument("--repeat", type=int, default=1, help="reads of the file; best kept")
     args = parser.parse_args(argv)
+    best_wall = best_cpu = 0.0
     with tempfile.TemporaryDirectory(prefix="kvtier-bench-observe-") as tmp:
         path = Path(tmp) / f"{args.engine}-serving.log"
         start = time.perf_counter()
         size = write_log(path, args.size_mb, args.engine, args.ranks)
         print(f"wrote {size / 1e6:,.0f} MB in {time.perf_counter() - start:.1f} s: {path.name}")
-        observer = Observer(str(path))
-        if args.trace_memory:
-            tracemalloc.start()
-        start, cpu = time.perf_counter(), time.process_time()
-        with path.open("rb") as stream:
-            reader = read_stream(stream, observer)
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-        peak = tracemalloc.get_traced_memory()[1] if args.trace_memory else None
-        result = observer.result()
-    rate = size / 1e6 / wall
-    print(
-        f"read {reader.lines:,} lines, {result.samples:,} samples, {len(result.timeline)} "
-        f"timeline points, verdict {result.diagnosis.verdict}"
-    )
-    if peak is not None:
-        print(f"peak traced memory while reading: {peak / 1e6:.1f} MB")
-    print(f"{rate:.1f} MB/s wall ({size / 1e6 / cpu:.1f} MB per CPU-second); goal {args.goal:g}")
-    return 0 if rate >= args.goal else 1
+        for _ in range(max(1, args.repeat)):
+            observer = Observer(str(path))
+            if args.trace_memory:
+                tracemalloc.start()
+            start, cpu = time.perf_counter(), time.process_time()
+            with path.open("rb") as stream:
+                reader = read_stream(stream, observer)
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            peak = tracemalloc.get_traced_memory()[1] if args.trace_memory else None
+            tracemalloc.stop()
+            result = observer.result()
+            rate, cpu_rate = size / 1e6 / wall, size / 1e6 / cpu
+            best_wall, best_cpu = max(best_wall, rate), max(best_cpu, cpu_rate)
+            print(
+                f"read {reader.lines:,} lines, {result.samples:,} samples, "
+                f"{len(result.timeline)} timeline points, verdict {result.diagnosis.verdict}"
+            )
+            if peak is not None:
+                print(f"peak traced memory while reading: {peak / 1e6:.1f} MB")
+            print(f"{rate:.1f} MB/s wall ({cpu_rate:.1f} MB per CPU-second)")
+    print(f"best: {best_wall:.1f} MB/s wall, {best_cpu:.1f} MB per CPU-second; goal {args.goal:g}")
+    return 0 if best_wall >= args.goal else 1
 
 
 if __name__ == "__main__":
