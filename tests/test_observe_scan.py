@@ -187,3 +187,24 @@ def test_a_multibyte_character_split_across_chunks_is_read_once() -> None:
     assert observer.result() == per_line(line)[0]
     assert observer.result().samples == 1 and observer.result().peak is not None
     assert "é" in observer.result().peak.text
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "[2026-03-01 10:00:01 TP0] ",
+        "[2026-03-01 10:00:01 TP1234] ",
+        "[2026-03-01 10:00:01] ",
+        "[2024-13-45 99:99:99 TP3] ",
+        "[2026-03-01 10:00:01 TP12345] ",
+        "[2026-03-01 10:00:01 DP0 TP0] ",
+        "[2026-03-01 10:00:01.123 TP0] ",
+        "[26-03-01 10:00:01 TP0] ",
+        "x [2026-03-01 10:00:01 TP0] ",
+    ],
+)
+def test_a_prefix_read_from_bytes_has_the_time_and_rank_the_general_reader_gives(
+    head: str,
+) -> None:
+    reader = LogReader(Observer("log"))
+    assert reader._head(head.encode()) == (head, *logread._Prefixes().read(head))

@@ -151,6 +151,9 @@ def _scan_pattern() -> tuple[re.Pattern[bytes], dict[str, _Shape]]:
 _SCAN, _SHAPES = _scan_pattern()
 _DIRTY_BYTES = re.compile(b"[\x1b\r\x00]")
 _HEADS_KEPT = 4096
+# SGLang's own prefix, "[2026-03-01 10:00:01 TP0] ": its time and rank are what `_when` and
+# `rank_of` read from it (the one timestamp; the one rank tag, or none)
+_SGLANG_HEAD = re.compile(rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: (TP\d{1,4}))?\] ")
 
 
 class LogReader:
@@ -186,7 +189,12 @@ class LogReader:
         if len(self._heads) >= _HEADS_KEPT:
             self._heads.clear()
         found: tuple[str, str | None, str | None] | tuple[()] = ()
-        if head.isascii() and _DIRTY_BYTES.search(head) is None:
+        sglang_head = _SGLANG_HEAD.fullmatch(head)
+        if sglang_head is not None:
+            when, rank = sglang_head.groups()
+            tag = None if rank is None else rank.decode("ascii")
+            found = (head.decode("ascii"), when.decode("ascii"), tag)
+        elif head.isascii() and _DIRTY_BYTES.search(head) is None:
             text = head.decode("ascii")
             found = (text, *self._prefixes.read(text))
         self._heads[head] = found
