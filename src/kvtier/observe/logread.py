@@ -202,36 +202,38 @@ class LogReader:
 
     def _read(self, block: bytes) -> None:
         """The messages of `block`, whole lines (the last one may lack its newline)."""
-        observer, heads, shapes = self.observer, self._heads, _SHAPES
+        observer, shapes = self.observer, _SHAPES
+        duplicate, add, head_of = observer.duplicate, observer.add, self._heads.get
+        rfind, count = block.rfind, block.count
         number = self.lines + 1  # the number of the line starting at `counted`
         counted = done = 0
         for match in _SCAN.finditer(block):
             at = match.start()
             if at < done:
                 continue  # a line already read whole
-            start = block.rfind(b"\n", 0, at) + 1
+            start = rfind(b"\n", 0, at) + 1
             shape = match.lastgroup
             if shape is not None:
+                # a fast shape ends its line: the next match is on a later line
                 head = block[start:at]
-                known = heads.get(head)
+                known = head_of(head)
                 if known is None:
                     known = self._head(head)
                 if known:
                     text, when, rank = known
                     message = match.group().decode("ascii")
-                    done = match.end()
-                    if observer.duplicate(when, message, rank):
+                    if duplicate(when, message, rank):
                         continue
-                    number += block.count(b"\n", counted, start)
+                    number += count(b"\n", counted, start)
                     counted = start
                     engine, kind, build, first, last = shapes[shape]
                     fields = build(match.groups()[first:last])
-                    observer.add(engine, kind, fields, line=number, text=text + message, time=when)
+                    add(engine, kind, fields, line=number, text=text + message, time=when)
                     continue
             done = block.find(b"\n", at)
             if done < 0:
                 done = len(block)
-            number += block.count(b"\n", counted, start)
+            number += count(b"\n", counted, start)
             counted = start
             line = block[start:done].decode("utf-8", errors="replace")
             found = _FILTER.search(line)
