@@ -208,3 +208,13 @@ def test_a_prefix_read_from_bytes_has_the_time_and_rank_the_general_reader_gives
 ) -> None:
     reader = LogReader(Observer("log"))
     assert reader._head(head.encode()) == (head, *logread._Prefixes().read(head))
+
+
+def test_each_fast_builder_names_its_pattern_groups_in_order() -> None:
+    import re
+
+    from kvtier.engines.sglang import serving as sglang
+
+    for _, source, build in sglang.FAST:
+        names = tuple(re.compile(source).groupindex)
+        assert tuple(build(("1",) * len(names))) == names

@@ -109,23 +109,36 @@ _FAST_PREFILL = re.compile(_FAST_PREFILL_SOURCE + "$")
 FastValues = tuple[Any, ...]
 
 
-def _builder(pattern: re.Pattern[str]) -> Callable[[FastValues], dict[str, float]]:
-    names = tuple(pattern.groupindex)
+def _decode_fields(values: FastValues) -> dict[str, float]:
+    running, kv_usage, gen_tps, queued = values  # the groups of _FAST_DECODE, in order
+    return {
+        "running": float(running),
+        "kv_usage": float(kv_usage),
+        "gen_tps": float(gen_tps),
+        "queued": float(queued),
+    }
 
-    def build(values: FastValues) -> dict[str, float]:
-        if None in values:
-            return {k: float(v) for k, v in zip(names, values, strict=True) if v is not None}
-        return dict(zip(names, map(float, values), strict=True))
 
-    return build
+def _prefill_fields(values: FastValues) -> dict[str, float]:
+    new_tokens, cached_tokens, kv_usage, running, queued, prompt_tps = values  # in order
+    fields = {
+        "new_tokens": float(new_tokens),
+        "cached_tokens": float(cached_tokens),
+        "kv_usage": float(kv_usage),
+        "running": float(running),
+        "queued": float(queued),
+    }
+    if prompt_tps is not None:
+        fields["prompt_tps"] = float(prompt_tps)
+    return fields
 
 
 # (kind, pattern source without its end anchor, fields from the pattern's groups in order)
 FAST: tuple[tuple[str, str, Callable[[FastValues], dict[str, float]]], ...] = (
-    ("decode", _FAST_DECODE_SOURCE, _builder(_FAST_DECODE)),
-    ("prefill", _FAST_PREFILL_SOURCE, _builder(_FAST_PREFILL)),
+    ("decode", _FAST_DECODE_SOURCE, _decode_fields),
+    ("prefill", _FAST_PREFILL_SOURCE, _prefill_fields),
 )
-_FAST_BUILD = {_FAST_DECODE: FAST[0][2], _FAST_PREFILL: FAST[1][2]}
+_FAST_BUILD = {_FAST_DECODE: _decode_fields, _FAST_PREFILL: _prefill_fields}
 
 
 def _fast(pattern: re.Pattern[str], kind: str, segment: str) -> tuple[str, dict[str, float]] | None:
