@@ -48,3 +48,24 @@ def as_float(raw: str | None) -> float | None:
 
 def as_int(raw: str | None) -> int | None:
     return int(raw.replace(",", "")) if raw is not None else None
+
+
+# A figure after a `label: ` in the engines' periodic lines ("token usage: 0.45").
+_LABELLED_NUM = re.compile(r"\s{0,4}(\d{1,15}(?:\.\d{1,12})?)")
+
+
+def labelled_numbers(body: str, labels: dict[str, tuple[str, float]]) -> dict[str, float]:
+    """`label: number` pairs of a comma-separated line, for the labels known: each stored under
+    its field name, divided by its scale (a percentage's 100)."""
+    fields: dict[str, float] = {}
+    for part in body.split(", "):
+        label, sep, raw = part.partition(": ")
+        if not sep:
+            continue
+        known = labels.get(label.strip())
+        if known is None:
+            continue
+        match = _LABELLED_NUM.match(raw)
+        if match:
+            fields[known[0]] = float(match.group(1)) / known[1]
+    return fields

@@ -39,7 +39,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kvtier.logs.records import GROUPED_INT
+from kvtier.logs.records import GROUPED_INT, labelled_numbers
 
 # What a periodic line starts with (searched anywhere in the line).
 DECODE = "Decode batch"
@@ -53,7 +53,6 @@ SUMMARY = "max_total_num_tokens="
 UNTITLED = "#running-req: "
 MARKERS = (DECODE, PREFILL, FILL, RETRACT, DECODE_OOM, POOL, SUMMARY, UNTITLED)
 
-_NUM = re.compile(r"\s{0,4}(\d{1,15}(?:\.\d{1,12})?)")
 _FILL_PAIR = re.compile(r"(#?[a-z_]{1,30}): (\d{1,15}(?:\.\d{1,12})?)")
 _RETRACTED = re.compile(r"#retracted_reqs: (\d{1,9})")
 _POOL_TOKENS = re.compile(r"#tokens: " + GROUPED_INT)
@@ -149,18 +148,7 @@ def _fast(pattern: re.Pattern[str], kind: str, segment: str) -> tuple[str, dict[
 
 
 def _pairs(body: str) -> dict[str, float]:
-    fields: dict[str, float] = {}
-    for part in body.split(", "):
-        label, sep, raw = part.partition(": ")
-        if not sep:
-            continue
-        known = _LABELS.get(label.strip())
-        if known is None:
-            continue
-        match = _NUM.match(raw)
-        if match:
-            fields[known[0]] = float(match.group(1)) / known[1]
-    return fields
+    return labelled_numbers(body, _LABELS)
 
 
 def _neutral(kind: str, fields: dict[str, float]) -> tuple[str, dict[str, float]] | None:

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kvtier.logs.records import GROUPED_INT
+from kvtier.logs.records import GROUPED_INT, labelled_numbers
 
 STATS = "Avg prompt throughput"
 V0_HIT = "Prefix cache hit rate: GPU"
@@ -45,7 +45,6 @@ POOL = "GPU KV cache size:"
 CPU_POOL = "CPU KV cache size:"
 MARKERS = (STATS, V0_HIT, PREEMPTED, POOL, CPU_POOL)
 
-_NUM = re.compile(r"\s{0,4}(\d{1,15}(?:\.\d{1,12})?)")
 _V0_HIT = re.compile(r"GPU: (\d{1,3}(?:\.\d{1,12})?)%, CPU: (\d{1,3}(?:\.\d{1,12})?)%")
 _PREEMPTION = re.compile(r"is preempted by PreemptionMode\.(?:RECOMPUTE|SWAP) mode because")
 _CUMULATIVE = re.compile(r"total_num_cumulative_preemption=(\d{1,12})")
@@ -108,17 +107,7 @@ def _stats(segment: str) -> tuple[str, dict[str, float]] | None:
 
 
 def _general(segment: str) -> tuple[str, dict[str, float]] | None:
-    fields: dict[str, float] = {}
-    for part in segment.split(", "):
-        label, sep, raw = part.partition(": ")
-        if not sep:
-            continue
-        known = _LABELS.get(label.strip())
-        if known is None:
-            continue
-        match = _NUM.match(raw)
-        if match:
-            fields[known[0]] = float(match.group(1)) / known[1]
+    fields = labelled_numbers(segment, _LABELS)
     cpu = fields.pop("cpu_kv_usage", None)
     if cpu is not None and "kv_usage" not in fields:
         fields["kv_usage"] = cpu  # a CPU build's pool (no GPU figure beside it)
