@@ -88,3 +88,31 @@ def test_refused_in_one_line(
 def test_equal_flags_of_one_field_agree(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["plan", *LLAMA, "--gpu-memory-utilization", "0.8", "--mem-fraction-static", "0.8"]
     assert main([*argv, "--quiet"]) == 0
+
+
+FOUNDING = Path(__file__).resolve().parents[1] / "examples" / "logs" / "sglang-kimi-k25-eagle3.log"
+
+
+def test_a_negative_avail_mem_is_refused_naming_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = FOUNDING.read_text().replace("avail mem=21.71 GB", "avail mem=-21.71 GB")
+    log = tmp_path / "negative.log"
+    log.write_text(text)
+    err = error_line(capsys, ["explain", str(log)])
+    assert "avail mem=-21.71 GB is negative" in err and "line " in err
+
+
+def test_a_count_too_long_to_be_real_is_not_cut_to_its_first_digits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 26-digit #tokens is no count: the log is read as having printed none, never as
+    its first 15 digits."""
+    text = FOUNDING.read_text().replace("#tokens: 159277,", "#tokens: 15927700000000000000000000,")
+    assert "#tokens: 15927700000000000000000000," in text
+    log = tmp_path / "long.log"
+    log.write_text(text)
+    assert main(["explain", str(log), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "159277000000000" not in out
+    assert "observed_kv_tokens 159277\n" not in out
