@@ -85,8 +85,6 @@ def test_print_layout_hides_navigation_and_keeps_charts(browser: Chromium, found
 
 
 def test_one_command_report_renders(browser: Chromium, tmp_path: Path) -> None:
-    pytest.importorskip("kvtier.cli.explain")
-    pytest.importorskip("kvtier.cli.simulate")
     out = tmp_path / "founding.html"
     assert main(["report", str(founding_log()), "-o", str(out), "--simulate", *SMALL_SWEEP]) == 0
     report = browser.load(out, MEASURE_CHARTS)

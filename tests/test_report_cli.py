@@ -61,7 +61,6 @@ PLAN_ARGS = ["--engine", "sglang", "--model", "Kimi-K2.5", "--gpu", "RTX PRO 600
 
 
 def test_live_plan_json_draws(tmp_path: Path) -> None:
-    pytest.importorskip("kvtier.cli.plan")
     payload = command_json(["plan", *PLAN_ARGS])
     out = tmp_path / "plan.html"
     write_html(out, {"plan": payload})
@@ -76,8 +75,6 @@ def test_live_plan_json_draws(tmp_path: Path) -> None:
 
 
 def test_one_command_explains_the_log_and_sweeps_the_host_ratio(tmp_path: Path) -> None:
-    pytest.importorskip("kvtier.cli.explain")
-    pytest.importorskip("kvtier.cli.simulate")
     out = tmp_path / "founding.html"
     assert main(["report", str(founding_log()), "-o", str(out), "--simulate", *SMALL_SWEEP]) == 0
     html = out.read_text()
