@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TypeVar
 
 from kvtier.store.base import (
     PageHash,
@@ -61,6 +62,8 @@ from kvtier.store.blob import (
     read_header,
     verify_blob,
 )
+
+_T = TypeVar("_T")
 
 SUFFIX = ".page"
 TMP_SUFFIX = ".tmp"
@@ -405,6 +408,27 @@ class DiskStore:
         return head, check_head(self.fingerprint.digest, page_hash, head)
 
     def _read(self, dirs: _Dirs, page_hash: PageHash, stamp_ns: int) -> bytes | None:
+        def payload(fd: int, st: os.stat_result) -> bytes:
+            head, length = self._head(fd, st, page_hash)
+            data = _read_exact(fd, length, len(head))
+            verify_blob(self.fingerprint.digest, page_hash, head, data)
+            _stamp(fd, stamp_ns)
+            return data
+
+        return self._checked(dirs, page_hash, payload)
+
+    def _probe(self, dirs: _Dirs, page_hash: PageHash) -> bool:
+        def header(fd: int, st: os.stat_result) -> bool:
+            self._head(fd, st, page_hash)
+            return True
+
+        return self._checked(dirs, page_hash, header) is not None
+
+    def _checked(
+        self, dirs: _Dirs, page_hash: PageHash, use: Callable[[int, os.stat_result], _T]
+    ) -> _T | None:
+        """`use` on the page's open file; a corrupt, foreign or unreadable page is counted,
+        dropped and None, a store-wide failure raises StoreUnavailable."""
         name = _page_name(page_hash)
         shard = None if name is None else dirs.shard(name[:2])
         if name is None or shard is None:
@@ -414,11 +438,7 @@ class DiskStore:
             return None
         fd, st = opened
         try:
-            head, length = self._head(fd, st, page_hash)
-            payload = _read_exact(fd, length, len(head))
-            verify_blob(self.fingerprint.digest, page_hash, head, payload)
-            _stamp(fd, stamp_ns)
-            return payload
+            return use(fd, st)
         except (CorruptBlob, ForeignBlob) as exc:
             self._counters.add(**{"foreign" if isinstance(exc, ForeignBlob) else "corrupt": 1})
             self._drop(shard, name, st)
@@ -430,30 +450,6 @@ class DiskStore:
         finally:
             os.close(fd)
         return None
-
-    def _probe(self, dirs: _Dirs, page_hash: PageHash) -> bool:
-        name = _page_name(page_hash)
-        shard = None if name is None else dirs.shard(name[:2])
-        if name is None or shard is None:
-            return False
-        opened = self._open_page(shard, name)
-        if opened is None:
-            return False
-        fd, st = opened
-        try:
-            self._head(fd, st, page_hash)
-            return True
-        except (CorruptBlob, ForeignBlob) as exc:
-            self._counters.add(**{"foreign" if isinstance(exc, ForeignBlob) else "corrupt": 1})
-            self._drop(shard, name, st)
-        except OSError as exc:
-            if _store_wide(exc):
-                raise StoreUnavailable(f"cannot read a page: {exc}") from exc
-            self._counters.add(corrupt=1)
-            self._drop(shard, name, st)
-        finally:
-            os.close(fd)
-        return False
 
     def _holds(self, shard: int, name: str, head: bytes, payload: bytes, stamp_ns: int) -> bool:
         """True when `name` is already exactly this blob (then stamped as used); a different

@@ -348,13 +348,24 @@ class KvtierHiCacheBackend:
         starts: list[int] = host_indices[:: pool.step].tolist()
         return starts
 
-    def _get_pages(
-        self, name: str, keys: list[str], host_indices: Any, metrics: bool
-    ) -> list[bool]:
+    def _targets(
+        self, name: str, keys: list[str], host_indices: Any
+    ) -> tuple[_Pool, list[int]] | None:
+        """The registered pool `name` and the first host slot of each page, or None when there
+        is nothing to move (no keys, an unknown pool, indices that do not fit the pages)."""
         pool = self._pool(name)
         starts = None if pool is None else self._page_starts(pool, len(keys), host_indices)
         if pool is None or starts is None or not keys:
+            return None
+        return pool, starts
+
+    def _get_pages(
+        self, name: str, keys: list[str], host_indices: Any, metrics: bool
+    ) -> list[bool]:
+        target = self._targets(name, keys, host_indices)
+        if target is None:
             return [False] * len(keys)
+        pool, starts = target
         began = time.perf_counter()
         results = []
         hashes = [page_hash(k) for k in keys]
@@ -375,10 +386,10 @@ class KvtierHiCacheBackend:
     def _set_pages(
         self, name: str, keys: list[str], host_indices: Any, metrics: bool
     ) -> list[bool]:
-        pool = self._pool(name)
-        starts = None if pool is None else self._page_starts(pool, len(keys), host_indices)
-        if pool is None or starts is None or not keys:
+        target = self._targets(name, keys, host_indices)
+        if target is None:
             return [False] * len(keys)
+        pool, starts = target
         began = time.perf_counter()
         results = [False] * len(keys)
         for lo, hi in _chunks(len(keys), pool.page_bytes):
