@@ -65,6 +65,14 @@ def _local_outside_catalog() -> list[dict[str, object]]:
     return picked
 
 
+def test_ten_public_logs_of_unknown_local_models() -> None:
+    """The set that shows explain needs no --model: at least ten public logs, each of a model
+    served from a local path that the catalog does not resolve."""
+    picked = _local_outside_catalog()
+    assert len(picked) >= 10, [e["id"] for e in picked]
+    assert all(str(e["source"]).startswith("https://github.com/") for e in picked)
+
+
 @pytest.mark.parametrize("entry", _local_outside_catalog(), ids=lambda e: str(e["id"]))
 def test_unknown_local_model_takes_its_geometry_from_the_log(
     entry: dict[str, object], capsys: pytest.CaptureFixture[str]
