@@ -36,9 +36,9 @@ oracle-vllm: $(STAMP)
 	$(PY) tests/oracle_vllm/oracle_env.py
 	KVTIER_ORACLE_VLLM=1 $(PY) -m pytest -q -rA tests/test_oracle_vllm.py
 
-# SGLang's own default-memory code (server_args.py of 17 wheels, v0.4.3-v0.5.13, every import
-# stubbed) as the oracle for engines/sglang/defaults.py; downloads into .oracle-sglang/. CI runs it
-# inside `make test` (CI=true).
+# SGLang's own default-memory code (27 wheels, v0.4.3-v0.5.23: server_args.py and, from v0.5.14,
+# the CUDA-graph and memory hooks; msgspec real, every other import stubbed) as the oracle for
+# engines/sglang/defaults.py; downloads into .oracle-sglang/. CI runs it inside `make test` (CI=true).
 .PHONY: oracle
 oracle: $(STAMP)
 	KVTIER_ORACLE=1 $(PY) -m pytest -q -rA tests/test_oracle_sglang.py

@@ -1,7 +1,8 @@
 """SGLang's own default-memory code as the oracle for engines/sglang/defaults.py.
 
-For each released version below, the wheel's server_args.py runs (tests/oracle/sglang_defaults.py,
-a bare interpreter with every import stubbed) over a grid of deployments, and kvtier must pick the
+For each released version below, the wheel's server_args.py (from v0.5.14 with its CUDA-graph and
+memory hooks) runs (tests/oracle/sglang_defaults.py, a bare interpreter with msgspec real and every
+other import stubbed) over a grid of deployments, and kvtier must pick the
 same mem_fraction_static, chunked_prefill_size and cuda_graph_max_bs: zero differences.
 
 Wheels are downloaded once into .oracle-sglang/ (gitignored). Opt-in on a user's machine
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -36,8 +36,11 @@ CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 VERSIONS = (
     "0.4.3", "0.4.5", "0.4.6", "0.4.7", "0.4.8", "0.4.9", "0.4.10", "0.5.1", "0.5.2",
     "0.5.3", "0.5.4", "0.5.5", "0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.13",
+    "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22",
+    "0.5.23",
 )  # fmt: skip
 CASES_PER_VERSION = 240
+MSGSPEC = "0.23.0"
 # nvidia-smi memory.total of T4-class, RTX 5080, RTX 4090, RTX 5090, L40S, H100, RTX PRO 6000,
 # H200, B200 cards, and the boundaries the rules compare with
 GPUS = (15_360, 16_303, 24_564, 32_607, 46_068, 81_559, 97_887, 143_771, 183_359, 81_920, 98_304)
@@ -50,10 +53,22 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _server_args(version: str) -> Path:
-    """The wheel's server_args.py, extracted once into .oracle/<version>/."""
-    target = CACHE / version / "server_args.py"
-    if target.exists():
+# what the oracle loads from a wheel: server_args.py everywhere; from v0.5.14 the pure-Python
+# modules the memory rule moved into, and the architecture lists of configs/model_config.py
+TREE_FILES = (
+    "sglang/srt/server_args.py",
+    "sglang/srt/model_executor/cuda_graph_config.py",
+    "sglang/srt/configs/model_config.py",
+    "sglang/srt/runtime_context.py",
+    "sglang/srt/environ.py",
+)
+TREE_DIRS = ("sglang/srt/arg_groups/",)
+
+
+def _tree(version: str) -> Path:
+    """The wheel's files the oracle runs, extracted once into .oracle-sglang/<version>/."""
+    target = CACHE / version
+    if (target / "sglang" / "srt" / "server_args.py").exists():
         return target
     wheels = CACHE / "wheels"
     found = list(wheels.glob(f"sglang-{version}-*.whl"))
@@ -65,10 +80,32 @@ def _server_args(version: str) -> Path:
         found = list(wheels.glob(f"sglang-{version}-*.whl"))
         if done.returncode != 0 or not found:
             missing(f"cannot download the sglang=={version} wheel: {done.stderr.strip()[-300:]}")
-    target.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(found[0]) as wheel:
-        target.write_bytes(wheel.read("sglang/srt/server_args.py"))
+        names = [
+            n
+            for n in wheel.namelist()
+            if n in TREE_FILES or (n.startswith(TREE_DIRS) and n.endswith(".py"))
+        ]
+        wheel.extractall(target, names)
     return target
+
+
+def _site() -> Path:
+    """msgspec, which SGLang's own argument records are built on from v0.5.20, for this
+    interpreter, extracted once into .oracle-sglang/site/ (the runner sees nothing else)."""
+    site = CACHE / "site"
+    if (site / "msgspec").is_dir():
+        return site
+    wheels = CACHE / "wheels"
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+    cmd += ["-d", str(wheels), f"msgspec=={MSGSPEC}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    found = list(wheels.glob(f"msgspec-{MSGSPEC}-*.whl"))
+    if done.returncode != 0 or not found:
+        missing(f"cannot download the msgspec=={MSGSPEC} wheel: {done.stderr.strip()[-300:]}")
+    with zipfile.ZipFile(found[0]) as wheel:
+        wheel.extractall(site)
+    return site
 
 
 def _spec(name: str) -> ModelSpec:
@@ -101,6 +138,7 @@ def _grid(version: str) -> list[tuple[Deployment, ModelSpec, int | None]]:
             max_total_tokens=rng.choice((None, None, 3000)),
             context_length=rng.choice((None, None, 2048)),
             enable_hierarchical_cache=rng.random() < 0.1,
+            max_running_requests=rng.choice((None, None, None, None, 32)),
         )
         cases.append((d, SPECS[MODELS[i % len(MODELS)]], rng.choice(gpus)))
     return cases
@@ -126,18 +164,17 @@ def _engine_case(d: Deployment, model: ModelSpec, gpu: int | None) -> dict[str, 
             "max_total_tokens": d.max_total_tokens,
             "context_length": d.context_length,
             "enable_hierarchical_cache": d.enable_hierarchical_cache,
+            "max_running_requests": d.max_running_requests,
         },
     }
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_defaults_match_the_engine(version: str) -> None:
-    python = shutil.which("python3")
-    assert python is not None
     cases = _grid(version)
     engine_cases = [_engine_case(*case) for case in cases]
     done = subprocess.run(
-        [python, "-I", "-S", str(RUNNER), str(_server_args(version))],
+        [sys.executable, "-I", "-S", str(RUNNER), str(_tree(version)), str(_site())],
         input=json.dumps(engine_cases),
         capture_output=True,
         text=True,

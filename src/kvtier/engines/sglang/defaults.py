@@ -20,8 +20,8 @@ released wheels by tests/test_oracle_sglang.py:
   PIECEWISE      v0.5.10-v0.5.13 the same plus the piecewise CUDA-graph reserve (8 MiB per
                                  captured size, 1.5 GiB for MLA; off with a draft in v0.5.10),
                                  +4 GiB for a draft
-  MEMORY_HOOK    v0.5.14+, main  arg_groups/memory_hook.py handle_gpu_memory_settings +
-                                 reserve_for_graph_mb (not checked against a wheel yet)
+  MEMORY_HOOK    v0.5.14+, main  _handle_gpu_memory_settings (v0.5.14-v0.5.18), then
+                                 arg_groups/memory_hook.py: see `memory_settings`
 From v0.4.10 multimodal models then go through adjust_mem_fraction_for_vlm (`vlm_factor`).
 """
 
@@ -30,6 +30,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvtier.engines.deployment import Deployment
+from kvtier.engines.sglang.memory_settings import (
+    MAX_PREFILL_TOKENS,
+    memory_settings,
+    prefill_capture_sizes,
+)
 from kvtier.engines.sglang.pool import (
     V0_4_9,
     V0_4_10,
@@ -45,8 +50,6 @@ from kvtier.spec.model import AttentionKind, ModelSpec
 
 STANDALONE = "STANDALONE"
 NGRAM = "NGRAM"
-# server_args max_prefill_tokens default: the activation term when chunked prefill is off (-1)
-MAX_PREFILL_TOKENS = 16384
 # adjust_mem_fraction_for_vlm: getattr defaults and the ViT-L/14 baseline
 VIT_DEFAULT_LAYERS = 24
 VIT_DEFAULT_HIDDEN = 1024
@@ -55,7 +58,6 @@ VIT_DEFAULT_HIDDEN = 1024
 _LABELS = {
     FractionRule.HEURISTICS: "v0.5.3-v0.5.9 heuristics",
     FractionRule.PIECEWISE: "v0.5.10-v0.5.13 heuristics + piecewise CUDA graphs",
-    FractionRule.MEMORY_HOOK: "v0.5.14+ memory settings",
 }
 
 
@@ -125,27 +127,12 @@ def _tier(gpu: int | None, tp: int, v: Version, rule: FractionRule) -> tuple[int
     if gpu < 20 * 1024:
         return 2048, 8
     if gpu < 35 * 1024:
-        if rule is FractionRule.MEMORY_HOOK:
-            return 4096, 160 if big_tp else 48
         return 2048, 80 if big_tp else (24 if v >= V0_5_5 else 16)
     if gpu < 60 * 1024:
         return 4096, 160 if big_tp else 32
     if gpu < 160 * 1024:
         return 8192, 512 if big_tp else 256
     return 16384, 512
-
-
-def piecewise_sizes(max_tokens: int) -> int:
-    """How many token counts _generate_piecewise_cuda_graph_tokens captures up to `max_tokens`."""
-    sizes = [
-        *range(4, 33, 4),
-        *range(48, 257, 16),
-        *range(288, 513, 32),
-        *range(576, 1025, 64),
-        *range(1280, 4097, 256),
-        *range(4608, max_tokens + 1, 512),
-    ]
-    return sum(1 for s in sizes if s <= max_tokens)
 
 
 def _piecewise_mib(d: Deployment, model: ModelSpec, chunk: int, v: Version) -> float:
@@ -168,7 +155,7 @@ def _piecewise_mib(d: Deployment, model: ModelSpec, chunk: int, v: Version) -> f
         max_tokens = min(max_tokens, 4096)
     if v >= V0_5_13 and d.context_length is not None:
         max_tokens = min(max_tokens, d.context_length)
-    return piecewise_sizes(max_tokens) * 8
+    return prefill_capture_sizes(max_tokens) * 8
 
 
 def _reserve_rule(
@@ -185,12 +172,9 @@ def _reserve_rule(
             reserved += bs * d.dp * 1.5
     if rule is FractionRule.PIECEWISE:
         reserved += _piecewise_mib(d, model, chunk, v)
-    elif rule is FractionRule.MEMORY_HOOK and model.kv.kind is AttentionKind.MLA:
-        reserved += 1.5 * 1024  # prefill CUDA graph reserve for MLA (reserve_for_graph_mb)
     if gpu > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    if rule < FractionRule.MEMORY_HOOK:
-        reserved += _spec_reserve(d.speculative_algorithm, v, rule)
+    reserved += _spec_reserve(d.speculative_algorithm, v, rule)
     return reserved, f"round(({gpu} - {reserved:.0f}) / {gpu}, 3)"
 
 
@@ -253,12 +237,14 @@ def default_mem_fraction(
             reserved = _reserve_table(gpu, d, v)
             value = round((gpu - reserved) / gpu, 3)
             text = f"v0.4.8-v0.5.2 reserve table: round(({gpu} - {reserved:.0f}) / {gpu}, 3)"
+    elif rule is FractionRule.MEMORY_HOOK:
+        value, text, chunk, max_bs = memory_settings(v, gpu, d, model)
     else:
         tier_chunk, tier_bs = _tier(gpu, d.tp, v, rule)
         chunk = given_chunk if given_chunk is not None else tier_chunk
         max_bs = given_bs if given_bs is not None else tier_bs
         if gpu is None:
-            value = 0.95 if rule is FractionRule.MEMORY_HOOK else 0.88
+            value = 0.88
             text = f"{rule.name.lower()} rule: GPU memory unknown -> {value}"
         else:
             reserved, arithmetic = _reserve_rule(rule, v, gpu, d, model, chunk, max_bs)
