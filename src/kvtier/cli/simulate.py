@@ -59,10 +59,10 @@ EPILOG = """\
 examples:
   kvtier simulate --generate chat --seed 1 --requests 2000 -o chat.jsonl
   kvtier simulate chat.jsonl --unbounded --lru-tokens 150000,600000,2400000 --json
-  kvtier simulate chat.jsonl --engine sglang --model kimi-k2.5 --gpu "RTX PRO 6000" --tp 8 \\
-      --mem-fraction-static 0.88 --device-tokens 159277 --hicache-ratio 4
   kvtier simulate chat.jsonl --gpu "RTX PRO 6000" --sweep hicache-ratio=0,2,4,8 -- \\
       python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8
+  kvtier simulate --from-log examples/logs/sglang-serving-queue.log --engine sglang \\
+      --model llama-3.1-8b --gpu h100 --mean-output-tokens 256 --sweep hicache-ratio=0,2
 
 timing constants (override with the flags below): prefill at 0.4 of dense bf16 peak, decode at
 0.8 of HBM bandwidth, host->device loads at min(--pcie-gbps, --host-gbps / GPUs loading), overlapped
@@ -146,6 +146,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     t.add_argument("--store-gbps", type=GBPS, help="L3 store read GB/s of the node")
     t.add_argument("--gpus-per-node", type=GPUS, dest="gpus", help="same as --gpus")
+    from kvtier.cli import simulate_from_log
+
+    simulate_from_log.add_arguments(p)
     add_deployment_arguments(p, launch=True)
     p.set_defaults(run=run)
 
@@ -210,6 +213,8 @@ def _run(args: argparse.Namespace, progress: _Progress) -> int:
     from kvtier.sim.trace import Trace, read_trace, scale_time, write_trace
     from kvtier.sim.workload import generate
 
+    if args.from_log:
+        return _timed(args, None, progress)
     trace_path = args.trace
     if args.generate and trace_path:
         raise KvtierError("give a trace file or --generate KIND, not both")
@@ -307,6 +312,11 @@ def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
         gpus_per_node=args.gpus,
         **{name: value for name, value in given.items() if value is not None},
     )
+    if args.from_log:
+        from kvtier.cli import simulate_from_log
+
+        progress.done()
+        return simulate_from_log.run(args, flags, deployment)
     notes: list[str] = []
     sources: list[tuple[str, str]] = []
 

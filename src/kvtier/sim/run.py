@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kvtier.sim.engine.cacheport import TieredCachePort
 from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
 from kvtier.sim.engine.simulator import Simulation
-from kvtier.sim.metrics import SimResult, summarize
+from kvtier.sim.metrics import Concurrency, RequestRecord, SimResult, summarize
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.trace import Trace
 
 
-def simulate(
-    trace: Trace,
-    config: SimConfig,
-    warmup_fraction: float = 0.0,
-    progress: Callable[[int], None] | None = None,
-    params: dict[str, object] | None = None,
-) -> SimResult:
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A timed run's per-request records, with what the engine and cache counted."""
+
+    records: list[RequestRecord]
+    concurrency: Concurrency
+    pcie_busy_s: float
+    evictions: dict[str, int]
+
+
+def replay(
+    trace: Trace, config: SimConfig, progress: Callable[[int], None] | None = None
+) -> Replay:
     """Replay `trace` on the deployment `config` describes; `progress` gets settled requests."""
     if trace.block_size != config.block_size:
         raise ValueError("trace and config disagree on the block size")
@@ -40,6 +47,18 @@ def simulate(
     settled = sum(1 for r in records if r.finished or r.rejected)
     if settled != len(records):
         raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
+    return Replay(records, sim.concurrency, engine.pcie_busy_s, port.evictions())
+
+
+def simulate(
+    trace: Trace,
+    config: SimConfig,
+    warmup_fraction: float = 0.0,
+    progress: Callable[[int], None] | None = None,
+    params: dict[str, object] | None = None,
+) -> SimResult:
+    """Replay `trace` on the deployment `config` describes; `progress` gets settled requests."""
+    run = replay(trace, config, progress)
     run_params: dict[str, object] = {
         "mode": "timed",
         "device_tokens": config.device_tokens,
@@ -57,11 +76,11 @@ def simulate(
         **(params or {}),
     }
     return summarize(
-        records,
+        run.records,
         warmup_fraction,
         True,
-        port.evictions(),
-        sim.concurrency,
-        engine.pcie_busy_s,
+        run.evictions,
+        run.concurrency,
+        run.pcie_busy_s,
         run_params,
     )

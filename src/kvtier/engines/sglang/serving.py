@@ -70,6 +70,8 @@ _LABELS: dict[str, tuple[str, float]] = {
     "full token usage": ("kv_full", 1),
     "swa token usage": ("kv_swa", 1),
     "mamba usage": ("kv_mamba", 1),
+    "#new-seq": ("new_seqs", 1),
+    "#new_seq": ("new_seqs", 1),
     "#new-token": ("new_tokens", 1),
     "#new_token": ("new_tokens", 1),
     "#cached-token": ("cached_tokens", 1),
@@ -95,7 +97,7 @@ _FAST_DECODE_SOURCE = (
     r"#queue-req: (?P<queued>\d{1,9}),? ?"
 )
 _FAST_PREFILL_SOURCE = (
-    r"Prefill batch[.,] #new-seq: \d{1,9}, #new-token: (?P<new_tokens>\d{1,12}), "
+    r"Prefill batch[.,] #new-seq: (?P<new_seqs>\d{1,9}), #new-token: (?P<new_tokens>\d{1,12}), "
     r"#cached-token: (?P<cached_tokens>\d{1,12}), token usage: (?P<kv_usage>\d{1,3}\.\d{1,4}), "
     r"#running-req: (?P<running>\d{1,9}), #queue-req: (?P<queued>\d{1,9}),? ?"
     r"(?:cuda graph: \w{1,5}, )?"
@@ -119,8 +121,9 @@ def _decode_fields(values: FastValues) -> dict[str, float]:
 
 
 def _prefill_fields(values: FastValues) -> dict[str, float]:
-    new_tokens, cached_tokens, kv_usage, running, queued, prompt_tps = values  # in order
+    new_seqs, new_tokens, cached_tokens, kv_usage, running, queued, prompt_tps = values  # in order
     fields = {
+        "new_seqs": float(new_seqs),
         "new_tokens": float(new_tokens),
         "cached_tokens": float(cached_tokens),
         "kv_usage": float(kv_usage),

@@ -1,0 +1,104 @@
+"""`kvtier simulate --from-log LOG`: a workload fitted from a serving log, the timing model
+calibrated to it, the calibrated baseline beside the log, and `--sweep` over that traffic."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kvtier.cli.values import count
+from kvtier.errors import KvtierError
+from kvtier.files import MAX_LOG_BYTES, open_input
+from kvtier.report.json_text import json_text
+
+FROM_LOG_HELP = """\
+fit a workload to a SGLang or vLLM serving log's periodic lines (arrivals, prompt and output
+lengths, reuse), calibrate the timing model's efficiencies to the throughput the log shows, and
+print observed vs simulated (hit rate, throughput, queue); with --sweep, the options for that
+traffic"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("a workload fitted from a serving log")
+    g.add_argument("--from-log", metavar="LOG", help=FROM_LOG_HELP)
+    g.add_argument(
+        "--mean-prompt-tokens",
+        type=count(1, 1 << 27),
+        metavar="N",
+        help="mean prompt length where the log cannot count requests (vLLM)",
+    )
+    g.add_argument(
+        "--mean-output-tokens",
+        type=count(1, 1 << 27),
+        metavar="N",
+        help="mean output length where the log prints no generation throughput",
+    )
+
+
+def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
+    from kvtier.observe.samples import read_samples
+    from kvtier.observe.workload_fit import fit_workload
+    from kvtier.report.fit_view import baseline_json, baseline_tables
+    from kvtier.report.sim_view import sweep_table
+    from kvtier.sim.baseline import compare
+    from kvtier.sim.calibrate import calibrate, run_window
+    from kvtier.sim.from_log import FIT_BLOCK_TOKENS, fitted_trace
+    from kvtier.sim.run import simulate
+    from kvtier.sim.setup import build_config
+    from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_json
+
+    if args.trace or args.generate:
+        raise KvtierError("--from-log fits its own trace: give no TRACE and no --generate")
+    if args.unbounded or args.lru_tokens is not None:
+        raise KvtierError("--from-log runs the timed simulation: drop --unbounded / --lru-tokens")
+    with open_input(args.from_log, "serving log", MAX_LOG_BYTES) as stream:
+        fit = fit_workload(
+            read_samples(stream, args.from_log), args.mean_prompt_tokens, args.mean_output_tokens
+        )
+    device_tokens = args.device_tokens or fit.pool_tokens
+
+    def config_for(t: Any, d: Any = deployment, tokens: int | None = device_tokens) -> Any:
+        return build_config(
+            d, FIT_BLOCK_TOKENS, tokens, args.hicache_write_policy, t, args.store_tokens
+        )
+
+    calibration = calibrate(fit, flags, config_for)
+    fitted, window = run_window(fit, config_for(calibration.flags))
+    rows = compare(fit.window, window)
+    sweep_payload: dict[str, object] | None = None
+    sweep_view = None
+    if args.sweep:
+        sweep = parse_sweep(args.sweep)
+        pinned = device_tokens if sweep.param not in CHANGES_DEVICE_TOKENS else None
+        if sweep.param in CHANGES_DEVICE_TOKENS and args.device_tokens is not None:
+            raise KvtierError(
+                f"--sweep {sweep.param} changes the device pool; "
+                "drop --device-tokens so the ledger sizes it"
+            )
+
+        def run_one(d: Any, t: Any, params: dict[str, object]) -> Any:
+            config = config_for(t, d, pinned)
+            trace = fitted_trace(fit, config)
+            warmup = trace.before / len(trace.trace.requests)
+            return simulate(trace.trace, config, warmup, None, params)
+
+        results = run_sweep(sweep, deployment, calibration.flags, run_one)
+        sweep_payload = sweep_json(sweep, results)
+        sweep_view = sweep_table(sweep.param, sweep.values, results)
+    if args.json:
+        payload = baseline_json(fit, calibration, fitted, rows)
+        if sweep_payload is not None:
+            payload["sweep"] = sweep_payload
+        print(json_text(payload))
+        return 0
+    from kvtier.report.ledger_view import terminal
+
+    console = terminal()
+    for table in baseline_tables(fit, calibration, rows):
+        console.print(table)
+    if sweep_view is not None:
+        console.print(sweep_view)
+    misses = [r.metric for r in rows if not r.within]
+    verdict = "within the stated tolerances" if not misses else f"outside: {', '.join(misses)}"
+    print(f"baseline: {verdict} (docs/simulate.md)")
+    return 0

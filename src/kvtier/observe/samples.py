@@ -1,0 +1,118 @@
+"""Every periodic serving sample of a log, kept in order with its time in seconds.
+
+`kvtier observe` folds samples into bounded totals; fitting a workload needs the samples
+themselves (admissions, queue and throughput over time), so `SampleRecorder` is the observer
+that also keeps them. It reads through the same stream reader and grammars as `observe`.
+
+Times are read from the forms the engines print: `YYYY-MM-DD HH:MM:SS[.f]` (SGLang),
+`MM-DD HH:MM:SS[.f]` (vLLM, no year) and `HH:MM:SS` (SGLang 2024, no date; a time earlier than
+the one before it is taken as the next day).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import BinaryIO
+
+from kvtier.errors import KvtierError
+from kvtier.observe.logread import read_stream
+from kvtier.observe.observer import Observation, Observer
+
+MAX_SAMPLES = 1_000_000  # a day of SGLang decode lines at 10 a second
+_STAMP = re.compile(
+    r"(?:(?P<year>\d{4})-)?(?:(?P<month>\d\d)-(?P<day>\d\d)[ T])?"
+    r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?:[.,](?P<frac>\d{1,9}))?$"
+)
+_DAY = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One periodic line: its kind (`prefill`, `decode`, `fill`, `stats`), fields, time, line."""
+
+    kind: str
+    fields: dict[str, float]
+    time_s: float  # seconds after the log's first timed sample
+    line: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSamples:
+    engine: str
+    samples: tuple[Sample, ...]
+    fractional_times: bool  # whether the log prints fractions of a second
+    observation: Observation
+
+
+def _absolute(stamp: str) -> tuple[float, bool, bool]:
+    """Seconds of `stamp` on its own scale, whether it carries a date, whether a fraction."""
+    found = _STAMP.search(stamp)
+    if found is None:
+        raise ValueError(stamp)
+    g = found.group
+    frac = g("frac")
+    clock = int(g("h")) * 3600 + int(g("m")) * 60 + int(g("s")) + float(f"0.{frac or 0}")
+    if g("month") is None:
+        return clock, False, frac is not None
+    day = datetime(int(g("year") or 2000), int(g("month")), int(g("day")))
+    return day.timestamp() + clock, True, frac is not None
+
+
+class SampleRecorder(Observer):
+    """An observer that also keeps every sample with a time."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__(source)
+        self.kept: list[tuple[str, dict[str, float], str, int | None]] = []
+        self.untimed = 0
+
+    def add(
+        self,
+        engine: str,
+        kind: str,
+        fields: dict[str, float],
+        *,
+        line: int | None,
+        text: str,
+        time: str | None = None,
+    ) -> None:
+        super().add(engine, kind, fields, line=line, text=text, time=time)
+        if kind not in ("prefill", "decode", "fill", "stats"):
+            return
+        if time is None:
+            self.untimed += 1
+        elif len(self.kept) < MAX_SAMPLES:
+            self.kept.append((kind, dict(fields), time, line))
+
+    def collected(self) -> ServingSamples:
+        if self.engine is None or not self.kept:
+            raise KvtierError(f"{self.source}: no periodic serving line with a time in the log")
+        samples: list[Sample] = []
+        origin: float | None = None
+        previous = 0.0
+        days = 0.0
+        fractional = False
+        for kind, fields, stamp, line in self.kept:
+            try:
+                value, dated, frac = _absolute(stamp)
+            except ValueError:
+                raise KvtierError(
+                    f"{self.source}: line {line}: unreadable time {stamp!r}"
+                ) from None
+            fractional = fractional or frac
+            if not dated and value + days < previous - 1.0:
+                days += _DAY  # a clock without a date went past midnight
+            value += days
+            previous = value
+            origin = value if origin is None else origin
+            samples.append(Sample(kind, fields, value - origin, line))
+        return ServingSamples(self.engine, tuple(samples), fractional, self.result())
+
+
+def read_samples(stream: BinaryIO, source: str) -> ServingSamples:
+    """The timed serving samples of a log stream, and `observe`'s reading of it."""
+    recorder = SampleRecorder(source)
+    read_stream(stream, recorder)
+    return recorder.collected()

@@ -1,0 +1,260 @@
+"""A workload fitted from a serving log's periodic lines: arrivals, lengths, reuse, and the window
+the log covers, each with how it was inferred.
+
+What the lines give (engines/sglang/serving.py, engines/vllm/serving.py):
+
+  SGLang  prefill line  #new-seq (requests admitted), #new-token, #cached-token, #queue-req after
+                        the batch left the queue (scheduler `log_prefill_stats`)
+          decode line   gen throughput over the decode steps since the last decode line
+  vLLM    stats line    prompt and generation tokens/s over the last interval (10 s by default,
+                        `VLLM_LOG_STATS_INTERVAL`), running and waiting at its end
+
+  requests admitted  SGLang: the sum of #new-seq, less one for a batch after a batch that filled
+                     the chunk (the largest #new-token, printed at least twice): SGLang counts the
+                     request it is chunking again in the next batch. vLLM prints no count: the
+                     prompt tokens over a mean prompt length the user gives.
+  prompt tokens      SGLang: #new-token + #cached-token; vLLM: prompt tokens/s x interval
+  arrivals           between two samples: admitted + queue now - queue before (never negative);
+                     the queue at the first sample and its admissions arrive at the window start
+  output tokens      generation tokens/s x window / requests admitted (or as given)
+  reuse              SGLang: #cached-token over all prompt tokens; vLLM: the last printed rate
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import dataclass
+
+from kvtier.errors import KvtierError
+from kvtier.observe.samples import Sample, ServingSamples
+
+VLLM_STATS_INTERVAL_S = 10.0  # vllm/envs.py VLLM_LOG_STATS_INTERVAL default
+
+
+@dataclass(frozen=True, slots=True)
+class Inference:
+    """One inferred figure and how it was obtained."""
+
+    name: str
+    value: float
+    how: str
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeReading:
+    """A sample with generation throughput: enough to time one decode step."""
+
+    running: int
+    gen_tps: float
+    kv_usage: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedWindow:
+    """What the log shows over the time it covers."""
+
+    duration_s: float
+    prompt_tps: float  # prompt tokens admitted per second, cached and computed
+    gen_tps: float | None
+    hit_rate: float | None
+    queue_times_s: tuple[float, ...]  # when each queue figure was printed, from window start
+    queued: tuple[int, ...]
+    saturated: bool  # some sample showed requests waiting
+
+    @property
+    def queue_mean(self) -> float:
+        return statistics.fmean(self.queued) if self.queued else 0.0
+
+    @property
+    def queue_max(self) -> int:
+        return max(self.queued, default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class FittedWorkload:
+    source: str
+    engine: str
+    window: ObservedWindow
+    # (from, to, requests): requests arriving between two times (seconds from window start)
+    arrivals: tuple[tuple[float, float, float], ...]
+    running_at_start: int
+    prompt_tokens: int  # mean prompt length
+    output_tokens: int  # mean output length
+    reuse: float  # share of prompt tokens found in the prefix cache
+    pool_tokens: int | None
+    decode: tuple[DecodeReading, ...]
+    inferences: tuple[Inference, ...]
+
+    @property
+    def requests(self) -> float:
+        return sum(n for _, _, n in self.arrivals)
+
+
+def _admitted_sglang(prefills: list[Sample]) -> list[float] | None:
+    """Requests each prefill line admitted, the chunked request counted once."""
+    if not prefills or any("new_seqs" not in s.fields for s in prefills):
+        return None
+    tokens = [s.fields["new_tokens"] for s in prefills]
+    chunk = max(tokens)
+    chunking = tokens.count(chunk) >= 2
+    admitted = []
+    for i, s in enumerate(prefills):
+        seqs = s.fields["new_seqs"]
+        if chunking and i and tokens[i - 1] == chunk:
+            seqs = max(0.0, seqs - 1)
+        admitted.append(seqs)
+    return admitted
+
+
+def _spread(times: list[float]) -> list[float]:
+    """Whole-second stamps placed inside their second: k lines of one second at (i + 1/2) / k."""
+    out: list[float] = []
+    i = 0
+    while i < len(times):
+        j = i
+        while j < len(times) and times[j] == times[i]:
+            j += 1
+        out += [times[i] + (k + 0.5) / (j - i) for k in range(j - i)]
+        i = j
+    return out
+
+
+def fit_workload(
+    data: ServingSamples, prompt_tokens: int | None = None, output_tokens: int | None = None
+) -> FittedWorkload:
+    """The workload the log's periodic lines describe; `prompt_tokens` / `output_tokens` are
+    mean lengths the user gives where the log cannot say."""
+    src = data.observation.source
+    samples = list(data.samples)
+    notes: list[Inference] = []
+    times = [s.time_s for s in samples]
+    at = times if data.fractional_times else _spread(times)
+    if data.engine == "vllm":
+        gaps = [b - a for a, b in itertools.pairwise(times) if b > a]
+        interval = statistics.median(gaps) if gaps else VLLM_STATS_INTERVAL_S
+        how = "median gap between stats lines" if gaps else "vLLM's default stats interval"
+        notes.append(Inference("stats interval (s)", interval, how))
+        start, duration = -interval, times[-1] + interval
+    else:
+        resolution = 0.0 if data.fractional_times else 1.0
+        start, duration = 0.0, times[-1] + resolution
+        how = "first to last timed line" + ("" if resolution == 0 else ", plus the last second")
+        notes.append(Inference("window (s)", duration, how))
+        interval = 0.0
+    if duration <= 0:
+        raise KvtierError(f"{src}: the serving lines span no time; a fit needs two or more seconds")
+    prefills = [s for s in samples if s.kind in ("prefill", "fill")]
+    if data.engine == "vllm":
+        per_sample = [s.fields.get("prompt_tps", 0.0) * interval for s in samples]
+        prompt_total = sum(per_sample)
+        if prompt_tokens is None:
+            raise KvtierError(
+                f"{src}: vLLM's stats lines count prompt tokens, not requests: "
+                "give --mean-prompt-tokens N"
+            )
+        admitted = [t / prompt_tokens for t in per_sample]
+        notes.append(Inference("mean prompt tokens", prompt_tokens, "given"))
+        reuse = data.observation.hit_rate or 0.0
+        notes.append(Inference("reuse", reuse, "vLLM's last printed prefix cache hit rate"))
+    else:
+        counts = _admitted_sglang(prefills)
+        if counts is None and prompt_tokens is None:
+            raise KvtierError(
+                f"{src}: no prefill line with #new-seq to count requests: "
+                "give --mean-prompt-tokens N"
+            )
+        new = sum(s.fields["new_tokens"] for s in prefills)
+        cached = sum(s.fields.get("cached_tokens", 0.0) for s in prefills)
+        prompt_total = new + cached
+        if prompt_total <= 0:
+            raise KvtierError(f"{src}: no prompt tokens in the prefill lines")
+        reuse = cached / prompt_total
+        notes.append(Inference("reuse", reuse, "#cached-token / (#new-token + #cached-token)"))
+        if counts is None or prompt_tokens is not None:
+            assert prompt_tokens is not None
+            how = "given"
+            counts = [
+                (s.fields["new_tokens"] + s.fields.get("cached_tokens", 0.0)) / prompt_tokens
+                for s in prefills
+            ]
+        else:
+            how = "prompt tokens / requests admitted (#new-seq, chunked requests once)"
+        count_of = {id(s): c for s, c in zip(prefills, counts, strict=True)}
+        admitted = [count_of.get(id(s), 0.0) for s in samples]
+        if sum(counts) <= 0:
+            raise KvtierError(f"{src}: the prefill lines admit no request")
+        mean_prompt = prompt_total / sum(counts)
+        prompt_tokens = max(1, round(mean_prompt))
+        notes.append(Inference("mean prompt tokens", prompt_tokens, how))
+    requests = sum(admitted)
+    if requests <= 0:
+        raise KvtierError(f"{src}: no prompt tokens in the serving lines: no request to fit")
+    notes.append(Inference("requests admitted", requests, "over the window"))
+    gens = [s.fields["gen_tps"] for s in samples if "gen_tps" in s.fields]
+    gen_mean = statistics.fmean(gens) if gens else None
+    if output_tokens is not None:
+        notes.append(Inference("mean output tokens", output_tokens, "given"))
+    elif gen_mean is None:
+        raise KvtierError(
+            f"{src}: no line gives a generation throughput: give --mean-output-tokens N"
+        )
+    else:
+        output_tokens = max(1, round(gen_mean * duration / max(requests, 1.0)))
+        how = "mean generation tokens/s x window / requests admitted"
+        notes.append(Inference("mean output tokens", output_tokens, how))
+    arrivals: list[tuple[float, float, float]] = []
+    queue_times: list[float] = []
+    queued: list[int] = []
+    previous_q: float | None = None
+    previous_t = start
+    for s, took, when in zip(samples, admitted, at, strict=True):
+        q = s.fields.get("queued")
+        arrived = took if q is None else took + q - (previous_q or 0.0)
+        if q is not None:
+            previous_q = q
+            queue_times.append(when - start)
+            queued.append(int(q))
+        if arrived > 0:
+            arrivals.append((previous_t - start, when - start, arrived))
+        previous_t = when
+    first_running = next((s.fields["running"] for s in samples if "running" in s.fields), 0.0)
+    notes.append(
+        Inference(
+            "running at start",
+            first_running,
+            "the first line's running requests: admitted before the window opens",
+        )
+    )
+    notes.append(
+        Inference("arrivals", sum(n for _, _, n in arrivals), "admitted + change of the queue")
+    )
+    decode = tuple(
+        DecodeReading(int(s.fields["running"]), s.fields["gen_tps"], s.fields.get("kv_usage"))
+        for s in samples
+        if s.kind in ("decode", "stats")
+        and s.fields.get("gen_tps", 0) > 0
+        and s.fields.get("running", 0) > 0
+    )
+    window = ObservedWindow(
+        duration_s=duration,
+        prompt_tps=prompt_total / duration,
+        gen_tps=gen_mean,
+        hit_rate=reuse,
+        queue_times_s=tuple(queue_times),
+        queued=tuple(queued),
+        saturated=any(q > 0 for q in queued),
+    )
+    return FittedWorkload(
+        source=src,
+        engine=data.engine,
+        window=window,
+        arrivals=tuple(arrivals),
+        running_at_start=int(first_running),
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        reuse=reuse,
+        pool_tokens=data.observation.pool_tokens,
+        decode=decode,
+        inferences=tuple(notes),
+    )

@@ -1,0 +1,96 @@
+"""`simulate --from-log`: what was inferred from the log and how, the calibration, and the
+calibrated baseline beside the log (terminal tables and the `--json` payload)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvtier.observe.workload_fit import FittedWorkload
+from kvtier.sim.baseline import Comparison
+from kvtier.sim.calibrate import Calibration
+from kvtier.sim.from_log import FittedTrace
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def _figure(metric: str, value: float) -> str:
+    if metric == "hit rate":
+        return f"{100 * value:.2f}%"
+    return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+def baseline_tables(
+    fit: FittedWorkload, calibration: Calibration, rows: tuple[Comparison, ...]
+) -> list[Table]:
+    from rich.table import Table
+
+    inferred = Table(title=f"inferred from {fit.source} ({fit.engine})", title_justify="left")
+    inferred.add_column("figure")
+    inferred.add_column("value", justify="right")
+    inferred.add_column("how")
+    for n in fit.inferences:
+        shown = f"{n.value:.4f}" if n.name == "reuse" else f"{n.value:,.1f}"
+        inferred.add_row(n.name, shown, n.how)
+    flags = calibration.flags
+    inferred.add_row(
+        "compute efficiency", f"{flags.compute_efficiency:.4f}", calibration.compute_how
+    )
+    inferred.add_row("HBM efficiency", f"{flags.hbm_efficiency:.4f}", calibration.hbm_how)
+    side = Table(title="calibrated baseline: the log vs the simulation", title_justify="left")
+    for name in ("metric", "observed", "simulated", "tolerance", "within"):
+        side.add_column(name, justify="left" if name in ("metric", "tolerance") else "right")
+    for r in rows:
+        side.add_row(
+            r.metric,
+            _figure(r.metric, r.observed),
+            _figure(r.metric, r.simulated),
+            r.tolerance,
+            "yes" if r.within else "NO",
+        )
+    return [inferred, side]
+
+
+def baseline_json(
+    fit: FittedWorkload,
+    calibration: Calibration,
+    fitted: FittedTrace,
+    rows: tuple[Comparison, ...],
+) -> dict[str, object]:
+    flags = calibration.flags
+    return {
+        "source": fit.source,
+        "engine": fit.engine,
+        "fit": {
+            "window_s": fit.window.duration_s,
+            "requests": fit.requests,
+            "running_at_start": fit.running_at_start,
+            "prompt_tokens": fit.prompt_tokens,
+            "output_tokens": fit.output_tokens,
+            "reuse": fit.reuse,
+            "pool_tokens": fit.pool_tokens,
+            "inferred": [{"name": n.name, "value": n.value, "how": n.how} for n in fit.inferences],
+        },
+        "calibration": {
+            "compute_efficiency": flags.compute_efficiency,
+            "compute_how": calibration.compute_how,
+            "hbm_efficiency": flags.hbm_efficiency,
+            "hbm_how": calibration.hbm_how,
+        },
+        "trace": {
+            "requests": len(fitted.trace.requests),
+            "before_window": fitted.before,
+            "window_opens_s": fitted.offset_s,
+            "block_tokens": fitted.trace.block_size,
+        },
+        "baseline": [
+            {
+                "metric": r.metric,
+                "observed": r.observed,
+                "simulated": r.simulated,
+                "tolerance": r.tolerance,
+                "within": r.within,
+            }
+            for r in rows
+        ],
+    }

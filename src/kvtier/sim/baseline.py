@@ -1,0 +1,64 @@
+"""A serving log beside its calibrated simulation: each figure observed vs simulated, with the
+tolerance it must meet (docs/simulate.md, "A workload fitted from a serving log").
+
+  hit rate       within HIT_RATE_POINTS (absolute): the fitted prefix reproduces the share of
+                 tokens reused, rounded to whole FIT_BLOCK_TOKENS blocks
+  prompt tok/s   within THROUGHPUT_SHARE of the log's: the arrivals are the log's admissions, and
+                 a saturated log sets the prefill speed
+  gen tok/s      within THROUGHPUT_SHARE: the decode lines set the HBM efficiency
+  queue, mean    within QUEUE_SHARE of the log's mean or QUEUE_REQUESTS requests, the larger,
+                 at the times the log printed its queue
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvtier.observe.workload_fit import ObservedWindow
+from kvtier.sim.from_log import SimulatedWindow
+
+HIT_RATE_POINTS = 0.05
+THROUGHPUT_SHARE = 0.20
+QUEUE_SHARE = 0.25
+QUEUE_REQUESTS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    metric: str
+    observed: float
+    simulated: float
+    tolerance: str
+    within: bool
+
+
+def _relative(metric: str, observed: float, simulated: float) -> Comparison:
+    ok = abs(simulated - observed) <= THROUGHPUT_SHARE * observed
+    return Comparison(metric, observed, simulated, f"±{THROUGHPUT_SHARE:.0%}", ok)
+
+
+def compare(observed: ObservedWindow, simulated: SimulatedWindow) -> tuple[Comparison, ...]:
+    rows = []
+    if observed.hit_rate is not None and simulated.hit_rate is not None:
+        ok = abs(simulated.hit_rate - observed.hit_rate) <= HIT_RATE_POINTS
+        tolerance = f"±{100 * HIT_RATE_POINTS:g} points"
+        rows.append(Comparison("hit rate", observed.hit_rate, simulated.hit_rate, tolerance, ok))
+    rows.append(_relative("prompt tokens/s", observed.prompt_tps, simulated.prompt_tps))
+    if observed.gen_tps is not None:
+        rows.append(_relative("generation tokens/s", observed.gen_tps, simulated.gen_tps))
+    if observed.queued:
+        allowed = max(QUEUE_REQUESTS, QUEUE_SHARE * observed.queue_mean)
+        ok = abs(simulated.queue_mean - observed.queue_mean) <= allowed
+        rows.append(
+            Comparison(
+                "queue, mean",
+                observed.queue_mean,
+                simulated.queue_mean,
+                f"±max({QUEUE_REQUESTS:g}, {QUEUE_SHARE:.0%})",
+                ok,
+            )
+        )
+        rows.append(
+            Comparison("queue, max", observed.queue_max, simulated.queue_max, "shown", True)
+        )
+    return tuple(rows)

@@ -1,0 +1,98 @@
+"""The timing model's two efficiencies, set to what a serving log shows.
+
+decode   every line with a generation throughput and running requests times one decode step:
+         step = running / generation tokens/s (one token per running request a step). The
+         model's step reads the weights the batch touches plus the batch's KV (usage x pool
+         tokens); HBM efficiency = those bytes / (HBM bandwidth x step). The median over the
+         lines is taken. Speculative decoding makes several tokens a step and reads high.
+prefill  only a saturated server shows its prefill speed (the queue is never empty): the
+         compute efficiency is searched (bisection on its logarithm, 0.01 to 1) until the
+         simulated prompt tokens admitted per second over the window meet the log's. With no
+         request ever waiting, the prompt rate is the arrival rate and says nothing of the
+         server's speed: the efficiency keeps its value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvtier.observe.workload_fit import FittedWorkload
+from kvtier.sim.from_log import FittedTrace, SimulatedWindow, fitted_trace, measure
+from kvtier.sim.run import replay
+from kvtier.sim.setup import SimConfig
+from kvtier.sim.timing import TimingFlags
+
+_LOWEST, _HIGHEST = 0.01, 1.0
+_STEPS = 14  # the log of the range halved 14 times: within 0.03% of the efficiency
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    flags: TimingFlags
+    compute_how: str
+    hbm_how: str
+
+
+def run_window(fit: FittedWorkload, config: SimConfig) -> tuple[FittedTrace, SimulatedWindow]:
+    fitted = fitted_trace(fit, config)
+    return fitted, measure(replay(fitted.trace, config), fitted, fit.window)
+
+
+def _hbm(fit: FittedWorkload, config: SimConfig) -> tuple[float | None, str]:
+    timing = config.timing
+    pool = fit.pool_tokens or config.device_tokens
+    found = []
+    for d in fit.decode:
+        step_s = d.running / d.gen_tps
+        kv = (d.kv_usage or 0.0) * pool * timing.model.kv_bytes_per_token
+        found.append(
+            (timing.model.weight_bytes_read(d.running) + kv) / (timing.hw.hbm_gbps * 1e9 * step_s)
+        )
+    if not found:
+        return None, "no line gives a generation throughput with requests running"
+    value = statistics.median(found)
+    how = f"median of {len(found)} decode step(s): bytes read / (HBM x running / gen tokens/s)"
+    if value > _HIGHEST:
+        return (
+            _HIGHEST,
+            f"{how} = {value:.2f}, above 1: capped at 1 (the log decodes faster "
+            "than the model's bytes allow: speculative decoding, or another model)",
+        )
+    return value, how
+
+
+def calibrate(
+    fit: FittedWorkload, flags: TimingFlags, config_for: Callable[[TimingFlags], SimConfig]
+) -> Calibration:
+    """`flags` with the efficiencies the log sets, and how each was set."""
+    hbm, hbm_how = _hbm(fit, config_for(flags))
+    if hbm is not None:
+        flags = dataclasses.replace(flags, hbm_efficiency=hbm)
+    else:
+        hbm_how = f"kept at {flags.hbm_efficiency}: {hbm_how}"
+    if not fit.window.saturated:
+        how = f"kept at {flags.compute_efficiency}: no line showed a request waiting"
+        return Calibration(flags, how, hbm_how)
+    target = fit.window.prompt_tps
+
+    def rate(eff: float) -> float:
+        config = config_for(dataclasses.replace(flags, compute_efficiency=eff))
+        return run_window(fit, config)[1].prompt_tps
+
+    if rate(_HIGHEST) < target:
+        flags = dataclasses.replace(flags, compute_efficiency=_HIGHEST)
+        return Calibration(flags, "capped at 1: the log admits prompts faster than peak", hbm_how)
+    if rate(_LOWEST) >= target:
+        flags = dataclasses.replace(flags, compute_efficiency=_LOWEST)
+        return Calibration(flags, "floored at 0.01: the log admits prompts slower", hbm_how)
+    lo, hi = math.log(_LOWEST), math.log(_HIGHEST)
+    for _ in range(_STEPS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if rate(math.exp(mid)) < target else (lo, mid)
+    eff = math.exp(hi)
+    how = f"bisection: the simulated prompt rate meets the log's {target:,.0f} tokens/s"
+    return Calibration(dataclasses.replace(flags, compute_efficiency=eff), how, hbm_how)

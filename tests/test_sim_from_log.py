@@ -1,0 +1,142 @@
+"""`kvtier simulate --from-log`: a workload fitted from real serving-log excerpts
+(tests/fixtures/observe/, sources in its manifest.json), the timing model calibrated to it, and the
+calibrated baseline within the tolerances docs/simulate.md states."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvtier.cli import main
+from kvtier.engines.sglang import serving
+from kvtier.observe.samples import read_samples
+from kvtier.observe.workload_fit import _spread, fit_workload
+from kvtier.sim import baseline
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "observe"
+QUEUED = FIXTURES / "sglang-2024-10-prefill-cache-hit-rate.log"  # sgl-project/sglang#1612
+STEADY = FIXTURES / "sglang-2026-04-no-rank-prefill-decode.log"  # sgl-project/sglang#22166
+VLLM = FIXTURES / "vllm-2026-03-v1-waiting-prefill.log"
+DEPLOYMENT = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
+
+
+def _fit(path: Path, prompt: int | None = None, output: int | None = None):  # type: ignore[no-untyped-def]
+    with path.open("rb") as stream:
+        return fit_workload(read_samples(stream, str(path)), prompt, output)
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_prefill_line_counts_new_sequences_in_both_readers() -> None:
+    line = (
+        "Prefill batch. #new-seq: 4, #new-token: 8192, #cached-token: 291, cache hit rate: 2.76%, "
+        "token usage: 0.04, #running-req: 1, #queue-req: 38"
+    )
+    general = line.replace("Prefill batch. ", "Prefill batch, ") + ", #pending-token: 0"
+    for text in (line, general):
+        reading = serving.read(text)
+        assert reading is not None and reading[1]["new_seqs"] == 4.0
+
+
+def test_queued_log_fits_sglangs_own_cumulative_hit_rate() -> None:
+    fit = _fit(QUEUED, output=256)
+    # cached 0+291+2753+897+523+632+1832 over all prompt tokens: SGLang's last printed 11.92%
+    assert fit.reuse == pytest.approx(6928 / (6928 + 2062 + 6 * 8192))
+    assert round(100 * fit.reuse, 2) == 11.92
+    # #new-seq 1+4+6+5+5+5+5 = 31, less one for each batch after a full 8,192-token chunk (5)
+    assert sum(n for _, _, n in fit.arrivals) == 44  # 1, then 4 + 38 queued, then 1 more
+    assert fit.prompt_tokens == round((6928 + 2062 + 6 * 8192) / 26)
+    assert fit.window.duration_s == 5.0  # 16:43:29 to 16:43:33, the last second included
+    assert fit.window.queued == (0, 38, 34, 30, 26, 22, 18)
+    assert fit.window.saturated
+
+
+def test_whole_second_stamps_are_spread_inside_their_second() -> None:
+    assert _spread([0.0, 0.0, 1.0, 1.0, 2.0]) == [0.25, 0.75, 1.25, 1.75, 2.5]
+
+
+@pytest.mark.parametrize(
+    ("log", "extra"),
+    [(QUEUED, ["--mean-output-tokens", "256"]), (STEADY, [])],
+    ids=["queued-prefill", "steady-decode"],
+)
+def test_calibrated_baseline_within_the_stated_tolerances(
+    log: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(["simulate", "--from-log", str(log), *DEPLOYMENT, *extra, "--json"], capsys)
+    assert code == 0
+    payload = json.loads(out)
+    rows = {r["metric"]: r for r in payload["baseline"]}
+    assert all(r["within"] for r in rows.values()), rows
+    hit = rows["hit rate"]
+    assert abs(hit["simulated"] - hit["observed"]) <= baseline.HIT_RATE_POINTS
+    tps = rows["prompt tokens/s"]
+    assert abs(tps["simulated"] - tps["observed"]) <= baseline.THROUGHPUT_SHARE * tps["observed"]
+    assert {n["name"] for n in payload["fit"]["inferred"]} >= {
+        "reuse",
+        "mean prompt tokens",
+        "mean output tokens",
+        "arrivals",
+    }
+
+
+def test_saturated_log_sets_the_compute_efficiency(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--from-log", str(QUEUED), *DEPLOYMENT, "--mean-output-tokens", "256"]
+    payload = json.loads(_run([*argv, "--json"], capsys)[1])
+    calibration = payload["calibration"]
+    assert calibration["compute_how"].startswith("bisection")
+    assert 0.01 < calibration["compute_efficiency"] < 1.0
+    assert calibration["hbm_efficiency"] == 0.8  # no decode line: kept
+    # a faster GPU needs a lower efficiency for the same observed prompt rate
+    faster = json.loads(_run([*argv, "--bf16-tflops", "1978", "--json"], capsys)[1])
+    assert faster["calibration"]["compute_efficiency"] < calibration["compute_efficiency"]
+
+
+def test_decode_lines_set_the_hbm_efficiency(capsys: pytest.CaptureFixture[str]) -> None:
+    payload = json.loads(
+        _run(["simulate", "--from-log", str(STEADY), *DEPLOYMENT, "--json"], capsys)[1]
+    )
+    calibration = payload["calibration"]
+    assert calibration["compute_how"].startswith("kept")  # nothing queued: not identifiable
+    assert 0.0 < calibration["hbm_efficiency"] <= 1.0
+    assert calibration["hbm_how"].startswith("median of 1 decode step")
+
+
+def test_sweep_answers_for_the_fitted_traffic(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--from-log", str(QUEUED), *DEPLOYMENT, "--mean-output-tokens", "256"]
+    payload = json.loads(_run([*argv, "--sweep", "hicache-ratio=0,2", "--json"], capsys)[1])
+    runs = payload["sweep"]["runs"]
+    assert [r["value"] for r in runs] == ["0", "2"]
+    assert runs[1]["hit_rate"] >= runs[0]["hit_rate"]
+
+
+def test_terminal_view_states_inferences_and_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["simulate", "--from-log", str(STEADY), *DEPLOYMENT], capsys)
+    assert code == 0
+    assert "observed" in out and "simulated" in out and "HBM efficiency" in out
+    assert "baseline: within the stated tolerances" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--from-log", str(VLLM)], "--mean-prompt-tokens"),
+        (["--from-log", str(QUEUED)], "--mean-output-tokens"),
+        (["--from-log", str(FIXTURES / "manifest.json")], "no periodic serving line"),
+        (["--from-log", str(FIXTURES / "missing.log")], "cannot read"),
+        (["--from-log", str(STEADY), "--generate", "chat"], "fits its own trace"),
+    ],
+)
+def test_unknown_input_fails_closed_naming_it(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(["simulate", *argv, *DEPLOYMENT], capsys)
+    assert code == 2
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
