@@ -6,9 +6,16 @@ import pytest
 
 from kvtier.cache.storage import Tier
 from kvtier.sim.engine.cacheport import TieredCachePort
+from kvtier.sim.engine.prefetch import (
+    PrefetchPolicy,
+    PrefetchQueue,
+    PrefetchRules,
+    capacity_tokens,
+)
 from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
 from kvtier.sim.engine.simulator import Simulation
 from kvtier.sim.engine.store import AccountingStore
+from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.run import simulate
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.timing import Hardware, ModelCost, TimingModel
@@ -120,21 +127,63 @@ def test_requests_past_the_context_length_are_rejected() -> None:
     assert simulate(Trace((ok, long)), config(100)).rejected == 0
 
 
-def test_store_hits_are_read_then_loaded() -> None:
-    # device 5, host 8 blocks: d pushes a out of the host into the store; b then finds a there
+def _store_run(rules: PrefetchRules) -> RequestRecord:
+    """Device 5, host 8 blocks: d pushes a out of the host into the store; b (t=300) then finds
+    a's three blocks there and prefetches them at 5 GB/s while it waits."""
     a = req(0, 0.0, 1500, 10, (1, 2, 3))
     c = req(1, 100.0, 2000, 10, (7, 8, 9, 10))
     d = req(2, 200.0, 2000, 10, (20, 21, 22, 23))
     b = req(3, 300.0, 1600, 10, (1, 2, 3, 4))
     port = TieredCachePort(5, 8, store_pages=100)
-    sim = Simulation(Trace((a, c, d, b)), ServerModel(port, TM, EngineConfig(512, 64, 8192)))
-    records = sim.run()
-    rec = records[3]
-    assert rec.hit_tokens == {Tier.DEVICE: 0, Tier.HOST: 0, Tier.STORE: 1536}
-    expected = TM.store_read_s(1536) + TM.overlapped_s(TM.prefill_s(64, 1536), TM.load_s(1536))
-    assert rec.first_token_s - rec.admit_s == pytest.approx(expected, rel=1e-12)
-    assert TM.store_read_s(1536) == 1536 * 131_072 * 1 / 5e9
+    # capacity int(0.8 x (8 - 5) x 512) = 1228 tokens: nothing in flight, so b's prefetch starts
+    queue = PrefetchQueue(rules, TM.store_read_s(1), capacity_tokens(8 * 512, 5 * 512))
+    engine = ServerModel(port, TM, EngineConfig(512, 64, 8192), queue)
+    records = Simulation(Trace((a, c, d, b)), engine).run()
     assert port.evictions()["store"] == 0
+    return records[3]
+
+
+def test_wait_complete_reads_the_whole_store_hit_then_loads_it() -> None:
+    rec = _store_run(PrefetchRules(PrefetchPolicy.WAIT_COMPLETE))
+    assert rec.hit_tokens == {Tier.DEVICE: 0, Tier.HOST: 0, Tier.STORE: 1536}
+    read = 1536 * 131_072 * 1 / 5e9  # tokens x KV bytes x TP / store bandwidth
+    assert rec.admit_s - rec.arrival_s == pytest.approx(read, rel=1e-9)
+    loaded = TM.overlapped_s(TM.prefill_s(64, 1536), TM.load_s(1536))
+    assert rec.first_token_s - rec.admit_s == pytest.approx(loaded, rel=1e-9)
+
+
+def test_best_effort_on_an_idle_server_stops_at_once_and_recomputes() -> None:
+    rec = _store_run(PrefetchRules(PrefetchPolicy.BEST_EFFORT))
+    assert rec.hit_tokens == {Tier.DEVICE: 0, Tier.HOST: 0, Tier.STORE: 0}
+    assert rec.admit_s == rec.arrival_s
+    assert rec.first_token_s - rec.arrival_s == pytest.approx(TM.prefill_s(1600, 0), rel=1e-12)
+
+
+def test_timeout_keeps_the_whole_blocks_read_before_it() -> None:
+    # 0.02 s reads 0.02 / (512 x 26.2 us) = 1.49 blocks: one whole block is kept
+    rec = _store_run(PrefetchRules(PrefetchPolicy.TIMEOUT, 256, 0.02, 0.0))
+    assert rec.hit_tokens == {Tier.DEVICE: 0, Tier.HOST: 0, Tier.STORE: 512}
+    assert rec.admit_s - rec.arrival_s == pytest.approx(0.02, rel=1e-9)
+    loaded = TM.overlapped_s(TM.prefill_s(1088, 512), TM.load_s(512))
+    assert rec.first_token_s - rec.admit_s == pytest.approx(loaded, rel=1e-9)
+
+
+def test_a_store_hit_under_the_threshold_is_not_prefetched() -> None:
+    rec = _store_run(PrefetchRules(PrefetchPolicy.WAIT_COMPLETE, threshold_tokens=2000))
+    assert rec.hit_tokens[Tier.STORE] == 0 and rec.admit_s == rec.arrival_s
+
+
+def test_a_host_hit_under_ten_tokens_is_recomputed() -> None:
+    # 8-token blocks, device of 4: x evicts a's prompt blocks to the host (write-through)
+    a = req(0, 0.0, 16, 8, (1, 2))
+    x = req(1, 10.0, 24, 8, (5, 6, 7))
+    b = req(2, 20.0, 16, 8, (1, 9))  # one 8-token host block: under HiCache's 10, recomputed
+    c = req(2, 20.0, 24, 8, (1, 2, 3))  # two host blocks, 16 tokens: loaded back
+    cfg = SimConfig(32, 64, 1, 8, "write_through", 64, 8192, TM, ())
+    no_load = simulate(Trace((a, x, b), 8), cfg).hit_tokens_by_tier
+    assert no_load == {"device": 0, "host": 0, "store": 0}
+    loaded = simulate(Trace((a, x, c), 8), cfg).hit_tokens_by_tier
+    assert loaded == {"device": 0, "host": 16, "store": 0}
 
 
 def test_accounting_store_drops_its_oldest_page_when_full() -> None:

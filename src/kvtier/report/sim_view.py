@@ -50,6 +50,10 @@ def run_table(result: SimResult, title: str) -> Table:
     table.add_row("token hit rate, all tiers", _pct(result.hit_rate))
     for tier, rate in result.hit_rate_by_tier.items():
         table.add_row(f"  {tier}", _pct(rate))
+    if result.hit_rate_by_round is not None:
+        table.add_row("token hit rate by round", "")
+        for turn, share in enumerate(result.hit_rate_by_round):
+            table.add_row(f"  round {turn}", "-" if share is None else _pct(share))
     table.add_row("prefill tokens saved", f"{result.prefill_tokens_saved:,}")
     if result.timed and result.ttft_s and result.queue_s:
         t, q = result.ttft_s, result.queue_s

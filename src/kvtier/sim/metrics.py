@@ -4,7 +4,9 @@ Token hit rate = prefix tokens served from a cache tier / prompt tokens, summed 
 measured requests (those after the warm-up fraction); TTFT and queueing percentiles are over the
 measured requests too, throughput over the whole run. A tier's hit is the part of the matched
 prefix that was resident there when the request was scheduled: device first, then host, then
-store. Latency percentiles interpolate linearly between order statistics.
+store. For a trace whose requests carry their conversation round, `hit_rate_by_round` is the same
+ratio over each round's measured requests (first round first; None for a round none of whose
+requests is measured). Latency percentiles interpolate linearly between order statistics.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class RequestRecord:
     arrival_s: float
     input_len: int
     output_len: int
+    round: int | None = None
     hit_tokens: dict[Tier, int] = field(default_factory=dict)
     admit_s: float = math.nan
     first_token_s: float = math.nan
@@ -68,6 +71,7 @@ class SimResult:
     evictions: dict[str, int]
     pcie_busy_fraction: float
     params: dict[str, object] = field(default_factory=dict)
+    hit_rate_by_round: tuple[float | None, ...] | None = None  # None: the trace has no rounds
 
     @property
     def hit_rate(self) -> float:
@@ -92,6 +96,9 @@ class SimResult:
             "input_tokens": self.input_tokens,
             "hit_rate": self.hit_rate,
             "hit_rate_by_tier": self.hit_rate_by_tier,
+            "hit_rate_by_round": (
+                None if self.hit_rate_by_round is None else list(self.hit_rate_by_round)
+            ),
             "hit_tokens_by_tier": self.hit_tokens_by_tier,
             "prefill_tokens_saved": self.prefill_tokens_saved,
             "timed": self.timed,
@@ -107,6 +114,23 @@ class SimResult:
             "evictions": self.evictions,
             "pcie_busy_fraction": self.pcie_busy_fraction,
         }
+
+
+def by_round(
+    rounds: Sequence[int | None], input_lens: Sequence[int], hits: Sequence[int]
+) -> tuple[float | None, ...] | None:
+    """Hit tokens over prompt tokens per round (index = round), from per-request figures;
+    None when the requests carry no round."""
+    if not rounds or rounds[0] is None:
+        return None
+    top = max(r for r in rounds if r is not None)
+    prompt = [0] * (top + 1)
+    hit = [0] * (top + 1)
+    for r, n, h in zip(rounds, input_lens, hits, strict=True):
+        assert r is not None  # a trace carries rounds on every line or on none
+        prompt[r] += n
+        hit[r] += h
+    return tuple(h / n if n else None for h, n in zip(hit, prompt, strict=True))
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -158,6 +182,7 @@ def summarize_untimed(
     warmup_fraction: float,
     evictions: dict[str, int],
     params: dict[str, object] | None = None,
+    rounds: Sequence[int | None] = (),
 ) -> SimResult:
     """What `summarize` gives for a clockless reference run, from each request's prompt tokens
     and device hit tokens (in trace order) rather than from records: every request runs, at
@@ -185,6 +210,7 @@ def summarize_untimed(
         evictions=evictions,
         pcie_busy_fraction=0.0,
         params=params or {},
+        hit_rate_by_round=by_round(rounds[skip:], input_lens[skip:], device_hits[skip:]),
     )
 
 
@@ -228,4 +254,9 @@ def summarize(
         evictions=evictions,
         pcie_busy_fraction=pcie_busy_s / duration if duration > 0 else 0.0,
         params=params or {},
+        hit_rate_by_round=by_round(
+            [r.round for r in measured],
+            [r.input_len for r in measured],
+            [sum(r.hit_tokens.values()) for r in measured],
+        ),
     )

@@ -47,6 +47,7 @@ def replay(
         else:
             sizes.append(capacity // block)
     input_lens = [r.input_len for r in trace.requests]
+    rounds = [r.round for r in trace.requests]
     results = []
     for k, (capacity, size) in enumerate(zip(capacities, sizes, strict=True)):
         cache = TieredCache(AccountingStorage(Tier.DEVICE, size), page_runs=False)
@@ -72,7 +73,9 @@ def replay(
             if capacity is UNBOUNDED
             else {"mode": "lru", "lru_tokens": capacity, "lru_blocks": size}
         )
-        results.append(summarize_untimed(input_lens, hits, warmup_fraction, evictions, params))
+        results.append(
+            summarize_untimed(input_lens, hits, warmup_fraction, evictions, params, rounds)
+        )
     if progress is not None:
         progress(len(trace.requests) * len(capacities))
     return results

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvtier.sim.engine.cacheport import TieredCachePort
+from kvtier.sim.engine.prefetch import PrefetchQueue, capacity_tokens
 from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
 from kvtier.sim.engine.simulator import Simulation
 from kvtier.sim.metrics import Concurrency, RequestRecord, SimResult, summarize
@@ -21,6 +23,7 @@ class Replay:
     concurrency: Concurrency
     pcie_busy_s: float
     evictions: dict[str, int]
+    prefetches: dict[str, object] | None = None  # the store prefetch's policy and counts
 
 
 def replay(
@@ -32,6 +35,18 @@ def replay(
     port = TieredCachePort(
         config.device_blocks, config.host_blocks, config.write_policy, config.store_blocks
     )
+    prefetch = None
+    if config.store_blocks:
+        # HiCacheController: prefetch_threshold = max(prefetch_threshold, page_size)
+        rules = config.prefetch
+        rules = dataclasses.replace(
+            rules, threshold_tokens=max(rules.threshold_tokens, config.page_size)
+        )
+        prefetch = PrefetchQueue(
+            rules,
+            config.timing.store_read_s(1),
+            capacity_tokens(config.host_tokens, config.device_tokens),
+        )
     engine = ServerModel(
         port,
         config.timing,
@@ -41,13 +56,22 @@ def replay(
             config.chunked_prefill_size,
             config.context_length,
         ),
+        prefetch,
     )
     sim = Simulation(trace, engine)
     records = sim.run(progress)
     settled = sum(1 for r in records if r.finished or r.rejected)
     if settled != len(records):
         raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
-    return Replay(records, sim.concurrency, engine.pcie_busy_s, port.evictions())
+    prefetches: dict[str, object] | None = None
+    if prefetch is not None:
+        prefetches = {
+            "policy": prefetch.rules.policy.value,
+            "issued": prefetch.issued,
+            "completed": prefetch.completed,
+            "stopped_early": prefetch.partial,
+        }
+    return Replay(records, sim.concurrency, engine.pcie_busy_s, port.evictions(), prefetches)
 
 
 def simulate(
@@ -75,6 +99,8 @@ def simulate(
         "sources": dict(config.sources),
         **(params or {}),
     }
+    if run.prefetches is not None:
+        run_params["prefetches"] = run.prefetches
     return summarize(
         run.records,
         warmup_fraction,

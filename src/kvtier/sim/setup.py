@@ -13,13 +13,14 @@ last block included, occupies a whole block of capacity.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang.hicache import host_bytes_per_token, host_tokens
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
+from kvtier.sim.engine.prefetch import PrefetchRules
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
 from kvtier.spec.model import AttentionKind, ModelSpec
 from kvtier.spec.weights import weight_bytes
@@ -46,6 +47,7 @@ class SimConfig:
     sources: tuple[tuple[str, str], ...]
     context_length: int | None = None  # longest prompt + output the server accepts
     store_tokens: int = 0  # L3 store capacity; 0: no store
+    prefetch: PrefetchRules = field(default_factory=PrefetchRules)  # waiting for store hits
 
     @property
     def block_tokens(self) -> int:
@@ -106,6 +108,7 @@ def build_config(
     write_policy: str = "write_through",
     timing: TimingFlags | None = None,
     store_tokens: int = 0,
+    prefetch: PrefetchRules | None = None,
 ) -> SimConfig:
     """Resolve `deployment` through the ledger and the GPU catalog into a `SimConfig`."""
     d = deployment
@@ -153,6 +156,15 @@ def build_config(
                 "or --hicache-size with --store-tokens"
             )
         sources.append(("store tokens", "--store-tokens"))
+        rules = prefetch or PrefetchRules()
+        sources.append(
+            (
+                "store prefetch",
+                f"{rules.policy.value}, threshold {rules.threshold_tokens} tokens, timeout "
+                f"{rules.timeout_base_s:g} s + {rules.timeout_per_ki_token_s:g} s per 1024 tokens "
+                "(HiRadixCache prefetch policy; --hicache-storage-prefetch-policy)",
+            )
+        )
     num_reqs = sglang.max_num_reqs(device_tokens, inputs.context_length, d.max_running_requests)
     max_running = sglang.max_running_requests(
         device_tokens, num_reqs, d.max_running_requests, d.dp if d.enable_dp_attention else 1
@@ -206,4 +218,5 @@ def build_config(
         sources=tuple(sources),
         context_length=inputs.context_length,
         store_tokens=store_tokens,
+        prefetch=prefetch or PrefetchRules(),
     )

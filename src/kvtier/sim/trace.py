@@ -3,7 +3,10 @@
 One request per line: `timestamp` (ms since the start of the trace), `input_length`,
 `output_length` and `hash_ids`, the prompt's prefix-block hashes over blocks of 512 tokens
 (Mooncake FAST'25 release, `FAST25-release/README.md`). Equal ids mark reusable prefix KV blocks;
-`len(hash_ids) == ceil(input_length / 512)`, so the last block holds the remainder.
+`len(hash_ids) == ceil(input_length / 512)`, so the last block holds the remainder. A trace may
+hash smaller blocks (kvtier's multi-turn generator, `--block-tokens`); the reader is then told the
+block size. kvtier adds one optional field, `round` (the turn of a multi-turn conversation, 0 for
+the first), on every line or on none.
 
 A malformed line is refused with its line number; nothing is dropped or repaired silently.
 """
@@ -21,6 +24,7 @@ from typing import BinaryIO, TextIO
 from kvtier.errors import KvtierError
 
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake FAST'25 README: "The block size is 512 tokens"
+MAX_ROUND = 1 << 20  # turns of one conversation
 _INT = {int}
 
 
@@ -33,6 +37,7 @@ class TraceRequest:
     input_len: int
     output_len: int
     blocks: tuple[int, ...]
+    round: int | None = None  # turn of a multi-turn conversation, 0 first; None: not recorded
 
     def block_tokens(self, index: int, block_size: int = MOONCAKE_BLOCK_TOKENS) -> int:
         """Tokens block `index` holds: `block_size`, except the last, which holds the rest."""
@@ -58,6 +63,11 @@ class Trace:
     @property
     def input_tokens(self) -> int:
         return sum(r.input_len for r in self.requests)
+
+    @property
+    def has_rounds(self) -> bool:
+        """Whether the requests carry their conversation round (all of them, or none)."""
+        return bool(self.requests) and self.requests[0].round is not None
 
 
 def scale_time(trace: Trace, factor: float) -> Trace:
@@ -114,17 +124,26 @@ def parse_request(obj: object, rid: int, where: str, block_size: int) -> TraceRe
     if len(ids) != expected:
         raise KvtierError(
             f"{where}: {len(ids)} hash_ids for input_length {input_len}; "
-            f"expected ceil({input_len}/{block_size}) = {expected}"
+            f"expected ceil({input_len}/{block_size}) = {expected} "
+            f"(blocks of {block_size} tokens; --block-tokens sets it)"
         )
     if ids and not (_ID_RANGE[0] <= min(ids) and max(ids) < _ID_RANGE[1]):
         raise KvtierError(f"{where}: `hash_ids` must be 64-bit integers")
-    return TraceRequest(rid, ts / 1000.0, input_len, output_len, tuple(ids))
+    turn = None
+    if "round" in obj:
+        turn = obj["round"]
+        if isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn <= MAX_ROUND:
+            raise KvtierError(
+                f"{where}: `round` must be an integer from 0 to {MAX_ROUND:,}, got {_shown(turn)}"
+            )
+    return TraceRequest(rid, ts / 1000.0, input_len, output_len, tuple(ids), turn)
 
 
 def iter_lines(lines: Iterable[str], block_size: int, name: str) -> Iterator[TraceRequest]:
     """Parse JSONL lines; blank lines are allowed, timestamps must not go backwards."""
     last_ts = 0.0
     rid = 0
+    with_round = False
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -140,6 +159,10 @@ def iter_lines(lines: Iterable[str], block_size: int, name: str) -> Iterator[Tra
         req = parse_request(obj, rid, where, block_size)
         if req.arrival_s < last_ts:
             raise KvtierError(f"{where}: timestamp goes backwards; a trace is in arrival order")
+        if rid == 0:
+            with_round = req.round is not None
+        elif (req.round is not None) != with_round:
+            raise KvtierError(f"{where}: `round` must be on every line of a trace or on none")
         last_ts = req.arrival_s
         rid += 1
         yield req
@@ -207,6 +230,8 @@ def to_jsonl(requests: Iterable[TraceRequest]) -> Iterator[str]:
             "output_length": r.output_len,
             "hash_ids": list(r.blocks),
         }
+        if r.round is not None:
+            row["round"] = r.round
         yield json.dumps(row) + "\n"
 
 

@@ -29,14 +29,14 @@ BLOCK = MOONCAKE_BLOCK_TOKENS
 
 
 @dataclass(slots=True)
-class _Context:
+class Context:
     """A token stream whose full blocks carry known ids."""
 
     full_ids: list[int]
     length: int = 0
 
 
-class _IdSource:
+class IdSource:
     def __init__(self) -> None:
         self.next_id = 0
 
@@ -46,15 +46,17 @@ class _IdSource:
         return ids
 
 
-def _prompt(ctx: _Context, prompt_len: int, ids: _IdSource) -> tuple[int, ...]:
+def prompt_ids(ctx: Context, prompt_len: int, ids: IdSource, block: int = BLOCK) -> tuple[int, ...]:
     """Hash ids of a prompt that starts with `ctx` and is `prompt_len` tokens long."""
-    kept = ctx.full_ids[: min(ctx.length, prompt_len) // BLOCK]
-    return tuple(kept + ids.fresh(math.ceil(prompt_len / BLOCK) - len(kept)))
+    kept = ctx.full_ids[: min(ctx.length, prompt_len) // block]
+    return tuple(kept + ids.fresh(math.ceil(prompt_len / block) - len(kept)))
 
 
-def _advance(ctx: _Context, blocks: tuple[int, ...], prompt_len: int, output_len: int) -> None:
+def advance(
+    ctx: Context, blocks: tuple[int, ...], prompt_len: int, output_len: int, block: int = BLOCK
+) -> None:
     """The next turn's context: this prompt followed by its answer."""
-    ctx.full_ids = list(blocks[: prompt_len // BLOCK])
+    ctx.full_ids = list(blocks[: prompt_len // block])
     ctx.length = prompt_len + output_len
 
 
@@ -70,7 +72,7 @@ def _sessions(
     rng: random.Random,
     n: int,
     rate: float,
-    ids: _IdSource,
+    ids: IdSource,
     turns: Callable[[], int],
     first_len: Callable[[], int],
     step_len: Callable[[], int],
@@ -84,16 +86,16 @@ def _sessions(
     session = 0
     while len(rows) < n:
         start += rng.expovariate(rate)
-        ctx = _Context(list(prefix), len(prefix) * BLOCK)
+        ctx = Context(list(prefix), len(prefix) * BLOCK)
         t = start
         for turn in range(turns()):
             if len(rows) >= n:
                 break
             prompt_len = ctx.length + (step_len() if turn else first_len())
             out = output_len()
-            blocks = _prompt(ctx, prompt_len, ids)
+            blocks = prompt_ids(ctx, prompt_len, ids)
             rows.append((round(t, 3), session, prompt_len, out, blocks))
-            _advance(ctx, blocks, prompt_len, out)
+            advance(ctx, blocks, prompt_len, out)
             t += gap_s()
         session += 1
     return rows
@@ -103,7 +105,7 @@ def _shared_prefixes(
     rng: random.Random,
     n: int,
     rate: float,
-    ids: _IdSource,
+    ids: IdSource,
     prefixes: list[tuple[int, ...]],
     tail_len: Callable[[], int],
     output_len: Callable[[], int],
@@ -117,13 +119,13 @@ def _shared_prefixes(
         t += rng.expovariate(rate)
         prefix = rng.choices(prefixes, weights)[0]
         prompt_len = len(prefix) * BLOCK + tail_len()
-        blocks = _prompt(_Context(list(prefix), len(prefix) * BLOCK), prompt_len, ids)
+        blocks = prompt_ids(Context(list(prefix), len(prefix) * BLOCK), prompt_len, ids)
         rows.append((round(t, 3), i, prompt_len, output_len(), blocks))
     return rows
 
 
 def chat(rng: random.Random, n: int, rate: float) -> list[_Row]:
-    ids = _IdSource()
+    ids = IdSource()
     return _sessions(
         rng,
         n,
@@ -138,7 +140,7 @@ def chat(rng: random.Random, n: int, rate: float) -> list[_Row]:
 
 
 def system_prompt(rng: random.Random, n: int, rate: float) -> list[_Row]:
-    ids = _IdSource()
+    ids = IdSource()
     prompts = [tuple(ids.fresh(rng.randint(2, 8))) for _ in range(8)]
     return _shared_prefixes(
         rng,
@@ -152,7 +154,7 @@ def system_prompt(rng: random.Random, n: int, rate: float) -> list[_Row]:
 
 
 def agent(rng: random.Random, n: int, rate: float) -> list[_Row]:
-    ids = _IdSource()
+    ids = IdSource()
     tools = tuple(ids.fresh(4))  # a tool-definition preamble every agent shares
     return _sessions(
         rng,
@@ -169,7 +171,7 @@ def agent(rng: random.Random, n: int, rate: float) -> list[_Row]:
 
 
 def doc_qa(rng: random.Random, n: int, rate: float) -> list[_Row]:
-    ids = _IdSource()
+    ids = IdSource()
     docs = [tuple(ids.fresh(rng.randint(16, 64))) for _ in range(max(4, n // 50))]
     return _shared_prefixes(
         rng,

@@ -47,13 +47,24 @@ class TieredCachePort:
         self._last = (blocks, m)
         return PrefixHit(m.num_device_pages, m.num_host_pages, m.num_store_pages)
 
-    def admit(self, rid: int, blocks: Sequence[int], extra_pages: int) -> PrefixHit | None:
+    def admit(
+        self,
+        rid: int,
+        blocks: Sequence[int],
+        extra_pages: int,
+        store_pages: int = 0,
+        load_back: bool = True,
+    ) -> PrefixHit | None:
         cache = self.cache
         if self._last is not None and self._last[0] is blocks:
             m = self._last[1]
         else:
             m = cache.match_prefix(blocks)
         self._last = None
+        if not load_back:
+            m = m._replace(num_host_pages=0, num_store_pages=0, last_node=m.last_device_node)
+        elif m.num_store_pages > store_pages:
+            m = m._replace(num_store_pages=store_pages)
         adm = request.admit(cache, blocks, extra_pages, m)
         if adm is None:
             return None

@@ -32,11 +32,19 @@ class CachePort(Protocol):
         """Longest cached prefix of `blocks` across tiers; refreshes its recency."""
         ...
 
-    def admit(self, rid: int, blocks: Sequence[int], extra_pages: int) -> PrefixHit | None:
-        """Pin the longest cached prefix, load its host/store part to the device, and reserve
-        device pages for the other prompt blocks plus `extra_pages`, evicting as needed. Returns
-        the hit as served (a part that could not be loaded is recomputed, not a hit); None, and
-        no change, when the device cannot hold the request now."""
+    def admit(
+        self,
+        rid: int,
+        blocks: Sequence[int],
+        extra_pages: int,
+        store_pages: int = 0,
+        load_back: bool = True,
+    ) -> PrefixHit | None:
+        """Pin the longest cached prefix, load its host part and up to `store_pages` of its store
+        part to the device (neither when `load_back` is False), and reserve device pages for the
+        other prompt blocks plus `extra_pages`, evicting as needed. Returns the hit as served (a
+        part that could not be loaded is recomputed, not a hit); None, and no change, when the
+        device cannot hold the request now."""
         ...
 
     def room(self) -> int:

@@ -9,7 +9,13 @@ pages for its whole prompt and output, so nothing is ever retracted (SGLang rese
 estimate and retracts on overflow; this is the conservative side of that).
 
 A decode step produces one token for every running request. Consecutive decode steps of an
-unchanged batch are advanced together, up to the next finish or the next arrival.
+unchanged batch are advanced together, up to the next finish or the next arrival (or the next
+time a waiting request's store prefetch may stop).
+
+With an L3 store, a request whose prompt continues in the store starts a prefetch when it arrives
+(`kvtier.sim.engine.prefetch`); the scheduler skips it until the prefetch policy lets the
+prefetch stop, and what arrived by then is loaded back with the host hit. A host (or prefetched)
+hit shorter than `LOAD_BACK_THRESHOLD` tokens is recomputed instead (`HiRadixCache.load_back`).
 """
 
 from __future__ import annotations
@@ -21,9 +27,13 @@ from dataclasses import dataclass
 
 from kvtier.cache.storage import Tier
 from kvtier.sim.engine.port import CachePort
+from kvtier.sim.engine.prefetch import Prefetch, PrefetchQueue
 from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.timing import TimingModel
 from kvtier.sim.trace import TraceRequest
+
+# HiRadixCache.load_back (sglang 0.5.x): a host hit of fewer tokens is not loaded back, recomputed
+LOAD_BACK_THRESHOLD = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +54,23 @@ class Live:
     rec: RequestRecord
     prefilled: int = 0  # prompt tokens whose KV exists (hits included)
     load_tokens: int = 0  # hit tokens still to copy to the device in the next step
-    store_tokens: int = 0  # of those, tokens to read from the L3 store first
+    fetched: tuple[int, int] = (0, 0)  # (first block, blocks) its store prefetch brought in
 
 
 class ServerModel:
     """The simulated server: the scheduler the event loop drives; times in seconds."""
 
-    def __init__(self, cache: CachePort, timing: TimingModel, config: EngineConfig) -> None:
+    def __init__(
+        self,
+        cache: CachePort,
+        timing: TimingModel,
+        config: EngineConfig,
+        prefetch: PrefetchQueue | None = None,
+    ) -> None:
         self.cache = cache
         self.timing = timing
         self.config = config
+        self.prefetch = prefetch
         self.waiting: deque[Live] = deque()
         self.prefilling: list[Live] = []
         self.decoding: dict[int, Live] = {}
@@ -65,10 +82,10 @@ class ServerModel:
         self._budget = 0  # prefill tokens left in the batch being formed
         self._compute_s = 0.0
         self._load_s = 0.0
-        self._store_s = 0.0
         self.busy = False
         self.pcie_busy_s = 0.0
-        # pages the head of the queue lacked at its last try; retried once the room is there
+        # the request that lacked pages at its last try, and how many; retried once they are there
+        self._blocked: Live | None = None
         self._blocked_need = 0
 
     @property
@@ -96,8 +113,24 @@ class ServerModel:
             )
         return ""
 
-    def arrive(self, live: Live) -> None:
+    def arrive(self, live: Live, now: float) -> None:
         self.waiting.append(live)
+        if self.prefetch is None:
+            return
+        req = live.req
+        hit = self.cache.match(req.blocks)
+        if not hit.store:
+            return
+        bs = self.config.block_size
+        cached = req.prefix_tokens(hit.device + hit.host, bs)
+        stored = req.prefix_tokens(hit.blocks, bs) - cached
+        op = Prefetch(hit.device + hit.host, hit.store, bs, stored, req.input_len - cached, now)
+        self.prefetch.issue(req.rid, op)
+
+    def next_wake(self) -> float:
+        """The next time a waiting request's prefetch may stop (inf: none in flight)."""
+        q = self.prefetch
+        return q.next_ready(list(q.ops)) if q is not None else math.inf
 
     def start_step(self, now: float, horizon: float) -> float | None:
         """Begin the next step at `now`; return its duration, or None when idle.
@@ -111,19 +144,39 @@ class ServerModel:
         self.busy = duration is not None
         return duration
 
-    def _admit(self, now: float) -> Live | None:
-        live = self.waiting[0]
+    def _next_ready(self, now: float, start: int) -> int | None:
+        """Index of the first waiting request from `start` on that may be scheduled now: one
+        without a prefetch in flight, or whose prefetch the policy lets stop (it stops here)."""
+        q = self.prefetch
+        for i in range(start, len(self.waiting)):
+            live = self.waiting[i]
+            rid = live.req.rid
+            if q is not None and rid in q.ops:
+                if q.ready_at(rid) > now:
+                    continue
+                live.fetched = q.stop(rid, now)
+            return i
+        return None
+
+    def _admit(self, now: float, index: int) -> Live | None:
+        live = self.waiting[index]
         req = live.req
-        device_hit = self.cache.match(req.blocks).device
+        bs = self.config.block_size
+        m = self.cache.match(req.blocks)
+        start, got = live.fetched
+        cached = m.device + m.host
+        store = max(0, min(m.store, start + got - cached)) if cached >= start else 0
+        loaded = req.prefix_tokens(cached + store, bs) - req.prefix_tokens(m.device, bs)
         prompt, extra = self.pages_for(req)
-        hit = self.cache.admit(req.rid, req.blocks, extra)
+        hit = self.cache.admit(
+            req.rid, req.blocks, extra, store, load_back=loaded >= LOAD_BACK_THRESHOLD
+        )
         if hit is None:
             # until a commit lengthens its device match, it needs at least this much room
-            self._blocked_need = prompt + extra - device_hit
+            self._blocked, self._blocked_need = live, prompt + extra - m.device
             return None
-        self._blocked_need = 0
-        self.waiting.popleft()
-        bs = self.config.block_size
+        self._blocked, self._blocked_need = None, 0
+        del self.waiting[index]
         on_device = req.prefix_tokens(hit.device, bs)
         on_host = req.prefix_tokens(hit.device + hit.host, bs)
         in_store = req.prefix_tokens(hit.blocks, bs)
@@ -135,24 +188,25 @@ class ServerModel:
         live.rec.admit_s = now
         live.prefilled = in_store
         live.load_tokens = in_store - on_device
-        live.store_tokens = in_store - on_host
         return live
 
     def _start_prefill(self, now: float) -> float | None:
         cfg = self.config
         self._pending = []
         self._budget = cfg.chunked_prefill_size
-        self._compute_s = self._load_s = self._store_s = 0.0
+        self._compute_s = self._load_s = 0.0
         for live in self.prefilling:  # the request being chunked goes first
             if self._budget > 0:
                 self._take_chunk(live)
-        while (
-            self._budget > 0
-            and self.waiting
-            and self.running < cfg.max_running_requests
-            and (not self._blocked_need or self.cache.room() >= self._blocked_need)
-        ):
-            admitted = self._admit(now)
+        index = 0
+        while self._budget > 0 and self.running < cfg.max_running_requests:
+            ready = self._next_ready(now, index)
+            if ready is None:
+                break
+            index = ready
+            if self.waiting[index] is self._blocked and self.cache.room() < self._blocked_need:
+                break
+            admitted = self._admit(now, index)
             if admitted is None:
                 break
             self.prefilling.append(admitted)
@@ -160,7 +214,7 @@ class ServerModel:
         if not self._pending:
             return None
         self.pcie_busy_s += self._load_s
-        return self._store_s + self.timing.overlapped_s(self._compute_s, self._load_s)
+        return self.timing.overlapped_s(self._compute_s, self._load_s)
 
     def _take_chunk(self, live: Live) -> None:
         # a full hit still recomputes the last prompt token to produce the first output
@@ -169,8 +223,7 @@ class ServerModel:
         self._budget -= chunk
         self._compute_s += self.timing.prefill_s(chunk, prefix)
         self._load_s += self.timing.load_s(live.load_tokens)
-        self._store_s += self.timing.store_read_s(live.store_tokens)
-        live.load_tokens = live.store_tokens = 0
+        live.load_tokens = 0
         live.prefilled = prefix + chunk
         self._pending.append(live)
 
@@ -179,8 +232,10 @@ class ServerModel:
             return None
         batch = len(self.decoding)
         steps = self._finish_heap[0][0] - self._steps
-        if not self.waiting and now < horizon < math.inf:
-            until = self.timing.decode_steps_before(horizon - now, self._decode_kv, batch)
+        # stop for the next arrival when nothing waits, and for a prefetch that may stop
+        limit = min(math.inf if self.waiting else horizon, self.next_wake())
+        if now < limit < math.inf:
+            until = self.timing.decode_steps_before(limit - now, self._decode_kv, batch)
             steps = min(steps, until)
         self._pending_decode = steps
         return self.timing.decode_steps_s(steps, self._decode_kv, batch)
@@ -204,7 +259,7 @@ class ServerModel:
                 continue
             self.prefilling.remove(live)
             self.cache.commit(live.req.rid)
-            if self._blocked_need and self.waiting:
+            if self._blocked is not None:
                 self._relax_need(live.req.blocks)
             live.rec.first_token_s = now
             if live.req.output_len == 1:
@@ -218,9 +273,10 @@ class ServerModel:
         return done
 
     def _relax_need(self, committed: tuple[int, ...]) -> None:
-        """The committed blocks are now on the device: the blocked head's match covers at least
-        their common prefix with its prompt, so it may need less room than at its last try."""
-        head = self.waiting[0].req
+        """The committed blocks are now on the device: the blocked request's match covers at
+        least their common prefix with its prompt, so it may need less room than at its last try."""
+        assert self._blocked is not None
+        head = self._blocked.req
         n = 0
         for a, b in zip(head.blocks, committed, strict=False):
             if a != b:

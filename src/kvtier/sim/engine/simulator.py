@@ -25,7 +25,8 @@ class Simulation:
         self.trace = trace
         self.engine = engine
         self.records = [
-            RequestRecord(r.rid, r.arrival_s, r.input_len, r.output_len) for r in trace.requests
+            RequestRecord(r.rid, r.arrival_s, r.input_len, r.output_len, r.round)
+            for r in trace.requests
         ]
         self.concurrency = Concurrency()
         self._next = 0  # index of the next arrival
@@ -70,7 +71,7 @@ class Simulation:
         if rec.rejected:
             self._settled += 1
             return
-        self.engine.arrive(Live(req, rec))
+        self.engine.arrive(Live(req, rec), now)
         if not self.engine.busy:
             self._push(now, WAKE)
 
@@ -78,3 +79,5 @@ class Simulation:
         duration = self.engine.start_step(now, self._horizon())
         if duration is not None:
             self._push(now + duration, STEP_END)
+        elif now < (wake := self.engine.next_wake()) < math.inf:
+            self._push(wake, WAKE)  # a waiting request's prefetch may stop then

@@ -1,0 +1,113 @@
+"""SGLang's multi-turn HiCache benchmark as a trace (sglang benchmark/hicache/bench_multiturn.py).
+
+The benchmark runs `clients` conversations of `rounds` turns each. A client's first turn is a
+request of `request_tokens` tokens; every later turn sends the whole history, all earlier requests
+and answers, followed by a new request of `request_tokens`; every turn asks for exactly
+`output_tokens` (`--request-length`, `--output-length`; its sampler's default range ratio 1.0
+gives exactly those lengths). A sender pops one ready turn at a time, sleeping a Poisson gap of
+rate `rate` between sends (`--request-rate`, `random.expovariate`), from a ready queue that pops a
+random entry (`--ready-queue-policy random`, its default) or the oldest (`fifo`). At the start
+every client's first turn is ready, in client order. With `--enable-round-barrier` a client's next
+turn joins the queue only once the whole round has been answered; without it, once its own
+answer is back.
+
+A trace has no server, so answers are taken to come back before the client is picked again: a
+client's next turn is ready as soon as its previous turn is sent (with the barrier: as soon as the
+round's last turn is sent). Timestamps are send times. Each turn records its `round` (0 first,
+as the benchmark numbers its per-round metrics). Block ids chain as in `kvtier.sim.workload`: a
+turn keeps the ids of the previous prompt's full blocks; the block where the previous answer
+begins, and everything after it, is new.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvtier.errors import KvtierError
+from kvtier.sim.trace import MAX_LENGTH, MAX_ROUND, MOONCAKE_BLOCK_TOKENS, TraceRequest
+from kvtier.sim.workload import Context, IdSource, advance, prompt_ids
+
+READY_QUEUE_POLICIES = ("random", "fifo")  # bench_multiturn.py ReadyQueue.pop
+MAX_TURNS = 10_000_000  # clients x rounds
+
+
+@dataclass(frozen=True, slots=True)
+class MultiturnSpec:
+    """The benchmark's settings, under its own names where it has them."""
+
+    clients: int  # --num-clients
+    rounds: int  # --num-rounds
+    request_tokens: int  # --request-length
+    output_tokens: int  # --output-length
+    rate: float  # --request-rate, turns sent per second
+    round_barrier: bool = False  # --enable-round-barrier
+    ready_queue: str = "random"  # --ready-queue-policy
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS
+
+    def check(self) -> None:
+        limits = (
+            ("--clients", self.clients, 1),
+            ("--rounds", self.rounds, 1),
+            ("--request-tokens", self.request_tokens, 1),
+            ("--output-tokens", self.output_tokens, 1),
+            ("--block-tokens", self.block_tokens, 1),
+        )
+        for flag, value, low in limits:
+            if value < low:
+                raise KvtierError(f"{flag} must be at least {low}, got {value}")
+        if self.rounds > MAX_ROUND + 1:
+            raise KvtierError(f"--rounds must be at most {MAX_ROUND + 1:,}, got {self.rounds}")
+        if self.clients * self.rounds > MAX_TURNS:
+            raise KvtierError(
+                f"--clients x --rounds must be at most {MAX_TURNS:,}, "
+                f"got {self.clients * self.rounds:,}"
+            )
+        if self.last_prompt_tokens > MAX_LENGTH:
+            raise KvtierError(
+                f"the last round's prompt would hold {self.last_prompt_tokens:,} tokens "
+                f"(rounds x request + (rounds - 1) x output); at most {MAX_LENGTH:,}"
+            )
+        if not self.rate > 0:
+            raise KvtierError(f"--rate must be positive, got {self.rate}")
+        if self.ready_queue not in READY_QUEUE_POLICIES:
+            raise KvtierError(
+                f"--ready-queue must be one of {', '.join(READY_QUEUE_POLICIES)}, "
+                f"got {self.ready_queue!r}"
+            )
+
+    @property
+    def last_prompt_tokens(self) -> int:
+        return self.rounds * self.request_tokens + (self.rounds - 1) * self.output_tokens
+
+
+def multiturn(spec: MultiturnSpec, seed: int) -> tuple[TraceRequest, ...]:
+    """Every turn of every client in send order, the same for the same seed."""
+    spec.check()
+    import random  # only generating needs it
+
+    rng = random.Random(seed)
+    ids = IdSource()
+    contexts = [Context([]) for _ in range(spec.clients)]
+    sent = [0] * spec.clients  # turns each client has sent
+    ready = list(range(spec.clients))
+    held: list[int] = []  # next-round turns the barrier holds back
+    out: list[TraceRequest] = []
+    t = 0.0
+    while ready:
+        pick = rng.randrange(len(ready)) if spec.ready_queue == "random" else 0
+        client = ready.pop(pick)
+        ctx = contexts[client]
+        prompt_len = ctx.length + spec.request_tokens
+        blocks = prompt_ids(ctx, prompt_len, ids, spec.block_tokens)
+        turn = sent[client]
+        out.append(
+            TraceRequest(len(out), round(t, 3), prompt_len, spec.output_tokens, blocks, turn)
+        )
+        advance(ctx, blocks, prompt_len, spec.output_tokens, spec.block_tokens)
+        sent[client] += 1
+        if sent[client] < spec.rounds:
+            (held if spec.round_barrier else ready).append(client)
+        if not ready:
+            ready, held = held, []
+        t += rng.expovariate(spec.rate)
+    return tuple(out)
