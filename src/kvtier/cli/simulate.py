@@ -29,7 +29,7 @@ from kvtier.report.json_text import json_text
 
 # Names and defaults the help text states; kvtier.sim is imported only when a simulation runs
 # (tests check these against kvtier.sim.workload.GENERATORS, sim.sweep.SWEEPABLE, sim.timing).
-WORKLOADS = ("chat", "system-prompt", "agent", "doc-qa")
+WORKLOADS = ("chat", "system-prompt", "agent", "doc-qa", "multiturn")
 SWEEPS = ("hicache-ratio", "mem-fraction-static", "kv-cache-dtype", "pcie-gbps")
 
 DESCRIPTION = """\
@@ -88,7 +88,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"generate a workload: {', '.join(WORKLOADS)}",
     )
     w.add_argument("--seed", type=count(0, 1 << 63), default=0)
-    w.add_argument("--requests", type=count(1, MAX_REQUESTS), default=1000)
+    w.add_argument(
+        "--requests",
+        type=count(1, MAX_REQUESTS),
+        help="requests to generate (default 1000; multiturn: clients x rounds)",
+    )
     w.add_argument(
         "--rate", type=number(1e-6, 1e6), default=1.0, help="sessions (or requests) per second"
     )
@@ -129,6 +133,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--sweep", metavar="NAME=V1,V2", help=f"one run per value; NAME one of {', '.join(SWEEPS)}"
     )
+    from kvtier.cli import simulate_hicache
+
+    simulate_hicache.add_arguments(p, s)
     t = p.add_argument_group("timing model (defaults: see the end of this help)")
     t.add_argument(
         "--compute-efficiency", type=FRACTION, help="share of dense bf16 peak prefill reaches"
@@ -210,9 +217,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, progress: _Progress) -> int:
-    from kvtier.sim.trace import Trace, read_trace, scale_time, write_trace
+    from kvtier.cli import simulate_hicache
+    from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace, read_trace, scale_time, write_trace
     from kvtier.sim.workload import generate
 
+    simulate_hicache.check(args)
     if args.from_log:
         return _timed(args, None, progress)
     trace_path = args.trace
@@ -223,16 +232,24 @@ def _run(args: argparse.Namespace, progress: _Progress) -> int:
     if args.generate:
         if args.output:
             check_output(args.output, [args.model])
-        requests = generate(args.generate, args.requests, args.seed, args.rate)
+        if args.generate == simulate_hicache.MULTITURN:
+            trace = simulate_hicache.generate(args)
+        else:
+            requests = generate(args.generate, args.requests or 1000, args.seed, args.rate)
+            trace = Trace(requests, source=f"generated {args.generate} seed {args.seed}")
         if args.output:
-            n = write_trace(requests, args.output)
+            n = write_trace(trace.requests, args.output)
             print(f"wrote {n} requests ({args.generate}, seed {args.seed}) to {args.output}")
             return 0
-        trace = Trace(requests, source=f"generated {args.generate} seed {args.seed}")
     elif trace_path:
         with open_input(trace_path, "trace", MAX_TRACE_BYTES) as stream:
             size = os.fstat(stream.fileno()).st_size
-            trace = read_trace(stream, trace_path, progress=progress.bar("loading trace", size))
+            trace = read_trace(
+                stream,
+                trace_path,
+                args.block_tokens or MOONCAKE_BLOCK_TOKENS,
+                progress.bar("loading trace", size),
+            )
     else:
         raise KvtierError("give a trace file, or --generate KIND")
     if args.unbounded or args.lru_tokens is not None:
@@ -282,6 +299,7 @@ def _reference(args: argparse.Namespace, trace: Any, progress: _Progress) -> int
 
 
 def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
+    from kvtier.cli import simulate_hicache
     from kvtier.report.sim_view import (
         quiet_lines,
         rejected_line,
@@ -322,7 +340,13 @@ def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
 
     def run_one(d: Any, t: TimingFlags, params: dict[str, object]) -> Any:
         config = build_config(
-            d, trace.block_size, args.device_tokens, args.hicache_write_policy, t, args.store_tokens
+            d,
+            trace.block_size,
+            args.device_tokens,
+            args.hicache_write_policy,
+            t,
+            args.store_tokens,
+            simulate_hicache.prefetch_rules(args),
         )
         if not notes:
             notes.extend(config.notes())

@@ -1,0 +1,132 @@
+"""`kvtier simulate` flags for SGLang's multi-turn benchmark (`--generate multiturn`), the trace's
+block size, and HiCache's L3 prefetch policy."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kvtier.cli.values import MAX_REQUESTS, SECONDS, count, number
+from kvtier.errors import KvtierError
+
+MULTITURN = "multiturn"
+READY_QUEUES = ("random", "fifo")  # tests check these against kvtier.sim.multiturn
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")  # and sim.engine.prefetch
+MULTITURN_HELP = """\
+Each turn sends the client's whole history (earlier requests and answers) plus a new request; a
+sender pops the ready queue at Poisson times of --rate turns/s. Lines carry `round` (0 first), and
+--json reports hit_rate_by_round. With --store-tokens, a request whose prefix continues in the L3
+store prefetches it while it waits; --hicache-storage-prefetch-policy says how long it waits.
+  kvtier simulate --generate multiturn --clients 16 --rounds 6 --request-tokens 2048 \\
+      --output-tokens 64 --rate 1 --round-barrier --block-tokens 64 --seed 1 -o mt.jsonl
+  kvtier simulate mt.jsonl --block-tokens 64 --engine sglang --model llama-3.1-8b --gpu h100 \\
+      --device-tokens 30000 --hicache-ratio 2 --store-tokens 10000000 --store-gbps 0.2 \\
+      --hicache-storage-prefetch-policy wait_complete --json"""
+MULTITURN_FLAGS = ("clients", "rounds", "request_tokens", "output_tokens", "ready_queue")
+
+
+def add_arguments(p: argparse.ArgumentParser, store: Any) -> None:
+    """Generator flags in their own group; prefetch flags in `store`, the simulation group."""
+    g = p.add_argument_group(
+        "--generate multiturn: SGLang's benchmark/hicache/bench_multiturn.py as a trace",
+        MULTITURN_HELP,
+    )
+    g.add_argument("--clients", type=count(1, MAX_REQUESTS), help="conversations (default 256)")
+    g.add_argument("--rounds", type=count(1, 1 << 20), help="turns per conversation (default 5)")
+    g.add_argument(
+        "--request-tokens", type=count(1, 1 << 27), help="new tokens each turn (default 512)"
+    )
+    g.add_argument(
+        "--output-tokens", type=count(1, 1 << 27), help="answer tokens each turn (default 64)"
+    )
+    g.add_argument(
+        "--round-barrier",
+        action="store_true",
+        help="send a round's turns only after the whole previous round",
+    )
+    g.add_argument(
+        "--ready-queue",
+        choices=READY_QUEUES,
+        help="which ready turn is sent next (default random)",
+    )
+    g.add_argument(
+        "--block-tokens",
+        type=count(1, 1 << 20),
+        default=None,
+        metavar="B",
+        help="tokens per hashed block of a generated or read trace (default 512, Mooncake's)",
+    )
+    store.add_argument(
+        "--hicache-storage-prefetch-policy",
+        choices=PREFETCH_POLICIES,
+        default="best_effort",
+        help="when a request waiting on its L3 hit is scheduled: at once with what has arrived "
+        "(best_effort), once all arrived (wait_complete), or either, after at most "
+        "base + per-1024-tokens seconds (timeout)",
+    )
+    store.add_argument(
+        "--prefetch-threshold",
+        type=count(0, 1 << 40),
+        default=256,
+        metavar="TOKENS",
+        help="fewest store-hit tokens worth a prefetch (default 256)",
+    )
+    store.add_argument(
+        "--prefetch-timeout-base", type=SECONDS, default=1.0, metavar="S", help="(default 1)"
+    )
+    store.add_argument(
+        "--prefetch-timeout-per-ki-token",
+        type=number(0.0, 1e6),
+        default=0.25,
+        metavar="S",
+        help="seconds per 1024 tokens added to the timeout (default 0.25)",
+    )
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse generator flags that the chosen input does not use."""
+    given = [f"--{f.replace('_', '-')}" for f in MULTITURN_FLAGS if getattr(args, f) is not None]
+    if args.round_barrier:
+        given.append("--round-barrier")
+    if args.generate == MULTITURN:
+        if args.requests is not None:
+            raise KvtierError(
+                "--generate multiturn sends --clients x --rounds requests: drop --requests"
+            )
+    elif given:
+        raise KvtierError(f"{', '.join(given)} apply to --generate multiturn")
+    if args.block_tokens is not None and args.generate not in (None, MULTITURN):
+        raise KvtierError(
+            f"--generate {args.generate} hashes 512-token blocks: drop --block-tokens"
+        )
+
+
+def generate(args: argparse.Namespace) -> Any:
+    """The multi-turn trace the flags describe, as a `Trace`."""
+    from kvtier.sim.multiturn import MultiturnSpec, multiturn
+    from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace
+
+    spec = MultiturnSpec(
+        clients=args.clients or 256,
+        rounds=args.rounds or 5,
+        request_tokens=args.request_tokens or 512,
+        output_tokens=args.output_tokens or 64,
+        rate=args.rate,
+        round_barrier=args.round_barrier,
+        ready_queue=args.ready_queue or "random",
+        block_tokens=args.block_tokens or MOONCAKE_BLOCK_TOKENS,
+    )
+    return Trace(
+        multiturn(spec, args.seed), spec.block_tokens, f"generated multiturn seed {args.seed}"
+    )
+
+
+def prefetch_rules(args: argparse.Namespace) -> Any:
+    from kvtier.sim.engine.prefetch import PrefetchPolicy, PrefetchRules
+
+    return PrefetchRules(
+        PrefetchPolicy(args.hicache_storage_prefetch_policy),
+        args.prefetch_threshold,
+        args.prefetch_timeout_base,
+        args.prefetch_timeout_per_ki_token,
+    )
