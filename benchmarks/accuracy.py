@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvtier.engines.deployment import Measured
+from kvtier.engines.vllm.pool import ContextTooLong
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.log_deployment import log_deployment
@@ -161,18 +162,23 @@ def measure(case: Case) -> Row | None:
         return Row(**base, planned=None, plan_range=None, plan_error=None,
                    plan_note="GPU not in catalog")  # fmt: skip
     deployment = dataclasses.replace(log_deployment(e.inputs), measured=Measured(), gpu=gpu)
+    note = ""
     try:
         ledger = build_ledger(resolve(deployment, model=e.inputs.model, logged=True))
+        planned, plan_range = ledger.kv_tokens, ledger.kv_tokens_range
+    except ContextTooLong as exc:
+        # the engine's own refusal of the context; the pool it sized is still the figure to check
+        planned, plan_range = exc.tokens, exc.tokens_range
+        note = "refuses the context length"
     except KvtierError as exc:
         return Row(**base, planned=None, plan_range=None, plan_error=None,
                    plan_note=f"plan refused: {exc}")  # fmt: skip
-    planned = ledger.kv_tokens
     return Row(
         **base,
         planned=planned,
-        plan_range=ledger.kv_tokens_range,
+        plan_range=plan_range,
         plan_error=(planned - observed) / observed,
-        plan_note="",
+        plan_note=note,
     )
 
 
@@ -187,6 +193,8 @@ def table(rows: list[Row]) -> str:
     ]
     for r in rows:
         plan = f"{r.planned:,}" if r.planned is not None else r.plan_note
+        if r.planned is not None and r.plan_note:
+            plan += f" ({r.plan_note})"
         holds = {None: "—", True: "yes", False: "no"}[r.in_range]
         if r.plan_range is not None:
             holds += f" ({r.plan_range[0]:,}-{r.plan_range[1]:,})"

@@ -152,7 +152,7 @@ def test_blocks_only_vllm_is_observed_only_without_a_gpu_and_predicted_with_one(
     text = (ERAS / "vllm-0.4-blocks-only.log").read_text(encoding="utf-8")
     rec = explain_log(text, {}).reconciliation
     assert rec.status == "observed only" and rec.observed is not None
-    assert rec.observed.value == 29_356 * 16
+    assert rec.observed.value == 27_869 * 16
     rec = explain_log(text, {"gpu": "A100-80GB"}).reconciliation
     assert rec.status == "match" and rec.predicted_low < rec.predicted_high
 

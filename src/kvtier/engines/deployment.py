@@ -87,6 +87,8 @@ class Deployment:
     mem_fraction: float | None = None  # SGLang mem_fraction_static / vLLM gpu_memory_utilization
     kv_cache_dtype: str = "auto"
     dtype: str = "auto"
+    quantization: str | None = None  # vLLM --quantization (online methods and checkpoint checks)
+    enable_chunked_prefill: bool | None = None  # vLLM; None: the version's default rule
     page_size: int | None = None  # SGLang page_size / vLLM block_size
     context_length: int | None = None  # SGLang context_length / vLLM max_model_len
     max_running_requests: int | None = None  # SGLang max_running_requests / vLLM max_num_seqs

@@ -53,6 +53,13 @@ WEIGHTS_REL_UNCERTAINTY = 0.015
 # vLLM profile_run torch peak per 8,192 batched tokens: 1.09-2.21 GiB in five real logs
 # (Qwen2.5-7B, Llama-3.1-8B, Qwen3-8B, DeepSeek-V2-Lite, Llama-3.3-70B TP2).
 VLLM_ACTIVATION_GIB_PER_8K_TOKENS = (2.0, 1.0, 2.5)
+# What vllm/profile.py's activation model leaves out of the profiled torch peak (measured peak
+# minus the model, GiB). V1: 0.06-0.12 on twelve vLLM 0.19 H100 logs of text models, 0.17 on the
+# three gemma ones (vocabulary 256,000), 0.38 where a multimodal checkpoint's encoder cache is
+# held too (gemma-3-12b). V0: 0.00-0.01 on the two vLLM 0.6.4 Llama-3.1-8B logs, 0.06 on vLLM
+# 0.6.6 Qwen2.5-7B with 16 sequences.
+VLLM_PROFILE_UNMODELLED_GIB = (0.1, 0.0, 0.45)
+VLLM_V0_PROFILE_UNMODELLED_GIB = (0.03, 0.0, 0.1)
 # vLLM non-torch increase during profiling: 0.25-0.26 GiB at TP1, 2.10 GiB at TP2 (H100, v0.19).
 VLLM_NON_TORCH_GIB_TP1 = (0.25, 0.1, 0.5)
 VLLM_NON_TORCH_GIB_TP = (2.0, 0.5, 2.5)

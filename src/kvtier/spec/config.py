@@ -16,7 +16,7 @@ from kvtier.errors import UnsupportedModel
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec, ParamGroup
 from kvtier.spec.params import VISION_TOWER, decoder_params, load_buffers, moe_layout
 from kvtier.spec.published import model_dtype, text_section, vision_section
-from kvtier.spec.quant import parse_quantization
+from kvtier.spec.quant import kv_cache_quant_algo, parse_quantization
 from kvtier.spec.vision import vision_params
 
 # Decoder-only architectures understood here
@@ -115,7 +115,8 @@ def _build(
             "vision_tower.encoder.blocks.0.mlp.fc0", True
         )
         params += (ParamGroup(VISION_TOWER, count, count, False, stored),)
-    _, experts, top_k, _ = moe_layout(arch, text)
+    moe, experts, top_k, shared = moe_layout(arch, text)
+    dense_width = int(text.get("intermediate_size_mlp") or text.get("intermediate_size") or 0)
     context = text.get("max_position_embeddings") or text.get("seq_length")
     if not context:
         raise UnsupportedModel(f"{model_id}: config states no `max_position_embeddings`")
@@ -140,6 +141,12 @@ def _build(
         vision_hidden_size=_int_or_none(vision.get("hidden_size")),
         load_buffers=load_buffers(arch, text),
         defaulted=defaulted,
+        intermediate_size=0 if all(moe) else dense_width,
+        moe_intermediate_size=int(text.get("moe_intermediate_size") or dense_width)
+        if experts
+        else 0,
+        shared_experts=shared,
+        kv_cache_quant_algo=kv_cache_quant_algo(qcfg),
     )
 
 

@@ -131,6 +131,14 @@ class ModelSpec:
     # config fields the file leaves unstated, taken from transformers' defaults for its
     # model_type: "vocab_size=262208 (transformers.Gemma3TextConfig)"
     defaulted: tuple[str, ...] = field(default=())
+    # MLP widths, for the engines' activation models: the dense layers' intermediate_size (0 when
+    # every layer is MoE, or unknown), one routed expert's, and the shared experts per MoE layer
+    intermediate_size: int = 0
+    moe_intermediate_size: int = 0
+    shared_experts: int = 0
+    # ModelOpt's `kv_cache_quant_algo` (or `kv_cache_scheme`) as the checkpoint states it,
+    # lowercased: the KV format the engines take for `--kv-cache-dtype auto`
+    kv_cache_quant_algo: str | None = None
 
     @property
     def total_params(self) -> int:

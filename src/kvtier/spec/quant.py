@@ -113,6 +113,33 @@ def _modelopt(qcfg: Mapping[str, Any]) -> tuple[Quantization, ModuleFilter]:
     raise UnsupportedModel(f"unsupported quantization_config.quant_algo {algo!r}")
 
 
+def kv_cache_quant_algo(qcfg: Mapping[str, Any] | None) -> str | None:
+    """The KV format a ModelOpt checkpoint states (`kv_cache_scheme` or `kv_cache_quant_algo`,
+    at the top or under `quantization`), lowercased; a scheme given as a dict reads as "fp8"
+    (8-bit float, static) or "nvfp4" (4-bit float), else "unknown". None for other methods or
+    when none is stated (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string, v0.19.0 -
+    v0.21.0)."""
+    if not qcfg:
+        return None
+    inner = qcfg.get("quantization", qcfg)
+    method = str(qcfg.get("quant_method", "") or ("modelopt" if inner is not qcfg else ""))
+    if not method.startswith("modelopt") or not isinstance(inner, Mapping):
+        return None
+    algo = (
+        inner.get("kv_cache_scheme")
+        or qcfg.get("kv_cache_scheme")
+        or inner.get("kv_cache_quant_algo")
+        or qcfg.get("kv_cache_quant_algo")
+    )
+    if isinstance(algo, Mapping):
+        if algo.get("type") == "float" and algo.get("num_bits") == 8 and not algo.get("dynamic", 1):
+            return "fp8"
+        if algo.get("type") == "float" and algo.get("num_bits") == 4:
+            return "nvfp4"
+        return "unknown"
+    return algo.lower() if isinstance(algo, str) else None
+
+
 def _compressed_tensors(
     qcfg: Mapping[str, Any], hidden_size: int
 ) -> tuple[Quantization, ModuleFilter]:

@@ -15,6 +15,8 @@ FLAGS = FlagTable(
         Flag("mem_fraction", "gpu_memory_utilization", float, ("gpu-memory-utilization",)),
         Flag("kv_cache_dtype", "kv_cache_dtype", str, ("kv-cache-dtype",)),
         Flag("dtype", "dtype", str, ("dtype",)),
+        Flag("quantization", "quantization", str, ("quantization", "q")),
+        Flag("enable_chunked_prefill", "enable_chunked_prefill", None, ("enable-chunked-prefill",)),
         Flag("page_size", "block_size", int, ("block-size",)),
         Flag("context_length", "max_model_len", int, ("max-model-len",)),
         Flag("max_running_requests", "max_num_seqs", int, ("max-num-seqs",)),

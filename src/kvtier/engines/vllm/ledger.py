@@ -8,7 +8,7 @@ from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
+from kvtier.engines.kvdtype import resolve_kv_dtype
 from kvtier.engines.ledger import (
     Concurrency,
     HostPool,
@@ -18,7 +18,9 @@ from kvtier.engines.ledger import (
     context_lengths,
 )
 from kvtier.engines.sglang import pool as sglang
+from kvtier.engines.version import Version
 from kvtier.engines.vllm import pool as vllm
+from kvtier.engines.vllm import profile
 from kvtier.errors import KvtierError
 from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import LayerKind, ModelSpec
@@ -60,21 +62,67 @@ def _config_dtype(model: ModelSpec) -> str:
     return "float32" if "float32" in model.dtype_source else model.dtype
 
 
-def _kv_dtype(p: PlanInputs, era: vllm.Era, device: _Device) -> tuple[KVDtype, str | None]:
-    """The KV element type, and the run dtype when vLLM's --dtype rule decides it (V1)."""
-    if era.worker is vllm.Worker.V0:
-        return p.kv_dtype(), None
-    d = p.deployment
-    run = vllm.model_dtype(
-        d.dtype,
+# vllm/utils/torch_utils.py MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP (v0.19.0 - v0.21.0)
+_MODELOPT_KV = {"fp8": "fp8_e4m3"}
+V0_19 = Version.release_of(0, 19)
+
+
+def _run_dtype(p: PlanInputs, era: vllm.Era, device: _Device) -> str:
+    """The dtype vLLM runs the model in, by its era's --dtype rule."""
+    rule = vllm.model_dtype_v0 if era.worker is vllm.Worker.V0 else vllm.model_dtype
+    return rule(
+        p.deployment.dtype,
         _config_dtype(p.model),
         _MODEL_TYPES.get(p.model.architecture),
         device.capability,
     )
-    return resolve_kv_dtype(d.engine, d.kv_cache_dtype, run), run
 
 
-def _terms(p: PlanInputs, era: vllm.Era, batched: int) -> dict[str, Term]:
+def _kv_cache_dtype(p: PlanInputs, version: Version | None) -> tuple[str, str | None]:
+    """--kv-cache-dtype, with `auto` resolved from a ModelOpt checkpoint's KV format from v0.19
+    (EngineArgs.create_engine_config -> resolve_kv_cache_dtype_string); and why, when it was."""
+    d = p.deployment
+    algo = p.model.kv_cache_quant_algo
+    if d.kv_cache_dtype != "auto" or algo is None or (version is not None and version < V0_19):
+        return d.kv_cache_dtype, None
+    if algo == "nvfp4":
+        raise KvtierError(
+            f"{p.model.model_id}: the checkpoint's kv_cache_quant_algo nvfp4 (an NVFP4 KV cache) "
+            "is not modelled; pass --kv-cache-dtype"
+        )
+    if algo not in _MODELOPT_KV:  # vLLM warns and keeps `auto`
+        return d.kv_cache_dtype, None
+    return _MODELOPT_KV[algo], f"auto -> {_MODELOPT_KV[algo]}: the checkpoint's kv_cache_quant_algo"
+
+
+def _activation(p: PlanInputs, era: vllm.Era, batch: profile.ProfileBatch, run_dtype: str) -> Term:
+    """The profiled torch peak from the batch and the model's shape (profile.py), with the stated
+    range of what that model leaves out; a model without its MLP widths falls back to the
+    per-8,192-token constant."""
+    shape = profile.ProfileShape.of(p.model, p.deployment.tp, run_dtype)
+    if shape is None:
+        return estimate.from_constant(
+            estimate.VLLM_ACTIVATION_GIB_PER_8K_TOKENS,
+            f"estimated: profile_run peak for {batch.tokens} batched tokens (model shape unknown)",
+        ).scaled(batch.tokens / 8192)
+    modelled = profile.activation_peak(era, batch, shape)
+    peak = modelled.bytes / GiB
+    rest = (
+        estimate.VLLM_V0_PROFILE_UNMODELLED_GIB
+        if era.worker is vllm.Worker.V0
+        else estimate.VLLM_PROFILE_UNMODELLED_GIB
+    )
+    return Term.estimated(
+        peak + rest[0],
+        peak + rest[1],
+        peak + rest[2],
+        f"estimated: {modelled.formula()}, + {rest[0]} GiB not modelled",
+    )
+
+
+def _terms(
+    p: PlanInputs, era: vllm.Era, batch: profile.ProfileBatch, run_dtype: str
+) -> dict[str, Term]:
     """total, weights, activation, non-torch and graph terms: measured, else estimated."""
     d, m = p.deployment, p.deployment.measured
     terms: dict[str, Term] = {}
@@ -94,10 +142,7 @@ def _terms(p: PlanInputs, era: vllm.Era, batched: int) -> dict[str, Term]:
     if m.activation_gib is not None:
         terms["activation"] = Term.known(m.activation_gib, "measured: torch peak increase")
     else:
-        terms["activation"] = estimate.from_constant(
-            estimate.VLLM_ACTIVATION_GIB_PER_8K_TOKENS,
-            f"estimated: profile_run peak for {batched} batched tokens",
-        ).scaled(batched / 8192)
+        terms["activation"] = _activation(p, era, batch, run_dtype)
     if m.non_torch_gib is not None:
         terms["non_torch"] = Term.known(m.non_torch_gib, "measured: non-torch increase")
     else:
@@ -237,10 +282,31 @@ def build(p: PlanInputs) -> Ledger:
     """The ledger vLLM's determine_available_memory / get_num_blocks produce for `p`."""
     d = p.deployment
     era = vllm.era_for(d.engine_version)
+    version = None if d.engine_version is None else Version.parse(d.engine_version, "vLLM")
     kv = p.model.kv
     device = _device(p)
-    dtype, run_dtype = _kv_dtype(p, era, device)
-    batched = d.chunked_prefill_size or vllm.default_max_num_batched_tokens(device.gib, device.name)
+    run_dtype = _run_dtype(p, era, device)
+    kv_cache_dtype, kv_note = _kv_cache_dtype(p, version)
+    dtype = resolve_kv_dtype(d.engine, kv_cache_dtype, run_dtype)
+    chunked = profile.v0_chunked_prefill(
+        d.enable_chunked_prefill,
+        p.context_length,
+        multimodal=p.model.multimodal,
+        sliding_window=kv.sliding_window is not None,
+        speculative=d.speculative_algorithm is not None,
+    )
+    batch = profile.profile_batch(
+        era,
+        version,
+        p.context_length,
+        tokens=d.chunked_prefill_size,
+        seqs=d.max_running_requests,
+        chunked_prefill=chunked,
+        multimodal=p.model.multimodal,
+        device_gib=device.gib,
+        device_name=device.name,
+    )
+    batched = batch.tokens
     block = d.page_size or vllm.DEFAULT_BLOCK_SIZE
     layers = sglang.stage_layers(kv.num_layers, d.pp)
     page = vllm.page_bytes(kv, d.tp, block, dtype)
@@ -259,33 +325,39 @@ def build(p: PlanInputs) -> Ledger:
         )
     )
     inputs.append(Input("version era", era.label, d.origin("engine_version")))
-    if run_dtype is not None:
-        inputs.append(
-            Input(
-                "model dtype",
-                run_dtype,
-                f"--dtype {d.dtype}: {p.model.dtype_source}"
-                if d.dtype == "auto"
-                else d.origin("dtype"),
-            )
+    inputs.append(
+        Input(
+            "model dtype",
+            run_dtype,
+            f"--dtype {d.dtype}: {p.model.dtype_source}"
+            if d.dtype == "auto"
+            else d.origin("dtype"),
         )
+    )
+    if kv_note is not None:
+        inputs.append(Input("kv_cache_dtype", kv_cache_dtype, kv_note))
     inputs.append(
         Input(
             "max_num_batched_tokens",
-            str(batched),
-            d.origin("chunked_prefill_size")
-            if d.chunked_prefill_size
-            else "default (EngineArgs.get_batch_defaults: 8192 on >= 70 GiB non-A100, else 2048)",
+            str(batch.tokens),
+            d.origin("chunked_prefill_size") if d.chunked_prefill_size else batch.tokens_rule,
+        )
+    )
+    inputs.append(
+        Input(
+            "max_num_seqs",
+            str(batch.seqs),
+            d.origin("max_running_requests") if d.max_running_requests else batch.seqs_rule,
         )
     )
     terms: dict[str, Term] = {}
     if d.kv_cache_memory_bytes is not None:
         available = Term.known(d.kv_cache_memory_bytes / GiB, "--kv-cache-memory-bytes")
     elif d.measured.kv_available_gib is not None:
-        terms = _terms(p, era, batched) if _total_known(p) else {}
+        terms = _terms(p, era, batch, run_dtype) if _total_known(p) else {}
         available = _measured_available(d, util, terms)
     else:
-        terms = _terms(p, era, batched)
+        terms = _terms(p, era, batch, run_dtype)
         available = estimate.spread(
             terms,
             lambda v: vllm.available_gib(
@@ -308,9 +380,6 @@ def build(p: PlanInputs) -> Ledger:
         raise vllm.no_memory_error()
     ctx = p.context_length
     per_req = pool.blocks_per_request(ctx)
-    if blocks < per_req:
-        fits = max(c for c in range(block, ctx + 1, block) if pool.blocks_per_request(c) <= blocks)
-        raise vllm.too_short_error(ctx, per_req * page * pool.layers / GiB, available.value, fits)
     tokens = pool.tokens(blocks, ctx)
     rng_blocks = (
         None if available.exact else (blocks_for(available.low), blocks_for(available.high))
@@ -320,6 +389,12 @@ def build(p: PlanInputs) -> Ledger:
         if rng_blocks is None
         else (pool.tokens(rng_blocks[0], ctx), pool.tokens(rng_blocks[1], ctx))
     )
+    if blocks < per_req:
+        if era.worker is vllm.Worker.V0:
+            raise vllm.v0_too_short_error(ctx, tokens, rng)
+        fits = max(c for c in range(block, ctx + 1, block) if pool.blocks_per_request(c) <= blocks)
+        need = per_req * page * pool.layers / GiB
+        raise vllm.too_short_error(ctx, need, available.value, fits, tokens, rng)
     block_bytes = page * pool.layers
     items: list[LedgerItem] = []
     nominal = {k: t.value for k, t in terms.items()}

@@ -151,13 +151,46 @@ def no_memory_error() -> KvtierError:
     )
 
 
-def too_short_error(max_model_len: int, need_gib: float, have_gib: float, fits: int) -> KvtierError:
-    """check_enough_kv_cache_memory's refusal, with the longest context that would fit."""
-    return KvtierError(
+class ContextTooLong(KvtierError):
+    """The engine's refusal of a max_model_len its pool cannot hold one request of, with the
+    token count of the pool it sized (the figure a failed start still prints) and its range."""
+
+    def __init__(self, message: str, tokens: int, tokens_range: tuple[int, int] | None) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+        self.tokens_range = tokens_range
+
+
+def too_short_error(
+    max_model_len: int,
+    need_gib: float,
+    have_gib: float,
+    fits: int,
+    tokens: int,
+    tokens_range: tuple[int, int] | None,
+) -> ContextTooLong:
+    """V1 check_enough_kv_cache_memory's refusal, with the longest context that would fit."""
+    return ContextTooLong(
         f"To serve at least one request with the model's max seq len ({max_model_len}), "
         f"{need_gib:.2f} GiB KV cache is needed, which is larger than the available KV cache "
         f"memory ({have_gib:.2f} GiB). The estimated maximum model length is {fits}. Try "
-        "increasing `gpu_memory_utilization` or decreasing `max_model_len`"
+        "increasing `gpu_memory_utilization` or decreasing `max_model_len`",
+        tokens,
+        tokens_range,
+    )
+
+
+def v0_too_short_error(
+    max_model_len: int, tokens: int, tokens_range: tuple[int, int] | None
+) -> ContextTooLong:
+    """V0 raise_if_cache_size_invalid (worker/worker.py, v0.6.4 - v0.6.6): block_size x
+    num_gpu_blocks tokens hold less than one max_model_len request."""
+    return ContextTooLong(
+        f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens "
+        f"that can be stored in KV cache ({tokens}). Try increasing `gpu_memory_utilization` or "
+        "decreasing `max_model_len` when initializing the engine.",
+        tokens,
+        tokens_range,
     )
 
 
@@ -228,6 +261,35 @@ DTYPE_NAMES = {
 NO_FLOAT16_MODEL_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"})
 BF16_CAPABILITY = (8, 0)
 FP16_CAPABILITY = (6, 0)
+
+
+def model_dtype_v0(
+    requested: str, config_dtype: str, model_type: str | None, capability: tuple[int, int] | None
+) -> str:
+    """The dtype V0 runs the model in (config.py _get_and_verify_dtype, v0.6.4 - v0.6.6).
+
+    `auto` keeps the config's dtype, except that a float32 config runs in float16 (bfloat16 for
+    gemma2), whatever the GPU; an explicit dtype is taken as given. bfloat16 is refused below
+    compute capability 8.0 (Worker._check_if_gpu_supports_dtype).
+    """
+    word = requested.strip().lower()
+    if word == "auto":
+        if config_dtype == "float32":
+            dtype = "bfloat16" if model_type == "gemma2" else "float16"
+        else:
+            dtype = config_dtype
+    elif word in DTYPE_NAMES:
+        dtype = DTYPE_NAMES[word]
+    else:
+        raise KvtierError(f"Unknown dtype: {requested!r} (vLLM takes {', '.join(DTYPE_NAMES)})")
+    if dtype == "bfloat16" and capability is not None and capability < BF16_CAPABILITY:
+        raise KvtierError(
+            "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+            f"Your GPU has compute capability {capability[0]}.{capability[1]}. "
+            "You can use float16 instead by explicitly setting the `dtype` flag in CLI, "
+            "for example: --dtype=half."
+        )
+    return dtype
 
 
 def supported_dtypes(capability: tuple[int, int] | None) -> tuple[str, ...]:
