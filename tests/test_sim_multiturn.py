@@ -173,7 +173,7 @@ def test_a_slow_l3_hurts_under_wait_complete_and_the_other_policies_bound_the_lo
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Host ratio 2 keeps some rounds, the L3 store every history; at 0.2 GB/s reading a
-    history of ~10,000 tokens takes ~6.6 s, ~16x what recomputing it takes."""
+    history of ~10,000 tokens takes ~6.6 s, ~14x the ~0.47 s of recomputing it."""
     store = ["--store-tokens", "10000000"]
     none = _l3(capsys)["ttft_s"]
     fast = _l3(capsys, *store, "--hicache-storage-prefetch-policy", "wait_complete")
