@@ -3,6 +3,8 @@
 * no request is lost: every request finishes or is rejected, and exactly those that can
   never fit on the device are rejected;
 * the hit rate never decreases as the host tier grows (host ratio 0, 1, 2, 4, 8);
+* with an L3 store, under every prefetch policy and store bandwidth, no request is lost either,
+  and on an idle server `best_effort` never serves a store hit (the prefetch stops at once);
 * a request that meets an idle server gets its first token no later when PCIe is faster.
   TTFT percentiles under contention are NOT monotone in PCIe bandwidth: a prefill that ends
   sooner lets a decode step start just before the next arrival, which then waits for it (a
@@ -11,11 +13,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvtier.sim.engine.prefetch import PrefetchPolicy, PrefetchRules
 from kvtier.sim.run import simulate
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.timing import Hardware, ModelCost, TimingModel
@@ -125,3 +129,27 @@ def test_ttft_of_an_uncontended_request_never_grows_with_pcie_bandwidth(
         if result.ttft_s is not None:
             p50s.append(result.ttft_s.p50)
     assert p50s == sorted(p50s, reverse=True)
+
+
+@SETTINGS
+@given(
+    traces(),
+    st.integers(2, 40),
+    st.integers(2, 4),
+    st.integers(1, 80),
+    st.sampled_from(list(PrefetchPolicy)),
+    st.sampled_from([0.05, 1.0, 50.0]),
+)
+def test_no_request_is_lost_with_an_l3_store(
+    trace: Trace, device: int, ratio: int, store: int, policy: PrefetchPolicy, gbps: float
+) -> None:
+    base = config(device, ratio)
+    timing = dataclasses.replace(
+        base.timing, hw=dataclasses.replace(base.timing.hw, store_gbps=gbps)
+    )
+    rules = PrefetchRules(policy, timeout_base_s=0.05, timeout_per_ki_token_s=0.1)
+    cfg = dataclasses.replace(base, timing=timing, store_tokens=store * 512, prefetch=rules)
+    result = simulate(trace, cfg)
+    assert result.finished + result.rejected == result.requests == len(trace.requests)
+    if policy is PrefetchPolicy.BEST_EFFORT:
+        assert simulate(_isolated(trace), cfg).hit_tokens_by_tier["store"] == 0
