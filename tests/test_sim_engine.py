@@ -193,3 +193,25 @@ def test_accounting_store_drops_its_oldest_page_when_full() -> None:
     store.save([b"c"], [b""])
     assert (store.contains_prefix([b"a", b"c"]), store.contains_prefix([b"b"])) == (2, 0)
     assert store.evicted == 1 and len(store) == 2
+
+
+@pytest.mark.parametrize(("policy", "store_hit"), [("write_through", 1536), ("write_back", 0)])
+def test_a_prefetch_starts_only_behind_a_backed_up_device_prefix(
+    policy: str, store_hit: int
+) -> None:
+    """Block 1 stays hot on the device (q-requests) while fillers push p's blocks 2-4 through a
+    12-block host into the store. Under write_back block 1 has no host copy, so SGLang starts no
+    prefetch for e and recomputes blocks 2-4; under write_through it prefetches them."""
+    p = req(0, 0.0, 2000, 10, (1, 2, 3, 4))
+    rows = [p]
+    for k, filler in enumerate((20, 30, 40, 50)):
+        rows.append(req(len(rows), 100.0 + 100 * k, 1000, 10, (1, 5 + k)))
+        rows.append(req(len(rows), 150.0 + 100 * k, 2000, 10, tuple(range(filler, filler + 4))))
+    rows.append(req(len(rows), 600.0, 2100, 10, (1, 2, 3, 4, 8)))
+    port = TieredCachePort(6, 12, write_policy=policy, store_pages=100)
+    rules = PrefetchRules(PrefetchPolicy.WAIT_COMPLETE)
+    queue = PrefetchQueue(rules, TM.store_read_s(1), capacity_tokens(12 * 512, 6 * 512))
+    engine = ServerModel(port, TM, EngineConfig(512, 64, 8192), queue)
+    e = Simulation(Trace(tuple(rows)), engine).run()[-1]
+    assert e.hit_tokens == {Tier.DEVICE: 512, Tier.HOST: 0, Tier.STORE: store_hit}
+    assert queue.issued == (1 if store_hit else 0)

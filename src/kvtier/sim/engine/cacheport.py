@@ -45,7 +45,9 @@ class TieredCachePort:
     def match(self, blocks: Sequence[int]) -> PrefixHit:
         m = self.cache.match_prefix(blocks)
         self._last = (blocks, m)
-        return PrefixHit(m.num_device_pages, m.num_host_pages, m.num_store_pages)
+        node = m.last_device_node
+        backed_up = node is self.cache.tree.root or node.host is not None
+        return PrefixHit(m.num_device_pages, m.num_host_pages, m.num_store_pages, backed_up)
 
     def admit(
         self,

@@ -12,11 +12,14 @@ from typing import NamedTuple, Protocol
 
 
 class PrefixHit(NamedTuple):
-    """Leading blocks of a prompt found in each tier, in order: device, then host, then store."""
+    """Leading blocks of a prompt found in each tier, in order: device, then host, then store.
+    `backed_up`: the device part ends at the root or at a node with a host copy (SGLang starts an
+    L3 prefetch only then: `Scheduler._prefetch_kvcache`, `req.last_node.backuped`)."""
 
     device: int
     host: int
     store: int
+    backed_up: bool = True
 
     @property
     def blocks(self) -> int:

@@ -119,7 +119,7 @@ class ServerModel:
             return
         req = live.req
         hit = self.cache.match(req.blocks)
-        if not hit.store:
+        if not hit.store or not hit.backed_up:
             return
         bs = self.config.block_size
         cached = req.prefix_tokens(hit.device + hit.host, bs)
