@@ -29,6 +29,9 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "Qwen/Qwen3-30B-A3B": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
     "Qwen/Qwen3-32B": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
     "Qwen/Qwen3-8B": {"sglang": ("A10G", 1), "vllm": ("A10G", 1)},
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": {"sglang": ("B200", 1), "vllm": ("B200", 1)},
+    "Qwen/Qwen3.5-27B": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
+    "Qwen/Qwen3.5-35B-A3B": {"sglang": ("H200", 1), "vllm": ("H100", 1)},
     "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic": {
         "sglang": ("L40S", 2),
         "vllm": ("L40S", 2),

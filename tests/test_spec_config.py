@@ -55,6 +55,10 @@ GEOMETRY = {
     "google/gemma-3-27b-it": ("mha", 62, 16, 128, 10, 1024),
     "openai/gpt-oss-20b": ("mha", 24, 8, 64, 12, 128),
     "openai/gpt-oss-120b": ("mha", 36, 8, 64, 18, 128),
+    # hybrid linear attention: the attention layers only (the others hold recurrent state)
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": ("mha", 12, 2, 256, 12, None),
+    "Qwen/Qwen3.5-27B": ("mha", 16, 4, 256, 16, None),
+    "Qwen/Qwen3.5-35B-A3B": ("mha", 10, 2, 256, 10, None),
 }
 
 
@@ -244,8 +248,8 @@ def test_tied_embeddings_have_no_lm_head() -> None:
     [
         (
             "qwen3-8b",
-            lambda c: c.update(architectures=["Qwen3NextForCausalLM"]),
-            "'Qwen3NextForCausalLM'",
+            lambda c: c.update(architectures=["NemotronHForCausalLM"]),
+            "'NemotronHForCausalLM'",
         ),
         (
             "gpt-oss-20b",

@@ -50,6 +50,11 @@ _SETTINGS = dict(
         ("sglang_version", "engine_version"),
         ("vllm_version", "engine_version"),
         ("host_ram_gb", "host_ram_gb"),
+        ("disable_radix_cache", "disable_radix_cache"),
+        ("enable_prefix_caching", "enable_prefix_caching"),
+        ("mamba_full_memory_ratio", "mamba_full_memory_ratio"),
+        ("max_mamba_cache_size", "max_mamba_cache_size"),
+        ("mamba_ssm_dtype", "mamba_ssm_dtype"),
     )
 )
 

@@ -53,6 +53,8 @@ _FIELDS = {
     "mem_fraction_static": "mem_fraction",
     "gpu_memory_utilization": "mem_fraction",
     "kv_cache_dtype": "kv_cache_dtype",
+    "dtype": "dtype",
+    "quantization": "quantization",
     "page_size": "page_size",
     "block_size": "page_size",
     "context_length": "context_length",
@@ -69,6 +71,11 @@ _FIELDS = {
     "kv_cache_memory_bytes": "kv_cache_memory_bytes",
     "gpu": "gpu",
     "gpus": "gpus_per_node",
+    "disable_radix_cache": "disable_radix_cache",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "mamba_full_memory_ratio": "mamba_full_memory_ratio",
+    "max_mamba_cache_size": "max_mamba_cache_size",
+    "mamba_ssm_dtype": "mamba_ssm_dtype",
 }
 
 
@@ -112,6 +119,17 @@ def add_deployment_arguments(p: argparse.ArgumentParser, *, launch: bool) -> Non
     g.add_argument("--mem-fraction-static", type=FRACTION)
     g.add_argument("--gpu-memory-utilization", type=FRACTION)
     g.add_argument("--kv-cache-dtype")
+    g.add_argument(
+        "--dtype",
+        type=str.lower,
+        choices=("auto", "half", "float16", "bfloat16", "float", "float32"),
+        help="model dtype (default auto: vLLM resolves a float32 config by GPU and version)",
+    )
+    g.add_argument(
+        "--quantization",
+        help="vLLM: fp8 quantizes an unquantized checkpoint's Linear and MoE weights at load; "
+        "on a quantized checkpoint it must name the checkpoint's method",
+    )
     g.add_argument("--page-size", type=PAGE)
     g.add_argument("--block-size", type=PAGE)
     g.add_argument("--context-length", type=TOKENS)
@@ -126,6 +144,31 @@ def add_deployment_arguments(p: argparse.ArgumentParser, *, launch: bool) -> Non
     g.add_argument("--hicache-ratio", type=number(0.0, MAX_RATIO))
     g.add_argument("--hicache-size", type=HOST_GB, help="host pool per rank, decimal GB")
     g.add_argument("--kv-cache-memory-bytes", type=count(1, 1 << 50))
+    h = p.add_argument_group("hybrid linear-attention models (Qwen3-Next, Qwen3.5 / 3.6)")
+    h.add_argument(
+        "--mamba-full-memory-ratio",
+        type=number(0.0, MAX_RATIO, above=True),
+        help="SGLang: recurrent-state memory / full-attention KV memory (default 0.9)",
+    )
+    h.add_argument("--max-mamba-cache-size", type=TOKENS, help="SGLang: state slots, fixed")
+    h.add_argument(
+        "--mamba-ssm-dtype",
+        "--mamba-ssm-cache-dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="SSM state dtype (default: the config's mamba_ssm_dtype, else the engine's)",
+    )
+    h.add_argument(
+        "--disable-radix-cache",
+        action="store_true",
+        default=None,
+        help="SGLang: one state slot per running request instead of three",
+    )
+    h.add_argument(
+        "--enable-prefix-caching",
+        action="store_true",
+        default=None,
+        help="vLLM: two state blocks per request per linear-attention group instead of one",
+    )
     g.add_argument("--sglang-version", help="SGLang version whose rules apply (default: 0.5.4+)")
     g.add_argument("--vllm-version", help="vLLM version whose rules apply (default: >= 0.21)")
     m = p.add_argument_group("measured figures (GiB per GPU; from a real startup)")
@@ -233,7 +276,7 @@ examples:
       --free-after-load-gib 21.71 -- python -m sglang.launch_server \\
       --model-path moonshotai/Kimi-K2.5 --tp 8 --mem-fraction-static 0.88
   kvtier plan --gpu h100 --context 8k,32k --json -- vllm serve meta-llama/Llama-3.1-8B-Instruct
-  kvtier plan --engine sglang --model qwen3-32b --gpu h100 --tp 2 --quiet
+  kvtier plan --engine sglang --model qwen3.5-27b --gpu h100 --mamba-full-memory-ratio 0.5 --quiet
 """
 
 

@@ -63,6 +63,7 @@ _COUNTS = (
     ("max_total_tokens", "--max-total-tokens", 1),
     ("cuda_graph_max_bs", "--cuda-graph-max-bs", 1),
     ("speculative_num_draft_tokens", "--speculative-num-draft-tokens", 1),
+    ("max_mamba_cache_size", "--max-mamba-cache-size", 1),
 )
 
 
@@ -107,6 +108,14 @@ class Deployment:
     hicache_size_gb: float | None = None
     kv_cache_memory_bytes: int | None = None
     kv_offloading_size_gib: float | None = None
+    # hybrid linear-attention models: SGLang --disable-radix-cache, --mamba-full-memory-ratio,
+    # --max-mamba-cache-size, --mamba-ssm-dtype; vLLM --enable-prefix-caching,
+    # --mamba-ssm-cache-dtype (None: the engine's default)
+    disable_radix_cache: bool = False
+    enable_prefix_caching: bool | None = None
+    mamba_full_memory_ratio: float | None = None
+    max_mamba_cache_size: int | None = None
+    mamba_ssm_dtype: str | None = None
     measured: Measured = field(default_factory=Measured)
     origins: tuple[tuple[str, str], ...] = ()
     ignored_flags: tuple[str, ...] = ()
@@ -130,6 +139,9 @@ class Deployment:
             value = getattr(self, name)
             if value is not None and not least <= value <= _MAX_TOKENS:
                 raise KvtierError(f"{flag} must be from {least} to {_MAX_TOKENS:,}, got {value}")
+        ratio = self.mamba_full_memory_ratio
+        if ratio is not None and not 0.0 < ratio <= 1e4:
+            raise KvtierError(f"--mamba-full-memory-ratio must be in (0, 10000], got {ratio}")
         for name, flag, most in _HOST_SIZES:
             value = getattr(self, name)
             if value is not None and not 0 <= value <= most:

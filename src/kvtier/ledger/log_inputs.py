@@ -23,7 +23,7 @@ from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
 from kvtier.ledger.log_geometry import LogGeometry, from_log, stand_in
 from kvtier.ledger.log_model import identify_model
-from kvtier.ledger.settings import Settings, to_bool, to_fraction, to_int, to_str
+from kvtier.ledger.settings import Settings, to_bool, to_fraction, to_int, to_ratio, to_str
 from kvtier.logs.facts import Fact, min_over_ranks, stated
 from kvtier.spec.model import ModelSpec
 
@@ -232,6 +232,12 @@ _PLAN_SETTINGS = (
     ("speculative_num_draft_tokens", to_int),
     ("max_total_tokens", to_int),
     ("kv_cache_memory_bytes", to_int),
+    # hybrid linear-attention models: how the engines size the recurrent-state slots
+    ("disable_radix_cache", to_bool),
+    ("enable_prefix_caching", to_bool),
+    ("mamba_full_memory_ratio", to_ratio),
+    ("max_mamba_cache_size", to_int),
+    ("mamba_ssm_dtype", to_str),
 )
 
 

@@ -103,6 +103,16 @@ def to_fraction(raw: object) -> float:
     return value
 
 
+def to_ratio(raw: object) -> float:
+    """A ratio of two memories, > 0 (SGLang's mamba_full_memory_ratio)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise TypeError(raw)
+    value = float(raw)
+    if not 0.0 < value <= 1e4:
+        raise ValueError(raw)
+    return value
+
+
 def to_str(raw: object) -> str:
     if not isinstance(raw, str) or not raw:
         raise TypeError(raw)

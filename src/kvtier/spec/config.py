@@ -2,9 +2,10 @@
 
 A published file is read as the engines read it (`published.py`: nested text sections, unstated
 fields at transformers' defaults, the dtype `--dtype auto` resolves to). Only architectures whose
-attention layout is known are accepted; anything else (linear-attention or mamba hybrids,
-unknown `layer_types` or `model_type`, new MLA variants) raises UnsupportedModel naming the field
-and value, because a wrong KV geometry silently corrupts every number downstream.
+attention layout is known are accepted (hybrid linear-attention decoders through
+`linear_attention.py`); anything else (mamba hybrids, unknown `layer_types` or `model_type`, new
+MLA variants) raises UnsupportedModel naming the field and value, because a wrong KV geometry
+silently corrupts every number downstream.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvtier.errors import UnsupportedModel
+from kvtier.spec.linear_attention import (
+    HYBRID_LINEAR_ARCHITECTURES,
+    hybrid_decoder_params,
+    linear_state,
+)
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec, ParamGroup
 from kvtier.spec.params import VISION_TOWER, decoder_params, load_buffers, moe_layout
 from kvtier.spec.published import model_dtype, text_section, vision_section
@@ -34,6 +40,7 @@ TEXT_ARCHITECTURES = frozenset(
         "Gemma3ForCausalLM",
         "GptOssForCausalLM",
         "Phi3ForCausalLM",
+        "Qwen3NextForCausalLM",
     }
 )
 # Multimodal wrappers -> checkpoint prefix of their text decoder's modules
@@ -42,6 +49,8 @@ WRAPPER_ARCHITECTURES = {
     "Gemma3ForConditionalGeneration": "language_model.",
     "Llama4ForConditionalGeneration": "language_model.",
     "Qwen2_5_VLForConditionalGeneration": "",
+    "Qwen3_5ForConditionalGeneration": "",
+    "Qwen3_5MoeForConditionalGeneration": "",
 }
 # Wrappers whose older files keep the decoder's fields at the top level
 _TEXT_AT_TOP_LEVEL = frozenset({"Qwen2_5_VLForConditionalGeneration"})
@@ -104,7 +113,11 @@ def _build(
     qcfg = config.get("quantization_config") or text.get("quantization_config")
     quant, quantized = parse_quantization(qcfg, int(text["hidden_size"]))
     prefix = WRAPPER_ARCHITECTURES.get(arch, "")
-    params: tuple[ParamGroup, ...] = decoder_params(arch, text, quantized, prefix)
+    params: tuple[ParamGroup, ...] = (
+        hybrid_decoder_params(arch, text, quantized)
+        if arch in HYBRID_LINEAR_ARCHITECTURES
+        else decoder_params(arch, text, quantized, prefix)
+    )
     raw_vision = config.get("vision_config") if arch in WRAPPER_ARCHITECTURES else None
     vision: dict[str, Any] = {}
     if raw_vision:
@@ -153,6 +166,18 @@ def _build(
 def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
     """KV shape of every decoder layer of `arch` from its text config."""
     n = int(text["num_hidden_layers"])
+    if arch in HYBRID_LINEAR_ARCHITECTURES:
+        full, state = linear_state(text)
+        heads = int(text["num_attention_heads"])
+        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
+        return KVGeometry(
+            kind=AttentionKind.MHA,
+            num_kv_heads=int(text.get("num_key_value_heads") or heads),
+            head_dim=head_dim,
+            v_head_dim=head_dim,
+            layer_kinds=full,
+            linear=state,
+        )
     kinds = _layer_kinds(arch, text, n)
     window = text.get("sliding_window") if LayerKind.SLIDING in kinds else None
     chunk = text.get("attention_chunk_size") if LayerKind.CHUNKED in kinds else None

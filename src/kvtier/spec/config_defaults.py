@@ -53,6 +53,31 @@ _QWEN = {
     "sliding_window": None,
     "use_sliding_window": False,
 }
+# fields the Qwen3-Next and Qwen3.5 text classes share (their other defaults differ)
+_QWEN3_LINEAR = {
+    "vocab_size": 248320,
+    "num_attention_heads": 16,
+    "head_dim": 256,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+}
+_QWEN3_VL_VISION = {
+    "depth": 27,
+    "hidden_size": 1152,
+    "intermediate_size": 4304,
+    "in_channels": 3,
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "out_hidden_size": 3584,
+    "num_position_embeddings": 2304,
+}
 _DEEPSEEK_V3 = {
     "vocab_size": 129280,
     "hidden_size": 7168,
@@ -127,6 +152,46 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
         },
     ),
     "qwen2_5_vl_text": Defaults("transformers.Qwen2_5_VLTextConfig", _QWEN2_5_VL_TEXT),
+    "qwen3_next": Defaults(
+        "transformers.Qwen3NextConfig",
+        {
+            **_QWEN3_LINEAR,
+            "vocab_size": 151936,
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 2,
+            "num_experts": 512,
+            "num_experts_per_tok": 10,
+            "moe_intermediate_size": 512,
+            "shared_expert_intermediate_size": 512,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+        },
+    ),
+    "qwen3_5_text": Defaults(
+        "transformers.Qwen3_5TextConfig",
+        {
+            **_QWEN3_LINEAR,
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_hidden_layers": 32,
+            "num_key_value_heads": 4,
+        },
+    ),
+    "qwen3_5_moe_text": Defaults(
+        "transformers.Qwen3_5MoeTextConfig",
+        {
+            **_QWEN3_LINEAR,
+            "hidden_size": 2048,
+            "num_hidden_layers": 40,
+            "num_key_value_heads": 2,
+            "num_experts": 256,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 512,
+            "shared_expert_intermediate_size": 512,
+        },
+    ),
     # older Qwen2.5-VL files keep the text fields at the top level, read with the same defaults
     "qwen2_5_vl": Defaults("transformers.Qwen2_5_VLTextConfig", _QWEN2_5_VL_TEXT),
     "deepseek_v2": Defaults(
@@ -229,6 +294,8 @@ TEXT_MODEL_TYPE = {
     "llama4": "llama4_text",
     "kimi_k25": "kimi_k2",
     "qwen2_5_vl": "qwen2_5_vl_text",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
 }
 
 VISION_DEFAULTS: dict[str, Defaults] = {
@@ -270,6 +337,12 @@ VISION_DEFAULTS: dict[str, Defaults] = {
             "projector_output_dim": 4096,
             "vision_output_dim": 7680,
         },
+    ),
+    "Qwen3_5ForConditionalGeneration": Defaults(
+        "transformers.Qwen3_5VisionConfig", _QWEN3_VL_VISION
+    ),
+    "Qwen3_5MoeForConditionalGeneration": Defaults(
+        "transformers.Qwen3_5MoeVisionConfig", _QWEN3_VL_VISION
     ),
     "Qwen2_5_VLForConditionalGeneration": Defaults(
         "transformers.Qwen2_5_VLVisionConfig",

@@ -23,12 +23,38 @@ class LayerKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class LinearAttention:
+    """Recurrent state of the linear-attention (Gated DeltaNet) layers of a hybrid model.
+
+    Qwen3-Next and Qwen3.5 / 3.6 interleave these layers with full-attention ones; each keeps,
+    per request, a causal-conv window of `conv_kernel - 1` positions over `conv_dim` channels and
+    a state of `num_value_heads` x `value_head_dim` x `key_head_dim`, whatever the sequence length.
+    """
+
+    layer_ids: tuple[int, ...]  # decoder layers that hold this state instead of KV
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    ssm_dtype: str | None = None  # the config's `mamba_ssm_dtype`; None: the file states none
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the causal conv: query and key (key heads) plus value (value heads)."""
+        keys = self.num_key_heads * self.key_head_dim
+        return 2 * keys + self.num_value_heads * self.value_head_dim
+
+
+@dataclass(frozen=True, slots=True)
 class KVGeometry:
     """Per-layer KV shape of the attention layers that hold a KV cache.
 
     MHA/GQA: each layer stores `num_kv_heads` heads of K (`head_dim`) and V (`v_head_dim`).
     MLA: each layer stores one latent of `kv_lora_rank + qk_rope_head_dim` elements;
     `num_kv_heads` is 1, `head_dim` is that latent width and `v_head_dim` is 0.
+    Hybrid linear-attention models: `layer_kinds` lists the attention layers only; the others
+    hold the recurrent state `linear` describes.
     """
 
     kind: AttentionKind
@@ -40,6 +66,8 @@ class KVGeometry:
     attention_chunk_size: int | None = None
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
+    # hybrid linear-attention models: the recurrent state of the layers `layer_kinds` leaves out
+    linear: LinearAttention | None = None
 
     @property
     def num_layers(self) -> int:

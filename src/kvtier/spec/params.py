@@ -36,6 +36,8 @@ _MLP_PREFIX = {
     "Llama4ForConditionalGeneration": "feed_forward",
 }
 _GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
+# Qwen3 MoE layouts (decoder_sparse_step, mlp_only_layers), hybrid linear-attention ones included
+_QWEN3_MOE = ("Qwen3MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration")
 _QK_NORM = (
     "Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM",
@@ -63,10 +65,14 @@ def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int
         first_dense = int(text.get("first_k_dense_replace", 0))
         freq = int(text.get("moe_layer_freq", 1))
         moe = [i >= first_dense and i % freq == 0 for i in range(n)]
-    elif arch == "Qwen3MoeForCausalLM":
+    elif arch in _QWEN3_MOE:
         step = int(text.get("decoder_sparse_step", 1))
         dense_only = set(text.get("mlp_only_layers") or [])
         moe = [i not in dense_only and (i + 1) % step == 0 for i in range(n)]
+        # Qwen3-Next and Qwen3.5 MoE blocks carry one gated shared expert
+        shared = int(
+            arch != "Qwen3MoeForCausalLM" and bool(text.get("shared_expert_intermediate_size"))
+        )
     elif arch == "Llama4ForConditionalGeneration":
         step = int(text.get("interleave_moe_layer_step", 1))
         moe = [(i + 1) % step == 0 for i in range(n)]

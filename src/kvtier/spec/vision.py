@@ -26,6 +26,8 @@ def vision_params(arch: str, vision: Mapping[str, Any], text_hidden: int) -> int
     the architecture's defaults (`published.vision_section`)."""
     if arch == "Qwen2_5_VLForConditionalGeneration":
         return _qwen2_5_vl(vision)
+    if arch in ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"):
+        return _qwen3_vl(vision)
     h = int(vision["hidden_size"])
     layers = int(vision["num_hidden_layers"])
     inter = int(vision["intermediate_size"])
@@ -70,6 +72,24 @@ def _qwen2_5_vl(vision: Mapping[str, Any]) -> int:
     out = int(vision["out_hidden_size"])
     merger = h + merged * merged + merged + merged * out + out
     return embed + int(vision["depth"]) * block + merger
+
+
+def _qwen3_vl(vision: Mapping[str, Any]) -> int:
+    # Qwen3-VL ViT (Qwen3.5 / 3.6 reuse it): a Conv3d patch embedding with bias, learned
+    # positions, pre-norm LayerNorm blocks (fused qkv + proj with biases, two-matrix GELU MLP
+    # with biases), a merger folding spatial_merge_size^2 patches (LayerNorm over the hidden size,
+    # two linear layers with bias), and one more merger (LayerNorm after the fold) per
+    # deepstack_visual_indexes entry
+    h = int(vision["hidden_size"])
+    patch = int(vision["patch_size"])
+    embed = int(vision["in_channels"]) * int(vision["temporal_patch_size"]) * patch * patch * h + h
+    positions = int(vision["num_position_embeddings"]) * h
+    blocks = _vit_blocks(int(vision["depth"]), h, int(vision["intermediate_size"]))
+    merged = h * int(vision["spatial_merge_size"]) ** 2
+    out = int(vision["out_hidden_size"])
+    fold = merged * merged + merged + merged * out + out
+    deepstack = len(vision.get("deepstack_visual_indexes") or [])
+    return embed + positions + blocks + 2 * h + fold + deepstack * (2 * merged + fold)
 
 
 def _prod(values: list[int]) -> int:

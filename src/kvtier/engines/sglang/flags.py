@@ -48,6 +48,15 @@ FLAGS = FlagTable(
             ("enable-hierarchical-cache",),
         ),
         Flag("hicache_ratio", "hicache_ratio", float, ("hicache-ratio",)),
+        Flag("disable_radix_cache", "disable_radix_cache", None, ("disable-radix-cache",)),
+        Flag(
+            "mamba_full_memory_ratio",
+            "mamba_full_memory_ratio",
+            float,
+            ("mamba-full-memory-ratio",),
+        ),
+        Flag("max_mamba_cache_size", "max_mamba_cache_size", int, ("max-mamba-cache-size",)),
+        Flag("mamba_ssm_dtype", "mamba_ssm_dtype", str, ("mamba-ssm-dtype",)),
         Flag("hicache_size_gb", "hicache_size", float, ("hicache-size",)),
     )
 )

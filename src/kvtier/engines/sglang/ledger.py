@@ -10,10 +10,11 @@ from kvtier.engines.estimate import Term
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
-from kvtier.engines.sglang import hicache
+from kvtier.engines.sglang import hicache, mamba
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.pool import PoolEra
+from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB, MiB
@@ -24,6 +25,41 @@ EAGLE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3"})
 # as KV heads and head_dim 128 (Kimi-K2.5 EAGLE-3 logs K size 0.30 GB at 159,277 tokens, TP8).
 EAGLE_ASSUMED_HEAD_DIM = 128
 
+
+class _LinearState:
+    """The state-slot rule of a hybrid linear-attention deployment (engines/sglang/mamba.py)."""
+
+    def __init__(self, p: PlanInputs, version: Version | None) -> None:
+        d, state = p.deployment, p.model.kv.linear
+        assert state is not None
+        self.state = state
+        if d.speculative_algorithm:
+            raise KvtierError(
+                "speculative decoding on a hybrid linear-attention model (intermediate state "
+                "slots) is not modelled"
+            )
+        if d.pp > 1:
+            raise KvtierError("hybrid linear-attention models under PP are not modelled")
+        self.rule = mamba.slot_rule(version)
+        dtype = mamba.ssm_dtype(version, d.mamba_ssm_dtype, state)
+        self.per_slot = mamba.state_bytes(state, p.attn_tp, dtype)
+        self.ratio = d.mamba_full_memory_ratio or mamba.DEFAULT_FULL_MEMORY_RATIO
+        self.dp = d.dp if d.enable_dp_attention else 1
+        self.deployment = d
+        self.source = f"SSM state {dtype}, conv state {mamba.CONV_DTYPE}"
+
+    def split(self, rest_gib: float) -> mamba.MambaSplit:
+        d = self.deployment
+        return mamba.split_budget(
+            self.rule,
+            rest_gib,
+            self.per_slot,
+            self.ratio,
+            d.max_mamba_cache_size,
+            d.max_running_requests,
+            d.disable_radix_cache or self.rule is mamba.SlotRule.FIXED,
+            self.dp,
+        )
 
 def _draft_cell(p: PlanInputs) -> sglang.DraftCell | None:
     """Bytes per token of the draft's KV on one rank (Era B: draft pool of the target's size)."""
@@ -150,8 +186,12 @@ def build(p: PlanInputs) -> Ledger:
     if rest.value <= 0:
         raise sglang.not_enough_memory(nominal_pre, nominal_after)
 
+    linear = _LinearState(p, era.version) if kv.linear is not None else None
+
     def pools_for(rest_gib: float) -> tuple[int, int]:
         """(full-layer tokens, sliding-window tokens) for a budget of `rest_gib`."""
+        if linear is not None and rest_gib > 0:
+            rest_gib = linear.split(rest_gib).rest_gib
         if rest_gib <= 0:
             return 0, 0
         profiled = sglang.profile_tokens(rest_gib, cell, page, d.max_total_tokens)
@@ -211,6 +251,22 @@ def build(p: PlanInputs) -> Ledger:
         )
     )
 
+    if linear is not None:
+        split = linear.split(rest.value)
+        items.append(
+            LedgerItem(
+                "linear-attention state (mamba pool)",
+                split.state_gib,
+                f"{split.formula}; {linear.source} (handle_max_mamba_cache)",
+                exact_mem,
+            )
+        )
+        notes.append(
+            f"hybrid linear attention: {len(linear.state.layer_ids)} Gated DeltaNet layers keep "
+            f"{split.state_bytes:,} B of state per request slot ({split.slots:,} slots); "
+            f"KV for the {kv.num_layers} full-attention layers only"
+        )
+
     draft_kv_gib = 0.0
     if draft is not None:
         m = d.measured
@@ -251,6 +307,13 @@ def build(p: PlanInputs) -> Ledger:
             "speculative default (server_args)" if flag else "clamp(tokens/ctx x 512, 2048, 4096)"
         )
     reqs = sglang.max_num_reqs(tokens, ctx, flag)
+    if linear is not None:
+        cap = mamba.request_cap(
+            linear.rule, reqs, linear.split(rest.value).slots, d.disable_radix_cache
+        )
+        if cap < reqs:
+            notes.append(f"running requests capped at {cap} by the state slots")
+        reqs = cap
     draft_tokens = (d.speculative_num_draft_tokens or 0) if era.pool is PoolEra.B else 0
     table = sglang.req_to_token_bytes(reqs, ctx, draft_tokens)
     items.append(

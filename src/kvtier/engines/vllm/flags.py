@@ -23,5 +23,7 @@ FLAGS = FlagTable(
         Flag("chunked_prefill_size", "max_num_batched_tokens", int, ("max-num-batched-tokens",)),
         Flag("kv_cache_memory_bytes", "kv_cache_memory_bytes", int, ("kv-cache-memory-bytes",)),
         Flag("kv_offloading_size_gib", "kv_offloading_size", float, ("kv-offloading-size",)),
+        Flag("enable_prefix_caching", "enable_prefix_caching", None, ("enable-prefix-caching",)),
+        Flag("mamba_ssm_dtype", "mamba_ssm_cache_dtype", str, ("mamba-ssm-cache-dtype",)),
     )
 )

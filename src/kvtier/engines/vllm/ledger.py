@@ -19,8 +19,8 @@ from kvtier.engines.ledger import (
 )
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.version import Version
+from kvtier.engines.vllm import mamba, profile
 from kvtier.engines.vllm import pool as vllm
-from kvtier.engines.vllm import profile
 from kvtier.errors import KvtierError
 from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import LayerKind, ModelSpec
@@ -171,6 +171,7 @@ class _Pool:
         self.era = era
         self.layers = sglang.stage_layers(kv.num_layers, d.pp)
         self.layout: vllm.HybridLayout | None = None
+        self.linear_blocks = 0  # blocks one request holds per linear-attention group
         self.notes: tuple[str, ...] = ()
         method = (d.speculative_algorithm or "").upper()
         if method in vllm.MTP_METHODS and p.model.draft_layers and not kv.is_hybrid:
@@ -182,6 +183,9 @@ class _Pool:
                 f"speculative {method}: the draft's KV layers are not counted; "
                 "the token count is an upper bound",
             )
+        if kv.linear is not None:
+            self._linear(p, era)
+            return
         if not kv.is_hybrid:
             return
         if era.worker is vllm.Worker.V0:
@@ -208,7 +212,30 @@ class _Pool:
             f"max_num_batched_tokens {self.batched}",
         )
 
+    def _linear(self, p: PlanInputs, era: vllm.Era) -> None:
+        """Full-attention and linear-attention groups of one page size (engines/vllm/mamba.py)."""
+        d, kv = p.deployment, p.model.kv
+        assert kv.linear is not None
+        if era.worker is vllm.Worker.V0 or d.pp > 1 or d.speculative_algorithm:
+            raise KvtierError(
+                "vLLM hybrid linear-attention pools are modelled for V1 without PP or "
+                "speculative decoding"
+            )
+        self.layout = vllm.hybrid_layout(kv.num_full_layers, len(kv.linear.layer_ids))
+        self.layers = self.layout.group_size
+        self.linear_blocks = mamba.blocks_per_linear_group(bool(d.enable_prefix_caching))
+        self.notes = (
+            f"hybrid linear attention: {self.layout.full_groups} full-attention + "
+            f"{self.layout.local_groups} linear-attention groups of {self.layout.group_size} "
+            f"layers; {self.linear_blocks} state block(s) per request per linear group "
+            f"(mamba_cache_mode {'align' if d.enable_prefix_caching else 'none'})",
+        )
+
     def blocks_per_request(self, context: int) -> int:
+        if self.linear_blocks:
+            assert self.layout is not None
+            full = vllm.blocks_per_request(context, self.block)
+            return self.layout.full_groups * full + self.layout.local_groups * self.linear_blocks
         if self.layout is None:
             return vllm.blocks_per_request(context, self.block)
         return vllm.hybrid_blocks_per_request(
@@ -309,6 +336,16 @@ def build(p: PlanInputs) -> Ledger:
     batched = batch.tokens
     block = d.page_size or vllm.DEFAULT_BLOCK_SIZE
     layers = sglang.stage_layers(kv.num_layers, d.pp)
+    state_note = None
+    if kv.linear is not None:
+        conv = run_dtype or p.model.dtype
+        ssm = mamba.ssm_dtype(d.mamba_ssm_dtype, p.model.architecture, kv.linear, conv)
+        state = mamba.state_page_bytes(kv.linear, d.tp, conv, ssm)
+        block = mamba.attention_block_size(state, vllm.page_bytes(kv, d.tp, 1, dtype), block)
+        state_note = (
+            f"linear-attention state page {state:,} B (conv {conv}, SSM {ssm}) padded to the "
+            f"attention page of {block} tokens (_align_hybrid_block_size)"
+        )
     page = vllm.page_bytes(kv, d.tp, block, dtype)
     util = d.mem_fraction or vllm.DEFAULT_GPU_MEMORY_UTILIZATION
     inputs = p.base_inputs()
@@ -456,7 +493,7 @@ def build(p: PlanInputs) -> Ledger:
         )
         for c in context_lengths(p.contexts, p.context_length)
     )
-    notes = list(pool.notes)
+    notes = list(pool.notes) + ([state_note] if state_note else [])
     if era.worker is vllm.Worker.V0:
         notes.append(f"V0 logs '# GPU blocks: {blocks}'")
     else:

@@ -1,0 +1,206 @@
+"""Run SGLang's own hybrid linear-attention state sizing over configurations; print it as JSON.
+
+Executed by a bare interpreter (`python3 -I -S`), never imported by kvtier:
+
+    python3 -I -S sglang_mamba.py <mamba_utils.py> <handler file> < cases.json
+
+The wheel's configs/mamba_utils.py (Mamba2StateShape.create, mamba_cache_per_req) and the file
+holding the slot rule (model_runner.py / model_runner_kv_cache_mixin.py `handle_max_mamba_cache`,
+mem_cache/kv_cache_configurator.py `_handle_max_mamba_cache`) run as released; every other
+import is an empty stub, and numpy and the torch dtypes are the few pieces they use. Each case
+prints the state bytes per slot, the slots and the budget left for KV.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import json
+import math
+import sys
+import types
+from typing import Any
+
+
+class _StubMeta(type):
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _StubMeta(name, (_Stub,), {})
+
+    def __getitem__(cls, item: Any) -> Any:
+        return cls
+
+
+class _Stub(metaclass=_StubMeta):
+    def __init_subclass__(cls, **kwargs: Any) -> None:  # msgspec.Struct(frozen=True, ...)
+        pass
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _Stub()
+
+    def __getattr__(self, name: str) -> Any:
+        return _Stub()
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _StubMeta(name, (_Stub,), {})
+        setattr(self, name, value)
+        return value
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Stubs every module that is not the standard library."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name.split(".")[0] in sys.stdlib_module_names:
+            return None
+        return importlib.util.spec_from_loader(name, self, is_package=True)
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        module = _StubModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+class _Dtype:
+    def __init__(self, name: str, itemsize: int) -> None:
+        self.name, self.itemsize = name, itemsize
+
+
+DTYPES = {"float32": _Dtype("float32", 4), "bfloat16": _Dtype("bfloat16", 2),
+          "float16": _Dtype("float16", 2)}  # fmt: skip
+
+
+class _Args(types.SimpleNamespace):
+    """server_args, and the runtime context's schedule / memory / exec / spec views."""
+
+    def override(self, _name: str, **values: Any) -> None:
+        for key, value in values.items():
+            setattr(self, key, value)
+
+
+def _divide(a: int, b: int) -> int:
+    assert a % b == 0, f"{a} is not divisible by {b}"
+    return a // b
+
+
+def _install() -> None:
+    sys.meta_path.insert(0, _Finder())
+    numpy = types.ModuleType("numpy")
+    numpy.prod = lambda xs: math.prod(xs)  # type: ignore[attr-defined]
+    numpy.sum = lambda xs: sum(xs)  # type: ignore[attr-defined]
+    sys.modules["numpy"] = numpy
+    import torch  # the stub
+
+    for name, dtype in DTYPES.items():
+        setattr(torch, name, dtype)
+    import sglang.srt.distributed.utils as dist_utils  # the stub
+    import sglang.srt.environ as environ  # the stub
+
+    dist_utils.divide = _divide  # type: ignore[attr-defined]
+    unset = types.SimpleNamespace(get=lambda: None)
+    environ.envs = types.SimpleNamespace(  # type: ignore[attr-defined]
+        SGLANG_MAMBA_CONV_DTYPE=unset,
+        SGLANG_MAMBA_SSM_DTYPE=unset,
+        SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=types.SimpleNamespace(get=lambda: False),
+    )
+
+
+def _load(name: str, path: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _handler(module: Any) -> Any:
+    for owner in ("KVCacheConfigurator", "ModelRunnerKVCacheMixin", "ModelRunner"):
+        cls = getattr(module, owner, None)
+        if cls is None or not isinstance(cls, type):
+            continue
+        for name in ("_handle_max_mamba_cache", "handle_max_mamba_cache"):
+            if name in vars(cls):
+                return vars(cls)[name]
+    raise SystemExit("no handle_max_mamba_cache in the handler file")
+
+
+def run(utils: Any, handler_module: Any, handle: Any, c: dict[str, Any]) -> dict[str, Any]:
+    kwargs = {
+        "tp_world_size": c["tp"],
+        "intermediate_size": c["value_heads"] * c["value_dim"],
+        "n_groups": c["key_heads"],
+        "num_heads": c["value_heads"],
+        "head_dim": c["value_dim"],
+        "state_size": c["key_dim"],
+        "conv_kernel": c["conv_kernel"],
+    }
+    shape = utils.Mamba2StateShape.create(**kwargs)
+    dtype = utils.Mamba2StateDType(conv=DTYPES["bfloat16"], temporal=DTYPES[c["ssm_dtype"]])
+    params = utils.Mamba2CacheParams(shape=shape, layers=c["layers"], dtype=dtype)
+    dp = c["dp"]
+    args = _Args(
+        max_mamba_cache_size=c["max_mamba_cache_size"],
+        max_running_requests=c["max_running_requests"],
+        mamba_full_memory_ratio=c["ratio"],
+        disable_radix_cache=c["disable_radix_cache"],
+        enable_dp_attention=dp > 1,
+        dp_size=dp,
+        speculative_num_draft_tokens=None,
+        mamba=types.SimpleNamespace(
+            enable_linear_replayssm_spec=False,
+            enable_mamba_extra_buffer=False,
+            enable_mamba_extra_buffer_lazy=False,
+        ),
+    )
+    for getter in ("get_schedule", "get_memory", "get_exec", "get_spec", "get_context"):
+        if hasattr(handler_module, getter):
+            setattr(handler_module, getter, lambda args=args: args)
+    if hasattr(handler_module, "_pd_prefill_skips_mamba_spec_state"):
+        handler_module._pd_prefill_skips_mamba_spec_state = lambda: False
+    runner = types.SimpleNamespace(
+        mambaish_config=types.SimpleNamespace(mamba2_cache_params=params),
+        server_args=args,
+        spec_algorithm=types.SimpleNamespace(is_none=lambda: True),
+        dp_size=dp,
+        attn_dp_size=dp,
+        pp_size=1,
+        ps=types.SimpleNamespace(attn_dp_size=dp, pp_size=1),
+        hybrid_gdn_config=object(),
+        hybrid_kda_config=None,
+        extra_mamba_cache_bytes_per_req=0,
+        fused_entry_bytes=lambda _name: None,
+    )
+    try:
+        rest = handle(runner, c["rest_gib"])
+    except RuntimeError as exc:
+        return {"error": str(exc).split(".")[0]}
+    return {
+        "state_bytes": params.mamba_cache_per_req,
+        "slots": args.max_mamba_cache_size,
+        "rest_gib": rest,
+    }
+
+
+def main() -> None:
+    _install()
+    utils = _load("sglang.srt.configs.mamba_utils", sys.argv[1])
+    handler_module = _load("sglang_oracle_handler", sys.argv[2])
+    handle = _handler(handler_module)
+    cases = json.load(sys.stdin)
+    json.dump([run(utils, handler_module, handle, c) for c in cases], sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

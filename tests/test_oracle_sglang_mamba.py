@@ -1,0 +1,167 @@
+"""SGLang's own hybrid linear-attention sizing as the oracle for engines/sglang/mamba.py.
+
+For each released version below, the wheel's configs/mamba_utils.py (state shape and bytes per
+request slot) and its slot rule (`handle_max_mamba_cache` of model_runner.py or
+model_runner_kv_cache_mixin.py, `KVCacheConfigurator._handle_max_mamba_cache`) run in a bare
+interpreter with every other import stubbed (tests/oracle/sglang_mamba.py) over a grid of state
+shapes, TP and DP sizes, SSM dtypes, budgets and flags; kvtier must give the same state bytes,
+slot count and budget left for the KV pool, and refuse where the engine refuses: zero differences.
+
+Wheels are shared with tests/test_oracle_sglang.py in .oracle-sglang/ (gitignored). Opt-in on a
+user's machine (`make oracle` sets KVTIER_ORACLE=1); under CI it always runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import in_ci, missing
+from kvtier.engines.sglang import mamba
+from kvtier.engines.version import Version
+from kvtier.errors import KvtierError
+from kvtier.spec.model import LinearAttention
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".oracle-sglang"
+RUNNER = Path(__file__).parent / "oracle" / "sglang_mamba.py"
+# each slot rule and every change inside one: v0.5.4 - v0.5.6 in model_runner.py, v0.5.7 - v0.5.15
+# in the KV-cache mixin, v0.5.16 the configurator, v0.5.17+ the padding slot
+VERSIONS = ("0.5.4", "0.5.5", "0.5.7", "0.5.9", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.23")
+CASES_PER_VERSION = 120
+HANDLERS = (
+    "sglang/srt/mem_cache/kv_cache_configurator.py",
+    "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+    "sglang/srt/model_executor/model_runner.py",
+)
+
+pytestmark = pytest.mark.skipif(
+    not (in_ci() or os.environ.get("KVTIER_ORACLE")),
+    reason="opt-in: `make oracle` (downloads SGLang wheels); always run under CI",
+)
+
+
+def _sources(version: str) -> tuple[Path, Path]:
+    """The wheel's mamba_utils.py and the file holding its slot rule, extracted once."""
+    target = CACHE / version / "mamba"
+    utils, handler = target / "mamba_utils.py", target / "handler.py"
+    if utils.exists() and handler.exists():
+        return utils, handler
+    wheels = CACHE / "wheels"
+    found = list(wheels.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+        cmd += ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64"]
+        cmd += ["-d", str(wheels), f"sglang=={version}"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        found = list(wheels.glob(f"sglang-{version}-*.whl"))
+        if done.returncode != 0 or not found:
+            missing(f"cannot download the sglang=={version} wheel: {done.stderr.strip()[-300:]}")
+    target.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(found[0]) as wheel:
+        names = set(wheel.namelist())
+        utils.write_bytes(wheel.read("sglang/srt/configs/mamba_utils.py"))
+        for name in HANDLERS:
+            text = wheel.read(name).decode() if name in names else ""
+            if "def handle_max_mamba_cache" in text or "def _handle_max_mamba_cache" in text:
+                handler.write_text(text)
+                break
+        else:
+            raise AssertionError(f"sglang {version}: no handle_max_mamba_cache")
+    return utils, handler
+
+
+def _grid(version: str) -> list[dict[str, Any]]:
+    rng = random.Random(f"sglang-mamba-oracle-{version}")
+    cases = []
+    while len(cases) < CASES_PER_VERSION:
+        tp = rng.choice((1, 2, 4, 8))
+        value_heads = rng.choice((8, 32, 48, 64))
+        if value_heads % tp:
+            continue
+        n = rng.randint(4, 64)
+        linear = sorted(rng.sample(range(n), rng.randint(1, n - 1)))
+        dp = rng.choice((1, 1, 2)) if tp > 1 else 1
+        cases.append(
+            {
+                "tp": tp,
+                "key_heads": rng.choice((2, 4, 16)),
+                "value_heads": value_heads,
+                "key_dim": rng.choice((64, 128)),
+                "value_dim": rng.choice((64, 128)),
+                "conv_kernel": rng.choice((2, 4)),
+                "layers": linear,
+                "ssm_dtype": rng.choice(("float32", "float32", "bfloat16")),
+                "dp": dp,
+                "max_mamba_cache_size": rng.choice((None, None, None, 64, 300)),
+                "max_running_requests": rng.choice((None, None, 48, 256)),
+                "ratio": rng.choice((0.9, 0.9, 0.5, 2.0)),
+                "disable_radix_cache": rng.random() < 0.25,
+                "rest_gib": round(rng.uniform(2.0, 120.0), 4),
+            }
+        )
+    return cases
+
+
+def _kvtier(version: str, c: dict[str, Any]) -> dict[str, Any]:
+    state = LinearAttention(
+        tuple(c["layers"]),
+        c["key_heads"],
+        c["value_heads"],
+        c["key_dim"],
+        c["value_dim"],
+        c["conv_kernel"],
+    )
+    rule = mamba.slot_rule(Version.parse(version, "SGLang"))
+    per_slot = mamba.state_bytes(state, c["tp"], c["ssm_dtype"])
+    try:
+        split = mamba.split_budget(
+            rule,
+            c["rest_gib"],
+            per_slot,
+            c["ratio"],
+            c["max_mamba_cache_size"],
+            c["max_running_requests"],
+            c["disable_radix_cache"],
+            c["dp"],
+        )
+    except KvtierError as exc:
+        return {"error": str(exc).split(".")[0]}
+    return {"state_bytes": per_slot, "slots": split.slots, "rest_gib": split.rest_gib}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mamba_sizing_matches_the_engine(version: str) -> None:
+    python = shutil.which("python3")
+    assert python is not None
+    utils, handler = _sources(version)
+    cases = _grid(version)
+    done = subprocess.run(
+        [python, "-I", "-S", str(RUNNER), str(utils), str(handler)],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    engine = json.loads(done.stdout)
+    differences = [
+        {"case": case, "engine": theirs, "kvtier": ours}
+        for case, theirs in zip(cases, engine, strict=True)
+        if (ours := _kvtier(version, case)) != theirs
+    ]
+    refused = sum("error" in e for e in engine)
+    print(f"SGLang {version}: {len(cases)} configurations, {refused} refused")
+    assert len(cases) >= 100
+    assert not differences, f"{len(differences)} of {len(cases)} differ:\n" + "\n".join(
+        json.dumps(x) for x in differences[:5]
+    )
