@@ -256,3 +256,20 @@ def _defaults() -> object:
     from kvtier.cli import build_parser
 
     return build_parser().parse_args(["simulate", "t.jsonl"])
+
+
+def test_the_table_and_quiet_lines_show_each_round(capsys: pytest.CaptureFixture[str]) -> None:
+    # L 300, O 20, B 64: rounds of 300, 620, 940 tokens hit 0, 256 / 620, 576 / 940
+    small = ["simulate", "--generate", "multiturn", "--clients", "4", "--rounds", "3"]
+    small += ["--request-tokens", "300", "--output-tokens", "20", "--block-tokens", "64"]
+    assert main([*small, "--unbounded", "--quiet"]) == 0
+    quiet = capsys.readouterr().out.splitlines()
+    assert quiet[-3:] == [
+        "hit_rate_pct.round0 0.00",
+        "hit_rate_pct.round1 41.29",
+        "hit_rate_pct.round2 61.28",
+    ]
+    assert main([*small, "--unbounded"]) == 0
+    table = capsys.readouterr().out
+    assert "token hit rate by round" in table
+    assert "round 1" in table and "41.29%" in table and "61.28%" in table

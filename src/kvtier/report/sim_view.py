@@ -130,6 +130,11 @@ def quiet_lines(result: SimResult, suffix: str = "") -> list[str]:
         f"hit_rate_pct.{tier}{suffix} {100 * rate:.2f}"
         for tier, rate in result.hit_rate_by_tier.items()
     ]
+    lines += [
+        f"hit_rate_pct.round{turn}{suffix} {100 * share:.2f}"
+        for turn, share in enumerate(result.hit_rate_by_round or ())
+        if share is not None
+    ]
     if result.timed and result.ttft_s:
         t = result.ttft_s
         lines += [
