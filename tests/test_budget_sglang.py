@@ -109,9 +109,9 @@ def test_hybrid_swa_split_keeps_the_bytes() -> None:
     assert used <= 100_000 * per_layer * 48
 
 
-def test_chunked_attention_refused() -> None:
-    kv = KVGeometry(AttentionKind.MHA, 8, 128, 128, (LayerKind.CHUNKED, LayerKind.FULL))
-    with pytest.raises(KvtierError, match="chunked"):
+def test_all_sliding_window_refused() -> None:
+    kv = KVGeometry(AttentionKind.MHA, 8, 128, 128, (LayerKind.SLIDING,) * 4, sliding_window=64)
+    with pytest.raises(KvtierError, match="all-sliding"):
         sglang.check_layers(kv)
 
 

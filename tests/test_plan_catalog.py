@@ -46,7 +46,7 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "meta-llama/Llama-3.1-70B-Instruct": {"sglang": ("B200", 1), "vllm": ("A100 80GB", 2)},
     "meta-llama/Llama-3.1-8B-Instruct": {"sglang": ("A10G", 1), "vllm": ("A10G", 1)},
     "meta-llama/Llama-3.3-70B-Instruct": {"sglang": ("B200", 1), "vllm": ("A100 80GB", 2)},
-    "meta-llama/Llama-4-Scout-17B-16E-Instruct": {"vllm": ("H200", 2)},
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": {"sglang": ("H200", 4), "vllm": ("H200", 2)},
     "mistralai/Mistral-7B-Instruct-v0.3": {"sglang": ("A10G", 1), "vllm": ("A10G", 1)},
     "mistralai/Mixtral-8x7B-Instruct-v0.1": {"sglang": ("RTX 5090", 4), "vllm": ("RTX 5090", 4)},
     "moonshotai/Kimi-K2.5": {"sglang": ("RTX PRO 6000", 8), "vllm": ("B200", 4)},
@@ -55,11 +55,7 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
 }
 
 # (model, engine) -> what kvtier prints when it refuses to model the deployment.
-REFUSED: dict[tuple[str, str], str] = {
-    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "sglang"): (
-        "chunked local attention (Llama 4) has its own SGLang pool formula, not modelled"
-    ),
-}
+REFUSED: dict[tuple[str, str], str] = {}
 
 CASES = [(m, e) for m in catalog_ids() for e in ENGINES]
 

@@ -12,10 +12,12 @@ from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
 from kvtier.engines.sglang import hicache, mamba
 from kvtier.engines.sglang import pool as sglang
+from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
+from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB, MiB
 
@@ -60,6 +62,16 @@ class _LinearState:
             d.disable_radix_cache or self.rule is mamba.SlotRule.FIXED,
             self.dp,
         )
+
+def _capability(d: Deployment) -> tuple[int, int] | None:
+    """The named GPU's compute capability (None: no GPU named, or not in the catalog)."""
+    if not d.gpu:
+        return None
+    try:
+        return resolve_gpu(d.gpu).compute_capability
+    except KvtierError:
+        return None
+
 
 def _draft_cell(p: PlanInputs) -> sglang.DraftCell | None:
     """Bytes per token of the draft's KV on one rank (Era B: draft pool of the target's size)."""
@@ -156,7 +168,8 @@ def build(p: PlanInputs) -> Ledger:
     d = p.deployment
     era = sglang.era_for(d.engine_version)
     kv = p.model.kv
-    sglang.check_layers(kv, d.pp)
+    swa_pool = sliding.uses_swa_pool(p.model, era.version, _capability(d))
+    sglang.check_layers(kv, d.pp, swa_pool)
     dtype = p.kv_dtype()
     page = d.page_size or 1
     layers = sglang.stage_layers(kv.num_layers, d.pp)
@@ -195,10 +208,12 @@ def build(p: PlanInputs) -> Ledger:
         if rest_gib <= 0:
             return 0, 0
         profiled = sglang.profile_tokens(rest_gib, cell, page, d.max_total_tokens)
-        if not kv.is_hybrid:
+        if not swa_pool:
             return profiled, 0
         ratio = sglang.SWA_FULL_TOKENS_RATIO
-        split = sglang.hybrid_swa_tokens(profiled, kv, p.attn_tp, page, ratio)
+        split = sliding.split_tokens(
+            era, rest_gib, profiled, kv, p.attn_tp, dtype, page, ratio, d.max_total_tokens
+        )
         return split.full_tokens, split.swa_tokens
 
     tokens, swa = pools_for(rest.value)
@@ -208,13 +223,19 @@ def build(p: PlanInputs) -> Ledger:
     notes: list[str] = []
     ctx = p.context_length
     kv_bytes = sglang.kv_size_bytes(tokens, page, target_cell)
-    if kv.is_hybrid:
+    if swa_pool:
         per_layer = target_cell // layers
         kv_bytes = sglang.kv_size_bytes(tokens, page, per_layer * kv.num_full_layers)
         kv_bytes += sglang.kv_size_bytes(swa, page, per_layer * kv.num_local_layers)
         notes.append(
-            f"hybrid SWA: {tokens:,} full-layer tokens, {swa:,} sliding-window tokens "
+            f"hybrid SWA pools: {tokens:,} tokens for the {kv.num_full_layers} global layers, "
+            f"{swa:,} for the {kv.num_local_layers} local ones "
             f"(swa_full_tokens_ratio {sglang.SWA_FULL_TOKENS_RATIO})"
+        )
+    elif kv.is_hybrid:
+        notes.append(
+            f"the {kv.num_local_layers} sliding-window / chunked layers keep every token: "
+            "this SGLang release gives this model no separate SWA pool"
         )
 
     exact_mem = rest.exact

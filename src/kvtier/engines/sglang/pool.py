@@ -22,7 +22,7 @@ from typing import NamedTuple
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
+from kvtier.spec.model import AttentionKind, KVGeometry
 from kvtier.units import GiB
 
 # memory_pool.py: FP4 pools keep one scale per 16 elements.
@@ -186,15 +186,11 @@ def hybrid_swa_tokens(
     return SwaTokens(full // page_size * page_size, swa // page_size * page_size)
 
 
-def check_layers(kv: KVGeometry, pp: int = 1) -> None:
-    """Refuse layer kinds whose SGLang pool formula kvtier does not reproduce."""
-    if kv.is_hybrid and pp > 1:
+def check_layers(kv: KVGeometry, pp: int = 1, swa_pool: bool = False) -> None:
+    """Refuse layer layouts whose SGLang pool formula kvtier does not reproduce."""
+    if swa_pool and pp > 1:
         raise KvtierError(
-            "hybrid sliding-window models under pipeline parallelism are not modelled"
-        )
-    if LayerKind.CHUNKED in kv.layer_kinds:
-        raise KvtierError(
-            "chunked local attention (Llama 4) has its own SGLang pool formula, not modelled"
+            "hybrid sliding-window pools under pipeline parallelism are not modelled"
         )
     if kv.num_full_layers == 0:
         raise KvtierError("all-sliding-window models are not modelled for SGLang")

@@ -1,0 +1,104 @@
+"""SGLang's hybrid sliding-window pools: which models get them, and the full / SWA token split.
+
+Sliding-window layers (gpt-oss) and chunked local attention layers (Llama 4, whose
+`attention_chunk_size` SGLang uses as the window) can keep a smaller SWA pool beside the full
+pool of the global layers. Which models do, by release (python/sglang/srt/):
+  < v0.4.10        none: every layer keeps every token
+  v0.4.10 - v0.5.6 model_executor/model_runner.py: any model whose layers report a sliding
+                   window, except Llama 4 (its chunked pool needed --hybrid-kvcache-ratio) and,
+                   from v0.5.1, Gemma 2 / 3 (server_args disables hybrid SWA memory for them)
+  v0.5.7           none of the catalog's models (is_hybrid_model: MiMo-V2 or the ratio flag only)
+  v0.5.8+          configs/model_config.py is_hybrid_swa_model: an architecture list that holds
+                   Llama4ForConditionalGeneration and GptOssForCausalLM (not Gemma 2 / 3);
+                   v0.5.8 - v0.5.9 turn it off for gpt-oss on the trtllm_mha attention backend,
+                   their default on compute capability 10.x
+How the split is computed:
+  Era A/B          set_num_tokens_hybrid_swa: the profiled tokens, priced over every layer, are
+                   re-divided so that swa_tokens = full_tokens x swa_full_tokens_ratio
+                   (`pool.hybrid_swa_tokens`)
+  Era C            pool_configurator.py HybridSWAPoolConfigurator: full_tokens = available bytes
+                   // (F x n_full + ratio x S x n_swa), then --max-total-tokens, page-aligned;
+                   swa_tokens = int(full_tokens x ratio), page-aligned (`era_c_tokens`)
+F and S are one layer's bytes per token on one rank (the same heads in every catalog model).
+"""
+
+from __future__ import annotations
+
+from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.sglang.pool import Era, PoolEra, SwaTokens, cell_size, hybrid_swa_tokens
+from kvtier.engines.version import Version
+from kvtier.spec.model import KVGeometry, LayerKind, ModelSpec
+from kvtier.units import GiB
+
+V0_4_10 = Version.release_of(0, 4, 10)
+V0_5_1 = Version.release_of(0, 5, 1)
+V0_5_7 = Version.release_of(0, 5, 7)
+V0_5_8 = Version.release_of(0, 5, 8)
+V0_5_10 = Version.release_of(0, 5, 10)
+
+LLAMA4 = "Llama4ForConditionalGeneration"
+GPT_OSS = "GptOssForCausalLM"
+GEMMA_2_3 = frozenset({"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"})
+# is_hybrid_swa_model (v0.5.8+), the architectures of it kvtier reads
+HYBRID_SWA_ARCHS = frozenset({LLAMA4, GPT_OSS})
+# is_sm100_supported: the trtllm_mha default of gpt-oss
+TRTLLM_MHA_MAJOR = 10
+
+
+def uses_swa_pool(
+    model: ModelSpec, version: Version | None, capability: tuple[int, int] | None
+) -> bool:
+    """Whether SGLang `version` keeps a separate SWA pool for `model` (None: the v0.5.3-v0.5.9
+    default era, read as v0.5.9)."""
+    kv = model.kv
+    if not kv.is_hybrid:
+        return False
+    v = version or Version.release_of(0, 5, 9)
+    arch = model.architecture
+    if v < V0_4_10 or v == V0_5_7:
+        return False
+    if v < V0_5_7:
+        if LayerKind.CHUNKED in kv.layer_kinds:
+            return False
+        return not (v >= V0_5_1 and arch in GEMMA_2_3)
+    if arch not in HYBRID_SWA_ARCHS:
+        return False
+    trtllm = capability is not None and capability[0] == TRTLLM_MHA_MAJOR
+    return not (arch == GPT_OSS and v < V0_5_10 and trtllm)
+
+
+def era_c_tokens(
+    rest_gib: float,
+    kv: KVGeometry,
+    attn_tp: int,
+    dtype: KVDtype,
+    page_size: int,
+    ratio: float,
+    max_total_tokens: int | None,
+) -> SwaTokens:
+    """HybridSWAPoolConfigurator.calculate_pool_sizes (v0.5.11+) and, under --max-total-tokens,
+    calculate_pool_sizes_from_max_tokens."""
+    per_layer = cell_size(kv, attn_tp, 1, dtype)
+    cell = per_layer * kv.num_full_layers + ratio * per_layer * kv.num_local_layers
+    full = int(int(rest_gib * GiB) // cell)
+    if max_total_tokens is not None:
+        full = min(full, max_total_tokens)
+    full = full // page_size * page_size
+    return SwaTokens(full, int(full * ratio) // page_size * page_size)
+
+
+def split_tokens(
+    era: Era,
+    rest_gib: float,
+    profiled: int,
+    kv: KVGeometry,
+    attn_tp: int,
+    dtype: KVDtype,
+    page_size: int,
+    ratio: float,
+    max_total_tokens: int | None,
+) -> SwaTokens:
+    """(full-layer tokens, SWA tokens) of the era's rule; `profiled` is Era A/B's uniform count."""
+    if era.pool is PoolEra.C:
+        return era_c_tokens(rest_gib, kv, attn_tp, dtype, page_size, ratio, max_total_tokens)
+    return hybrid_swa_tokens(profiled, kv, attn_tp, page_size, ratio)
