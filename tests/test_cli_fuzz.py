@@ -100,6 +100,7 @@ def base_argv(command: str, work: Path) -> list[str]:
             "observe",
             str(ROOT / "tests" / "fixtures" / "observe" / "sglang-2024-01-new-fill-batch.log"),
         ],
+        "trace": ["trace", str(ROOT / "tests" / "fixtures" / "requests" / "vllm-0.32-cpu.log")],
     }[command]
 
 
@@ -114,7 +115,7 @@ def test_every_numeric_flag_is_covered() -> None:
         if action.type in (int, float)
     ]
     assert not plain
-    for command in ("plan", "advise", "explain", "simulate", "observe"):
+    for command in ("plan", "advise", "explain", "simulate", "observe", "trace"):
         assert any(c == command for c, _ in flags), command
 
 

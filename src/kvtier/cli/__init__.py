@@ -15,7 +15,7 @@ from kvtier import __version__
 from kvtier.errors import KvtierError
 
 # name -> module under kvtier.cli; each module defines add_parser(subparsers) and run(args) -> int
-COMMANDS = ("plan", "explain", "advise", "simulate", "observe", "report")
+COMMANDS = ("plan", "explain", "advise", "simulate", "observe", "report", "trace")
 
 
 def build_parser() -> argparse.ArgumentParser:

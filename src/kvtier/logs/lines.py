@@ -51,11 +51,16 @@ def read_lines(text: str) -> list[LogLine]:
     """
     lines = []
     for number, raw in enumerate(text.split("\n"), start=1):
-        clean = _ANSI.sub("", raw) if "\x1b" in raw else raw
-        clean = clean.replace("\r", " ").replace("\x00", "")
-        if clean.strip():
-            lines.append(LogLine(number, clean.rstrip()))
+        clean = clean_line(raw)
+        if clean:
+            lines.append(LogLine(number, clean))
     return lines
+
+
+def clean_line(raw: str) -> str:
+    """One line without ANSI colours, CR and NUL characters or trailing blanks."""
+    clean = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    return clean.replace("\r", " ").replace("\x00", "").rstrip()
 
 
 def split_startups(

@@ -1,0 +1,76 @@
+"""`kvtier trace` output: a short terminal summary, or `--json`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvtier.report.json_text import json_text
+from kvtier.sim.from_requests import TraceBuild
+from kvtier.sim.request_sources import RequestSource
+
+_SOURCES = {"vllm": "vLLM request log", "sglang": "SGLang request log", "openai": "OpenAI dump"}
+
+
+def trace_json(
+    build: TraceBuild, source: RequestSource, input_path: str, output: str | None
+) -> dict[str, Any]:
+    return {
+        "input": input_path,
+        "format": source.format,
+        "output": output,
+        "requests": len(build.requests),
+        "lines": source.lines,
+        "skipped_lines": source.skipped,
+        "left_out": source.left_out,
+        "block_tokens": build.block_tokens,
+        "input_tokens": build.input_tokens,
+        "output_tokens": build.output_tokens,
+        "blocks": sum(len(r.blocks) for r in build.requests),
+        "unique_blocks": build.unique_blocks,
+        "reused_tokens": build.reused_tokens,
+        "reuse": round(build.reuse, 6),
+        "duration_s": round(build.duration_s, 3),
+        "arrival_from": build.arrival_from,
+        "output_from": build.output_from,
+    }
+
+
+def trace_lines(
+    build: TraceBuild, source: RequestSource, input_path: str, output: str | None
+) -> list[str]:
+    kind = _SOURCES.get(source.format, source.format)
+    blocks = sum(len(r.blocks) for r in build.requests)
+    lines = [
+        f"{kind} {input_path}: {len(build.requests):,} requests from {source.lines:,} lines "
+        f"({source.skipped:,} skipped: no request line; {source.left_out:,} requests left out: "
+        "unfinished or nothing to hash)",
+        f"prompts: {build.input_tokens:,} tokens in {blocks:,} blocks of {build.block_tokens} "
+        f"({build.unique_blocks:,} distinct); outputs: {build.output_tokens:,} tokens "
+        f"({_counts(build.output_from)})",
+        f"arrivals over {build.duration_s:,.3f} s ({_counts(build.arrival_from)})",
+        f"reuse the prompts imply: {build.reuse:.2%} of prompt tokens "
+        f"({build.reused_tokens:,} of {build.input_tokens:,}), as `kvtier simulate "
+        "--unbounded` counts it",
+    ]
+    if output is None:
+        lines.append("nothing written (give -o FILE to write the trace)")
+    else:
+        lines.append(f"wrote {len(build.requests):,} requests to {output}")
+    return lines
+
+
+def _counts(by_source: dict[str, int]) -> str:
+    return ", ".join(f"{source}: {n:,}" for source, n in sorted(by_source.items()))
+
+
+def print_trace(
+    build: TraceBuild,
+    source: RequestSource,
+    input_path: str,
+    output: str | None,
+    as_json: bool,
+) -> None:
+    if as_json:
+        print(json_text(trace_json(build, source, input_path, output)))
+    else:
+        print("\n".join(trace_lines(build, source, input_path, output)))
