@@ -30,18 +30,21 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # vLLM's own kv_cache_utils (v0.20.0, v0.21.0 wheels, no dependencies, torch CPU) as the oracle for
-# kvtier's vLLM grouping, block count and logged token count; downloads into .oracle-vllm/.
+# kvtier's vLLM grouping, block count and logged token count, and (v0.21.0, v0.24.0) the hybrid
+# linear-attention state pages and block alignment; downloads into .oracle-vllm/.
 .PHONY: oracle-vllm
 oracle-vllm: $(STAMP)
 	$(PY) tests/oracle_vllm/oracle_env.py
-	KVTIER_ORACLE_VLLM=1 $(PY) -m pytest -q -rA tests/test_oracle_vllm.py
+	KVTIER_ORACLE_VLLM=1 $(PY) -m pytest -q -rA tests/test_oracle_vllm.py tests/test_oracle_vllm_mamba.py
 
 # SGLang's own default-memory code (27 wheels, v0.4.3-v0.5.23: server_args.py and, from v0.5.14,
 # the CUDA-graph and memory hooks; msgspec real, every other import stubbed) as the oracle for
-# engines/sglang/defaults.py; downloads into .oracle-sglang/. CI runs it inside `make test` (CI=true).
+# engines/sglang/defaults.py, and each wheel's hybrid linear-attention state sizing (mamba_utils.py and
+# its slot rule, v0.5.4-v0.5.23) for engines/sglang/mamba.py; downloads into .oracle-sglang/. CI runs
+# it inside `make test` (CI=true).
 .PHONY: oracle
 oracle: $(STAMP)
-	KVTIER_ORACLE=1 $(PY) -m pytest -q -rA tests/test_oracle_sglang.py
+	KVTIER_ORACLE=1 $(PY) -m pytest -q -rA tests/test_oracle_sglang.py tests/test_oracle_sglang_mamba.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

@@ -26,7 +26,9 @@ def _pip(python: Path, *args: str) -> None:
     )
 
 
-def prepare(root: Path = ROOT) -> tuple[Path, dict[str, Path]]:
+def prepare(
+    root: Path = ROOT, versions: tuple[str, ...] = VERSIONS
+) -> tuple[Path, dict[str, Path]]:
     """The oracle's python and each version's site directory, built where missing."""
     python = root / "venv" / "bin" / "python"
     stamp = root / "venv" / f".installed-{TORCH}"
@@ -35,7 +37,7 @@ def prepare(root: Path = ROOT) -> tuple[Path, dict[str, Path]]:
         _pip(python, "install", TORCH)
         stamp.touch()
     wheels, sites = root / "wheels", {}
-    for version in VERSIONS:
+    for version in versions:
         site = root / f"site-{version}"
         done = site / ".installed"
         if not done.exists():

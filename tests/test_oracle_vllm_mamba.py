@@ -1,0 +1,192 @@
+"""vLLM's own hybrid linear-attention sizing as the oracle for engines/vllm/mamba.py.
+
+tests/oracle_vllm/mamba_runner.py calls, in the v0.21.0 and v0.24.0 wheels, the Gated DeltaNet
+state shape and dtype calculators, `Platform._align_hybrid_block_size` and
+`kv_cache_utils.get_kv_cache_configs` over generated hybrid models (state shapes, TP, attention
+heads, model / KV / SSM dtypes, block sizes, prefix caching on or off, budgets, max_model_len);
+kvtier's vLLM ledger builds the same deployments from --kv-cache-memory-bytes. Block size,
+groups, blocks, concurrency, the logged token count and refusals must agree exactly.
+
+Runs under CI=true or KVTIER_ORACLE_VLLM=1 (`make oracle-vllm`), with the environment of
+tests/test_oracle_vllm.py (.oracle-vllm/, gitignored) and the v0.24.0 wheel besides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.vllm import ledger as vllm_ledger
+from kvtier.errors import KvtierError
+from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, LinearAttention, ModelSpec
+
+HERE = Path(__file__).parent / "oracle_vllm"
+sys.path.insert(0, str(HERE))
+import oracle_env  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("CI") != "true" and os.environ.get("KVTIER_ORACLE_VLLM") != "1",
+    reason="downloads vLLM wheels: runs under CI=true or `make oracle-vllm`",
+)
+
+VERSIONS = ("0.21.0", "0.24.0")  # the rules moved into the platform at v0.21; the public log's
+GiB = 1 << 30
+
+
+def cases(count: int = 120, seed: int = 2026) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    while len(out) < count:
+        tp = rng.choice((1, 1, 2, 4))
+        key_heads, value_heads = rng.choice((2, 4, 16)), rng.choice((8, 16, 32, 48, 64))
+        key_dim, value_dim = rng.choice((64, 128)), rng.choice((64, 128))
+        if value_heads % tp or (2 * key_heads * key_dim + value_heads * value_dim) % tp:
+            continue
+        n = rng.randint(2, 64)
+        interval = rng.choice((2, 3, 4, 4, 6, 8))
+        linear = [(i + 1) % interval != 0 for i in range(n)]
+        if all(linear):
+            linear[-1] = False
+        max_len = rng.choice([rng.randint(1000, 262144), 2 ** rng.randint(12, 18)])
+        out.append(
+            {
+                "tp": tp,
+                "key_heads": key_heads,
+                "value_heads": value_heads,
+                "key_dim": key_dim,
+                "value_dim": value_dim,
+                "conv_kernel": rng.choice((2, 4)),
+                "heads": rng.choice((1, 2, 4, 8)),
+                "head_dim": rng.choice((128, 256)),
+                "model_dtype": rng.choice(("bfloat16", "bfloat16", "float16")),
+                "kv_cache_dtype": rng.choice(("auto", "auto", "fp8")),
+                "ssm_cache_dtype": rng.choice(("auto", "float32", "bfloat16")),
+                "block": rng.choice((16, 16, 32, 64)),
+                "prefix_caching": rng.random() < 0.5,
+                "max_model_len": max_len,
+                "available": int(rng.uniform(0.05, 60) * GiB),
+                "batched": 2048,
+                "disable_hybrid": False,
+                "linear": linear,
+            }
+        )
+    return out
+
+
+def kvtier(case: dict[str, Any], version: str) -> dict[str, Any]:
+    linear_ids = tuple(i for i, is_linear in enumerate(case["linear"]) if is_linear)
+    state = LinearAttention(
+        linear_ids,
+        case["key_heads"],
+        case["value_heads"],
+        case["key_dim"],
+        case["value_dim"],
+        case["conv_kernel"],
+    )
+    full = len(case["linear"]) - len(linear_ids)
+    kv = KVGeometry(
+        AttentionKind.MHA,
+        case["heads"],
+        case["head_dim"],
+        case["head_dim"],
+        (LayerKind.FULL,) * full,
+        linear=state,
+    )
+    model = ModelSpec(
+        "oracle/model",
+        "Qwen3NextForCausalLM",
+        kv,
+        len(case["linear"]),
+        2048,
+        16,
+        151936,
+        1 << 20,
+        case["model_dtype"],
+        None,
+        (),
+    )
+    d = Deployment(
+        Engine.VLLM,
+        "oracle/model",
+        tp=case["tp"],
+        kv_cache_memory_bytes=case["available"],
+        page_size=case["block"],
+        context_length=case["max_model_len"],
+        chunked_prefill_size=case["batched"],
+        engine_version=version,
+        kv_cache_dtype=case["kv_cache_dtype"],
+        enable_prefix_caching=case["prefix_caching"],
+        mamba_ssm_dtype=case["ssm_cache_dtype"],
+    )
+    try:
+        ledger = vllm_ledger.build(PlanInputs(d, model, None, None, None, ""))
+    except KvtierError as exc:
+        return {"error": str(exc)}
+    (conc,) = [c.requests for c in ledger.concurrency if c.context == case["max_model_len"]]
+    return {
+        "block_size": ledger.page_size,
+        "num_blocks": int(dict(ledger.extra)["num_blocks"]),
+        "concurrency": conc,
+        "tokens": ledger.kv_tokens,
+        "groups": [line for line in ledger.notes if line.startswith("hybrid linear attention")],
+    }
+
+
+def differences(engine: dict[str, Any], ours: dict[str, Any]) -> list[str]:
+    if "error" in engine or "error" in ours:
+        if "error" not in engine or "error" not in ours:
+            return [f"refusal: vLLM {engine.get('error')!r}, kvtier {ours.get('error')!r}"]
+        return []
+    groups = [g[0] for g in engine["groups"]]
+    sizes = {g[1] for g in engine["groups"]}
+    expected = (
+        f"hybrid linear attention: {groups.count('FullAttentionSpec')} full-attention + "
+        f"{groups.count('MambaSpec')} linear-attention groups of {max(sizes)} layers"
+    )
+    found = [
+        f"{name}: vLLM {engine[name]}, kvtier {ours[name]}"
+        for name in ("block_size", "num_blocks", "concurrency", "tokens")
+        if engine[name] != ours[name]
+    ]
+    if not ours["groups"] or not ours["groups"][0].startswith(expected):
+        found.append(f"groups: vLLM {engine['groups']}, kvtier {ours['groups']}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def oracle() -> tuple[Path, dict[str, Path]]:
+    return oracle_env.prepare(versions=VERSIONS)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kvtier_matches_vllm_hybrid_linear_pools(
+    oracle: tuple[Path, dict[str, Path]], version: str
+) -> None:
+    python, sites = oracle
+    run = cases()
+    out = subprocess.run(
+        [str(python), "-W", "ignore", str(HERE / "mamba_runner.py"), str(sites[version])],
+        input=json.dumps({"cases": run}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    results = json.loads(out.stdout)
+    assert len(results) == len(run) >= 100
+    diffs = [
+        f"{case}: {d}"
+        for case, engine in zip(run, results, strict=True)
+        for d in differences(engine, kvtier(case, version))
+    ]
+    refused = sum("error" in r for r in results)
+    print(f"vLLM {version}: {len(run)} hybrid linear-attention configurations, {refused} refused")
+    assert not diffs, f"{len(diffs)} differences:\n" + "\n".join(diffs[:10])
