@@ -1,0 +1,139 @@
+"""docs/validation.md reruns: every `$ kvtier simulate ...` command it prints is run, and every
+simulated figure the page shows (the `simulated:` line under a command, the simulated rows of its
+tables, their ratios and the summary's) must be what the command gives now."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvtier.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "validation.md"
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _sections() -> list[tuple[str, list[str]]]:
+    out: list[tuple[str, list[str]]] = []
+    for line in DOC.read_text().splitlines():
+        if line.startswith(("## ", "### ")):
+            out.append((line.lstrip("# "), []))
+        elif out:
+            out[-1][1].append(line)
+    return out
+
+
+def _runs() -> list[tuple[str, str, str]]:
+    """(section, command, its `simulated:` line) for every command on the page."""
+    found = []
+    for title, lines in _sections():
+        for i, line in enumerate(lines):
+            if line.startswith("$ kvtier "):
+                assert lines[i + 1].startswith("simulated: "), line
+                found.append((title, line[2:], lines[i + 1]))
+    return found
+
+
+def _figure(payload: dict, key: str) -> float:  # type: ignore[type-arg]
+    if key.startswith("hit_") and key != "hit_rate":
+        return float(payload["hit_rate_by_tier"][key.removeprefix("hit_")])
+    if key.startswith("ttft_"):
+        return float(payload["ttft_s"][key.removeprefix("ttft_").removesuffix("_s")])
+    return float(payload[key])
+
+
+def _printed(shown: str, value: float) -> bool:
+    decimals = len(shown.split(".")[1]) if "." in shown else 0
+    return f"{value:.{decimals}f}" == shown
+
+
+RUNS = _runs()
+
+
+def test_page_has_at_least_six_results_each_with_a_source() -> None:
+    results = [(t, body) for t, body in _sections() if re.match(r"V\d+\. ", t)]
+    assert len(results) >= 6
+    for title, body in results:
+        assert any(line.startswith("Source: ") for line in body), title
+        assert any(line.startswith("$ kvtier simulate ") for line in body), title
+
+
+@pytest.mark.parametrize(("section", "command", "shown"), RUNS, ids=[r[0][:3] for r in RUNS])
+def test_each_command_still_gives_the_figures_printed(
+    section: str,
+    command: str,
+    shown: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    argv = shlex.split(command)[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    assert main([*argv[:cut], "--json", *argv[cut:]]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    for pair in shown.removeprefix("simulated: ").split():
+        key, value = pair.split("=")
+        actual = _figure(payload, key)
+        assert _printed(value, actual), f"{section}: {key} printed {value}, now {actual}"
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def _numbers(cell: str) -> list[str]:
+    return [n.replace(",", "") for n in NUMBER.findall(cell)]
+
+
+def test_tables_show_what_the_commands_print() -> None:
+    """A table's simulated cells are figures of the section's `simulated:` lines, and its
+    ratio is the last configuration over the first."""
+    sims: dict[str, set[str]] = {}
+    for section, _, shown in RUNS:
+        sims.setdefault(section, set()).update(
+            pair.split("=")[1] for pair in shown.removeprefix("simulated: ").split()
+        )
+    ratios: set[str] = set()
+    checked = 0
+    for title, lines in _sections():
+        for row in (line for line in lines if line.startswith("| simulated")):
+            cells = _cells(row)
+            values = [_numbers(c) for c in cells[1:-1]]
+            for numbers in values:
+                for n in numbers:
+                    assert n in sims[title], f"{title}: {n} is no command's figure ({row})"
+                    checked += 1
+            ratio = _numbers(cells[-1])
+            for k, shown in enumerate(ratio):
+                expected = float(values[-1][k]) / float(values[0][k])
+                assert _printed(shown, expected), f"{title}: ratio {shown}, figures give {expected}"
+                ratios.add(shown)
+    assert checked > 50
+    summary = next(lines for title, lines in _sections() if title == "Summary")
+    for row in (line for line in summary if line.startswith("| V")):
+        simulated = _cells(row)[3]
+        for n in _numbers(simulated):
+            assert n in ratios, f"summary {row[:6]}: {n} is no section's ratio"
+
+
+def test_traces_on_the_page_are_what_the_generator_writes(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "validation_traces", ROOT / "benchmarks" / "validation_traces.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    module.main(str(tmp_path))
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == sorted(p.name for p in (ROOT / "docs" / "validation").iterdir())
+    for name in written:
+        assert (tmp_path / name).read_bytes() == (ROOT / "docs" / "validation" / name).read_bytes()
