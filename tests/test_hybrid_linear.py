@@ -202,3 +202,12 @@ def test_explain_checks_the_public_log_against_the_model(
     alone = run_json(capsys, ["explain", str(PUBLIC_LOG), "--json"])
     low, high = alone["predicted"]["range"]
     assert low <= 567_978 <= high
+
+
+def test_explain_prices_the_hybrid_pool_by_blocks(capsys: pytest.CaptureFixture[str]) -> None:
+    """Blocks hold attention and state pages alike: the pool is blocks x page x group size
+    (299 x 2,146,304 B x 10 = 5.98 GiB), not the logged tokens x one token's KV."""
+    argv = ["explain", str(PUBLIC_LOG), "--model", QWEN35_MOE, "--kv-cache-dtype", "fp8"]
+    out = run_json(capsys, [*argv, "--enable-prefix-caching", "--json"])
+    items = {i["item"]: i["gib"] for i in out["ledger"]}
+    assert items["KV cache blocks allocated"] == pytest.approx(299 * 2_146_304 * 10 / GiB, abs=1e-4)

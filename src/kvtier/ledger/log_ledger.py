@@ -297,6 +297,13 @@ def _partial(inp: LogInputs, s: SGLangStartup, rec: Reconciliation) -> LogLedger
     return LogLedger(tuple(items), None, (), None, tuple(unlogged), answer)
 
 
+def _linear_pool(inp: LogInputs, rec: Reconciliation) -> LedgerItem | None:
+    """The builder's KV pool item for a hybrid linear-attention model (None otherwise)."""
+    if inp.model.kv.linear is None or rec.ledger is None:
+        return None
+    return next((i for i in rec.ledger.items if i.item == "KV cache pool"), None)
+
+
 def _vllm(inp: LogInputs, v: VllmStartup, rec: Reconciliation) -> LogLedger:
     mem = inp.vllm
     items: list[LedgerItem] = []
@@ -339,7 +346,13 @@ def _vllm(inp: LogInputs, v: VllmStartup, rec: Reconciliation) -> LogLedger:
     if mem is not None:
         items.append(_item("KV cache budget", mem.available))
     used = (rec.observed.value if rec.observed else 0) * rec.kv_bytes_per_token / GiB
-    if rec.observed is not None and rec.kv_bytes_per_token:
+    pool = _linear_pool(inp, rec)
+    if pool is not None:
+        # hybrid linear attention: the blocks hold attention pages and state pages alike, so
+        # the logged token count times one token's KV is no measure of the pool
+        used = pool.gib
+        items.append(LedgerItem("KV cache blocks allocated", used, pool.source, pool.exact))
+    elif rec.observed is not None and rec.kv_bytes_per_token:
         items.append(
             LedgerItem(
                 "KV cache blocks allocated",
