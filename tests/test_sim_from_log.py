@@ -140,3 +140,12 @@ def test_unknown_input_fails_closed_naming_it(
     code, _, err = _run(["simulate", *argv, *DEPLOYMENT], capsys)
     assert code == 2
     assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_quiet_gives_key_value_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["simulate", "--from-log", str(STEADY), *DEPLOYMENT, "--quiet"], capsys)
+    assert code == 0
+    lines = dict(line.split(" ", 1) for line in out.splitlines())
+    assert lines["prompt_tokens_per_s.observed"] == "304"
+    assert lines["hit_rate.within"] == "yes"
+    assert float(lines["hbm_efficiency"]) < 1.0

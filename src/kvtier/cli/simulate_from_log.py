@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
     from kvtier.observe.samples import read_samples
     from kvtier.observe.workload_fit import fit_workload
-    from kvtier.report.fit_view import baseline_json, baseline_tables
+    from kvtier.report.fit_view import baseline_json, baseline_tables, quiet_lines
     from kvtier.report.sim_view import sweep_table
     from kvtier.sim.baseline import compare
     from kvtier.sim.calibrate import calibrate, run_window
@@ -90,6 +90,9 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
         if sweep_payload is not None:
             payload["sweep"] = sweep_payload
         print(json_text(payload))
+        return 0
+    if args.quiet:
+        print("\n".join(quiet_lines(calibration, rows)))
         return 0
     from kvtier.report.ledger_view import terminal
 

@@ -51,6 +51,23 @@ def baseline_tables(
     return [inferred, side]
 
 
+def quiet_lines(calibration: Calibration, rows: tuple[Comparison, ...]) -> list[str]:
+    """`key value` lines: the calibrated efficiencies, then each figure observed and simulated."""
+    flags = calibration.flags
+    out = [
+        f"compute_efficiency {flags.compute_efficiency:.4f}",
+        f"hbm_efficiency {flags.hbm_efficiency:.4f}",
+    ]
+    for r in rows:
+        key = r.metric.replace(",", "").replace(" ", "_").replace("/", "_per_")
+        out += [
+            f"{key}.observed {r.observed:g}",
+            f"{key}.simulated {r.simulated:g}",
+            f"{key}.within {'yes' if r.within else 'no'}",
+        ]
+    return out
+
+
 def baseline_json(
     fit: FittedWorkload,
     calibration: Calibration,
