@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvtier.engines.deployment import Measured
+from kvtier.engines.ledger import Ledger
 from kvtier.engines.vllm.pool import ContextTooLong
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
@@ -34,6 +35,7 @@ from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.spec.catalog import resolve_model
 from kvtier.spec.gpu import resolve_gpu
+from kvtier.units import GiB, MiB
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "tests" / "fixtures" / "logs"
@@ -77,6 +79,9 @@ class Row:
     plan_range: tuple[int, int] | None
     plan_error: float | None
     plan_note: str  # why there is no plan figure
+    # SGLang, where the log prints its memory figures: the plan's count error split by the term
+    # it estimates (free before load, weights, fraction), as shares of the logged count
+    plan_terms: dict[str, float] | None = None
 
     @property
     def in_range(self) -> bool | None:
@@ -161,11 +166,19 @@ def measure(case: Case) -> Row | None:
     if gpu is None:
         return Row(**base, planned=None, plan_range=None, plan_error=None,
                    plan_note="GPU not in catalog")  # fmt: skip
-    deployment = dataclasses.replace(log_deployment(e.inputs), measured=Measured(), gpu=gpu)
-    note = ""
+    logged = dataclasses.replace(log_deployment(e.inputs), gpu=gpu)
+    deployment = dataclasses.replace(logged, measured=Measured())
+    note, terms = "", None
     try:
         ledger = build_ledger(resolve(deployment, model=e.inputs.model, logged=True))
         planned, plan_range = ledger.kv_tokens, ledger.kv_tokens_range
+        if e.engine == "sglang" and memory:
+            explained_ledger = build_ledger(resolve(logged, model=e.inputs.model, logged=True))
+            card = resolve_gpu(gpu).memory_mib * MiB / GiB
+            terms = sglang_terms(ledger, explained_ledger, card)
+            # as shares of the logged count; explain's own miss is the printed figures' rounding
+            terms = {k: v * explained_ledger.kv_tokens / observed for k, v in terms.items()}
+            terms["printed rounding"] = (explained_ledger.kv_tokens - observed) / observed
     except ContextTooLong as exc:
         # the engine's own refusal of the context; the pool it sized is still the figure to check
         planned, plan_range = exc.tokens, exc.tokens_range
@@ -179,7 +192,32 @@ def measure(case: Case) -> Row | None:
         plan_range=plan_range,
         plan_error=(planned - observed) / observed,
         plan_note=note,
+        plan_terms=terms,
     )
+
+
+# the ledger item each estimated term of SGLang's budget is read from
+BEFORE_LOAD = "before load: driver, CUDA context, NCCL"
+WEIGHTS = "weights"
+
+
+def sglang_terms(planned: Ledger, explained: Ledger, card_gib: float) -> dict[str, float]:
+    """profile_max_num_token's rest = pre x f - weights (pre: free before load), so the plan's
+    count error is, term by term, (estimated - logged) over the logged rest; tokens are
+    proportional to rest."""
+
+    def read(ledger: Ledger) -> tuple[float, float, float]:
+        items = {i.item: i.gib for i in ledger.items}
+        return card_gib - items[BEFORE_LOAD], items[WEIGHTS], ledger.mem_fraction
+
+    pre_p, w_p, f_p = read(planned)
+    pre_l, w_l, f_l = read(explained)
+    rest = pre_l * f_l - w_l
+    return {
+        "free before load": (pre_p - pre_l) * f_l / rest,
+        "weights": (w_l - w_p) / rest,
+        "fraction": (f_p - f_l) * pre_p / rest,
+    }
 
 
 def _pct(value: float | None) -> str:
@@ -203,6 +241,21 @@ def table(rows: list[Row]) -> str:
             f"| {r.id} | {r.engine} | {r.model} | {r.gpu} x{r.tp} | {r.observed:,} | "
             f"{explained} | {_pct(r.explain_error)} | {plan} | {_pct(r.plan_error)} | {holds} |"
         )
+    return "\n".join(lines)
+
+
+def terms_table(rows: list[Row]) -> str:
+    """SGLang plan errors term by term (shares of the logged count)."""
+    names = ("free before load", "weights", "fraction", "printed rounding")
+    lines = [
+        "| log | GPU x TP | plan err | " + " | ".join(names) + " |",
+        "| --- | --- | ---: | " + " | ".join("---:" for _ in names) + " |",
+    ]
+    for r in rows:
+        if r.plan_terms is None:
+            continue
+        shares = " | ".join(_pct(r.plan_terms[n]) for n in names)
+        lines.append(f"| {r.id} | {r.gpu} x{r.tp} | {_pct(r.plan_error)} | {shares} |")
     return "\n".join(lines)
 
 
@@ -242,6 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
     else:
         print(table(rows))
+        print()
+        print("SGLang plan error by estimated term (share of the logged count):")
+        print()
+        print(terms_table(rows))
         print()
         print("\n".join(lines))
     return 0 if explain_ok else 1
