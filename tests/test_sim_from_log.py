@@ -62,11 +62,16 @@ def test_whole_second_stamps_are_spread_inside_their_second() -> None:
     assert _spread([0.0, 0.0, 1.0, 1.0, 2.0]) == [0.25, 0.75, 1.25, 1.75, 2.5]
 
 
-@pytest.mark.parametrize(
-    ("log", "extra"),
-    [(QUEUED, ["--mean-output-tokens", "256"]), (STEADY, [])],
-    ids=["queued-prefill", "steady-decode"],
-)
+WITHIN = [
+    (QUEUED, ["--mean-output-tokens", "256"]),
+    (STEADY, []),
+    (FIXTURES / "sglang-2025-05-prefill-shared-prefix.log", ["--mean-output-tokens", "256"]),
+    (FIXTURES / "sglang-2025-11-prefill-trailing-comma.log", ["--mean-output-tokens", "256"]),
+    (FIXTURES / "sglang-2026-07-mamba-pending-token.log", ["--mean-output-tokens", "256"]),
+]
+
+
+@pytest.mark.parametrize(("log", "extra"), WITHIN, ids=[p.stem for p, _ in WITHIN])
 def test_calibrated_baseline_within_the_stated_tolerances(
     log: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,3 +154,40 @@ def test_quiet_gives_key_value_lines(capsys: pytest.CaptureFixture[str]) -> None
     assert lines["prompt_tokens_per_s.observed"] == "304"
     assert lines["hit_rate.within"] == "yes"
     assert float(lines["hbm_efficiency"]) < 1.0
+
+
+@pytest.mark.parametrize(
+    ("log", "extra", "missed"),
+    [
+        (
+            FIXTURES / "sglang-2024-11-prefill-chunked.log",
+            ["--mean-output-tokens", "256"],
+            {"prompt tokens/s"},
+        ),
+        (
+            FIXTURES / "sglang-2026-07-npu-ep-accept-len.log",
+            [],
+            {"generation tokens/s", "queue, mean"},
+        ),
+    ],
+    ids=["two-second-window", "speculative-npu"],
+)
+def test_the_misses_docs_simulate_md_explains(
+    log: Path, extra: list[str], missed: set[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    payload = json.loads(
+        _run(["simulate", "--from-log", str(log), *DEPLOYMENT, *extra, "--json"], capsys)[1]
+    )
+    assert {r["metric"] for r in payload["baseline"] if not r["within"]} == missed
+
+
+@pytest.mark.parametrize("log", sorted(FIXTURES.glob("*.log")), ids=lambda p: p.stem)
+def test_every_serving_fixture_fits_or_is_refused_in_one_line(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = ["--mean-prompt-tokens", "2000", "--mean-output-tokens", "256", "--json"]
+    code, out, err = _run(["simulate", "--from-log", str(log), *DEPLOYMENT, *extra], capsys)
+    if code == 0:
+        assert json.loads(out)["baseline"]
+    else:
+        assert code == 2 and err.count("\n") == 1 and str(log) in err
