@@ -114,12 +114,32 @@ def test_decode_lines_set_the_hbm_efficiency(capsys: pytest.CaptureFixture[str])
     assert calibration["hbm_how"].startswith("median of 1 decode step")
 
 
-def test_sweep_answers_for_the_fitted_traffic(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("sweep", "values"),
+    [
+        ("hicache-ratio", ["0", "2"]),
+        ("kv-cache-dtype", ["auto", "fp8_e4m3"]),
+        ("mem-fraction-static", ["0.7", "0.9"]),
+    ],
+)
+def test_sweep_answers_the_options_for_the_fitted_traffic(
+    sweep: str, values: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     argv = ["simulate", "--from-log", str(QUEUED), *DEPLOYMENT, "--mean-output-tokens", "256"]
-    payload = json.loads(_run([*argv, "--sweep", "hicache-ratio=0,2", "--json"], capsys)[1])
+    flag = f"{sweep}={','.join(values)}"
+    payload = json.loads(_run([*argv, "--sweep", flag, "--json"], capsys)[1])
     runs = payload["sweep"]["runs"]
-    assert [r["value"] for r in runs] == ["0", "2"]
+    assert [r["value"] for r in runs] == values
+    # more KV room (a host tier, FP8, a higher fraction) never loses prefix hits
     assert runs[1]["hit_rate"] >= runs[0]["hit_rate"]
+    first, second = (r["params"] for r in runs)
+    if sweep == "hicache-ratio":
+        assert (first["host_tokens"], first["device_tokens"]) < (
+            second["host_tokens"],
+            second["device_tokens"],
+        )
+    else:
+        assert first["device_tokens"] < second["device_tokens"]
 
 
 def test_terminal_view_states_inferences_and_verdict(capsys: pytest.CaptureFixture[str]) -> None:
