@@ -59,6 +59,14 @@ GEOMETRY = {
     "Qwen/Qwen3-Next-80B-A3B-Instruct": ("mha", 12, 2, 256, 12, None),
     "Qwen/Qwen3.5-27B": ("mha", 16, 4, 256, 16, None),
     "Qwen/Qwen3.5-35B-A3B": ("mha", 10, 2, 256, 10, None),
+    "moonshotai/Kimi-K2-Instruct": ("mla", 61, 1, 576, 61, None),
+    "deepseek-ai/DeepSeek-V3.2": ("mla", 61, 1, 576, 61, None),
+    "nvidia/DeepSeek-V3.1-NVFP4": ("mla", 61, 1, 576, 61, None),
+    "nvidia/DeepSeek-V3.2-NVFP4": ("mla", 61, 1, 576, 61, None),
+    "meta-llama/Llama-4-Maverick-17B-128E-Instruct": ("mha", 48, 8, 128, 12, 8192),
+    "MiniMaxAI/MiniMax-M2.5": ("mha", 62, 8, 128, 62, None),
+    "MiniMaxAI/MiniMax-M2.7": ("mha", 62, 8, 128, 62, None),
+    "nvidia/MiniMax-M2.5-NVFP4": ("mha", 62, 8, 128, 62, None),
 }
 
 

@@ -36,9 +36,11 @@ TEXT_ARCHITECTURES = frozenset(
         "Qwen3MoeForCausalLM",
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
         "Gemma2ForCausalLM",
         "Gemma3ForCausalLM",
         "GptOssForCausalLM",
+        "MiniMaxM2ForCausalLM",
         "Phi3ForCausalLM",
         "Qwen3NextForCausalLM",
     }
@@ -59,6 +61,13 @@ _LAYER_TYPES = {
     "sliding_attention": LayerKind.SLIDING,
     "chunked_attention": LayerKind.CHUNKED,
 }
+# DeepSeek sparse attention: a config of these families that states `index_topk` runs an
+# indexer with a key cache per MLA layer (SGLang configs/model_config.py is_deepseek_dsa,
+# v0.5.4 - v0.5.23; vLLM models/deepseek_v2.py `is_v32 = hasattr(config, "index_topk")`,
+# v0.20.0 - v0.21.0)
+_DSA_ARCHITECTURES = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"})
+# indexer layouts both engines size differently from one key per layer: refused, not guessed
+_DSA_LAYOUT_FIELDS = {"index_kpool": 1, "cli_factor": 1, "indexer_types": None}
 # tying for configs that state neither it nor a `model_type` (the catalog's condensed entries)
 _TIED_BY_DEFAULT = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 
@@ -185,6 +194,7 @@ def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
         raise UnsupportedModel("sliding-window layers without a `sliding_window` size")
     if text.get("kv_lora_rank"):
         latent = int(text["kv_lora_rank"]) + int(text["qk_rope_head_dim"])
+        index_head_dim = _index_head_dim(arch, text)
         return KVGeometry(
             kind=AttentionKind.MLA,
             num_kv_heads=1,
@@ -195,6 +205,7 @@ def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
             attention_chunk_size=chunk,
             kv_lora_rank=int(text["kv_lora_rank"]),
             qk_rope_head_dim=int(text["qk_rope_head_dim"]),
+            index_head_dim=index_head_dim,
         )
     heads = int(text["num_attention_heads"])
     head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
@@ -207,6 +218,20 @@ def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
         sliding_window=int(window) if window else None,
         attention_chunk_size=int(chunk) if chunk else None,
     )
+
+
+def _index_head_dim(arch: str, text: Mapping[str, Any]) -> int:
+    """Width of the DSA indexer's key per token per layer; 0 for a model without an indexer."""
+    if text.get("index_topk") is None:
+        if arch == "DeepseekV32ForCausalLM":
+            raise UnsupportedModel("DeepseekV32ForCausalLM config without `index_topk`")
+        return 0
+    if arch not in _DSA_ARCHITECTURES:
+        raise UnsupportedModel(f"unsupported DSA indexer (`index_topk`) on {arch}")
+    for name, plain in _DSA_LAYOUT_FIELDS.items():
+        if text.get(name, plain) != plain:
+            raise UnsupportedModel(f"unsupported DSA indexer layout `{name}` {text[name]!r}")
+    return int(text["index_head_dim"])
 
 
 def _layer_kinds(arch: str, text: Mapping[str, Any], n: int) -> tuple[LayerKind, ...]:

@@ -216,6 +216,16 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
         },
     ),
     "deepseek_v3": Defaults("transformers.DeepseekV3Config", _DEEPSEEK_V3),
+    "deepseek_v32": Defaults(
+        "transformers.DeepseekV32Config",
+        {
+            **_DEEPSEEK_V3,
+            "max_position_embeddings": 163840,
+            "index_head_dim": 128,
+            "index_n_heads": 64,
+            "index_topk": 2048,
+        },
+    ),
     # Kimi K2/K2.5 text configs: vLLM's KimiK25Config builds them as DeepseekV3Config
     "kimi_k2": Defaults("transformers.DeepseekV3Config", _DEEPSEEK_V3),
     "gemma2": Defaults(
@@ -250,6 +260,22 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
             "attention_bias": True,
             "num_local_experts": 128,
             "num_experts_per_tok": 4,
+        },
+    ),
+    "minimax_m2": Defaults(
+        "transformers.MiniMaxM2Config",
+        {
+            "vocab_size": 200064,
+            "hidden_size": 3072,
+            "intermediate_size": 1536,
+            "num_hidden_layers": 62,
+            "num_attention_heads": 48,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "max_position_embeddings": 196608,
+            "tie_word_embeddings": False,
+            "num_local_experts": 256,
+            "num_experts_per_tok": 8,
         },
     ),
     "phi3": Defaults(

@@ -53,6 +53,9 @@ class KVGeometry:
     MHA/GQA: each layer stores `num_kv_heads` heads of K (`head_dim`) and V (`v_head_dim`).
     MLA: each layer stores one latent of `kv_lora_rank + qk_rope_head_dim` elements;
     `num_kv_heads` is 1, `head_dim` is that latent width and `v_head_dim` is 0.
+    DSA (DeepSeek sparse attention, DeepSeek-V3.2): each MLA layer also caches one key of
+    `index_head_dim` elements for its lightning indexer; the engines store it quantized
+    (`kvtier.engines`). 0: no indexer.
     Hybrid linear-attention models: `layer_kinds` lists the attention layers only; the others
     hold the recurrent state `linear` describes.
     """
@@ -66,6 +69,7 @@ class KVGeometry:
     attention_chunk_size: int | None = None
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
+    index_head_dim: int = 0
     # hybrid linear-attention models: the recurrent state of the layers `layer_kinds` leaves out
     linear: LinearAttention | None = None
 

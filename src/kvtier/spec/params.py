@@ -9,7 +9,7 @@ matched against the checkpoint's quantization rules to decide whether it is stor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvtier.errors import UnsupportedModel
@@ -24,6 +24,8 @@ DENSE_MLP = "dense_mlp"
 ROUTED_EXPERTS = "routed_experts"
 SHARED_EXPERTS = "shared_experts"
 ROUTER = "router"
+INDEXER = "indexer"  # DSA indexer query projection wq_b, replicated
+INDEXER_KEYS = "indexer_keys"  # DSA indexer wk, weights_proj and k_norm, replicated
 NORMS = "norms"
 LM_HEAD = "lm_head"
 VISION_TOWER = "vision_tower"
@@ -34,6 +36,7 @@ MLA_ABSORBED = "mla_absorbed"
 _MLP_PREFIX = {
     "MixtralForCausalLM": "block_sparse_moe",
     "Llama4ForConditionalGeneration": "feed_forward",
+    "MiniMaxM2ForCausalLM": "block_sparse_moe",
 }
 _GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 # Qwen3 MoE layouts (decoder_sparse_step, mlp_only_layers), hybrid linear-attention ones included
@@ -78,6 +81,10 @@ def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int
         moe = [(i + 1) % step == 0 for i in range(n)]
         shared = 1  # every Llama 4 MoE block carries one shared expert
     elif arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
+        moe = [True] * n
+    elif arch == "MiniMaxM2ForCausalLM":
+        if text.get("shared_intermediate_size"):
+            raise UnsupportedModel("unsupported MiniMax-M2 shared_intermediate_size > 0")
         moe = [True] * n
     else:
         raise UnsupportedModel(f"unsupported MoE architecture {arch!r}")
@@ -136,6 +143,8 @@ def decoder_params(
         add(ATTENTION_LATENT, n * latent, False, f"{layer}.0.self_attn.kv_a_proj_with_mqa")
         add(ATTENTION, n * up, True, f"{layer}.0.self_attn.kv_b_proj")
         norms += n * (q_lora + kv_lora)
+        if text.get("index_topk") is not None:
+            _add_indexer(add, text, n, q_lora, f"{layer}.0.self_attn.indexer")
     else:
         kv_heads = int(text.get("num_key_value_heads") or heads)
         hd = int(text.get("head_dim") or h // heads)
@@ -148,6 +157,8 @@ def decoder_params(
         add(ATTENTION_KV, n * kv, True, f"{layer}.0.self_attn.k_proj")
         if arch in _QK_NORM:
             norms += n * 2 * hd
+        elif arch == "MiniMaxM2ForCausalLM" and text.get("use_qk_norm", True):
+            norms += n * _minimax_qk_norm(text, heads, kv_heads, hd)
 
     n_moe = sum(moe)
     dense_inter = int(text.get("intermediate_size_mlp") or text.get("intermediate_size") or 0)
@@ -173,9 +184,12 @@ def decoder_params(
             True,
             f"{layer}.{first_moe}.{mlp}.shared_experts.down_proj",
         )
-        router_bias = (
-            experts if arch == "GptOssForCausalLM" or text.get("topk_method") == "noaux_tc" else 0
+        has_bias = (
+            arch == "GptOssForCausalLM"
+            or text.get("topk_method") == "noaux_tc"
+            or (arch == "MiniMaxM2ForCausalLM" and bool(text.get("use_routing_bias")))
         )
+        router_bias = experts if has_bias else 0
         router = (
             "router" if arch in ("GptOssForCausalLM", "Llama4ForConditionalGeneration") else "gate"
         )
@@ -191,6 +205,31 @@ def decoder_params(
     if not text.get("tie_word_embeddings", False):
         add(LM_HEAD, vocab * h, True, f"{prefix}lm_head")
     return tuple(groups)
+
+
+def _add_indexer(
+    add: Callable[..., None], text: Mapping[str, Any], n: int, q_lora: int, module: str
+) -> None:
+    """DSA lightning indexer per layer: wq_b (q_lora_rank -> index_n_heads x index_head_dim),
+    wk (hidden -> index_head_dim), weights_proj (hidden -> index_n_heads), k_norm (a LayerNorm:
+    weight and bias), all replicated. vLLM builds wk and weights_proj as one unquantized
+    projection (`Indexer.wk_weights_proj`, quant_config None, v0.20.0 - v0.21.0), so only wq_b
+    follows the checkpoint's format."""
+    if not q_lora:
+        raise UnsupportedModel("DSA indexer without q_lora_rank")
+    h = int(text["hidden_size"])
+    dim = int(text["index_head_dim"])
+    heads = int(text["index_n_heads"])
+    add(INDEXER, n * q_lora * heads * dim, False, f"{module}.wq_b")
+    add(INDEXER_KEYS, n * (h * dim + h * heads + 2 * dim), False, f"{module}.wk", linear=False)
+
+
+def _minimax_qk_norm(text: Mapping[str, Any], heads: int, kv_heads: int, hd: int) -> int:
+    """MiniMax-M2's per_layer QK norm spans the whole query and key projections of a layer."""
+    kind = text.get("qk_norm_type", "per_layer")
+    if kind != "per_layer":
+        raise UnsupportedModel(f"unsupported MiniMax-M2 qk_norm_type {kind!r}")
+    return (heads + kv_heads) * hd
 
 
 def load_buffers(arch: str, text: Mapping[str, Any]) -> tuple[ParamGroup, ...]:
@@ -233,6 +272,9 @@ def load_buffers(arch: str, text: Mapping[str, Any]) -> tuple[ParamGroup, ...]:
     else:
         head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
         rotary = int(head_dim * float(text.get("partial_rotary_factor", 1.0)))
+        if arch == "MiniMaxM2ForCausalLM":
+            # MiniMaxM2Attention: rotary_dim / head_dim becomes the partial rotary factor
+            rotary = int(text["rotary_dim"])
     cache = positions * rotary
     if arch in ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"):
         cache += int(text["max_position_embeddings"]) * rotary

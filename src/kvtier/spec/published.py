@@ -49,6 +49,12 @@ _POSITIVE = frozenset(
         "moe_layer_freq",
         "interleave_moe_layer_step",
         "no_rope_layer_interval",
+        "rotary_dim",
+        "index_head_dim",
+        "index_n_heads",
+        "index_topk",
+        "index_kpool",
+        "cli_factor",
         # vision towers
         "depth",
         "patch_size",

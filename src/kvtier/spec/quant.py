@@ -8,13 +8,16 @@ Bits per weight and scale overheads are the checkpoint's storage formats:
 - AWQ / GPTQ: int4 (or int8 for GPTQ) with an fp16 scale and a packed zero point per group.
 - mxfp4 (gpt-oss): 4-bit e2m1 with one e8m0 scale per 32 weights, MoE experts only.
 - nvfp4 (ModelOpt `quant_algo: NVFP4`): 4-bit e2m1 with one fp8 scale per 16 weights plus a
-  per-tensor fp32 global scale (negligible, not counted).
+  per-tensor fp32 global scale (negligible, not counted). ModelOpt's exclusions are wildcards
+  (`model.layers.0.self_attn*`) or name fragments, matched as vLLM matches them
+  (ModelOptQuantConfigBase.is_layer_excluded: substring, then fnmatch; v0.20.0 - v0.21.0).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from fnmatch import fnmatchcase
 from typing import Any
 
 from kvtier.errors import UnsupportedModel
@@ -40,6 +43,8 @@ def parse_quantization(
     if not qcfg:
         return None, _nothing
     method = str(qcfg.get("quant_method", "")).lower()
+    if not method and isinstance(qcfg.get("quantization"), Mapping):
+        method = "modelopt"  # a ModelOpt hf_quant_config.json: {"producer", "quantization"}
     if method == "fp8":
         return _fp8(qcfg)
     if method == "compressed-tensors":
@@ -69,6 +74,17 @@ def _linear_except(skip: list[str]) -> ModuleFilter:
         if not is_linear or name == "lm_head" or _NEVER.search(name):
             return False
         return not any(_glob_match(s, name) for s in skip)
+
+    return keep
+
+
+def _modelopt_except(skip: list[str]) -> ModuleFilter:
+    """Every decoder nn.Linear but lm_head and the modules a ModelOpt exclusion names."""
+
+    def keep(name: str, is_linear: bool) -> bool:
+        if not is_linear or name == "lm_head" or _NEVER.search(name):
+            return False
+        return not any(s in name or fnmatchcase(name, s) for s in skip)
 
     return keep
 
@@ -107,9 +123,9 @@ def _modelopt(qcfg: Mapping[str, Any]) -> tuple[Quantization, ModuleFilter]:
     skip = list(inner.get("exclude_modules") or qcfg.get("ignore") or [])
     if algo == "NVFP4":
         group = int(inner.get("group_size", 16))
-        return Quantization("nvfp4", 4, group, 8), _linear_except(skip)
+        return Quantization("nvfp4", 4, group, 8), _modelopt_except(skip)
     if algo == "FP8":
-        return Quantization("fp8", 8), _linear_except(skip)
+        return Quantization("fp8", 8), _modelopt_except(skip)
     raise UnsupportedModel(f"unsupported quantization_config.quant_algo {algo!r}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.sglang.pool import dsa_indexer_bytes
 from kvtier.spec.model import AttentionKind, KVGeometry
 from kvtier.units import GB, GiB
 
@@ -21,9 +22,11 @@ DEFAULT_HICACHE_RATIO = 2.0
 
 
 def host_bytes_per_token(kv: KVGeometry, attn_tp: int, layers: int, dtype: KVDtype) -> int:
-    """HostKVCache.get_size_per_token: MHA head_dim x heads x layers x 2; MLA latent x layers."""
+    """HostKVCache.get_size_per_token: MHA head_dim x heads x layers x 2; MLA latent x layers;
+    a DSA model's host pool keeps the indexer's keys too (NSATokenToKVPoolHost, v0.5.9)."""
     if kv.kind is AttentionKind.MLA:
-        return (kv.kv_lora_rank + kv.qk_rope_head_dim) * dtype.element_bytes * layers
+        latent = (kv.kv_lora_rank + kv.qk_rope_head_dim) * dtype.element_bytes * layers
+        return latent + dsa_indexer_bytes(kv) * layers
     return kv.head_dim * kv.kv_heads_per_rank(attn_tp) * layers * dtype.element_bytes * 2
 
 

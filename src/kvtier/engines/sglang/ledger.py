@@ -10,7 +10,7 @@ from kvtier.engines.estimate import Term
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
-from kvtier.engines.sglang import hicache, mamba
+from kvtier.engines.sglang import hicache, mamba, weight_segments
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
@@ -28,6 +28,14 @@ EAGLE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3"})
 EAGLE_ASSUMED_HEAD_DIM = 128
 
 
+def _kv_dtype(p: PlanInputs) -> KVDtype:
+    """The KV element type: `auto` on a DSA model follows SGLang's own rule by GPU."""
+    d = p.deployment
+    if not p.model.kv.index_head_dim or d.kv_cache_dtype != "auto":
+        return p.kv_dtype()
+    return sglang.dsa_kv_dtype(_capability(d))
+
+
 class _LinearState:
     """The state-slot rule of a hybrid linear-attention deployment (engines/sglang/mamba.py)."""
 
@@ -42,13 +50,24 @@ class _LinearState:
             )
         if d.pp > 1:
             raise KvtierError("hybrid linear-attention models under PP are not modelled")
+        mamba.check_runs(version, p.model.architecture)
         self.rule = mamba.slot_rule(version)
         dtype = mamba.ssm_dtype(version, d.mamba_ssm_dtype, state)
-        self.per_slot = mamba.state_bytes(state, p.attn_tp, dtype)
+        widen = self.rule is not mamba.SlotRule.FIXED
+        self.per_slot = mamba.state_bytes(state, p.attn_tp, dtype, widen)
         self.ratio = d.mamba_full_memory_ratio or mamba.DEFAULT_FULL_MEMORY_RATIO
         self.dp = d.dp if d.enable_dp_attention else 1
         self.deployment = d
         self.source = f"SSM state {dtype}, conv state {mamba.CONV_DTYPE}"
+
+    def no_room(self, rest_gib: float) -> KvtierError:
+        split = self.split(rest_gib)
+        return KvtierError(
+            f"Not enough memory: {split.slots} state slots of {split.state_bytes:,} B "
+            f"({split.state_gib:.2f} GiB) leave no KV cache for the full-attention layers out of "
+            f"{rest_gib:.2f} GiB; lower --max-mamba-cache-size / --max-running-requests or raise "
+            "--mem-fraction-static"
+        )
 
     def split(self, rest_gib: float) -> mamba.MambaSplit:
         d = self.deployment
@@ -62,6 +81,7 @@ class _LinearState:
             d.disable_radix_cache or self.rule is mamba.SlotRule.FIXED,
             self.dp,
         )
+
 
 def _capability(d: Deployment) -> tuple[int, int] | None:
     """The named GPU's compute capability (None: no GPU named, or not in the catalog)."""
@@ -79,7 +99,7 @@ def _draft_cell(p: PlanInputs) -> sglang.DraftCell | None:
     algo = (d.speculative_algorithm or "").upper()
     if not algo or algo == "NGRAM":
         return None
-    dtype = p.kv_dtype()
+    dtype = _kv_dtype(p)
     if p.draft is not None:
         layers = p.draft.draft_layers or p.draft.kv.num_layers
         cell = sglang.cell_size(p.draft.kv, p.attn_tp, layers, dtype)
@@ -144,8 +164,13 @@ def _memory_terms(p: PlanInputs) -> dict[str, Term]:
     if m.free_after_load_gib is not None:
         terms["after"] = Term.known(m.free_after_load_gib, "measured: 'Load weight end. avail mem'")
     else:
+        nbytes, source = p.weights_bytes, p.weights_source
+        rounding = weight_segments.rounding_bytes(p.model, p.deployment.tp, p.deployment.pp)
+        if nbytes is not None and rounding is not None:
+            nbytes += rounding
+            source += f" + {rounding / MiB:,.0f} MiB of allocator segment rounding"
         terms["weights"] = estimate.weights_per_gpu(
-            m.weights_gib, "measured weights", p.weights_bytes, p.weights_source
+            m.weights_gib, "measured weights", nbytes, source
         )
     return terms
 
@@ -170,15 +195,25 @@ def build(p: PlanInputs) -> Ledger:
     kv = p.model.kv
     swa_pool = sliding.uses_swa_pool(p.model, era.version, _capability(d))
     sglang.check_layers(kv, d.pp, swa_pool)
-    dtype = p.kv_dtype()
-    page = d.page_size or 1
+    dtype = _kv_dtype(p)
+    page = d.page_size or (sglang.DSA_PAGE_SIZE if kv.index_head_dim else 1)
     layers = sglang.stage_layers(kv.num_layers, d.pp)
     target_cell = sglang.cell_size(kv, p.attn_tp, layers, dtype)
+    pool_cell = sglang.dsa_pool_cell(kv, layers, dtype) if kv.index_head_dim else target_cell
+    if sglang.prices_dsa_layout(era.version):
+        target_cell = pool_cell
     draft = _draft_cell(p)
     cell = target_cell
     if era.pool is PoolEra.C and draft is not None:  # DefaultPoolConfigurator prices the draft in
         cell = int(target_cell * (1 + draft.layers / layers))
     inputs = p.base_inputs()
+    if kv.index_head_dim:
+        inputs = [i for i in inputs if i.name != "kv cache dtype"]
+        dsa_rule = "default: DSA rule, fp8_e4m3 from compute capability 10.0, else bfloat16"
+        origin = d.origin("kv_cache_dtype") if d.kv_cache_dtype != "auto" else dsa_rule
+        inputs.append(Input("kv cache dtype", dtype.name, origin))
+        if d.page_size is None:
+            inputs.append(Input("page size", str(page), "default: 64 for a DSA model"))
     # The engine picks chunked_prefill_size and cuda_graph_max_bs by GPU tier either way.
     rule = default_mem_fraction(era.version, p.gpu_mem_mib, d, p.model)
     chunk, max_bs = rule.chunked_prefill_size, rule.cuda_graph_max_bs
@@ -217,12 +252,14 @@ def build(p: PlanInputs) -> Ledger:
         return split.full_tokens, split.swa_tokens
 
     tokens, swa = pools_for(rest.value)
+    if linear is not None and tokens <= 0:
+        raise linear.no_room(rest.value)
     if tokens <= 0:
         raise sglang.not_enough_memory(nominal_pre, nominal_after)
     token_range = None if rest.exact else (pools_for(rest.low)[0], pools_for(rest.high)[0])
     notes: list[str] = []
     ctx = p.context_length
-    kv_bytes = sglang.kv_size_bytes(tokens, page, target_cell)
+    kv_bytes = sglang.kv_size_bytes(tokens, page, pool_cell)
     if swa_pool:
         per_layer = target_cell // layers
         kv_bytes = sglang.kv_size_bytes(tokens, page, per_layer * kv.num_full_layers)
@@ -266,7 +303,7 @@ def build(p: PlanInputs) -> Ledger:
         LedgerItem(
             "KV cache pool",
             kv_bytes / GiB,
-            f"(tokens + page) x {target_cell:,} B; tokens = int(rest x 2^30) // {cell:,}, "
+            f"(tokens + page) x {pool_cell:,} B; tokens = int(rest x 2^30) // {cell:,}, "
             f"rest = free_after - free_before x (1 - {fraction}) (profile_max_num_token)",
             exact_mem,
         )

@@ -27,6 +27,23 @@ from kvtier.units import GiB
 
 # memory_pool.py: FP4 pools keep one scale per 16 elements.
 FP4_SCALE_BLOCK = 16
+# DeepSeek sparse attention (DeepSeek-V3.2): the indexer keeps one fp8 key per token per layer with
+# an fp32 scale per 128 elements, in a uint8 buffer (mem_cache/memory_pool.py
+# NSATokenToKVPool / DSATokenToKVPool quant_block_size, index_k_with_scale_buffer_dtype).
+DSA_QUANT_BLOCK = 128
+DSA_SCALE_BYTES = 4
+# An fp8_e4m3 DSA latent is stored as kv_lora_rank fp8 bytes, one fp32 scale per 128 of them and
+# the rope part in bf16 (calculate_mla_kv_cache_dim, NSATokenToKVPool.rope_storage_dtype): 656 B
+# a layer for DeepSeek-V3.2, where the raw latent is 576. The pool allocates that layout from
+# v0.5.4; the budget divides by it in v0.5.10 and from v0.5.17 (get_cell_size_per_token /
+# pool_configurator.py _compute_cell_size), by the raw latent in the other releases.
+DSA_ROPE_BYTES = 2
+# server_args: a DSA model on CUDA runs with page size 64 ("Setting page size to 64 for DeepSeek
+# DSA", v0.5.3 - v0.5.23) and, under `auto`, an fp8_e4m3 KV cache from compute capability 10.0,
+# bfloat16 below (v0.5.4 inline; v0.5.5 - v0.5.14 _set_default_nsa_kv_cache_dtype; v0.5.20 -
+# v0.5.23 arg_groups/overrides.py).
+DSA_PAGE_SIZE = 64
+DSA_FP8_CAPABILITY = (10, 0)
 # server_args `swa_full_tokens_ratio` default (v0.5.x).
 SWA_FULL_TOKENS_RATIO = 0.8
 # req_to_token rows: context_len + 4 (model_runner init_memory_pool, extra_max_context_len).
@@ -77,6 +94,7 @@ V0_5_10 = Version.release_of(0, 5, 10)
 V0_5_11 = Version.release_of(0, 5, 11)
 V0_5_13 = Version.release_of(0, 5, 13)
 V0_5_14 = Version.release_of(0, 5, 14)
+V0_5_17 = Version.release_of(0, 5, 17)
 
 _RULES = (  # (first release, rule, label), newest first
     (V0_5_14, FractionRule.MEMORY_HOOK, "v0.5.14+ memory settings"),
@@ -114,19 +132,53 @@ def cell_size(kv: KVGeometry, attn_tp: int, layers: int, dtype: KVDtype) -> int:
     Mirrors get_cell_size_per_token (Era B): MHA/GQA stores per-rank heads x (head_dim +
     v_head_dim); MLA stores one latent (kv_lora_rank + qk_rope_head_dim), not split by TP.
     FP4 halves the elements and adds one scale byte per 16 elements (K and V scales for MHA).
+    A DSA model adds its indexer's key per layer (`dsa_indexer_bytes`; priced from v0.5.4:
+    v0.5.3 allocated it without counting it); its fp8 latent layout is `dsa_pool_cell`'s.
     """
     if kv.kind is AttentionKind.MLA:
         latent = kv.kv_lora_rank + kv.qk_rope_head_dim
         cell = latent * layers * dtype.element_bytes
         if dtype.is_fp4:
-            return cell // 2 + (latent // FP4_SCALE_BLOCK) * layers * dtype.element_bytes
-        return cell
+            cell = cell // 2 + (latent // FP4_SCALE_BLOCK) * layers * dtype.element_bytes
+        return cell + dsa_indexer_bytes(kv) * layers
     heads = kv.kv_heads_per_rank(attn_tp)
     cell = heads * (kv.head_dim + kv.v_head_dim) * layers * dtype.element_bytes
     if dtype.is_fp4:
         scales = (heads * kv.head_dim * layers * 2 * dtype.element_bytes) // FP4_SCALE_BLOCK
         return cell // 2 + scales
     return cell
+
+
+def dsa_indexer_bytes(kv: KVGeometry) -> int:
+    """Bytes of the DSA indexer's key for one token in one layer (0 without an indexer):
+    index_head_dim + index_head_dim // 128 x 4 (get_cell_size_per_token, v0.5.4 - v0.5.10;
+    pool_configurator.py _compute_dsa_indexer_cell_size, v0.5.11 - v0.5.23)."""
+    if not kv.index_head_dim:
+        return 0
+    return kv.index_head_dim + kv.index_head_dim // DSA_QUANT_BLOCK * DSA_SCALE_BYTES
+
+
+def dsa_pool_cell(kv: KVGeometry, layers: int, dtype: KVDtype) -> int:
+    """Bytes a DSA model's pool allocates for one token over `layers` (the 'KV size' it logs)."""
+    if dtype.name != "fp8_e4m3":
+        return cell_size(kv, 1, layers, dtype)
+    scales = kv.kv_lora_rank // DSA_QUANT_BLOCK * DSA_SCALE_BYTES
+    latent = kv.kv_lora_rank + scales + kv.qk_rope_head_dim * DSA_ROPE_BYTES
+    return (latent + dsa_indexer_bytes(kv)) * layers
+
+
+def prices_dsa_layout(version: Version | None) -> bool:
+    """Whether the budget divides by the allocated DSA layout (v0.5.10, v0.5.17 and later)."""
+    if version is None:
+        return False
+    return version.is_main or version == V0_5_10 or version >= V0_5_17
+
+
+def dsa_kv_dtype(capability: tuple[int, int] | None) -> KVDtype:
+    """The KV dtype `auto` resolves to for a DSA model; an unknown GPU counts as below 10.0."""
+    if capability is not None and capability >= DSA_FP8_CAPABILITY:
+        return KVDtype("fp8_e4m3", 1)
+    return KVDtype("bfloat16", 2)
 
 
 def stage_layers(num_layers: int, pp: int) -> int:

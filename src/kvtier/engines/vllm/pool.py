@@ -47,6 +47,14 @@ SMALL_DEVICE_MAX_NUM_BATCHED_TOKENS = 2048
 # speculative methods whose draft is the checkpoint's own MTP layers (SpeculativeConfig.method)
 MTP_METHODS = frozenset({"DEEPSEEK_MTP", "MTP", "QWEN3_NEXT_MTP", "ERNIE_MTP"})
 FP8_DS_MLA_BYTES = 656  # per token per layer: 512 fp8 latent + 4 fp32 scales + 64 bf16 rope
+# DeepSeek sparse attention: each MLA layer's indexer caches an fp8 key with one fp32 scale per
+# 128 elements as uint8 (models/deepseek_v2.py Indexer: DeepseekV32IndexerCache(head_dim=
+# index_head_dim + index_head_dim // quant_block_size * 4, dtype=torch.uint8)). Its spec is an
+# MLAAttentionSpec like the latent's, so both share one UniformTypeKVCacheSpecs group whose page
+# is the sum of every layer's (kv_cache_interface.py; kv_cache_utils.py
+# get_kv_cache_config_from_groups: num_blocks = available // page_size_bytes). v0.20.0, v0.21.0.
+DSA_QUANT_BLOCK = 128
+DSA_SCALE_BYTES = 4
 
 
 class Worker(IntEnum):
@@ -107,15 +115,27 @@ def page_bytes(kv: KVGeometry, tp: int, block_size: int, dtype: KVDtype) -> int:
 
     Full attention: block x per-rank KV heads x (head_size + head_size_v) x dtype bytes.
     MLA: one latent head of kv_lora_rank + qk_rope_head_dim, not split by TP; fp8_ds_mla 656 B.
+    DSA: plus the layer's indexer key page (`dsa_indexer_bytes`), the two pages of a layer
+    summed as UniformTypeKVCacheSpecs sums them; any fp8 cache of a DSA model becomes fp8_ds_mla
+    (MLAAttention.__init__ under the FLASHMLA_SPARSE backend, v0.21.0).
     """
     if kv.kind is AttentionKind.MLA:
-        if dtype.name == "fp8_ds_mla":
-            return block_size * FP8_DS_MLA_BYTES
-        return block_size * (kv.kv_lora_rank + kv.qk_rope_head_dim) * dtype.element_bytes
+        indexer = block_size * dsa_indexer_bytes(kv)
+        if dtype.name == "fp8_ds_mla" or (kv.index_head_dim and dtype.name.startswith("fp8")):
+            return block_size * FP8_DS_MLA_BYTES + indexer
+        latent = kv.kv_lora_rank + kv.qk_rope_head_dim
+        return block_size * latent * dtype.element_bytes + indexer
     if dtype.name == "fp8_ds_mla":
         raise KvtierError("--kv-cache-dtype fp8_ds_mla applies to MLA models only")
     heads = kv.kv_heads_per_rank(tp)
     return block_size * heads * (kv.head_dim + kv.v_head_dim) * dtype.element_bytes
+
+
+def dsa_indexer_bytes(kv: KVGeometry) -> int:
+    """Bytes of the DSA indexer's key for one token in one layer; 0 without an indexer."""
+    if not kv.index_head_dim:
+        return 0
+    return kv.index_head_dim + kv.index_head_dim // DSA_QUANT_BLOCK * DSA_SCALE_BYTES
 
 
 def available_gib(

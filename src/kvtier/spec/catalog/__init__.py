@@ -21,8 +21,10 @@ from kvtier.errors import KvtierError
 from kvtier.files import MAX_CONFIG_BYTES, load_json, read_input
 from kvtier.spec.config import model_from_config
 from kvtier.spec.model import ModelSpec
+from kvtier.spec.published import NESTED_TEXT_KEYS
 
 _HF_CACHE_DIR = "models--"
+_HF_QUANT_CONFIG = "hf_quant_config.json"
 
 
 class CatalogEntry(NamedTuple):
@@ -124,7 +126,22 @@ def _from_path(path: Path, model_id: str) -> ModelSpec:
     config = load_json(data, str(config_file))
     if not isinstance(config, dict):
         raise KvtierError(f"{config_file} is not a JSON object")
+    quant_file = config_file.parent / _HF_QUANT_CONFIG
+    if not _states_quantization(config) and quant_file.is_file():
+        # older ModelOpt checkpoints keep their format in a file of its own, which both engines
+        # read when config.json states none (vLLM transformers_utils/config.py get_config,
+        # v0.20.0 - v0.21.0; SGLang ModelConfig._parse_quant_hf_config)
+        data = read_input(str(quant_file), _HF_QUANT_CONFIG, MAX_CONFIG_BYTES)
+        quant = load_json(data, str(quant_file))
+        if not isinstance(quant, dict):
+            raise KvtierError(f"{quant_file} is not a JSON object")
+        config = {**config, "quantization_config": quant}
     return model_from_config(config, model_id)
+
+
+def _states_quantization(config: dict[str, Any]) -> bool:
+    texts = [config.get(k) for k in NESTED_TEXT_KEYS]
+    return any(isinstance(c, dict) and c.get("quantization_config") for c in [config, *texts])
 
 
 def _cache_repo_id(path: Path) -> str | None:

@@ -1,0 +1,280 @@
+"""Today's model families from their published config.json files (tests/fixtures/configs/): the
+bytes one token's KV takes on each engine, worked out by hand from the config in each test, the
+parameters the new layer types add, and the checkpoint formats read from the config.
+
+Engine rules these figures mirror (see kvtier.engines.sglang.pool / kvtier.engines.vllm.pool):
+- MLA: one latent of kv_lora_rank + qk_rope_head_dim per token per layer, not split by TP.
+- DSA (DeepSeek-V3.2): each MLA layer's indexer also caches an fp8 key of index_head_dim bytes
+  plus one fp32 scale per 128 of them: index_head_dim + index_head_dim // 128 x 4 bytes.
+- GQA: per-rank KV heads x (head_dim + head_dim) per layer.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtier.cli import main
+from kvtier.engines.sglang import hicache
+from kvtier.engines.sglang import pool as sglang_pool
+from kvtier.errors import KvtierError
+from kvtier.spec.catalog import resolve_model
+from kvtier.spec.config import model_from_config
+from kvtier.spec.model import ModelSpec
+from kvtier.spec.params import ATTENTION, ATTENTION_KV, INDEXER, INDEXER_KEYS, ROUTED_EXPERTS
+
+CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
+
+
+def _config(name: str) -> dict[str, Any]:
+    return json.loads((CONFIGS / f"{name}.json").read_text())
+
+
+def _spec(name: str) -> ModelSpec:
+    return model_from_config(_config(name), name)
+
+
+def _plan(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    code = main(["plan", *argv, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    out: dict[str, Any] = json.loads(captured.out)
+    return out
+
+
+def _inputs(out: dict[str, Any]) -> dict[str, str]:
+    return {i["name"]: i["value"] for i in out["inputs"]}
+
+
+# DeepSeek-V3.2: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64, index_head_dim 128
+V32_LAYERS, V32_LATENT, V32_INDEX = 61, 512 + 64, 128 + 128 // 128 * 4
+assert V32_INDEX == 132
+
+
+@pytest.mark.parametrize(
+    ("engine", "gpu", "extra", "per_token"),
+    [
+        # bf16 latent (auto below compute capability 10.0) + the indexer's key
+        ("sglang", "H200", (), V32_LAYERS * (V32_LATENT * 2 + V32_INDEX)),  # 78,324
+        # an fp8 latent: one byte an element, the indexer's key unchanged
+        ("sglang", "H200", ("--kv-cache-dtype", "fp8_e4m3"), V32_LAYERS * (V32_LATENT + V32_INDEX)),
+        ("vllm", "H200", (), V32_LAYERS * (V32_LATENT * 2 + V32_INDEX)),  # 78,324
+        # fp8_ds_mla: 512 fp8 + 4 fp32 scales + 64 bf16 rope = 656 B, the indexer beside it
+        ("vllm", "H200", ("--kv-cache-dtype", "fp8_ds_mla"), V32_LAYERS * (656 + V32_INDEX)),
+        # FLASHMLA_SPARSE turns any fp8 cache of a DSA model into fp8_ds_mla
+        ("vllm", "H200", ("--kv-cache-dtype", "fp8"), V32_LAYERS * (656 + V32_INDEX)),
+    ],
+)
+def test_deepseek_v32_kv_bytes_per_token_carry_the_indexer(
+    engine: str,
+    gpu: str,
+    extra: tuple[str, ...],
+    per_token: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = str(CONFIGS / "deepseek-v3.2.json")
+    out = _plan(capsys, "--engine", engine, "--model", model, "--gpu", gpu, "--tp", "8", *extra)
+    assert out["kv_bytes_per_token"] == per_token
+
+
+def test_sglang_runs_a_dsa_model_with_pages_of_64(capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(CONFIGS / "deepseek-v3.2.json")
+    out = _plan(capsys, "--engine", "sglang", "--model", model, "--gpu", "H200", "--tp", "8")
+    assert out["kv_tokens"] % 64 == 0
+    assert _inputs(out)["page size"] == "64"
+    assert _inputs(out)["kv cache dtype"] == "bfloat16"  # compute capability 9.0
+
+
+@pytest.mark.parametrize(
+    ("capability", "dtype"),
+    [((9, 0), "bfloat16"), ((10, 0), "fp8_e4m3"), ((12, 0), "fp8_e4m3"), (None, "bfloat16")],
+)
+def test_sglang_dsa_auto_kv_dtype_by_compute_capability(
+    capability: tuple[int, int] | None, dtype: str
+) -> None:
+    assert sglang_pool.dsa_kv_dtype(capability).name == dtype
+
+
+def test_sglang_dsa_cell_in_fp8() -> None:
+    kv = _spec("deepseek-v3.2").kv
+    fp8 = sglang_pool.dsa_kv_dtype((10, 0))
+    assert sglang_pool.cell_size(kv, 8, 61, fp8) == V32_LAYERS * (V32_LATENT * 1 + V32_INDEX)
+
+
+def test_sglang_dsa_fp8_pool_matches_logged_kv_sizes() -> None:
+    """DeepSeek-V3.2-Exp (the same 61-layer geometry), SGLang on 8 x B200, fp8 KV, as logged in
+    sgl-project/sglang pull request 11309: '#tokens: 975424, KV size: 43.67 GB' with the indexer,
+    and before that change '#tokens: 1462784, KV size: 54.52 GB' without it (65.49 GB with)."""
+    kv = _spec("deepseek-v3.2").kv
+    fp8 = sglang_pool.dsa_kv_dtype((10, 0))
+    # fp8 latent layout: 512 fp8 + 512 // 128 x 4 B of scales + 64 rope elements in bf16 = 656 B
+    latent = 512 + 512 // 128 * 4 + 64 * 2
+    cell = sglang_pool.dsa_pool_cell(kv, 61, fp8)
+    assert cell == 61 * (latent + V32_INDEX) == 48_068
+    gib = 2**30
+    assert round(sglang_pool.kv_size_bytes(975_424, 64, cell) / gib, 2) == 43.67
+    assert round(sglang_pool.kv_size_bytes(1_462_784, 64, 61 * latent) / gib, 2) == 54.52
+    assert round(sglang_pool.kv_size_bytes(1_462_784, 64, cell) / gib, 2) == 65.49
+
+
+@pytest.mark.parametrize(
+    ("version", "per_token"),
+    [
+        (None, V32_LAYERS * (V32_LATENT + V32_INDEX)),  # v0.5.3 - v0.5.9 divide by the raw latent
+        ("0.5.10", 48_068),
+        ("0.5.14", V32_LAYERS * (V32_LATENT + V32_INDEX)),
+        ("0.5.17", 48_068),
+        ("0.5.23", 48_068),
+    ],
+)
+def test_sglang_dsa_fp8_budget_divisor_by_version(
+    version: str | None, per_token: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--engine", "sglang", "--model", str(CONFIGS / "deepseek-v3.2.json"), "--gpu", "H200"]
+    argv += ["--tp", "8", "--kv-cache-dtype", "fp8_e4m3"]
+    if version:
+        argv += ["--sglang-version", version]
+    out = _plan(capsys, *argv)
+    assert out["kv_bytes_per_token"] == per_token
+    pool = {i["item"]: i for i in out["ledger"]}["KV cache pool"]
+    assert "(tokens + page) x 48,068 B" in pool["source"]  # the pool allocates the fp8 layout
+
+
+def test_sglang_hicache_host_pool_keeps_the_indexer_keys() -> None:
+    # NSATokenToKVPoolHost.get_size_per_token: the MLA latent plus the indexer, layer by layer
+    kv = _spec("deepseek-v3.2").kv
+    bf16 = sglang_pool.dsa_kv_dtype((9, 0))
+    assert hicache.host_bytes_per_token(kv, 8, 61, bf16) == V32_LAYERS * (V32_LATENT * 2 + 132)
+
+
+def test_an_mla_model_without_index_topk_has_no_indexer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Kimi-K2-Instruct: 61 layers x (512 + 64) x 2 B, the seed scenario's 70,272 B
+    model = str(CONFIGS / "kimi-k2-instruct.json")
+    for engine in ("sglang", "vllm"):
+        out = _plan(capsys, "--engine", engine, "--model", model, "--gpu", "B200", "--tp", "8")
+        assert out["kv_bytes_per_token"] == 61 * (512 + 64) * 2 == 70_272
+    assert _spec("kimi-k2-instruct").kv.index_head_dim == 0
+
+
+def test_deepseek_v32_indexer_weights() -> None:
+    # per layer: wq_b q_lora_rank x index_n_heads x index_head_dim (1536 x 64 x 128), and
+    # wk hidden x index_head_dim (7168 x 128) + weights_proj hidden x index_n_heads (7168 x 64)
+    # + k_norm weight and bias (2 x 128); replicated on every rank
+    groups = {g.name: g for g in _spec("deepseek-v3.2").params}
+    assert groups[INDEXER].count == 61 * 1536 * 64 * 128 == 767_557_632
+    assert groups[INDEXER_KEYS].count == 61 * (7168 * 128 + 7168 * 64 + 2 * 128) == 83_967_232
+    assert not groups[INDEXER].sharded and groups[INDEXER].quantized
+    assert not groups[INDEXER_KEYS].quantized  # vLLM builds wk_weights_proj unquantized
+    # the same checkpoint without its indexer is DeepSeek-V3's shape to the parameter
+    v3 = {g.name: g.count for g in resolve_model("deepseek-v3").params}
+    assert {n: c for n, c in ((g.name, g.count) for g in groups.values()) if n in v3} == v3
+
+
+@pytest.mark.parametrize("name", ["minimax-m2.5", "minimax-m2.7"])
+def test_minimax_m2_kv_and_parameters(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # 62 layers, 8 KV heads of head_dim 128: 62 x 8 x (128 + 128) x 2 B at TP1; one head per rank
+    # at TP8
+    for engine in ("sglang", "vllm"):
+        out = _plan(
+            capsys,
+            *("--engine", engine, "--model", str(CONFIGS / f"{name}.json")),
+            *("--gpu", "H200", "--tp", "8", "--context-length", "8192"),
+        )
+        assert out["kv_bytes_per_token"] == 62 * 1 * (128 + 128) * 2 == 31_744
+    spec = _spec(name)
+    assert spec.kv.num_kv_heads * (spec.kv.head_dim * 2) * 62 * 2 == 253_952
+    h, heads, kv, hd, experts, inter, vocab = 3072, 48, 8, 128, 256, 1536, 200_064
+    per_layer = (
+        2 * h * heads * hd  # q_proj, o_proj
+        + 2 * h * kv * hd  # k_proj, v_proj
+        + experts * 3 * h * inter  # w1, w2, w3 of 256 experts
+        + experts * h
+        + experts  # router gate and its e_score_correction_bias
+        + 2 * h
+        + (heads + kv) * hd  # two RMSNorms, q_norm over 6144 and k_norm over 1024
+    )
+    total = 62 * per_layer + 2 * vocab * h + h  # embed_tokens, lm_head, final norm
+    assert spec.total_params == total == 228_689_764_864
+    # MiniMaxM2Attention: rotary_dim 64 of head_dim 128 is rotated, max_position_embeddings rows
+    rope = {g.name: g.count for g in spec.load_buffers}["rope_cache"]
+    assert rope == int(_config(name)["max_position_embeddings"]) * 64
+
+
+def test_fp8_block_checkpoint_spares_the_router_by_name() -> None:
+    # MiniMax-M2.5 modules_to_not_convert: gate, e_score_correction_bias, lm_head
+    spec = _spec("minimax-m2.5")
+    assert spec.quantization is not None
+    assert spec.quantization.bytes_per_param == (8 + 32 / (128 * 128)) / 8
+    quantized = {g.name for g in spec.params if g.quantized}
+    assert quantized == {ATTENTION, ATTENTION_KV, ROUTED_EXPERTS}
+
+
+def test_modelopt_nvfp4_wildcards_exclude_attention() -> None:
+    # nvidia/MiniMax-M2.5-NVFP4 excludes `model.layers.N.self_attn*` and the routers: only the
+    # experts are e2m1 with an fp8 scale per 16 weights, (4 + 8 / 16) / 8 B a weight
+    spec = _spec("minimax-m2.5-nvfp4")
+    assert spec.quantization is not None
+    assert (spec.quantization.method, spec.quantization.bytes_per_param) == ("nvfp4", 0.5625)
+    assert {g.name for g in spec.params if g.quantized} == {ROUTED_EXPERTS}
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3.1-nvfp4", "deepseek-v3.2-nvfp4"])
+def test_hf_quant_config_beside_config_json(name: str, tmp_path: Path) -> None:
+    """Older ModelOpt checkpoints state their format in hf_quant_config.json only."""
+    folder = CONFIGS / name
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+    spec = resolve_model(str(folder))
+    assert spec.quantization is not None and spec.quantization.method == "nvfp4"
+    groups = {g.name: g for g in spec.params}
+    # exclude_modules names every layer's q_a/q_b/kv_a/kv_b projections and lm_head
+    assert groups[ROUTED_EXPERTS].quantized and not groups[ATTENTION].quantized
+    # the same config.json alone is a bf16 checkpoint
+    shutil.copy(folder / "config.json", tmp_path / "config.json")
+    assert resolve_model(str(tmp_path)).quantization is None
+    # and a malformed quantization file beside it is refused by name
+    (tmp_path / "hf_quant_config.json").write_text("[1]")
+    with pytest.raises(KvtierError, match=r"hf_quant_config\.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_llama4_maverick_interleaves_moe_and_chunked_attention(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = _spec("llama-4-maverick")
+    # interleave_moe_layer_step 2: 24 of 48 layers route to 128 experts, every 4th layer global
+    assert (spec.num_experts, spec.kv.num_full_layers, spec.kv.num_local_layers) == (128, 12, 36)
+    # vLLM treats chunked local attention as full: 48 layers x 8/8 heads x 256 x 2 B at TP8
+    out = _plan(
+        capsys,
+        *("--engine", "vllm", "--model", str(CONFIGS / "llama-4-maverick.json")),
+        *("--gpu", "H200", "--tp", "8", "--max-model-len", "8192"),
+    )
+    assert out["kv_bytes_per_token"] == 48 * 1 * 256 * 2 == 24_576
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "named"),
+    [
+        ("deepseek-v3.2", lambda c: c.update(index_topk=None), "without `index_topk`"),
+        ("deepseek-v3.2", lambda c: c.update(index_kpool=2), "`index_kpool` 2"),
+        ("deepseek-v3.2", lambda c: c.update(indexer_types=["full"] * 61), "`indexer_types`"),
+        ("deepseek-v3.2", lambda c: c.update(index_head_dim="128"), "`index_head_dim`"),
+        ("kimi-k2-instruct", lambda c: c.update(index_topk=2048), "'index_head_dim'"),
+        ("minimax-m2.5", lambda c: c.update(shared_intermediate_size=512), "shared_intermediate"),
+        ("minimax-m2.5", lambda c: c.update(qk_norm_type="per_head"), "qk_norm_type"),
+        ("minimax-m2.5", lambda c: c.pop("rotary_dim"), "'rotary_dim'"),
+        ("minimax-m2.5", lambda c: c.update(architectures=["MiniMaxM3ForCausalLM"]), "M3"),
+    ],
+)
+def test_unknown_shapes_of_the_new_families_fail_closed(name: str, edit: Any, named: str) -> None:
+    config = copy.deepcopy(_config(name))
+    edit(config)
+    with pytest.raises(KvtierError, match=named):
+        model_from_config(config, name)
