@@ -62,14 +62,6 @@ class ObservedWindow:
     queued: tuple[int, ...]
     saturated: bool  # some sample showed requests waiting
 
-    @property
-    def queue_mean(self) -> float:
-        return statistics.fmean(self.queued) if self.queued else 0.0
-
-    @property
-    def queue_max(self) -> int:
-        return max(self.queued, default=0)
-
 
 @dataclass(frozen=True, slots=True)
 class FittedWorkload:

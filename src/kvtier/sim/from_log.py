@@ -19,7 +19,6 @@ rate of the window's requests, and the queue at the times the log printed it.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
 from kvtier.observe.workload_fit import FittedWorkload, ObservedWindow
@@ -42,15 +41,7 @@ class SimulatedWindow:
     prompt_tps: float
     gen_tps: float
     hit_rate: float | None
-    queued: tuple[int, ...]
-
-    @property
-    def queue_mean(self) -> float:
-        return statistics.fmean(self.queued) if self.queued else 0.0
-
-    @property
-    def queue_max(self) -> int:
-        return max(self.queued, default=0)
+    queued: tuple[int, ...]  # at the times the log printed its queue
 
 
 def _blocks(shared: tuple[int, ...], length: int, next_id: int) -> tuple[tuple[int, ...], int]:
