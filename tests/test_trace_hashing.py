@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvtier.logs.requests import LoggedRequest
+from kvtier.sim.block_hash import PromptHasher
 from kvtier.sim.from_requests import build_trace
 from kvtier.sim.reference import unbounded
 from kvtier.sim.trace import Trace
@@ -25,9 +26,9 @@ def _prompts(draw: st.DrawFn) -> tuple[list[list[int]], int]:
     return prompts, draw(st.integers(1, 9))
 
 
-def _logged(prompts: list[list[int]]) -> list[LoggedRequest]:
+def _logged(prompts: list[list[int]], hasher: PromptHasher) -> list[LoggedRequest]:
     return [
-        LoggedRequest(i + 1, f"r{i}", float(i), "test", False, tuple(p), None, None, 1, "test")
+        LoggedRequest(i + 1, f"r{i}", float(i), "test", False, hasher(p), None, None, 1, "test")
         for i, p in enumerate(prompts)
     ]
 
@@ -48,7 +49,8 @@ def _shared_blocks(a: list[int], b: list[int], size: int) -> int:
 @given(_prompts())
 def test_ids_and_reuse_are_the_prompts_shared_blocks(case: tuple[list[list[int]], int]) -> None:
     prompts, size = case
-    build = build_trace(_logged(prompts), size)
+    hasher = PromptHasher(size)
+    build = build_trace(_logged(prompts, hasher), hasher)
     expected = 0
     for i, prompt in enumerate(prompts):
         row = build.requests[i]
@@ -69,9 +71,10 @@ def test_ids_and_reuse_are_the_prompts_shared_blocks(case: tuple[list[list[int]]
 
 def test_ids_are_numbered_in_arrival_order() -> None:
     """Requests logged out of order are put in arrival order before their blocks are numbered."""
-    late = LoggedRequest(1, "a", 5.0, "t", False, (1, 2, 3, 4), None, None, 2, "t")
-    early = LoggedRequest(2, "b", 2.0, "t", False, (1, 2, 9, 9), None, None, 3, "t")
-    build = build_trace([late, early], 2)
+    hasher = PromptHasher(2)
+    late = LoggedRequest(1, "a", 5.0, "t", False, hasher([1, 2, 3, 4]), None, None, 2, "t")
+    early = LoggedRequest(2, "b", 2.0, "t", False, hasher([1, 2, 9, 9]), None, None, 3, "t")
+    build = build_trace([late, early], hasher)
     assert [(r.arrival_s, r.blocks, r.output_len) for r in build.requests] == [
         (0.0, (0, 1), 3),
         (3.0, (0, 2), 2),

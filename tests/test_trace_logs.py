@@ -319,6 +319,7 @@ def test_mangled_request_lines_never_escape_as_tracebacks(name: str) -> None:
     import io
 
     from kvtier.errors import KvtierError
+    from kvtier.sim.block_hash import PromptHasher
     from kvtier.sim.from_requests import build_trace
     from kvtier.sim.request_sources import read_requests
 
@@ -330,8 +331,9 @@ def test_mangled_request_lines_never_escape_as_tracebacks(name: str) -> None:
         for mangled in _cuts(line):
             text = "\n".join([*lines[:index], mangled, *lines[index + 1 :]]) + "\n"
             try:
-                requests, _ = read_requests(io.BytesIO(text.encode()), "auto", None, None)
-                build_trace(requests, 4)
+                hasher = PromptHasher(4)
+                requests, _ = read_requests(io.BytesIO(text.encode()), "auto", hasher)
+                build_trace(requests, hasher)
             except KvtierError as exc:
                 said = str(exc)
                 assert said.startswith("line ") or said.startswith(_WHOLE_FILE), said

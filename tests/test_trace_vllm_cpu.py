@@ -16,7 +16,6 @@ under CI. All traffic goes to 127.0.0.1; the server is stopped by a finalizer.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from vllm_cpu_support import (
     TinyLlama,
     VllmServer,
     build_tiny_llama,
+    counter,
     installed,
     kvtier,
     run_workload,
@@ -61,12 +61,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str
     yield out / "server.log", metrics
 
 
-def _counter(metrics: str, name: str) -> float:
-    found = re.findall(rf"^vllm:{name}(?:\{{[^}}]*\}})? (\S+)$", metrics, re.MULTILINE)
-    assert found, f"vllm:{name} is not in /metrics"
-    return sum(float(v) for v in found)
-
-
 def _json(*args: str) -> dict:
     result = kvtier(*args)
     assert result.returncode == 0, result.stderr
@@ -97,11 +91,8 @@ def test_the_server_log_replays_with_the_prompts_reuse(
     assert replayed["requests"] == GROUPS * PER_GROUP
     assert replayed["hit_rate"] == pytest.approx(REUSED / INPUT, abs=1e-12)
     # vLLM counted the same reuse in its own prefix cache
-    hits, queries = (
-        _counter(metrics, "prefix_cache_hits_total"),
-        _counter(metrics, "prefix_cache_queries_total"),
-    )
-    assert (hits, queries) == (REUSED, INPUT)
+    hits = counter(metrics, "prefix_cache_hits_total")
+    assert (hits, counter(metrics, "prefix_cache_queries_total")) == (REUSED, INPUT)
 
 
 def test_the_same_log_in_vllm_cpu_pages(served: tuple[Path, str], tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from vllm_cpu_support import (
     TinyLlama,
     VllmServer,
     build_tiny_llama,
+    counter,
     installed,
     kvtier,
     run_workload,
@@ -139,18 +140,11 @@ def small_pool(
     return _serve(model_dir, out, args, env, crowded, finalizers)
 
 
-def _counter(metrics: str, name: str) -> float:
-    """A vLLM counter summed over its label sets."""
-    found = re.findall(rf"^vllm:{name}(?:\{{[^}}]*\}})? (\S+)$", metrics, re.MULTILINE)
-    assert found, f"vllm:{name} is not in /metrics"
-    return sum(float(v) for v in found)
-
-
 def _counters(metrics: str) -> tuple[float, float, float]:
     return (
-        _counter(metrics, "prefix_cache_hits_total"),
-        _counter(metrics, "prefix_cache_queries_total"),
-        _counter(metrics, "num_preemptions_total"),
+        counter(metrics, "prefix_cache_hits_total"),
+        counter(metrics, "prefix_cache_queries_total"),
+        counter(metrics, "num_preemptions_total"),
     )
 
 

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -248,6 +249,13 @@ def run_workload(
 
     with ThreadPoolExecutor(max_workers=in_flight) as pool:
         return list(pool.map(one, prompts))
+
+
+def counter(metrics: str, name: str) -> float:
+    """A vLLM counter of a /metrics text (`vllm:NAME`), summed over its label sets."""
+    found = re.findall(rf"^vllm:{name}(?:\{{[^}}]*\}})? (\S+)$", metrics, re.MULTILINE)
+    assert found, f"vllm:{name} is not in /metrics"
+    return sum(float(v) for v in found)
 
 
 def kvtier(*args: str) -> subprocess.CompletedProcess[str]:

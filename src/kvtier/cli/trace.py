@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from kvtier.cli.simulate import _Progress
     from kvtier.files import MAX_TRACE_BYTES, check_output, open_input
     from kvtier.report.trace_view import print_trace
+    from kvtier.sim.block_hash import PromptHasher
     from kvtier.sim.from_requests import build_trace
     from kvtier.sim.request_sources import read_requests
     from kvtier.sim.tokenizer import load_tokenizer
@@ -96,15 +97,14 @@ def run(args: argparse.Namespace) -> int:
         raise KvtierError(f"trace takes no launch command ({' '.join(args.launch)[:60]!r})")
     if args.output:
         check_output(args.output, [args.input])
+    hasher = PromptHasher(args.block_tokens)
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     with _Progress(not (args.quiet or args.json)) as progress:
         with open_input(args.input, "request log", MAX_TRACE_BYTES) as stream:
             size = os.fstat(stream.fileno()).st_size
             bar = progress.bar("reading requests", size)
-            requests, source = read_requests(stream, args.format, tokenizer, args.rate, bar)
-        build = build_trace(
-            requests, args.block_tokens, tokenizer.encode if tokenizer is not None else None
-        )
+            requests, source = read_requests(stream, args.format, hasher, tokenizer, args.rate, bar)
+        build = build_trace(requests, hasher, tokenizer.encode if tokenizer else None)
         progress.done()
     if args.output:
         write_trace(build.requests, args.output)

@@ -2,18 +2,43 @@
 
 The engines' request grammars (`kvtier.engines.vllm.requests`, `kvtier.engines.sglang.requests`)
 read their own lines into `LoggedRequest`s; `kvtier.sim.from_requests` turns them into a trace.
-Token ids live here only until they are hashed: a trace never stores them.
+A prompt's token ids are hashed as soon as its line is read (by the `HashPrompt` the grammar is
+given) and dropped: what is kept is its length and one digest per block, never the ids.
 """
 
 from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from kvtier.errors import KvtierError
+
+MAX_TOKEN_ID = (1 << 63) - 1  # ids are hashed as signed 64-bit integers
+
+
+@dataclass(frozen=True, slots=True)
+class HashedPrompt:
+    """A prompt as a trace keeps it: its token count and its blocks' chained digests."""
+
+    tokens: int
+    digests: tuple[bytes, ...]
+
+
+HashPrompt = Callable[[Sequence[int]], HashedPrompt]
+
+
+def token_ids(value: object, where: str, what: str) -> list[int] | None:
+    """`value` as printed token ids (None stays None), or a `KvtierError` naming `what`."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise KvtierError(f"{where}: {what} is not a list of token ids")
+    if value and (min(value) < 0 or max(value) > MAX_TOKEN_ID):
+        raise KvtierError(f"{where}: {what} holds an id outside 0 .. 2^63 - 1")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,8 +47,8 @@ class LoggedRequest:
 
     `arrival_s` is in seconds, on the Unix clock when `epoch` (a time the engine recorded as
     `time.time()`) or else on the log's printed clock (only differences matter); `arrival_from`
-    says which printed figure gave it. `token_ids` is the prompt as the engine tokenized it, or
-    None when only its `text` was printed (then a local tokenizer counts it). `prompt_tokens`
+    says which printed figure gave it. `prompt` is the prompt as the engine tokenized it, hashed,
+    or None when only its `text` was printed (then a local tokenizer counts it). `prompt_tokens`
     is the engine's own count where it printed one, to check the ids against. `output_len` is
     what was generated (`output_from` "generated") or the request's cap ("max_tokens").
     """
@@ -33,7 +58,7 @@ class LoggedRequest:
     arrival_s: float
     arrival_from: str
     epoch: bool
-    token_ids: tuple[int, ...] | None
+    prompt: HashedPrompt | None
     text: str | None
     prompt_tokens: int | None
     output_len: int

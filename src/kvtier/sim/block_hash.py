@@ -12,8 +12,29 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvtier.errors import KvtierError
+from kvtier.logs.requests import HashedPrompt
 
 _DIGEST_BYTES = 16  # 2^-64 odds of two different prefixes sharing a digest, per pair of blocks
+MAX_BLOCK_TOKENS = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PromptHasher:
+    """Hashes prompts in blocks of `block_tokens` tokens (a `HashPrompt` for the grammars)."""
+
+    block_tokens: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.block_tokens <= MAX_BLOCK_TOKENS:
+            raise KvtierError(
+                f"--block-tokens must be in [1, {MAX_BLOCK_TOKENS:,}], got {self.block_tokens}"
+            )
+
+    def __call__(self, token_ids: Sequence[int]) -> HashedPrompt:
+        return HashedPrompt(len(token_ids), chain_digests(token_ids, self.block_tokens))
 
 
 def chain_digests(token_ids: Sequence[int], block_tokens: int) -> tuple[bytes, ...]:

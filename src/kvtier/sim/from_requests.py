@@ -1,8 +1,8 @@
 """Logged requests to a Mooncake trace: chained block hashes, arrival order, lengths kept.
 
-Each request's prompt (its token ids, or its text counted by a local tokenizer) is hashed block
-by block as it is read, and its ids dropped; the requests are then put in arrival order, the
-first at timestamp 0, and their digests numbered. The result replays through `kvtier simulate`.
+Each request's prompt was hashed block by block when its line was read (a prompt logged as text
+is tokenized and hashed here); the requests are then put in arrival order, the first at
+timestamp 0, and their digests numbered. The result replays through `kvtier simulate`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kvtier.errors import KvtierError
-from kvtier.logs.requests import LoggedRequest
-from kvtier.sim.block_hash import BlockIds, chain_digests
+from kvtier.logs.requests import HashedPrompt, LoggedRequest, token_ids
+from kvtier.sim.block_hash import BlockIds, PromptHasher
 from kvtier.sim.trace import MAX_LENGTH, TraceRequest
-
-MAX_BLOCK_TOKENS = 1 << 20
-_MAX_TOKEN_ID = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,28 +56,18 @@ class _Hashed:
 
 def build_trace(
     requests: Iterable[LoggedRequest],
-    block_tokens: int,
+    hasher: PromptHasher,
     encode: Callable[[str], Sequence[int]] | None = None,
 ) -> TraceBuild:
-    """Hash and order `requests`; `encode` tokenizes a prompt that was logged as text only."""
-    if not 1 <= block_tokens <= MAX_BLOCK_TOKENS:
-        raise KvtierError(
-            f"--block-tokens must be in [1, {MAX_BLOCK_TOKENS:,}], got {block_tokens}"
-        )
+    """Order `requests` (hashed by `hasher`); `encode` tokenizes a prompt logged as text only."""
+    block_tokens = hasher.block_tokens
     hashed: list[_Hashed] = []
     arrival_from: Counter[str] = Counter()
     output_from: Counter[str] = Counter()
     for r in requests:
-        ids = _prompt_ids(r, encode)
+        prompt = _prompt(r, hasher, encode)
         hashed.append(
-            _Hashed(
-                r.line,
-                r.arrival_s,
-                r.epoch,
-                len(ids),
-                r.output_len,
-                chain_digests(ids, block_tokens),
-            )
+            _Hashed(r.line, r.arrival_s, r.epoch, prompt.tokens, r.output_len, prompt.digests)
         )
         arrival_from[r.arrival_from] += 1
         output_from[r.output_from] += 1
@@ -114,10 +101,12 @@ def build_trace(
     )
 
 
-def _prompt_ids(r: LoggedRequest, encode: Callable[[str], Sequence[int]] | None) -> Sequence[int]:
+def _prompt(
+    r: LoggedRequest, hasher: PromptHasher, encode: Callable[[str], Sequence[int]] | None
+) -> HashedPrompt:
     where = f"line {r.line}"
-    if r.token_ids is not None:
-        ids: Sequence[int] = r.token_ids
+    if r.prompt is not None:
+        prompt = r.prompt
     elif r.text is None:
         raise KvtierError(f"{where}: request {r.rid} has no prompt")
     elif encode is None:
@@ -126,21 +115,20 @@ def _prompt_ids(r: LoggedRequest, encode: Callable[[str], Sequence[int]] | None)
             "served model's, a local folder or a model in the local Hugging Face cache) to count it"
         )
     else:
-        ids = encode(r.text)
+        ids = list(encode(r.text))
         if r.prompt_tokens is not None and len(ids) != r.prompt_tokens:
             raise KvtierError(
                 f"{where}: the tokenizer gives {len(ids)} tokens where the engine counted "
                 f"{r.prompt_tokens}: is --tokenizer the served model's?"
             )
-    if r.prompt_tokens is not None and r.token_ids is not None and len(ids) != r.prompt_tokens:
+        prompt = hasher(token_ids(ids, where, "the tokenizer's ids") or [])
+    if r.prompt_tokens is not None and prompt.tokens != r.prompt_tokens:
         raise KvtierError(
-            f"{where}: {len(ids)} prompt token ids where the engine counted {r.prompt_tokens}"
+            f"{where}: {prompt.tokens} prompt token ids where the engine counted {r.prompt_tokens}"
         )
-    if not 1 <= len(ids) <= MAX_LENGTH or not 1 <= r.output_len <= MAX_LENGTH:
+    if not 1 <= prompt.tokens <= MAX_LENGTH or not 1 <= r.output_len <= MAX_LENGTH:
         raise KvtierError(
-            f"{where}: request {r.rid}: {len(ids)} prompt and {r.output_len} output tokens; a "
-            f"trace needs 1 to {MAX_LENGTH:,} of each"
+            f"{where}: request {r.rid}: {prompt.tokens} prompt and {r.output_len} output tokens; "
+            f"a trace needs 1 to {MAX_LENGTH:,} of each"
         )
-    if min(ids) < 0 or max(ids) > _MAX_TOKEN_ID:
-        raise KvtierError(f"{where}: a prompt token id outside 0 .. 2^63 - 1")
-    return ids
+    return prompt

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeGuard
 
 from kvtier.errors import KvtierError
-from kvtier.logs.requests import LoggedRequest
+from kvtier.logs.requests import HashPrompt, LoggedRequest, token_ids
 from kvtier.sim.tokenizer import LocalTokenizer
 
 _CAPS = ("max_completion_tokens", "max_tokens", "max_new_tokens")
@@ -29,7 +29,10 @@ _MAX_SECONDS = 1e11
 
 
 def read_dump(
-    lines: Iterable[tuple[int, str]], tokenizer: LocalTokenizer | None, rate: float | None
+    lines: Iterable[tuple[int, str]],
+    hash_prompt: HashPrompt,
+    tokenizer: LocalTokenizer | None,
+    rate: float | None,
 ) -> Iterator[LoggedRequest]:
     """`(number, text)` lines of a dump as requests, in the dump's order."""
     index = 0
@@ -46,6 +49,7 @@ def read_dump(
         inner = line.get("body")
         body: dict[str, Any] = inner if isinstance(inner, dict) else line
         ids, text_prompt = _prompt(body, tokenizer, where)
+        hashed = None if ids is None else hash_prompt(ids)
         output_len, output_from = _output(line, body, where)
         arrival, arrival_from = _arrival(line, index, rate, where)
         yield LoggedRequest(
@@ -54,7 +58,7 @@ def read_dump(
             arrival,
             arrival_from,
             False,
-            ids,
+            hashed,
             text_prompt,
             None,
             output_len,
@@ -65,18 +69,18 @@ def read_dump(
 
 def _prompt(
     body: dict[str, Any], tokenizer: LocalTokenizer | None, where: str
-) -> tuple[tuple[int, ...] | None, str | None]:
+) -> tuple[list[int] | None, str | None]:
     prompt, messages = body.get("prompt"), body.get("messages")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, list) and prompt and all(type(v) is int for v in prompt):
-        return tuple(prompt), None
+        return token_ids(prompt, where, "`prompt`"), None
     if isinstance(prompt, str):
         return None, prompt  # encoded with the rest, by build_trace's tokenizer
     if isinstance(messages, list) and messages:
         if tokenizer is None:
             raise KvtierError(f"{where}: chat messages need --tokenizer (its chat template)")
-        return tuple(tokenizer.chat(messages, where)), None
+        return token_ids(tokenizer.chat(messages, where), where, "the chat template's ids"), None
     if isinstance(prompt, list):
         raise KvtierError(f"{where}: `prompt` holds several prompts; give one per line")
     raise KvtierError(f"{where}: no `prompt` (string or token ids) and no `messages`")

@@ -18,6 +18,7 @@ from kvtier.engines.vllm.requests import VllmRequests
 from kvtier.errors import KvtierError
 from kvtier.logs.lines import clean_line
 from kvtier.logs.requests import LoggedRequest, RequestGrammar
+from kvtier.sim.block_hash import PromptHasher
 from kvtier.sim.openai_dump import read_dump
 from kvtier.sim.tokenizer import LocalTokenizer
 
@@ -41,11 +42,13 @@ class RequestSource:
 def read_requests(
     stream: BinaryIO,
     fmt: str,
-    tokenizer: LocalTokenizer | None,
-    rate: float | None,
+    hasher: PromptHasher,
+    tokenizer: LocalTokenizer | None = None,
+    rate: float | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[LoggedRequest], RequestSource]:
-    """Every complete request of `stream` (format `fmt`, one of FORMATS) and what was read."""
+    """Every complete request of `stream` (format `fmt`, one of FORMATS), its prompt hashed by
+    `hasher`, and what was read."""
     if fmt not in FORMATS:
         raise KvtierError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     lines = _lines(stream, progress)
@@ -61,13 +64,13 @@ def read_requests(
     lines = _chain(head, lines)
     if fmt == "openai":
         counted = _Counted(lines)
-        requests = list(read_dump(counted, tokenizer, rate))
+        requests = list(read_dump(counted, hasher, tokenizer, rate))
         return requests, RequestSource("openai", counted.n, counted.blank, 0)
     grammars: list[RequestGrammar] = []
     if fmt in ("log", "vllm"):
-        grammars.append(VllmRequests())
+        grammars.append(VllmRequests(hasher))
     if fmt in ("log", "sglang"):
-        grammars.append(SglangRequests())
+        grammars.append(SglangRequests(hasher))
     n = skipped = 0
     for number, text in lines:
         n = number

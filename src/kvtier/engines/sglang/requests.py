@@ -32,7 +32,7 @@ from typing import Any
 
 from kvtier.errors import KvtierError
 from kvtier.logs.pyrepr import Call, Cut, ReprError, read_value
-from kvtier.logs.requests import ISO_TIME, LoggedRequest, iso_seconds
+from kvtier.logs.requests import ISO_TIME, HashPrompt, LoggedRequest, iso_seconds, token_ids
 
 ENGINE = "sglang"
 _TEXT = re.compile(r"(Receive|Finish): obj=")
@@ -45,7 +45,8 @@ class SglangRequests:
 
     engine = ENGINE
 
-    def __init__(self) -> None:
+    def __init__(self, hash_prompt: HashPrompt) -> None:
+        self._hash = hash_prompt
         self._received: set[str] = set()
         self._finished: list[LoggedRequest] = []
         self._left_out = 0
@@ -126,9 +127,11 @@ class SglangRequests:
                 f"{where}: SGLang logged request {rid} without its prompt (--log-requests-level "
                 "0 or 1); levels 2 and 3 print it"
             )
-        if ids is not None and (not isinstance(ids, list) or not all(type(v) is int for v in ids)):
-            self._left_out += 1  # a batch of prompts, or embeddings: not one prompt's ids
+        if isinstance(ids, list) and ids and isinstance(ids[0], list):
+            self._left_out += 1  # a batch of prompts in one object: not one prompt's ids
             return
+        checked = token_ids(ids, where, "input_ids")
+        hashed = None if checked is None else self._hash(checked)
         arrival, source, epoch = _arrival(fields, meta, when, self._last_time, where)
         prompt_tokens = meta.get("prompt_tokens")
         self._finished.append(
@@ -138,8 +141,8 @@ class SglangRequests:
                 arrival,
                 source,
                 epoch,
-                tuple(ids) if ids is not None else None,
-                text if ids is None and isinstance(text, str) else None,
+                hashed,
+                text if hashed is None and isinstance(text, str) else None,
                 prompt_tokens if _count(prompt_tokens) else None,
                 completion,
                 "generated",

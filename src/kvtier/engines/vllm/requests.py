@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from kvtier.errors import KvtierError
 from kvtier.logs.pyrepr import Call, ReprError, read_value
-from kvtier.logs.requests import Clock, LoggedRequest
+from kvtier.logs.requests import Clock, HashedPrompt, HashPrompt, LoggedRequest, token_ids
 
 ENGINE = "vllm"
 _HEAD = re.compile(
@@ -54,7 +54,7 @@ class _Draft:
     line: int
     rid: str
     arrival_s: float
-    token_ids: tuple[int, ...] | None
+    prompt: HashedPrompt | None
     text: str | None
     output_len: int | None
     output_from: str
@@ -65,9 +65,10 @@ class VllmRequests:
 
     engine = ENGINE
 
-    def __init__(self) -> None:
+    def __init__(self, hash_prompt: HashPrompt) -> None:
+        self._hash = hash_prompt
         self._clock = Clock()
-        self._details: dict[str, tuple[int, tuple[int, ...] | None, str | None]] = {}
+        self._details: dict[str, tuple[int, HashedPrompt | None, str | None]] = {}
         self._drafts: list[_Draft] = []
         self._by_rid: dict[str, _Draft] = {}
         self._left_out = 0
@@ -108,7 +109,7 @@ class VllmRequests:
             params, end = read_value(text, end)
             end = _expect(text, end, ", prompt_token_ids: ", where)
             ids, _ = read_value(text, end)
-            token_ids = self._ids(ids, where)
+            hashed = self._ids(ids, where)
         else:
             params, _ = read_value(text, m.end())
             found = self._details.pop(rid, None)
@@ -118,11 +119,11 @@ class VllmRequests:
                     "prompt token ids are printed at DEBUG ('Request ... details'); restart the "
                     "server with VLLM_LOGGING_LEVEL=DEBUG (or --log-level debug)"
                 )
-            _, token_ids, prompt = found
+            _, hashed, prompt = found
         if not isinstance(params, Call) or params.name == "PoolingParams":
             self._left_out += 1  # an embedding or scoring request generates nothing
             return
-        if token_ids is None and not isinstance(prompt, str):
+        if hashed is None and not isinstance(prompt, str):
             self._left_out += 1  # prompt embeddings: no tokens to hash
             return
         cap = params.fields.get("max_tokens")
@@ -130,8 +131,8 @@ class VllmRequests:
             number,
             rid,
             when,
-            token_ids,
-            prompt if isinstance(prompt, str) else None,
+            hashed,
+            prompt if isinstance(prompt, str) and hashed is None else None,
             cap if isinstance(cap, int) and not isinstance(cap, bool) else None,
             "max_tokens",
         )
@@ -143,8 +144,11 @@ class VllmRequests:
         prompt, end = read_value(text, m.end())
         end = _expect(text, end, ", prompt_token_ids: ", where)
         ids, _ = read_value(text, end)
-        token_ids = self._ids(ids, where)
-        self._details[m.group(1)] = (number, token_ids, prompt if isinstance(prompt, str) else None)
+        self._details[m.group(1)] = (
+            number,
+            self._ids(ids, where),
+            prompt if isinstance(prompt, str) else None,
+        )
 
     def _generated(self, m: re.Match[str], text: str, where: str) -> None:
         draft = self._by_rid.get(m.group(1))
@@ -162,19 +166,18 @@ class VllmRequests:
             if cut is None or len(ids) < cut[0]:
                 draft.output_len, draft.output_from = len(ids), "generated"
 
-    def _ids(self, value: object, where: str) -> tuple[int, ...] | None:
-        if value is None:
+    def _ids(self, value: object, where: str) -> HashedPrompt | None:
+        ids = token_ids(value, where, "prompt_token_ids")
+        if ids is None:
             return None
-        if not isinstance(value, list) or not all(type(v) is int for v in value):
-            raise KvtierError(f"{where}: prompt_token_ids is not a list of token ids")
         cut = self._max_log_len
-        if cut is not None and len(value) >= cut[0]:
+        if cut is not None and len(ids) >= cut[0]:
             raise KvtierError(
-                f"{where}: {len(value)} prompt token ids, and the server cut them at "
+                f"{where}: {len(ids)} prompt token ids, and the server cut them at "
                 f"--max-log-len {cut[0]} (line {cut[1]}): this prompt may be longer; restart the "
                 "server without --max-log-len"
             )
-        return tuple(value)
+        return self._hash(ids)
 
     def requests(self) -> Iterator[LoggedRequest]:
         for d in self._drafts:
@@ -189,7 +192,7 @@ class VllmRequests:
                 d.arrival_s,
                 "vLLM's line time",
                 False,
-                d.token_ids,
+                d.prompt,
                 d.text,
                 None,
                 d.output_len,
