@@ -211,3 +211,33 @@ def test_explain_prices_the_hybrid_pool_by_blocks(capsys: pytest.CaptureFixture[
     out = run_json(capsys, [*argv, "--enable-prefix-caching", "--json"])
     items = {i["item"]: i["gib"] for i in out["ledger"]}
     assert items["KV cache blocks allocated"] == pytest.approx(299 * 2_146_304 * 10 / GiB, abs=1e-4)
+
+
+def test_sglang_versions_before_the_architecture_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["plan", "--engine", "sglang", "--model", "qwen3.5-27b", "--gpu", "H100"]
+    line = error_line(capsys, [*argv, "--sglang-version", "0.5.8"])
+    assert "does not run Qwen3_5ForConditionalGeneration (first in v0.5.9)" in line
+
+
+def test_sglang_0_5_3_fixes_512_slots(capsys: pytest.CaptureFixture[str]) -> None:
+    """v0.5.3 reserves 512 slots whatever the budget: Qwen3-Next's 36 linear layers at
+    2,146,304 B each (36.84 GiB) leave a B200 at the default fraction no KV."""
+    argv = ["plan", "--engine", "sglang", "--model", "qwen3-next-80b-a3b", "--gpu", "B200"]
+    line = error_line(capsys, [*argv, "--sglang-version", "0.5.3"])
+    assert "512 state slots of 77,266,944 B (36.84 GiB)" in line
+    # with 32 slots the same card has room
+    out = run_json(capsys, [*argv, "--sglang-version", "0.5.3", "--max-running-requests", "32",
+                            "--json"])  # fmt: skip
+    assert _state_gib(out) == pytest.approx(32 * 77_266_944 / GiB, abs=1e-4)
+    assert out["max_running_requests"] <= 32
+
+
+def test_sglang_widens_key_heads_from_0_5_4() -> None:
+    # 2 key heads over tp 4: Mamba2StateShape widens them to 4 (v0.5.4+), v0.5.3 does not
+    state = LinearAttention((0,), 2, 8, 128, 128, 4)
+    widened = (8 * 128 + 2 * 4 * 128) // 4 * 3 * 2 + 2 * 128 * 128 * 4
+    plain = (8 * 128 + 2 * 2 * 128) // 4 * 3 * 2 + 2 * 128 * 128 * 4
+    assert sglang_mamba.state_bytes(state, 4, "float32") == widened
+    assert sglang_mamba.state_bytes(state, 4, "float32", widen=False) == plain

@@ -8,7 +8,7 @@ the KV of the full-attention layers:
                 (v0.5.4 - v0.5.23; v0.5.2 - v0.5.3 Qwen3NextConfig.mamba_cache_per_req, the same
                 shapes): per layer per rank conv (conv_dim / tp) x (kernel - 1) in bfloat16 plus
                 SSM (value heads / tp) x value dim x key dim in the SSM dtype, times the linear
-                layers; key heads not divisible by tp are widened to tp
+                layers; from v0.5.4 key heads not divisible by tp are widened to tp
                 (extra_groups_for_head_shards)
   SSM dtype     --mamba-ssm-dtype (float32 by default to v0.5.8); from v0.5.9 the flag, else the
                 config's `mamba_ssm_dtype`, else float32 (mamba2_state_dtype)
@@ -68,6 +68,21 @@ V0_5_9 = Version.release_of(0, 5, 9)
 V0_5_17 = Version.release_of(0, 5, 17)
 
 
+# first release that runs each architecture (configs/qwen3_next.py, configs/qwen3_5.py)
+FIRST_RELEASE = {
+    "Qwen3NextForCausalLM": V0_5_2,
+    "Qwen3_5ForConditionalGeneration": V0_5_9,
+    "Qwen3_5MoeForConditionalGeneration": V0_5_9,
+}
+
+
+def check_runs(version: Version | None, architecture: str) -> None:
+    """Refuse a version that predates the architecture (it would not load the model)."""
+    first = FIRST_RELEASE.get(architecture)
+    if version is not None and not version.is_main and first is not None and version < first:
+        raise KvtierError(f"SGLang {version} does not run {architecture} (first in v{first})")
+
+
 def slot_rule(version: Version | None) -> SlotRule:
     """The rule a version uses; no version is v0.5.9 (the pool era's default), main the newest."""
     if version is None:
@@ -95,10 +110,12 @@ def ssm_dtype(version: Version | None, flag: str | None, state: LinearAttention)
     return DEFAULT_SSM_DTYPE
 
 
-def state_bytes(state: LinearAttention, tp: int, ssm: str) -> int:
-    """mamba_cache_per_req: one slot's conv + SSM state over every linear layer, per rank."""
+def state_bytes(state: LinearAttention, tp: int, ssm: str, widen: bool = True) -> int:
+    """mamba_cache_per_req: one slot's conv + SSM state over every linear layer, per rank;
+    `widen`: key heads not divisible by tp are widened (Mamba2StateShape, v0.5.4+; v0.5.2 -
+    v0.5.3 Qwen3NextConfig.hybrid_gdn_params divides the unwidened conv)."""
     groups = state.num_key_heads
-    if groups % tp:
+    if widen and groups % tp:
         groups += tp - groups  # extra_groups_for_head_shards, as SGLang writes it
     conv_dim = state.num_value_heads * state.value_head_dim + 2 * groups * state.key_head_dim
     if conv_dim % tp or state.num_value_heads % tp:
