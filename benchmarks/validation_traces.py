@@ -38,11 +38,22 @@ class SharedPrefix:
     output_tokens: int
     replicas: int
     stages: tuple[float, ...]  # fleet requests per second, one stage each
+    reported: tuple[float, ...]  # the stages the source's table reports
     stage_s: float = 60.0
     seed: int = 1
 
 
-LLMD_QWEN3 = SharedPrefix(250, 5, 16000, 256, 256, replicas=8, stages=(5, 10, 20, 40))
+# llm-d-benchmark workload/profiles/inference-perf/guide_tiered-prefix-cache_1.yaml.in
+LLMD_QWEN3 = SharedPrefix(
+    250,
+    5,
+    16000,
+    256,
+    256,
+    replicas=8,
+    stages=(5, 10, 15, 20, 25, 30, 35, 40),
+    reported=(5, 10, 20, 40),
+)
 
 
 def shared_prefix_replica(spec: SharedPrefix, last_stage: int) -> list[TraceRequest]:
@@ -107,7 +118,8 @@ def reuse_trace(
 
 def main(folder: str) -> None:
     root = Path(folder)
-    for k, rate in enumerate(LLMD_QWEN3.stages):
+    for rate in LLMD_QWEN3.reported:
+        k = LLMD_QWEN3.stages.index(rate)
         path = root / f"llmd-qwen3-{rate:g}qps.jsonl"
         n = write_trace(shared_prefix_replica(LLMD_QWEN3, k), path)
         print(
