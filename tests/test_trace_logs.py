@@ -131,6 +131,21 @@ def test_real_vllm_032_log(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert summary["lines"] == 30 and summary["skipped_lines"] == 30 - 12
 
 
+def test_real_vllm_032_chat_log_counts_what_was_generated(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The real server with --enable-log-outputs: two chats (5-token prompts, max_tokens 5 and
+    6, ignore_eos) each sent whole and streamed. The whole answer's ids and the streamed pieces'
+    (the `streaming complete` line prints None) both count 5 and 6. In blocks of 2 the repeat of
+    a chat shares all 3 blocks, 5 tokens; the second chat shares the first block: 5 + 2 + 5."""
+    log = tmp_path / "chat.log"
+    shutil.copy(FIXTURES / "vllm-0.32-cpu-chat.log", log)
+    summary, rows = _trace(capsys, log, block=2)
+    assert [r["output_length"] for r in rows] == [5, 5, 6, 6]
+    assert summary["output_from"] == {"generated": 4}
+    assert (summary["reused_tokens"], summary["input_tokens"]) == (12, 20)
+
+
 @pytest.mark.parametrize(
     ("era", "output_from"),
     [

@@ -15,13 +15,16 @@ whole seconds; 0.6 prints `file.py:N]` without the bracket). By version (read in
     0.10.2-0.17  INFO  Generated response R[ (streaming delta|complete)]: output: %r,
                        output_token_ids: [..], finish_reason: F
     0.20-0.32    DEBUG Generated response R[ (streaming ...)] details: output_token_ids: [..]
+    A streamed answer prints one `(streaming delta)` line a piece, with that piece's ids, and a
+    `(streaming complete)` line whose ids are None (0.32, read on the real server).
 
 So from 0.12 on the prompt's token ids are printed only when the server logs at DEBUG
 (`VLLM_LOGGING_LEVEL=DEBUG`); an INFO-only log names requests without their prompts and is
 refused. `--max-log-len N` cuts prompt and ids to N without a mark: the startup line
 `non-default args: {..., 'max_log_len': N}` gives N, and a prompt with N or more logged ids is
 refused as possibly cut. P is `SamplingParams(..., max_tokens=M, ...)`: the output length is M
-(`ignore_eos` or a model that runs to the cap) unless an output line gives the generated count.
+(`ignore_eos` or a model that runs to the cap) unless output lines give the generated count (the
+whole answer's ids, or the sum of the streamed pieces').
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class _Draft:
     text: str | None
     output_len: int | None
     output_from: str
+    streamed: int = 0
 
 
 class VllmRequests:
@@ -152,8 +156,8 @@ class VllmRequests:
 
     def _generated(self, m: re.Match[str], text: str, where: str) -> None:
         draft = self._by_rid.get(m.group(1))
-        if draft is None or m.group(2) == "delta":
-            return  # a streamed piece, or a request whose prompt line came before the log did
+        if draft is None:
+            return  # a request whose prompt line came before the log did
         end = m.end()
         if m.group(3) == ": output: ":
             _, end = read_value(text, end)
@@ -161,10 +165,16 @@ class VllmRequests:
                 return  # 0.20 on: the count is on the DEBUG line
             end += len(", output_token_ids: ")
         ids, _ = read_value(text, end)
-        if isinstance(ids, list) and ids:
-            cut = self._max_log_len
-            if cut is None or len(ids) < cut[0]:
-                draft.output_len, draft.output_from = len(ids), "generated"
+        if not isinstance(ids, list) or not ids:
+            return  # `(streaming complete)` prints None: the pieces counted it
+        cut = self._max_log_len
+        if cut is not None and len(ids) >= cut[0]:
+            return  # maybe cut: the cap stands
+        if m.group(2) == "delta":  # a streamed piece: the output so far is the pieces' sum
+            draft.streamed += len(ids)
+            draft.output_len, draft.output_from = draft.streamed, "generated"
+        else:
+            draft.output_len, draft.output_from = len(ids), "generated"
 
     def _ids(self, value: object, where: str) -> HashedPrompt | None:
         ids = token_ids(value, where, "prompt_token_ids")
