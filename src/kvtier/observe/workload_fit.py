@@ -112,73 +112,112 @@ def _spread(times: list[float]) -> list[float]:
     return out
 
 
+def _window(data: ServingSamples, notes: list[Inference]) -> tuple[float, float, float]:
+    """(start, duration, stats interval) of the time the lines cover, from the first line's time."""
+    times = [s.time_s for s in data.samples]
+    if data.engine == "vllm":
+        gaps = [b - a for a, b in itertools.pairwise(times) if b > a]
+        interval = statistics.median(gaps) if gaps else VLLM_STATS_INTERVAL_S
+        how = "median gap between stats lines" if gaps else "vLLM's default stats interval"
+        notes.append(Inference("stats interval (s)", interval, how))
+        return -interval, times[-1] + interval, interval
+    resolution = 0.0 if data.fractional_times else 1.0
+    how = "first to last timed line" + ("" if resolution == 0 else ", plus the last second")
+    notes.append(Inference("window (s)", times[-1] + resolution, how))
+    return 0.0, times[-1] + resolution, 0.0
+
+
+def _vllm_admissions(
+    data: ServingSamples, interval: float, prompt_tokens: int | None, notes: list[Inference]
+) -> tuple[list[float], float, int, float]:
+    """Requests admitted by each line, prompt tokens in all, mean prompt length, reuse."""
+    src = data.observation.source
+    per_sample = [s.fields.get("prompt_tps", 0.0) * interval for s in data.samples]
+    if prompt_tokens is None:
+        raise KvtierError(
+            f"{src}: vLLM's stats lines count prompt tokens, not requests: "
+            "give --mean-prompt-tokens N"
+        )
+    notes.append(Inference("mean prompt tokens", prompt_tokens, "given"))
+    reuse = data.observation.hit_rate or 0.0
+    notes.append(Inference("reuse", reuse, "vLLM's last printed prefix cache hit rate"))
+    return [t / prompt_tokens for t in per_sample], sum(per_sample), prompt_tokens, reuse
+
+
+def _sglang_admissions(
+    data: ServingSamples, prompt_tokens: int | None, notes: list[Inference]
+) -> tuple[list[float], float, int, float]:
+    """Requests admitted by each line, prompt tokens in all, mean prompt length, reuse."""
+    src = data.observation.source
+    prefills = [s for s in data.samples if s.kind in ("prefill", "fill")]
+    counts = _admitted_sglang(prefills)
+    if counts is None and prompt_tokens is None:
+        raise KvtierError(
+            f"{src}: no prefill line with #new-seq to count requests: give --mean-prompt-tokens N"
+        )
+    prompts = [s.fields["new_tokens"] + s.fields.get("cached_tokens", 0.0) for s in prefills]
+    prompt_total = sum(prompts)
+    if prompt_total <= 0:
+        raise KvtierError(f"{src}: no prompt tokens in the prefill lines")
+    reuse = sum(s.fields.get("cached_tokens", 0.0) for s in prefills) / prompt_total
+    notes.append(Inference("reuse", reuse, "#cached-token / (#new-token + #cached-token)"))
+    if prompt_tokens is not None:
+        how = "given"
+        counts = [p / prompt_tokens for p in prompts]
+    else:
+        assert counts is not None
+        how = "prompt tokens / requests admitted (#new-seq, chunked requests once)"
+    if sum(counts) <= 0:
+        raise KvtierError(f"{src}: the prefill lines admit no request")
+    mean = max(1, round(prompt_total / sum(counts)))
+    notes.append(Inference("mean prompt tokens", mean, how))
+    count_of = {id(s): c for s, c in zip(prefills, counts, strict=True)}
+    return [count_of.get(id(s), 0.0) for s in data.samples], prompt_total, mean, reuse
+
+
+def _arrivals(
+    samples: tuple[Sample, ...], admitted: list[float], at: list[float], start: float
+) -> tuple[list[tuple[float, float, float]], list[float], list[int]]:
+    """Arrivals between lines (admitted + the queue's change), and the queue when printed."""
+    arrivals: list[tuple[float, float, float]] = []
+    queue_times: list[float] = []
+    queued: list[int] = []
+    previous_q: float | None = None
+    previous_t = start
+    for s, took, when in zip(samples, admitted, at, strict=True):
+        q = s.fields.get("queued")
+        arrived = took if q is None else took + q - (previous_q or 0.0)
+        if q is not None:
+            previous_q = q
+            queue_times.append(when - start)
+            queued.append(int(q))
+        if arrived > 0:
+            arrivals.append((previous_t - start, when - start, arrived))
+        previous_t = when
+    return arrivals, queue_times, queued
+
+
 def fit_workload(
     data: ServingSamples, prompt_tokens: int | None = None, output_tokens: int | None = None
 ) -> FittedWorkload:
     """The workload the log's periodic lines describe; `prompt_tokens` / `output_tokens` are
     mean lengths the user gives where the log cannot say."""
     src = data.observation.source
-    samples = list(data.samples)
+    samples = data.samples
     notes: list[Inference] = []
     times = [s.time_s for s in samples]
     at = times if data.fractional_times else _spread(times)
-    if data.engine == "vllm":
-        gaps = [b - a for a, b in itertools.pairwise(times) if b > a]
-        interval = statistics.median(gaps) if gaps else VLLM_STATS_INTERVAL_S
-        how = "median gap between stats lines" if gaps else "vLLM's default stats interval"
-        notes.append(Inference("stats interval (s)", interval, how))
-        start, duration = -interval, times[-1] + interval
-    else:
-        resolution = 0.0 if data.fractional_times else 1.0
-        start, duration = 0.0, times[-1] + resolution
-        how = "first to last timed line" + ("" if resolution == 0 else ", plus the last second")
-        notes.append(Inference("window (s)", duration, how))
-        interval = 0.0
+    start, duration, interval = _window(data, notes)
     if duration <= 0:
         raise KvtierError(f"{src}: the serving lines span no time; a fit needs two or more seconds")
-    prefills = [s for s in samples if s.kind in ("prefill", "fill")]
     if data.engine == "vllm":
-        per_sample = [s.fields.get("prompt_tps", 0.0) * interval for s in samples]
-        prompt_total = sum(per_sample)
-        if prompt_tokens is None:
-            raise KvtierError(
-                f"{src}: vLLM's stats lines count prompt tokens, not requests: "
-                "give --mean-prompt-tokens N"
-            )
-        admitted = [t / prompt_tokens for t in per_sample]
-        notes.append(Inference("mean prompt tokens", prompt_tokens, "given"))
-        reuse = data.observation.hit_rate or 0.0
-        notes.append(Inference("reuse", reuse, "vLLM's last printed prefix cache hit rate"))
+        admitted, prompt_total, prompt_tokens, reuse = _vllm_admissions(
+            data, interval, prompt_tokens, notes
+        )
     else:
-        counts = _admitted_sglang(prefills)
-        if counts is None and prompt_tokens is None:
-            raise KvtierError(
-                f"{src}: no prefill line with #new-seq to count requests: "
-                "give --mean-prompt-tokens N"
-            )
-        new = sum(s.fields["new_tokens"] for s in prefills)
-        cached = sum(s.fields.get("cached_tokens", 0.0) for s in prefills)
-        prompt_total = new + cached
-        if prompt_total <= 0:
-            raise KvtierError(f"{src}: no prompt tokens in the prefill lines")
-        reuse = cached / prompt_total
-        notes.append(Inference("reuse", reuse, "#cached-token / (#new-token + #cached-token)"))
-        if counts is None or prompt_tokens is not None:
-            assert prompt_tokens is not None
-            how = "given"
-            counts = [
-                (s.fields["new_tokens"] + s.fields.get("cached_tokens", 0.0)) / prompt_tokens
-                for s in prefills
-            ]
-        else:
-            how = "prompt tokens / requests admitted (#new-seq, chunked requests once)"
-        count_of = {id(s): c for s, c in zip(prefills, counts, strict=True)}
-        admitted = [count_of.get(id(s), 0.0) for s in samples]
-        if sum(counts) <= 0:
-            raise KvtierError(f"{src}: the prefill lines admit no request")
-        mean_prompt = prompt_total / sum(counts)
-        prompt_tokens = max(1, round(mean_prompt))
-        notes.append(Inference("mean prompt tokens", prompt_tokens, how))
+        admitted, prompt_total, prompt_tokens, reuse = _sglang_admissions(
+            data, prompt_tokens, notes
+        )
     requests = sum(admitted)
     if requests <= 0:
         raise KvtierError(f"{src}: no prompt tokens in the serving lines: no request to fit")
@@ -195,32 +234,12 @@ def fit_workload(
         output_tokens = max(1, round(gen_mean * duration / max(requests, 1.0)))
         how = "mean generation tokens/s x window / requests admitted"
         notes.append(Inference("mean output tokens", output_tokens, how))
-    arrivals: list[tuple[float, float, float]] = []
-    queue_times: list[float] = []
-    queued: list[int] = []
-    previous_q: float | None = None
-    previous_t = start
-    for s, took, when in zip(samples, admitted, at, strict=True):
-        q = s.fields.get("queued")
-        arrived = took if q is None else took + q - (previous_q or 0.0)
-        if q is not None:
-            previous_q = q
-            queue_times.append(when - start)
-            queued.append(int(q))
-        if arrived > 0:
-            arrivals.append((previous_t - start, when - start, arrived))
-        previous_t = when
+    arrivals, queue_times, queued = _arrivals(samples, admitted, at, start)
     first_running = next((s.fields["running"] for s in samples if "running" in s.fields), 0.0)
-    notes.append(
-        Inference(
-            "running at start",
-            first_running,
-            "the first line's running requests: admitted before the window opens",
-        )
-    )
-    notes.append(
-        Inference("arrivals", sum(n for _, _, n in arrivals), "admitted + change of the queue")
-    )
+    how = "the first line's running requests: admitted before the window opens"
+    notes.append(Inference("running at start", first_running, how))
+    total = sum(n for _, _, n in arrivals)
+    notes.append(Inference("arrivals", total, "admitted + change of the queue"))
     decode = tuple(
         DecodeReading(int(s.fields["running"]), s.fields["gen_tps"], s.fields.get("kv_usage"))
         for s in samples
