@@ -35,10 +35,11 @@ def test_shares_add_up_to_the_plan_error(row: accuracy.Row) -> None:
 
 
 def test_stated_fraction_has_no_share() -> None:
-    """QwQ-32B on 4x L4 states --mem-fraction-static 0.85: its miss is free before load
-    (-20.5 points: 1.55 GiB estimated before load, 0.86 GiB logged) and weights."""
+    """QwQ-32B on 4x L4 states --mem-fraction-static 0.85: its miss is free before load (the
+    estimate takes 1.08 GiB before load, the log 0.86) and, less, the weights (their segments
+    counted, 0.05 GiB short of the logged 15.54 GiB)."""
     qwq = next(r for r in SGLANG if r.id == "sglang-2025-qwq32b-l4-tp4")
     assert qwq.plan_terms is not None
     assert qwq.plan_terms["fraction"] == 0
-    assert qwq.plan_terms["free before load"] < -0.15
-    assert qwq.plan_terms["weights"] > 0.05
+    assert qwq.plan_terms["free before load"] < -0.03
+    assert 0 < qwq.plan_terms["weights"] < 0.03

@@ -48,6 +48,9 @@ CUDA_CONTEXT_GIB = (0.5, 0.3, 1.0)
 # SGLang TP8 RTX PRO 6000: 95.59 GiB card, 94.04 free before load (1.55 total, ~0.6 after driver
 # and context); vLLM 0.19 TP2 H100: 1.53 GiB non-torch at init (~1.0 after context).
 COMM_BUFFERS_GIB = (0.6, 0.0, 1.2)
+# The same on cards without peer access (GpuSpec.peer_to_peer False): NCCL's SHM transport keeps
+# its buffers in host memory. SGLang on 4x L4: "Init torch distributed ends. mem usage=0.13 GB".
+COMM_NO_PEER_GIB = (0.13, 0.0, 0.3)
 # Weight bytes computed from parameter counts miss loader padding, extra scales and buffers.
 WEIGHTS_REL_UNCERTAINTY = 0.015
 # vLLM profile_run torch peak per 8,192 batched tokens: 1.09-2.21 GiB in five real logs

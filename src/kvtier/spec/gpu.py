@@ -49,6 +49,9 @@ class GpuSpec:
     aliases: tuple[str, ...] = ()
     source: str = ""
     compute_capability: tuple[int, int] | None = None  # CUDA (major, minor); None: not CUDA
+    # whether two PCIe cards of the model reach each other's memory, as NCCL's P2P transport
+    # needs (False: it moves data through host memory); None: not stated
+    peer_to_peer: bool | None = None
 
     @property
     def memory_gib(self) -> float:
@@ -92,6 +95,7 @@ def gpu_catalog() -> tuple[GpuSpec, ...]:
             tuple(g.get("aliases", ())),
             g["source"],
             _capability(g.get("compute_capability")),
+            g.get("peer_to_peer"),
         )
         for g in json.loads(text)["gpus"]
     )

@@ -17,7 +17,7 @@ from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
-from kvtier.spec.gpu import resolve_gpu
+from kvtier.spec.gpu import GpuSpec, resolve_gpu
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB, MiB
 
@@ -83,14 +83,19 @@ class _LinearState:
         )
 
 
-def _capability(d: Deployment) -> tuple[int, int] | None:
-    """The named GPU's compute capability (None: no GPU named, or not in the catalog)."""
+def _catalog_gpu(d: Deployment) -> GpuSpec | None:
+    """The named GPU (None: no GPU named, or not in the catalog)."""
     if not d.gpu:
         return None
     try:
-        return resolve_gpu(d.gpu).compute_capability
+        return resolve_gpu(d.gpu)
     except KvtierError:
         return None
+
+
+def _capability(d: Deployment) -> tuple[int, int] | None:
+    gpu = _catalog_gpu(d)
+    return gpu.compute_capability if gpu is not None else None
 
 
 def _draft_cell(p: PlanInputs) -> sglang.DraftCell | None:
@@ -153,7 +158,11 @@ def _memory_terms(p: PlanInputs) -> dict[str, Term]:
             "CUDA context": estimate.CUDA_CONTEXT_GIB,
         }
         if p.deployment.tp * p.deployment.pp > 1:
-            parts["NCCL buffers"] = estimate.COMM_BUFFERS_GIB
+            gpu = _catalog_gpu(p.deployment)
+            if gpu is not None and gpu.peer_to_peer is False:
+                parts["NCCL without peer access"] = estimate.COMM_NO_PEER_GIB
+            else:
+                parts["NCCL buffers"] = estimate.COMM_BUFFERS_GIB
         stated = " + ".join(f"{name} {lo:g}-{hi:g}" for name, (_, lo, hi) in parts.items())
         terms["pre"] = Term.estimated(
             card - sum(x[0] for x in parts.values()),
