@@ -79,3 +79,31 @@ def test_ids_are_numbered_in_arrival_order() -> None:
         (0.0, (0, 1), 3),
         (3.0, (0, 2), 2),
     ]
+
+
+_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=False, allow_infinity=False, width=32)
+    | st.text(max_size=12)
+)
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+        | st.tuples(inner, inner)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_VALUES)
+def test_python_reprs_read_back(value: object) -> None:
+    """What the engines print with repr() or str() of lists and dicts reads back as the value:
+    strings with quotes, backslashes, commas and brackets inside stay strings."""
+    from kvtier.logs.pyrepr import read_value
+
+    text = repr(value)
+    assert read_value(text, 0) == (value, len(text))

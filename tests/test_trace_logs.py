@@ -352,3 +352,14 @@ def test_mangled_request_lines_never_escape_as_tracebacks(name: str) -> None:
             except KvtierError as exc:
                 said = str(exc)
                 assert said.startswith("line ") or said.startswith(_WHOLE_FILE), said
+
+
+def test_a_log_on_standard_input(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    data = (FIXTURES / "sglang-0.5.9-json.log").read_bytes()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    summary = run_json(capsys, ["trace", "-", "--block-tokens", "4", "--json"])
+    assert (summary["input"], summary["reused_tokens"], summary["input_tokens"]) == ("-", 16, 44)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from kvtier.cli.parser import add_subcommand
 from kvtier.cli.values import count, number
@@ -38,7 +39,7 @@ stderr for large files, except under --json or --quiet or when stderr is not a t
 EPILOG = """\
 examples:
   kvtier trace vllm-server.log -o trace.jsonl
-  kvtier trace sglang-server.log --block-tokens 64 -o trace.jsonl --json
+  docker logs vllm 2>&1 | kvtier trace - --block-tokens 64 -o trace.jsonl --json
   kvtier trace requests.jsonl --tokenizer ./Qwen3-8B --rate 2 -o trace.jsonl
   kvtier simulate trace.jsonl --unbounded
 """
@@ -53,7 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         epilog=EPILOG,
     )
-    p.add_argument("input", help="server log or OpenAI-format JSONL dump")
+    p.add_argument("input", help="server log or OpenAI-format JSONL dump, or '-' (stdin)")
     p.add_argument("-o", "--output", metavar="TRACE", help="the Mooncake JSONL trace to write")
     p.add_argument(
         "--format", choices=FORMATS, default="auto", help="what INPUT is (default: auto)"
@@ -100,10 +101,13 @@ def run(args: argparse.Namespace) -> int:
     hasher = PromptHasher(args.block_tokens)
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     with _Progress(not (args.quiet or args.json)) as progress:
-        with open_input(args.input, "request log", MAX_TRACE_BYTES) as stream:
-            size = os.fstat(stream.fileno()).st_size
-            bar = progress.bar("reading requests", size)
-            requests, source = read_requests(stream, args.format, hasher, tokenizer, args.rate, bar)
+        if args.input == "-":  # a pipe has no size: no bar
+            found = read_requests(sys.stdin.buffer, args.format, hasher, tokenizer, args.rate)
+        else:
+            with open_input(args.input, "request log", MAX_TRACE_BYTES) as stream:
+                bar = progress.bar("reading requests", os.fstat(stream.fileno()).st_size)
+                found = read_requests(stream, args.format, hasher, tokenizer, args.rate, bar)
+        requests, source = found
         build = build_trace(requests, hasher, tokenizer.encode if tokenizer else None)
         progress.done()
     if args.output:
