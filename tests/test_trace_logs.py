@@ -252,6 +252,7 @@ def test_sglang_formats(
     ("name", "says"),
     [
         ("sglang-0.5.9-level2-cut", "line 1: SGLang cut this prompt"),
+        ("sglang-0.5.9-json-level2-cut", "line 1: SGLang cut this prompt"),
         ("sglang-0.5.9-level1", "line 1: SGLang logged request meta without its prompt"),
         ("sglang-0.5.9-text-prompts", "line 1: request t0's prompt was logged as text"),
     ],

@@ -117,7 +117,9 @@ class SglangRequests:
             self._left_out += 1  # an embedding, or an output without a count
             return
         ids, text = fields.get("input_ids"), fields.get("text")
-        if isinstance(ids, Cut) or (ids is None and isinstance(text, Cut)):
+        # text format: 'head' ... 'tail'; JSON: [head..., "...", tail...]
+        cut_json = isinstance(ids, list) and "..." in ids
+        if isinstance(ids, Cut) or cut_json or (ids is None and isinstance(text, Cut)):
             raise KvtierError(
                 f"{where}: SGLang cut this prompt to its first and last 1,024 items "
                 "(--log-requests-level 2); level 3 prints it whole"
