@@ -244,32 +244,17 @@ def test_the_cli_names_match_the_models() -> None:
 
     assert cli.READY_QUEUES == READY_QUEUE_POLICIES
     assert tuple(p.value for p in prefetch.PrefetchPolicy) == cli.PREFETCH_POLICIES
-    rules = prefetch.PrefetchRules()
-    parsed = _defaults()
-    assert parsed.hicache_storage_prefetch_policy == rules.policy.value == "best_effort"
-    assert parsed.prefetch_threshold == rules.threshold_tokens == 256
-    assert parsed.prefetch_timeout_base == rules.timeout_base_s == 1.0
-    assert parsed.prefetch_timeout_per_ki_token == rules.timeout_per_ki_token_s == 0.25
 
 
-def _defaults() -> object:
-    from kvtier.cli import build_parser
-
-    return build_parser().parse_args(["simulate", "t.jsonl"])
-
-
-def test_the_table_and_quiet_lines_show_each_round(capsys: pytest.CaptureFixture[str]) -> None:
-    # L 300, O 20, B 64: rounds of 300, 620, 940 tokens hit 0, 256 / 620, 576 / 940
-    small = ["simulate", "--generate", "multiturn", "--clients", "4", "--rounds", "3"]
-    small += ["--request-tokens", "300", "--output-tokens", "20", "--block-tokens", "64"]
-    assert main([*small, "--unbounded", "--quiet"]) == 0
-    quiet = capsys.readouterr().out.splitlines()
-    assert quiet[-3:] == [
-        "hit_rate_pct.round0 0.00",
-        "hit_rate_pct.round1 41.29",
-        "hit_rate_pct.round2 61.28",
-    ]
-    assert main([*small, "--unbounded"]) == 0
-    table = capsys.readouterr().out
-    assert "token hit rate by round" in table
-    assert "round 1" in table and "41.29%" in table and "61.28%" in table
+def test_the_sglang_version_sets_the_prefetch_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    """0.5.9 waits for nothing (best_effort); 0.5.12 waits up to 2 s + 0.1 s per 1024 tokens
+    (timeout); both named in the run's sources."""
+    slow = [*SMALL, "--hicache-ratio", "2", "--store-tokens", "10000000", "--store-gbps", "0.2"]
+    old = run_json(capsys, [*WORKLOAD, *slow, "--sglang-version", "0.5.9"])
+    new = run_json(capsys, [*WORKLOAD, *slow, "--sglang-version", "0.5.12"])
+    assert old["params"]["prefetches"]["policy"] == "best_effort"
+    assert new["params"]["prefetches"]["policy"] == "timeout"
+    assert "SGLang v0.5.12-v0.5.14 HiCache rules" in new["params"]["sources"]["store prefetch"]
+    assert new["ttft_s"]["p90"] > old["ttft_s"]["p90"]
+    line = error_line(capsys, [*WORKLOAD, *slow, "--sglang-version", "0.6.1"])
+    assert "v0.5.3-v0.5.18, not 0.6.1" in line

@@ -6,13 +6,7 @@ import math
 
 import pytest
 
-from kvtier.sim.engine.prefetch import (
-    Prefetch,
-    PrefetchPolicy,
-    PrefetchQueue,
-    PrefetchRules,
-    capacity_tokens,
-)
+from kvtier.sim.engine.prefetch import Prefetch, PrefetchPolicy, PrefetchQueue, PrefetchRules
 
 S = 0.001  # seconds a token: 1,000 tokens a second
 
@@ -65,6 +59,7 @@ def test_small_prefetches_and_a_full_reservation_are_refused() -> None:
     assert q.issued == 1
 
 
-def test_capacity_is_four_fifths_of_what_the_host_adds() -> None:
-    assert capacity_tokens(100_000, 40_000) == 48_000
-    assert capacity_tokens(40_000, 100_000) == 0
+def test_timeout_is_capped_where_the_version_caps_it() -> None:
+    rules = PrefetchRules(PrefetchPolicy.TIMEOUT, 256, 2.0, 0.1, 30.0)
+    assert rules.timeout_s(10_240) == pytest.approx(3.0)
+    assert rules.timeout_s(1_000_000) == 30.0

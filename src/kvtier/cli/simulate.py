@@ -346,7 +346,7 @@ def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
             args.hicache_write_policy,
             t,
             args.store_tokens,
-            simulate_hicache.prefetch_rules(args),
+            simulate_hicache.prefetch_flags(args),
         )
         if not notes:
             notes.extend(config.notes())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kvtier.cli.values import MAX_REQUESTS, SECONDS, count, number
+from kvtier.cli.values import MAX_REQUESTS, SECONDS, count
 from kvtier.errors import KvtierError
 
 MULTITURN = "multiturn"
@@ -59,28 +59,25 @@ def add_arguments(p: argparse.ArgumentParser, store: Any) -> None:
     store.add_argument(
         "--hicache-storage-prefetch-policy",
         choices=PREFETCH_POLICIES,
-        default="best_effort",
-        help="when a request waiting on its L3 hit is scheduled: at once with what has arrived "
-        "(best_effort), once all arrived (wait_complete), or either, after at most "
-        "base + per-1024-tokens seconds (timeout)",
+        help="how long a request waits for its L3 hit: not at all, keeping what arrived "
+        "(best_effort), until all arrived (wait_complete), or until then or a timeout (timeout); "
+        "default: the SGLang version's (best_effort up to v0.5.11, timeout from v0.5.12)",
     )
     store.add_argument(
         "--prefetch-threshold",
         type=count(0, 1 << 40),
-        default=256,
         metavar="TOKENS",
         help="fewest store-hit tokens worth a prefetch (default 256)",
     )
     store.add_argument(
-        "--prefetch-timeout-base", type=SECONDS, default=1.0, metavar="S", help="(default 1)"
-    )
-    store.add_argument(
-        "--prefetch-timeout-per-ki-token",
-        type=number(0.0, 1e6),
-        default=0.25,
+        "--prefetch-timeout-base",
+        type=SECONDS,
         metavar="S",
-        help="seconds per 1024 tokens added to the timeout (default 0.25)",
+        help="timeout = base + per-ki-token x tokens / 1024, at most max "
+        "(default: 1, 0.25, none up to v0.5.11; 2, 0.1, 30 from v0.5.12)",
     )
+    store.add_argument("--prefetch-timeout-per-ki-token", type=SECONDS, metavar="S")
+    store.add_argument("--prefetch-timeout-max", type=SECONDS, metavar="S")
 
 
 def check(args: argparse.Namespace) -> None:
@@ -121,12 +118,13 @@ def generate(args: argparse.Namespace) -> Any:
     )
 
 
-def prefetch_rules(args: argparse.Namespace) -> Any:
-    from kvtier.sim.engine.prefetch import PrefetchPolicy, PrefetchRules
+def prefetch_flags(args: argparse.Namespace) -> Any:
+    from kvtier.sim.engine.prefetch import PrefetchFlags
 
-    return PrefetchRules(
-        PrefetchPolicy(args.hicache_storage_prefetch_policy),
+    return PrefetchFlags(
+        args.hicache_storage_prefetch_policy,
         args.prefetch_threshold,
         args.prefetch_timeout_base,
         args.prefetch_timeout_per_ki_token,
+        args.prefetch_timeout_max,
     )

@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvtier.engines.sglang.prefetch import ERA_0_5_3
 from kvtier.sim.engine.cacheport import TieredCachePort
-from kvtier.sim.engine.prefetch import PrefetchQueue, capacity_tokens
+from kvtier.sim.engine.prefetch import PrefetchQueue
 from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
 from kvtier.sim.engine.simulator import Simulation
 from kvtier.sim.metrics import Concurrency, RequestRecord, SimResult, summarize
@@ -42,11 +43,10 @@ def replay(
         rules = dataclasses.replace(
             rules, threshold_tokens=max(rules.threshold_tokens, config.page_size)
         )
-        prefetch = PrefetchQueue(
-            rules,
-            config.timing.store_read_s(1),
-            capacity_tokens(config.host_tokens, config.device_tokens),
-        )
+        capacity = config.prefetch_capacity
+        if capacity is None:
+            capacity = ERA_0_5_3.capacity_tokens(config.host_tokens, config.device_tokens)
+        prefetch = PrefetchQueue(rules, config.timing.store_read_s(1), capacity)
     engine = ServerModel(
         port,
         config.timing,

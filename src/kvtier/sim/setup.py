@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang.hicache import host_bytes_per_token, host_tokens
+from kvtier.engines.sglang.prefetch import prefetch_era
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
-from kvtier.sim.engine.prefetch import PrefetchRules
+from kvtier.sim.engine.prefetch import PrefetchFlags, PrefetchRules
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
 from kvtier.spec.model import AttentionKind, ModelSpec
 from kvtier.spec.weights import weight_bytes
@@ -48,6 +49,7 @@ class SimConfig:
     context_length: int | None = None  # longest prompt + output the server accepts
     store_tokens: int = 0  # L3 store capacity; 0: no store
     prefetch: PrefetchRules = field(default_factory=PrefetchRules)  # waiting for store hits
+    prefetch_capacity: int | None = None  # tokens in prefetch at once; None: v0.5.3-v0.5.9 rule
 
     @property
     def block_tokens(self) -> int:
@@ -108,7 +110,7 @@ def build_config(
     write_policy: str = "write_through",
     timing: TimingFlags | None = None,
     store_tokens: int = 0,
-    prefetch: PrefetchRules | None = None,
+    prefetch: PrefetchFlags | None = None,
 ) -> SimConfig:
     """Resolve `deployment` through the ledger and the GPU catalog into a `SimConfig`."""
     d = deployment
@@ -144,6 +146,7 @@ def build_config(
         raise KvtierError(f"device KV tokens must be positive, got {device_tokens}")
     page = ledger.page_size
     host = 0
+    rules, capacity = PrefetchRules(), 0
     if d.enable_hierarchical_cache or d.hicache_ratio is not None or d.hicache_size_gb:
         layers = sglang.stage_layers(inputs.model.kv.num_layers, d.pp)
         per_token = host_bytes_per_token(inputs.model.kv, inputs.attn_tp, layers, inputs.kv_dtype())
@@ -156,13 +159,16 @@ def build_config(
                 "or --hicache-size with --store-tokens"
             )
         sources.append(("store tokens", "--store-tokens"))
-        rules = prefetch or PrefetchRules()
+        era = prefetch_era(d.engine_version)
+        rules = (prefetch or PrefetchFlags()).rules(era)
+        capacity = era.capacity_tokens(host, device_tokens)
         sources.append(
             (
                 "store prefetch",
                 f"{rules.policy.value}, threshold {rules.threshold_tokens} tokens, timeout "
-                f"{rules.timeout_base_s:g} s + {rules.timeout_per_ki_token_s:g} s per 1024 tokens "
-                "(HiRadixCache prefetch policy; --hicache-storage-prefetch-policy)",
+                f"{rules.timeout_base_s:g} s + {rules.timeout_per_ki_token_s:g} s per 1024 tokens"
+                f" (at most {rules.timeout_max_s:g} s), up to {capacity:,} tokens in prefetch "
+                f"({era.label} HiCache rules; --hicache-storage-prefetch-policy)",
             )
         )
     num_reqs = sglang.max_num_reqs(device_tokens, inputs.context_length, d.max_running_requests)
@@ -218,5 +224,6 @@ def build_config(
         sources=tuple(sources),
         context_length=inputs.context_length,
         store_tokens=store_tokens,
-        prefetch=prefetch or PrefetchRules(),
+        prefetch=rules,
+        prefetch_capacity=capacity,
     )

@@ -1,29 +1,28 @@
 """HiCache's L3 prefetch: reading a request's store hit into host memory while it waits.
 
-Mirrors SGLang v0.5.x (sglang 0.5.9 wheel):
+Mirrors SGLang (the rules of each version in `kvtier.engines.sglang.prefetch`):
   * issue (`Scheduler._prefetch_kvcache` -> `HiRadixCache.prefetch_from_storage`, when the request
     enters the waiting queue): a prefetch of the store's continuation of the cached prefix, only
-    if it holds at least `prefetch_threshold` tokens (`HiCacheController`: max(threshold, page
-    size); the storage hit query revokes smaller ones) and the tokens already being prefetched
-    stay under `prefetch_capacity_limit` = int(0.8 x (host pool - device pool)) tokens;
+    if it holds at least the threshold's tokens (the controller's max(threshold, page size)) and
+    the tokens already being prefetched stay under `prefetch_capacity_limit`;
   * I/O (`HiCacheController.prefetch_io_aux_func`): one thread reads the prefetches in issue
     order, one after the other, at the store's bandwidth; a terminated one stops where it is;
   * stop policy (`HiRadixCache.can_terminate_prefetch`, checked by `check_prefetch_progress` each
     time the scheduler considers the waiting request; a request that cannot stop yet is skipped,
     the others scheduled): `best_effort` stops at once with what has arrived, `wait_complete`
-    waits for all of it, `timeout` waits for all of it or until `prefetch_timeout_base` +
-    `prefetch_timeout_per_ki_token` x tokens / 1024 seconds after the issue
-    (`_prefetch_timeout_check_linear_func`). What arrived counts in whole pages (here blocks).
-Defaults: `--hicache-storage-prefetch-policy best_effort` (server_args), threshold 256 tokens,
-timeout base 1 s, 0.25 s per 1024 tokens (`hicache_storage_backend_extra_config` keys,
-`HiRadixCache._parse_storage_backend_extra_config`).
+    waits for all of it, `timeout` waits for all of it or until base + per_ki_token x tokens /
+    1024 seconds (at most the cap) after the issue (`_prefetch_timeout_check_linear_func`). What
+    arrived counts in whole pages (here blocks).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from dataclasses import dataclass
+
+from kvtier.engines.sglang.prefetch import ERA_0_5_3, PrefetchEra
 
 
 class PrefetchPolicy(enum.Enum):
@@ -32,29 +31,47 @@ class PrefetchPolicy(enum.Enum):
     TIMEOUT = "timeout"
 
 
-PREFETCH_POLICY = PrefetchPolicy.BEST_EFFORT  # server_args.hicache_storage_prefetch_policy
-PREFETCH_THRESHOLD = 256  # tokens; extra_config "prefetch_threshold"
-PREFETCH_TIMEOUT_BASE_S = 1.0  # extra_config "prefetch_timeout_base"
-PREFETCH_TIMEOUT_PER_KI_TOKEN_S = 0.25  # extra_config "prefetch_timeout_per_ki_token"
-PREFETCH_CAPACITY_SHARE = 0.8  # HiCacheController: 0.8 x (host pool - device pool)
+_DEFAULT_POLICY = PrefetchPolicy(ERA_0_5_3.policy)
 
 
 @dataclass(frozen=True, slots=True)
 class PrefetchRules:
-    """The policy and its settings, as SGLang's flags and storage extra config set them."""
+    """The policy and its settings; the defaults are SGLang v0.5.3-v0.5.9's."""
 
-    policy: PrefetchPolicy = PREFETCH_POLICY
-    threshold_tokens: int = PREFETCH_THRESHOLD
-    timeout_base_s: float = PREFETCH_TIMEOUT_BASE_S
-    timeout_per_ki_token_s: float = PREFETCH_TIMEOUT_PER_KI_TOKEN_S
+    policy: PrefetchPolicy = _DEFAULT_POLICY
+    threshold_tokens: int = ERA_0_5_3.threshold_tokens
+    timeout_base_s: float = ERA_0_5_3.timeout_base_s
+    timeout_per_ki_token_s: float = ERA_0_5_3.timeout_per_ki_token_s
+    timeout_max_s: float = ERA_0_5_3.timeout_max_s
+    start_after_host_hit: bool = ERA_0_5_3.start_after_host_hit
 
     def timeout_s(self, tokens: int) -> float:
-        return self.timeout_base_s + self.timeout_per_ki_token_s * tokens / 1024
+        linear = self.timeout_base_s + self.timeout_per_ki_token_s * tokens / 1024
+        return min(self.timeout_max_s, linear)
 
 
-def capacity_tokens(host_tokens: int, device_tokens: int) -> int:
-    """Tokens that may be in prefetch at once (`prefetch_capacity_limit`)."""
-    return max(0, int(PREFETCH_CAPACITY_SHARE * (host_tokens - device_tokens)))
+@dataclass(frozen=True, slots=True)
+class PrefetchFlags:
+    """Settings given on the command line; None takes the SGLang version's."""
+
+    policy: str | None = None
+    threshold_tokens: int | None = None
+    timeout_base_s: float | None = None
+    timeout_per_ki_token_s: float | None = None
+    timeout_max_s: float | None = None
+
+    def rules(self, era: PrefetchEra) -> PrefetchRules:
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        base = {
+            "threshold_tokens": era.threshold_tokens,
+            "timeout_base_s": era.timeout_base_s,
+            "timeout_per_ki_token_s": era.timeout_per_ki_token_s,
+            "timeout_max_s": era.timeout_max_s,
+        }
+        policy = PrefetchPolicy(given.pop("policy", era.policy))
+        return PrefetchRules(
+            policy, **{**base, **given}, start_after_host_hit=era.start_after_host_hit
+        )
 
 
 @dataclass(slots=True)

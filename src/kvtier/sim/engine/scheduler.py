@@ -119,7 +119,9 @@ class ServerModel:
             return
         req = live.req
         hit = self.cache.match(req.blocks)
-        if not hit.store or not hit.backed_up:
+        # the match must end at a node with a host copy (which node: the era's rule)
+        backed_up = hit.backed_up or (self.prefetch.rules.start_after_host_hit and hit.host > 0)
+        if not hit.store or not backed_up:
             return
         bs = self.config.block_size
         cached = req.prefix_tokens(hit.device + hit.host, bs)
