@@ -59,9 +59,10 @@ def test_vllm_hybrid_reports_concurrency_times_max_model_len() -> None:
     assert pool == pytest.approx(blocks * 16 * 16 * 256 * 2 * 10 / GiB)
 
 
-def test_mtp_draft_uses_the_target_layer_and_era_c_prices_it_in() -> None:
-    """DeepSeek-V3 NEXTN: one MTP layer of 1,152 B/token; Era B keeps it out of the budget,
-    Era C multiplies the cell by (1 + 1/61)."""
+def test_mtp_draft_uses_the_target_layer_and_v0_5_14_prices_it_in() -> None:
+    """DeepSeek-V3 NEXTN: one MTP layer of 1,152 B/token; up to v0.5.13 the draft's pool comes
+    out of the reserve, from v0.5.14 DefaultPoolConfigurator multiplies the cell by
+    (1 + 1/61) (pool_configurator.py; v0.5.13's prices only a DFLASH draft)."""
 
     def ledger(version: str):
         return plan(
@@ -79,6 +80,8 @@ def test_mtp_draft_uses_the_target_layer_and_era_c_prices_it_in() -> None:
     era_b, era_c = ledger("0.5.9"), ledger("main")
     assert era_b.figure("draft_cell_bytes") == 1152
     assert era_c.figure("cell_bytes") == int(70_272 * (1 + 1 / 61))
+    assert ledger("0.5.14").figure("cell_bytes") == era_c.figure("cell_bytes")
+    assert ledger("0.5.13").figure("cell_bytes") == 70_272  # Era C pool, draft from the reserve
     assert era_b.figure("rest_gib") == era_c.figure("rest_gib")
     assert era_c.kv_tokens == pytest.approx(era_b.kv_tokens * 61 / 62, rel=1e-4)
     draft = era_b.item("draft KV pool")

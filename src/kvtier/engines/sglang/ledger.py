@@ -213,7 +213,7 @@ def build(p: PlanInputs) -> Ledger:
         target_cell = pool_cell
     draft = _draft_cell(p)
     cell = target_cell
-    if era.pool is PoolEra.C and draft is not None:  # DefaultPoolConfigurator prices the draft in
+    if draft is not None and sglang.draft_in_cell(era):
         cell = int(target_cell * (1 + draft.layers / layers))
     inputs = p.base_inputs()
     if kv.index_head_dim:
@@ -351,7 +351,8 @@ def build(p: PlanInputs) -> Ledger:
         else:
             notes.append("draft weights unknown (pass --draft-weights-gib): counted in 'free'")
         draft_kv_gib = sglang.kv_size_bytes(tokens, page, draft.cell) / GiB
-        where = "inside the budget (Era C)" if era.pool is PoolEra.C else "from the reserve (Era B)"
+        inside = sglang.draft_in_cell(era)
+        where = "inside the budget (v0.5.14+)" if inside else "from the reserve (before v0.5.14)"
         items.append(
             LedgerItem(
                 "draft KV pool",

@@ -6,9 +6,9 @@ Eras (sgl-project/sglang, python/sglang/srt/):
   B  v0.5.0 - v0.5.10 model_executor/model_runner_kv_cache_mixin.py: ModelRunnerKVCacheMixin
                      .get_cell_size_per_token, .profile_max_num_token, .init_memory_pool,
                      .set_num_tokens_hybrid_swa
-  C  main (2026)     mem_cache/kv_cache_configurator.py: KVCacheConfigurator
-                     ._profile_available_bytes; model_executor/pool_configurator.py:
-                     DefaultPoolConfigurator (draft priced into the cell)
+  C  v0.5.11 - main  model_executor/pool_configurator.py DefaultPoolConfigurator (the draft
+                     priced into the cell from v0.5.14, `draft_in_cell`); from v0.5.16
+                     mem_cache/kv_cache_configurator.py KVCacheConfigurator._profile_available_bytes
 The budget itself is the same in all three: what is free when the pool is allocated minus a
 fixed share of what was free before the weights loaded.
 """
@@ -58,7 +58,7 @@ class PoolEra(IntEnum):
 
     A = 1  # v0.3 - v0.4.x: model_runner.py profile_max_num_token / init_memory_pool
     B = 2  # v0.5.0 - v0.5.10: ModelRunnerKVCacheMixin
-    C = 3  # main 2026: KVCacheConfigurator, draft priced into the cell
+    C = 3  # v0.5.11+: pool_configurator.py (the draft priced into the cell from v0.5.14)
 
 
 class FractionRule(IntEnum):
@@ -181,6 +181,15 @@ def dsa_kv_dtype(capability: tuple[int, int] | None) -> KVDtype:
     return KVDtype("bfloat16", 2)
 
 
+def draft_in_cell(era: Era) -> bool:
+    """Whether the budget's cell carries an EAGLE / STANDALONE / MTP draft's KV: from v0.5.14
+    DefaultPoolConfigurator multiplies the cell by (1 + draft layers / layers)
+    (pool_configurator.py, v0.5.14 - v0.5.23); before, the draft worker's pool of the same
+    token count comes out of the reserve (Era B and v0.5.11 - v0.5.13)."""
+    v = era.version
+    return v is not None and (v.is_main or v >= V0_5_14)
+
+
 def stage_layers(num_layers: int, pp: int) -> int:
     """Layers on the largest pipeline stage; its pool is the smallest and PP takes the MIN."""
     return -(-num_layers // pp)
@@ -241,9 +250,7 @@ def hybrid_swa_tokens(
 def check_layers(kv: KVGeometry, pp: int = 1, swa_pool: bool = False) -> None:
     """Refuse layer layouts whose SGLang pool formula kvtier does not reproduce."""
     if swa_pool and pp > 1:
-        raise KvtierError(
-            "hybrid sliding-window pools under pipeline parallelism are not modelled"
-        )
+        raise KvtierError("hybrid sliding-window pools under pipeline parallelism are not modelled")
     if kv.num_full_layers == 0:
         raise KvtierError("all-sliding-window models are not modelled for SGLang")
 
