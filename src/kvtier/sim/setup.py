@@ -162,12 +162,13 @@ def build_config(
         era = prefetch_era(d.engine_version)
         rules = (prefetch or PrefetchFlags()).rules(era)
         capacity = era.capacity_tokens(host, device_tokens)
+        cap = f" (at most {rules.timeout_max_s:g} s)" if math.isfinite(rules.timeout_max_s) else ""
         sources.append(
             (
                 "store prefetch",
                 f"{rules.policy.value}, threshold {rules.threshold_tokens} tokens, timeout "
                 f"{rules.timeout_base_s:g} s + {rules.timeout_per_ki_token_s:g} s per 1024 tokens"
-                f" (at most {rules.timeout_max_s:g} s), up to {capacity:,} tokens in prefetch "
+                f"{cap}, up to {capacity:,} tokens in prefetch "
                 f"({era.label} HiCache rules; --hicache-storage-prefetch-policy)",
             )
         )

@@ -32,7 +32,7 @@ from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.timing import TimingModel
 from kvtier.sim.trace import TraceRequest
 
-# HiRadixCache.load_back (sglang 0.5.x): a host hit of fewer tokens is not loaded back, recomputed
+# HiRadixCache.load_back (sglang v0.5.3-v0.5.18): a host hit of fewer tokens is recomputed instead
 LOAD_BACK_THRESHOLD = 10
 
 
