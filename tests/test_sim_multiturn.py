@@ -261,10 +261,10 @@ def test_the_sglang_version_sets_the_prefetch_defaults(capsys: pytest.CaptureFix
 
 
 def test_sglang_s_published_per_round_hit_rates(capsys: pytest.CaptureFixture[str]) -> None:
-    """sglang PR #27010 (2026-06), bench_multiturn with 128 clients and the round barrier on a
+    """sglang#27010 (2026-06), bench_multiturn with 128 clients and the round barrier on a
     server whose host tier holds every history ("L2"): rounds 1-4 hit 0.470588, 0.653846,
     0.742857, 0.795455. The lengths are the benchmark's defaults, 512 and 64 (the same author's
-    run in PR #31668 prints their mean prompt, 3,104 tokens over ten rounds). SGLang caches a
+    run in sglang#31668 prints their mean prompt, 3,104 tokens over ten rounds). SGLang caches a
     finished turn up to its last generated token, in whole 64-token pages, so of 512 + 63 tokens
     it keeps 512: the previous prompt, as the trace's 64-token blocks give."""
     argv = ["simulate", "--generate", "multiturn", "--clients", "128", "--rounds", "10"]
