@@ -154,3 +154,22 @@ def test_vllm_cpu_offload_pool() -> None:
     assert ledger.host_pool is not None
     assert ledger.host_pool.tokens == 100 * GiB // (16 * 4 * 256 * 2 * 64 * 2) * 16
     assert ledger.host_pool.bytes_per_rank == 50 * GiB
+
+
+def test_multimodal_budget_keeps_the_embedding_cache_from_v0_5_18() -> None:
+    """Kimi-K2.5 (multimodal) with the founding log's figures: from v0.5.18 the budget gives up
+    SGLANG_VLM_CACHE_SIZE_MB = 100 MiB (mm_runtime_reservation_gb) before dividing by the cell."""
+    figures = Measured(free_before_load_gib=94.04, free_after_load_gib=21.71)
+    before = plan(kimi(figures, engine_version="0.5.17"))
+    after = plan(kimi(figures, engine_version="0.5.18"))
+    cell = after.figure("cell_bytes")
+    assert before.figure("cell_bytes") == cell
+    assert after.figure("rest_gib") == pytest.approx(before.figure("rest_gib") - 100 / 1024)
+    assert before.kv_tokens - after.kv_tokens in (100 * 2**20 // cell, 100 * 2**20 // cell + 1)
+    text_only = plan(
+        Deployment(
+            Engine.SGLANG, "Qwen/Qwen3-8B", gpu="H100", engine_version="0.5.18", mem_fraction=0.8,
+            measured=Measured(free_before_load_gib=78.5, free_after_load_gib=63.0),
+        )
+    )  # fmt: skip
+    assert text_only.figure("rest_gib") == pytest.approx(63.0 - 78.5 * 0.2)

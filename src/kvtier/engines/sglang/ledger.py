@@ -237,7 +237,10 @@ def build(p: PlanInputs) -> Ledger:
     inputs.append(Input("version era", era.label, d.origin("engine_version")))
 
     terms = _memory_terms(p)
-    rest = estimate.spread(terms, lambda v: sglang.rest_gib(v["pre"], _after(v), fraction))
+    mm_reserve = sglang.multimodal_reserve_gib(era, p.model.multimodal)
+    rest = estimate.spread(
+        terms, lambda v: sglang.rest_gib(v["pre"], _after(v), fraction) - mm_reserve
+    )
     nominal_pre = terms["pre"].value
     nominal_after = _after({k: t.value for k, t in terms.items()})
     if rest.value <= 0:
@@ -313,7 +316,8 @@ def build(p: PlanInputs) -> Ledger:
             "KV cache pool",
             kv_bytes / GiB,
             f"(tokens + page) x {pool_cell:,} B; tokens = int(rest x 2^30) // {cell:,}, "
-            f"rest = free_after - free_before x (1 - {fraction}) (profile_max_num_token)",
+            f"rest = free_after - free_before x (1 - {fraction})"
+            f"{' - the VLM embedding cache' if mm_reserve else ''} (profile_max_num_token)",
             exact_mem,
         )
     )
@@ -442,10 +446,16 @@ def build(p: PlanInputs) -> Ledger:
         )
 
     running = sglang.max_running_requests(tokens, reqs, flag, d.dp)
+    reserve = f" - {mm_reserve:.4f}" if mm_reserve else ""
     formula = (
-        f"int(({nominal_after:.2f} - {nominal_pre:.2f} x (1 - {fraction})) GiB x 2^30) "
+        f"int(({nominal_after:.2f} - {nominal_pre:.2f} x (1 - {fraction}){reserve}) GiB x 2^30) "
         f"// {cell} B/token, aligned down to page {page}"
     )
+    if mm_reserve:
+        notes.append(
+            f"{sglang.VLM_CACHE_MIB} MiB of the budget kept for the multimodal embedding cache "
+            "(mm_runtime_reservation_gb, v0.5.18+)"
+        )
     host_pool = _host_pool(p, tokens, page, dtype, layers) if d.enable_hierarchical_cache else None
     return p.ledger(
         era=era.label,

@@ -95,6 +95,7 @@ V0_5_11 = Version.release_of(0, 5, 11)
 V0_5_13 = Version.release_of(0, 5, 13)
 V0_5_14 = Version.release_of(0, 5, 14)
 V0_5_17 = Version.release_of(0, 5, 17)
+V0_5_18 = Version.release_of(0, 5, 18)
 
 _RULES = (  # (first release, rule, label), newest first
     (V0_5_14, FractionRule.MEMORY_HOOK, "v0.5.14+ memory settings"),
@@ -188,6 +189,20 @@ def draft_in_cell(era: Era) -> bool:
     token count comes out of the reserve (Era B and v0.5.11 - v0.5.13)."""
     v = era.version
     return v is not None and (v.is_main or v >= V0_5_14)
+
+
+# environ.py SGLANG_VLM_CACHE_SIZE_MB default: the multimodal embedding cache
+VLM_CACHE_MIB = 100
+
+
+def multimodal_reserve_gib(era: Era, multimodal: bool) -> float:
+    """GiB a multimodal model's KV budget gives up for the embedding cache allocated after the
+    pool: kv_cache_configurator.py mm_runtime_reservation_gb, v0.5.18+ (the GPU feature-transport
+    pool it adds is off unless --mm-feature-transport cuda_ipc / cuda_vmm)."""
+    v = era.version
+    if not multimodal or v is None or not (v.is_main or v >= V0_5_18):
+        return 0.0
+    return VLM_CACHE_MIB / 1024
 
 
 def stage_layers(num_layers: int, pp: int) -> int:
