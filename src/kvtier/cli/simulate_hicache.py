@@ -31,13 +31,23 @@ def add_arguments(p: argparse.ArgumentParser, store: Any) -> None:
         "--generate multiturn: SGLang's benchmark/hicache/bench_multiturn.py as a trace",
         MULTITURN_HELP,
     )
-    g.add_argument("--clients", type=count(1, MAX_REQUESTS), help="conversations (default 256)")
-    g.add_argument("--rounds", type=count(1, 1 << 20), help="turns per conversation (default 5)")
     g.add_argument(
-        "--request-tokens", type=count(1, 1 << 27), help="new tokens each turn (default 512)"
+        "--clients", type=count(1, MAX_REQUESTS), metavar="N", help="conversations (default 256)"
     )
     g.add_argument(
-        "--output-tokens", type=count(1, 1 << 27), help="answer tokens each turn (default 64)"
+        "--rounds", type=count(1, 1 << 20), metavar="R", help="turns per conversation (default 5)"
+    )
+    g.add_argument(
+        "--request-tokens",
+        type=count(1, 1 << 27),
+        metavar="L",
+        help="new tokens each turn (default 512)",
+    )
+    g.add_argument(
+        "--output-tokens",
+        type=count(1, 1 << 27),
+        metavar="O",
+        help="answer tokens each turn (default 64)",
     )
     g.add_argument(
         "--round-barrier",
