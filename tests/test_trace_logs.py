@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cli_support import error_line, run_json
 from kvtier.sim.trace import load_trace
@@ -364,3 +366,34 @@ def test_a_log_on_standard_input(
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
     summary = run_json(capsys, ["trace", "-", "--block-tokens", "4", "--json"])
     assert (summary["input"], summary["reused_tokens"], summary["input_tokens"]) == ("-", 16, 44)
+
+
+@given(
+    prompt=st.text(max_size=60),
+    stop=st.lists(st.text(max_size=12), max_size=3),
+    ids=st.lists(st.integers(0, 1 << 31), min_size=1, max_size=40),
+    cap=st.integers(1, 1 << 20),
+    era=st.sampled_from(["0.6.6", "0.12"]),
+)
+def test_any_prompt_and_stop_strings_read_back(
+    prompt: str, stop: list[str], ids: list[int], cap: int, era: str
+) -> None:
+    """Whatever the prompt text and stop strings hold (quotes, backslashes, field names), the
+    ids and max_tokens read are the ones printed."""
+    from kvtier.engines.vllm.requests import VllmRequests
+    from kvtier.sim.block_hash import PromptHasher
+
+    params = _params(cap, _Raw(repr(stop)))
+    if era == "0.6.6":
+        lines = [PREFIX_066.format(s=1) + V066 % ("r", prompt, params, ids, None, None)]
+    else:
+        lines = [
+            PREFIX.format(level="DEBUG", s=1) + V012_DETAILS % ("r", prompt, ids, None),
+            PREFIX.format(level="INFO", s=1) + V012_RECEIVED % ("r", params, None),
+        ]
+    hasher = PromptHasher(4)
+    grammar = VllmRequests(hasher)
+    assert all(grammar.feed(n, line) for n, line in enumerate(lines, start=1))
+    (request,) = grammar.requests()
+    assert request.prompt == hasher(ids)
+    assert (request.output_len, request.output_from) == (cap, "max_tokens")
