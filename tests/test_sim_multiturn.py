@@ -14,12 +14,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli_support import error_line, run_json
 from kvtier.cli import main
 from kvtier.errors import KvtierError
+from kvtier.sim import reference
 from kvtier.sim.multiturn import READY_QUEUE_POLICIES, MultiturnSpec, multiturn
-from kvtier.sim.trace import load_trace, write_trace
+from kvtier.sim.trace import Trace, load_trace, write_trace
 
 
 def spec(**kw: object) -> MultiturnSpec:
@@ -96,6 +99,35 @@ def test_round_trip_through_mooncake_jsonl(tmp_path: Path) -> None:
     assert [(r.round, r.input_len, r.blocks) for r in back.requests] == [
         (r.round, r.input_len, r.blocks) for r in reqs
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 12),
+    st.integers(1, 8),
+    st.integers(1, 700),
+    st.integers(1, 300),
+    st.sampled_from([1, 16, 64, 512]),
+    st.booleans(),
+    st.sampled_from(READY_QUEUE_POLICIES),
+    st.integers(0, 1 << 32),
+)
+def test_any_benchmark_gives_the_ceiling_per_round(
+    clients: int,
+    rounds: int,
+    request: int,
+    output: int,
+    block: int,
+    barrier: bool,
+    queue: str,
+    seed: int,
+) -> None:
+    """For every shape, the unbounded cache hits (P_{r-1} // B) x B of P_r in round r."""
+    s = MultiturnSpec(clients, rounds, request, output, 3.0, barrier, queue, block)
+    result = reference.unbounded(Trace(multiturn(s, seed), block))
+    prompt = [(r + 1) * request + r * output for r in range(rounds)]
+    ceiling = [0.0] + [(prompt[r - 1] // block) * block / prompt[r] for r in range(1, rounds)]
+    assert result.hit_rate_by_round == pytest.approx(ceiling, rel=1e-12, abs=0)
 
 
 @pytest.mark.parametrize(
