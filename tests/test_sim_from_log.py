@@ -211,3 +211,20 @@ def test_every_serving_fixture_fits_or_is_refused_in_one_line(
         assert json.loads(out)["baseline"]
     else:
         assert code == 2 and err.count("\n") == 1 and str(log) in err
+
+
+def test_fitted_trace_is_written_and_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fitted.jsonl"
+    argv = ["simulate", "--from-log", str(QUEUED), *DEPLOYMENT, "--mean-output-tokens", "256"]
+    code, stdout, err = _run([*argv, "-o", str(out), "--json"], capsys)
+    assert code == 0 and f"to {out}" in err
+    trace = json.loads(stdout)["trace"]
+    lines = out.read_text().splitlines()
+    assert len(lines) == trace["requests"]
+    assert {json.loads(line)["input_length"] for line in lines} == {2236}  # the fitted mean
+    code, replayed, _ = _run(
+        ["simulate", str(out), "--block-tokens", "16", *DEPLOYMENT, "--json"], capsys
+    )
+    assert code == 0 and json.loads(replayed)["requests"] == trace["requests"]

@@ -96,7 +96,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     w.add_argument(
         "--rate", type=number(1e-6, 1e6), default=1.0, help="sessions (or requests) per second"
     )
-    w.add_argument("-o", "--output", help="write the generated trace here and stop")
+    w.add_argument(
+        "-o",
+        "--output",
+        help="write the generated trace here and stop (--from-log: the fitted trace, and go on)",
+    )
     s = p.add_argument_group("simulation")
     s.add_argument("--device-tokens", type=TOKENS, help="device KV tokens (default: the ledger's)")
     s.add_argument(

@@ -4,11 +4,12 @@ calibrated to it, the calibrated baseline beside the log, and `--sweep` over tha
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from kvtier.cli.values import count
 from kvtier.errors import KvtierError
-from kvtier.files import MAX_LOG_BYTES, open_input
+from kvtier.files import MAX_LOG_BYTES, check_output, open_input
 from kvtier.report.json_text import json_text
 
 FROM_LOG_HELP = """\
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
         raise KvtierError("--from-log fits its own trace: give no TRACE and no --generate")
     if args.unbounded or args.lru_tokens is not None:
         raise KvtierError("--from-log runs the timed simulation: drop --unbounded / --lru-tokens")
+    if args.output:
+        check_output(args.output, [args.from_log])
     with open_input(args.from_log, "serving log", MAX_LOG_BYTES) as stream:
         fit = fit_workload(
             read_samples(stream, args.from_log), args.mean_prompt_tokens, args.mean_output_tokens
@@ -65,6 +68,12 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
     calibration = calibrate(fit, flags, config_for)
     fitted, window = run_window(fit, config_for(calibration.flags))
     rows = compare(fit.window, window)
+    if args.output:
+        from kvtier.sim.trace import write_trace
+
+        n = write_trace(fitted.trace.requests, args.output)
+        replay = f"replay with --block-tokens {FIT_BLOCK_TOKENS}"
+        print(f"wrote the fitted trace, {n} requests ({replay}), to {args.output}", file=sys.stderr)
     sweep_payload: dict[str, object] | None = None
     sweep_view = None
     if args.sweep:
