@@ -95,7 +95,7 @@ def test_round_trip_through_mooncake_jsonl(tmp_path: Path) -> None:
         "round": 0,
     }
     back = load_trace(path, block_size=64)
-    assert back.has_rounds and back.block_size == 64
+    assert back.block_size == 64
     assert [(r.round, r.input_len, r.blocks) for r in back.requests] == [
         (r.round, r.input_len, r.blocks) for r in reqs
     ]
@@ -305,3 +305,23 @@ def test_sglang_s_published_per_round_hit_rates(capsys: pytest.CaptureFixture[st
     assert len(rates) == 10
     assert sum(512 * (r + 1) + 64 * r for r in range(10)) / 10 == 3104
     assert [round(r, 6) for r in rates[1:5]] == [0.470588, 0.653846, 0.742857, 0.795455]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"round": 0}, {}], r"t\.jsonl:2: `round` must be on every line of a trace or on none"),
+        ([{}, {"round": 1}], r"t\.jsonl:2: `round` must be on every line"),
+        ([{"round": -1}], r"t\.jsonl:1: `round` must be an integer from 0 to 1,048,576, got -1"),
+        ([{"round": True}], r"t\.jsonl:1: `round` must be an integer .* got True"),
+        ([{"round": 1.0}], r"t\.jsonl:1: `round` must be an integer .* got 1\.0"),
+    ],
+)
+def test_a_bad_round_is_refused_with_its_line(
+    tmp_path: Path, rows: list[dict[str, object]], message: str
+) -> None:
+    base = {"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({**base, **row}) + "\n" for row in rows))
+    with pytest.raises(KvtierError, match=message):
+        load_trace(path)

@@ -64,11 +64,6 @@ class Trace:
     def input_tokens(self) -> int:
         return sum(r.input_len for r in self.requests)
 
-    @property
-    def has_rounds(self) -> bool:
-        """Whether the requests carry their conversation round (all of them, or none)."""
-        return bool(self.requests) and self.requests[0].round is not None
-
 
 def scale_time(trace: Trace, factor: float) -> Trace:
     """The same requests with every arrival time multiplied by `factor` (2: half the load)."""
