@@ -138,6 +138,8 @@ def test_any_benchmark_gives_the_ceiling_per_round(
         ({"rate": 0.0}, "--rate must be positive"),
         ({"ready_queue": "lifo"}, "--ready-queue must be one of random, fifo"),
         ({"rounds": 40_000, "request_tokens": 4000}, "the last round's prompt would hold"),
+        ({"rounds": 1, "request_tokens": 1 << 20, "block_tokens": 1}, "more than the 262,144"),
+        ({"clients": 1000, "rounds": 100, "block_tokens": 16}, "more than 16,777,216 hash ids"),
     ],
 )
 def test_bad_settings_are_refused(change: dict[str, object], message: str) -> None:

@@ -29,6 +29,8 @@ from kvtier.sim.workload import Context, IdSource, advance, prompt_ids
 
 READY_QUEUE_POLICIES = ("random", "fifo")  # bench_multiturn.py ReadyQueue.pop
 MAX_TURNS = 10_000_000  # clients x rounds
+MAX_HASH_IDS = 1 << 24  # hash ids in the whole trace: about 1 GB of Python tuples at most
+MAX_PROMPT_BLOCKS = 1 << 18  # hash ids of one line; the trace reader takes 262,144 of 20 digits
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,17 @@ class MultiturnSpec:
                 f"the last round's prompt would hold {self.last_prompt_tokens:,} tokens "
                 f"(rounds x request + (rounds - 1) x output); at most {MAX_LENGTH:,}"
             )
+        last_blocks = -(-self.last_prompt_tokens // self.block_tokens)
+        if last_blocks > MAX_PROMPT_BLOCKS:
+            raise KvtierError(
+                f"the last round's prompt would take {last_blocks:,} hash ids, more than the "
+                f"{MAX_PROMPT_BLOCKS:,} a trace line holds: use a larger --block-tokens"
+            )
+        if self.hash_ids > MAX_HASH_IDS:
+            raise KvtierError(
+                f"the trace would hold more than {MAX_HASH_IDS:,} hash ids (clients x the blocks "
+                "of every round's prompt): use fewer clients or rounds, or a larger --block-tokens"
+            )
         if not self.rate > 0:
             raise KvtierError(f"--rate must be positive, got {self.rate}")
         if self.ready_queue not in READY_QUEUE_POLICIES:
@@ -78,6 +91,17 @@ class MultiturnSpec:
     @property
     def last_prompt_tokens(self) -> int:
         return self.rounds * self.request_tokens + (self.rounds - 1) * self.output_tokens
+
+    @property
+    def hash_ids(self) -> int:
+        """Hash ids the trace holds: every client's prompt of every round, in blocks."""
+        per_client = 0
+        for r in range(self.rounds):
+            prompt = (r + 1) * self.request_tokens + r * self.output_tokens
+            per_client += -(-prompt // self.block_tokens)
+            if per_client * self.clients > MAX_HASH_IDS:
+                break  # enough to refuse; stops a loop over a million rounds early
+        return per_client * self.clients
 
 
 def multiturn(spec: MultiturnSpec, seed: int) -> tuple[TraceRequest, ...]:
