@@ -5,6 +5,7 @@ from __future__ import annotations
 from array import array
 from hashlib import blake2b
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -98,3 +99,36 @@ def test_common_len_counts_the_equal_leading_pages(
 def test_token_page_keys_cannot_name_a_store_page() -> None:
     with pytest.raises(TypeError):
         store_key(page_keys([1, 2], 2)[0])
+
+
+def test_int64_buffers_are_viewed_not_copied() -> None:
+    """An engine's token ids stay where they are: the keys read the array itself, which
+    therefore cannot be resized while keys over it exist."""
+    tokens = array("q", [1, 2, 3, 4, 5])
+    keys = page_keys(tokens, 2)
+    assert keys == [(1, 2), (3, 4)]
+    tokens[2] = 30
+    assert keys[1] == (30, 4)
+    with pytest.raises(BufferError):
+        tokens.append(6)
+    del keys
+    tokens.append(6)  # no view left
+    ids = np.arange(6, dtype=np.int64)
+    keys = page_keys(ids, 3)
+    ids[0] = 7
+    assert keys == [(7, 1, 2), (3, 4, 5)]
+
+
+@given(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=40), st.integers(1, 5))
+def test_other_token_buffers_are_copied_as_int64(tokens: list[int], page: int) -> None:
+    """int32 ids, a byte-swapped or strided int64 array: copied, with the same keys as a list."""
+    model = page_keys(tokens, page)
+    assert page_keys(array("i", tokens), page) == model
+    assert page_keys(np.array(tokens, dtype=np.int32), page) == model
+    assert page_keys(np.array(tokens, dtype=">i8"), page) == model
+    assert page_keys(np.repeat(np.array(tokens, dtype=np.int64), 2)[::2], page) == model
+    copied = array("i", tokens)
+    keys = page_keys(copied, page)
+    if keys:
+        copied[0] = 0 if copied[0] else 1
+        assert keys == model

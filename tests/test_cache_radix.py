@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from array import array
 
 import pytest
 from hypothesis import given, settings
@@ -194,10 +195,11 @@ def test_packed_token_keys_drive_the_tree_like_tuple_keys(
     ops: list[tuple[list[int], bool, int]], page: int
 ) -> None:
     """The same requests keyed by packed TokenPages and by a list of tuples per page give the
-    same matches, duplicates, node runs and evictions."""
+    same matches, duplicates, node runs and evictions. Odd-length requests come as int64 arrays
+    the keys view (each request its own buffer, as an engine's), the others as lists copied."""
     packed, tuples = _cache(64), _cache(64)
     for tokens, do_insert, evict in ops:
-        keys = page_keys(tokens, page)
+        keys = page_keys(array("q", tokens) if len(tokens) % 2 else tokens, page)
         as_list = [tuple(tokens[i : i + page]) for i in range(0, len(keys) * page, page)]
         outcome = []
         for cache, k in ((packed, keys), (tuples, as_list)):

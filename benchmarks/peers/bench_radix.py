@@ -95,8 +95,9 @@ def kvtier_replay(path: Path) -> dict[str, float]:
             raise RuntimeError("the pool is sized to never run out")
         pages = m.device_pages + new
         done = cache.insert(keys, pages)
-        cache.free_device(pages[hit : done.prefix_len])  # duplicates (none right after a match)
-        excess = cache.tree.size(Tier.DEVICE).total - cap_pages
+        if done.prefix_len > hit:  # duplicates (none right after a match)
+            cache.free_device(pages[hit : done.prefix_len])
+        excess = cache.tree.device_total - cap_pages  # device pages the tree holds
         if excess > 0:
             evicted += cache.evict(Tier.DEVICE, excess).freed * page
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0

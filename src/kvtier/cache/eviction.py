@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,16 +25,10 @@ class EvictionPolicy(StrEnum):
 Priority = Callable[["TreeNode"], object]
 
 
-def _lru(node: TreeNode) -> object:
-    return node.last_access
-
-
-def _lfu(node: TreeNode) -> object:
-    return (node.hit_count, node.last_access)
-
-
-def _fifo(node: TreeNode) -> object:
-    return node.created
+# attrgetter: a priority is read once per heap push and pop, without a Python-level call
+_lru: Priority = attrgetter("last_access")
+_lfu: Priority = attrgetter("hit_count", "last_access")
+_fifo: Priority = attrgetter("created")
 
 
 _PRIORITIES: dict[EvictionPolicy, Priority] = {

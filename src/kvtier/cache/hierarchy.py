@@ -48,6 +48,9 @@ __all__ = [
 ]
 
 
+_new = tuple.__new__
+
+
 class _Copy:
     """A submitted copy and the nodes it pins."""
 
@@ -154,7 +157,8 @@ class TieredCache:
     def alloc_device(self, n: int) -> PageSeq | None:
         """`n` device pages for the caller, evicting unprotected cached pages as needed;
         None (nothing taken) when even that cannot make room."""
-        pages = self._alloc(Tier.DEVICE, n)
+        pool = self.device_pool
+        pages = pool.alloc(n) if n <= pool.num_free else self._alloc(Tier.DEVICE, n)
         if pages is not None:
             self.held_device_pages += n
         return pages
@@ -188,6 +192,10 @@ class TieredCache:
         raise ValueError(f"cannot evict {tier} pages from the tree")
 
     def _evict_device(self, num_pages: int) -> EvictResult:
+        if self.host is None:
+            freed = self._drop_device_leaves(num_pages)
+            self._device_evicted += freed
+            return _new(EvictResult, (freed, 0))  # NamedTuple fields, no Python-level __new__
         freed = written = 0
         while freed < num_pages:
             pass_freed, pass_written = self._evict_device_pass(num_pages - freed)
@@ -197,7 +205,24 @@ class TieredCache:
             written += pass_written
         self._device_evicted += freed
         self._written_to_host += written
-        return EvictResult(freed, written)
+        return _new(EvictResult, (freed, written))  # NamedTuple fields, no Python-level __new__
+
+    def _drop_device_leaves(self, num_pages: int) -> int:
+        """Device-only eviction: drop leaves until `num_pages` are freed. Without a host tier
+        every node is on the device, so a candidate (no device child) is a leaf."""
+        tree, pool = self.tree, self.device_pool
+        freed = 0
+        while freed < num_pages:
+            node = tree.pop_candidate(Tier.DEVICE)
+            if node is None:
+                break
+            pages = node.device
+            tree.device_total -= node.size  # unprotected
+            node.device = None
+            tree.remove(node)
+            pool.free(pages)  # type: ignore[arg-type]
+            freed += node.size
+        return freed
 
     def _evict_device_pass(self, num_pages: int) -> tuple[int, int]:
         """Evict leaves until `num_pages` are freed or staged for write-back, then land the
@@ -235,7 +260,7 @@ class TieredCache:
                 tree.offer(node)
                 tree.offer(node.parent)  # type: ignore[arg-type]
             pool.free(pages)
-            freed += len(pages)
+            freed += node.size
         written = 0
         if staged:
             src = join([pages for _, pages in staged])
@@ -256,7 +281,7 @@ class TieredCache:
         of that subtree is pinned. The caller frees the node's device run."""
         if not node.children:  # a leaf, as most are
             tree = self.tree
-            tree.device_total -= len(node.device)  # type: ignore[arg-type]  # unprotected
+            tree.device_total -= node.size  # unprotected
             node.device = None
             tree.remove(node)
             return True

@@ -74,6 +74,7 @@ def _check_node(tree: RadixTree, node: TreeNode, pins: Counter[int]) -> None:
     parent = node.parent
     assert parent is not None, f"{node!r} is in the tree without a parent"
     assert node.keys, "empty node"
+    assert node.size == len(node.keys), f"{node!r} size is not its key count"
     assert parent.children.get(node.keys[0]) is node, "child keyed by another key"
     assert node.device is not None or node.host is not None, f"{node!r} has no pages"
     for run in (node.device, node.host):

@@ -5,19 +5,20 @@ equal context: a tuple of the page's token ids (`page_keys`), a chained digest (
 also the L3 store's page name), or an external block id such as a Mooncake trace's `hash_ids`.
 A partial last page has no key: only page-aligned prefixes are cached.
 
-A run of keys is a list of keys or, for token ids, a `TokenPages`: the same tuples packed into
-one bytes object, so the tree compares and cuts a whole run with C-level bytes operations
-instead of one Python object per page. A slice is a view of the same bytes (cutting a node
-copies no keys). One tree uses one kind of run.
+A run of keys is a list of keys or, for token ids, a `TokenPages`: the same tuples as int64
+bytes, so the tree compares and cuts a whole run with C-level bytes operations instead of one
+Python object per page. Token ids that already sit in an int64 buffer are viewed, not copied,
+and a slice is a view of the same bytes (cutting a node copies no keys). One tree uses one kind
+of run.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from functools import cache
 from hashlib import blake2b
-from struct import Struct
+from struct import Struct, calcsize
 from typing import overload
 
 PageKey = Hashable
@@ -25,59 +26,62 @@ PageKey = Hashable
 HASH_BYTES = 16
 _TOKEN = "q"  # token ids packed as signed 64-bit integers
 _TOKEN_BYTES = 8
+_INT64 = frozenset(
+    f for f in ("q", "l", "@q", "@l", "=q") if calcsize(f) == _TOKEN_BYTES
+)  # native 64-bit integers, laid out as array("q") packs them
 
 
 class TokenPages(Sequence[tuple[int, ...]]):
     """The page keys of a token sequence, packed: item i is the tuple of page i's token ids
-    (what `page_keys` yields), stored as int64 bytes (or a view of them, for a slice). Equal to
-    a list of those tuples."""
+    (what `page_keys` yields), held as a memoryview of int64 token ids. Equal to a list of
+    those tuples.
 
-    __slots__ = ("_page", "_pages", "data", "page_size", "width")
+    `n` is its length and `unpack(tokens, i * page_bytes)` its item i: the tree's walk reads
+    them directly, without the Python-level calls of `len()` and `[i]`."""
 
-    def __init__(self, data: bytes | memoryview, page_size: int) -> None:
-        self.data = data
+    __slots__ = ("n", "page_bytes", "page_size", "tokens", "unpack")
+
+    def __init__(self, tokens: memoryview, page_size: int) -> None:
+        self.tokens = tokens  # int64 items, a whole number of pages
         self.page_size = page_size
-        self.width = page_size * _TOKEN_BYTES  # bytes per page
-        self._pages = len(data) // self.width
-        self._page = _page_struct(page_size)
+        self.page_bytes = page_size * _TOKEN_BYTES
+        self.n = len(tokens) // page_size
+        self.unpack = _unpacker(page_size)
 
     def __len__(self) -> int:
-        return self._pages
+        return self.n
 
     @overload
     def __getitem__(self, i: int) -> tuple[int, ...]: ...
     @overload
     def __getitem__(self, i: slice) -> TokenPages: ...
     def __getitem__(self, i: int | slice) -> tuple[int, ...] | TokenPages:
-        w = self.width
-        if type(i) is int and 0 <= i < self._pages:  # the tree's child lookups
-            return self._page.unpack_from(self.data, i * w)
-        if isinstance(i, slice):
-            start, stop, step = i.indices(self._pages)
+        if type(i) is slice:
+            start, stop, step = i.indices(self.n)
             if step != 1:
                 raise ValueError("TokenPages slices take no step")
-            if start == 0 and stop >= self._pages:
+            if start == 0 and stop >= self.n:
                 return self  # immutable: the whole run is itself
-            stop = max(start, stop)
+            if stop < start:
+                stop = start
+            size = self.page_size
             out = TokenPages.__new__(TokenPages)  # this run's fields, not recomputed
-            out.data = memoryview(self.data)[start * w : stop * w]
-            out.page_size, out.width, out._page = self.page_size, w, self._page
-            out._pages = stop - start
+            out.tokens = self.tokens[start * size : stop * size]
+            out.page_size, out.page_bytes, out.unpack = size, self.page_bytes, self.unpack
+            out.n = stop - start
             return out
         if i < 0:
-            i += self._pages
-        if not 0 <= i < self._pages:
+            i += self.n
+        if not 0 <= i < self.n:
             raise IndexError("page index out of range")
-        return self._page.unpack_from(self.data, i * w)
+        return self.unpack(self.tokens, i * self.page_bytes)
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
-        tokens = array(_TOKEN)
-        tokens.frombytes(self.data)
-        return zip(*[iter(tokens)] * self.page_size, strict=True)
+        return zip(*[iter(self.tokens)] * self.page_size, strict=True)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, TokenPages):
-            return self.page_size == other.page_size and _same(self.data, other.data)
+        if type(other) is TokenPages:
+            return self.page_size == other.page_size and _same(self.tokens, other.tokens)
         if isinstance(other, list):
             return list(self) == other
         return NotImplemented
@@ -85,54 +89,69 @@ class TokenPages(Sequence[tuple[int, ...]]):
     __hash__ = None  # type: ignore[assignment]  # a run, like a list, is not a key
 
     def __add__(self, other: TokenPages) -> TokenPages:
-        if not isinstance(other, TokenPages) or other.page_size != self.page_size:
+        if type(other) is not TokenPages or other.page_size != self.page_size:
             return NotImplemented
-        return TokenPages(b"".join((self.data, other.data)), self.page_size)
+        joined = b"".join((self.tokens, other.tokens))
+        return TokenPages(memoryview(joined).cast("q"), self.page_size)
 
     def common_len(self, other: TokenPages, start: int) -> int:
         """How many leading pages of this run equal other's pages from `start` on."""
-        w, data, theirs = self.width, self.data, other.data
-        if type(theirs) is not bytes:
-            theirs = bytes(theirs)  # a view: startswith is a bytes method
-        n = min(self._pages, other._pages - start)
+        n = other.n - start
+        if n > self.n:
+            n = self.n
         if n <= 0:
             return 0
-        if theirs.startswith(data if n == self._pages else data[: n * w], start * w):
+        size = self.page_size
+        # bytes.startswith compares by memcmp and takes any buffer as its prefix, but must be
+        # called on bytes: a copy of the part of this run to compare
+        mine = bytes(self.tokens[: n * size])
+        theirs = other.tokens[start * size : (start + n) * size]
+        if mine.startswith(theirs):
             return n
         # bisect on run equality: O(log n) steps, O(n) bytes compared in all
         lo, hi = 0, n - 1  # pages [0, lo) match; page hi is past the first mismatch or at it
-        base = start * w
+        step = self.page_bytes
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if theirs.startswith(data[lo * w : mid * w], base + lo * w):
+            if mine.startswith(theirs[lo * size : mid * size], lo * step):
                 lo = mid
             else:
                 hi = mid - 1
         return lo
 
     def __repr__(self) -> str:
-        return f"TokenPages({len(self)} pages of {self.page_size})"
+        return f"TokenPages({self.n} pages of {self.page_size})"
+
+
+KeyRun = list[PageKey] | TokenPages
 
 
 def page_keys(tokens: Sequence[int], page_size: int) -> TokenPages:
     """One tuple of token ids per full page, packed (`TokenPages`); a trailing partial page is
-    dropped. Token ids must fit a signed 64-bit integer."""
-    _check_page_size(page_size)
-    full = len(tokens) - len(tokens) % page_size
-    if isinstance(tokens, array) and tokens.typecode == _TOKEN:
-        data = memoryview(tokens)[:full].tobytes() if full < len(tokens) else tokens.tobytes()
-    else:
-        data = array(_TOKEN, tokens[:full]).tobytes()
-    return TokenPages(data, page_size)
+    dropped. Token ids must fit a signed 64-bit integer.
+
+    A C-contiguous buffer of int64 (array('q'), a numpy int64 array) is viewed, not copied: the
+    keys, and the tree nodes cut from them, read the caller's buffer for as long as they are
+    cached, so its token ids must not be written afterwards (an array cannot be resized while
+    viewed). Any other sequence is copied into an array of the keys' own."""
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    try:
+        view = memoryview(tokens)  # type: ignore[arg-type]
+    except TypeError:
+        view = None
+    if view is None or view.format not in _INT64 or view.ndim != 1 or not view.c_contiguous:
+        view = memoryview(array(_TOKEN, tokens))
+    full = len(view) - len(view) % page_size
+    return TokenPages(view if full == len(view) else view[:full], page_size)
 
 
 def as_run(keys: Sequence[PageKey]) -> list[PageKey] | TokenPages:
-    """`keys` as a run the tree takes: a list (copied only when not one) or a TokenPages over
-    bytes of its own (a slice, a view, is copied once here rather than on every compare)."""
+    """`keys` as a run the tree takes: a list (copied only when not one) or a TokenPages."""
     if isinstance(keys, list):
         return keys
     if isinstance(keys, TokenPages):
-        return keys if type(keys.data) is bytes else TokenPages(bytes(keys.data), keys.page_size)
+        return keys
     return list(keys)
 
 
@@ -164,15 +183,16 @@ def store_key(key: PageKey) -> bytes:
     raise TypeError(f"page key {key!r} cannot name a store page: use page_hashes or integer ids")
 
 
-def _same(a: bytes | memoryview, b: bytes | memoryview) -> bool:
+def _same(a: memoryview, b: memoryview) -> bool:
     """Equal bytes, compared by memcmp (memoryview == compares item by item)."""
-    return len(a) == len(b) and (a if type(a) is bytes else bytes(a)).startswith(b)
+    return a.nbytes == b.nbytes and bytes(a).startswith(b)
 
 
 @cache
-def _page_struct(page_size: int) -> Struct:
-    """Unpacks one page's token ids to a tuple, laid out as array(_TOKEN) packs them."""
-    return Struct(f"={page_size}{_TOKEN}")
+def _unpacker(page_size: int) -> Callable[[memoryview, int], tuple[int, ...]]:
+    """Reads one page's token ids as a tuple from a buffer of int64 at a byte offset (one bound
+    method per page size, shared by every run)."""
+    return Struct(f"={page_size}{_TOKEN}").unpack_from
 
 
 def _check_page_size(page_size: int) -> None:

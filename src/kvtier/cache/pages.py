@@ -29,9 +29,9 @@ class Pages(Sequence[int]):
     @classmethod
     def of(cls, pages: Iterable[int]) -> Pages:
         """The runs of any iterable of page indices (one pass over the pages)."""
-        if isinstance(pages, Pages):
+        if type(pages) is Pages:
             return pages
-        if isinstance(pages, range) and pages.step == 1:
+        if type(pages) is range and pages.step == 1:
             return cls((pages,), len(pages)) if pages else EMPTY
         runs: list[range] = []
         start = stop = None
@@ -88,7 +88,7 @@ class Pages(Sequence[int]):
         return list(chain.from_iterable(self.runs))
 
     def __add__(self, other: Sequence[int]) -> Pages:
-        if not isinstance(other, Pages):
+        if type(other) is not Pages:
             other = Pages.of(other)
         if not other.n:
             return self
@@ -150,10 +150,10 @@ def _cut(runs: tuple[range, ...], start: int, stop: int) -> tuple[range, ...]:
     out: list[range] = []
     at = 0
     for r in runs:
-        size = len(r)
-        end = at + size
+        end = at + len(r)
         if end > start:
-            out.append(r[max(start - at, 0) : min(stop - at, size)])
+            # a range slices like a list: a stop past its end is cut to the end
+            out.append(r[start - at if start > at else 0 : stop - at])
             if end >= stop:
                 break
         at = end

@@ -174,16 +174,16 @@ class RunPool:
 
     def free(self, pages: Sequence[int]) -> None:
         """Return pages; raises ValueError on a page that is not allocated (nothing freed)."""
-        if not isinstance(pages, Pages):
+        if type(pages) is not Pages:
             pages = Pages.of(pages)
         runs = pages.runs
-        if not runs:
-            return
         if len(runs) > 1:
             runs = tuple(sorted(runs, key=_START))
             for low, high in pairwise(runs):
                 if high.start < low.stop:
                     raise ValueError(f"page {high.start} is not allocated (listed twice)")
+        elif not runs:
+            return
         starts, stops, top = self._starts, self._stops, self._top
         for r in runs:
             a, b = r.start, r.stop
@@ -192,13 +192,16 @@ class RunPool:
             i = bisect_right(starts, a)
             if (i and stops[i - 1] > a) or (i < len(starts) and starts[i] < b):
                 raise ValueError(f"a page of {a}..{b - 1} is not allocated (double free)")
-        for r in reversed(runs):  # high runs first: a run at the top lowers it for the next
-            self._give_back(r.start, r.stop)
+        if len(runs) == 1:
+            self._give_back(a, b, i)
+        else:
+            for r in reversed(runs):  # high runs first: a run at the top lowers it for the next
+                self._give_back(r.start, r.stop, bisect_right(starts, r.start))
         self.num_free += pages.n
 
-    def _give_back(self, a: int, b: int) -> None:
+    def _give_back(self, a: int, b: int, i: int) -> None:
+        """Put a..b-1 back; `i` is its place among the free runs (bisect_right of a)."""
         starts, stops = self._starts, self._stops
-        i = bisect_right(starts, a)
         if b == self._top:
             if i and stops[i - 1] == a:
                 a = starts.pop(i - 1)

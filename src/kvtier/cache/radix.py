@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from operator import getitem
+from typing import Any, NamedTuple
 
 from kvtier.cache.eviction import EvictionPolicy, priority_of
-from kvtier.cache.keys import PageKey, TokenPages, as_run
+from kvtier.cache.keys import KeyRun, PageKey, TokenPages, as_run
 from kvtier.cache.pages import EMPTY, Pages, PageSeq, join
 from kvtier.cache.storage import Tier
 
-KeyRun = list[PageKey] | TokenPages
+_new = tuple.__new__
 
 _IN_DEVICE_HEAP = 1
 _IN_HOST_HEAP = 2
@@ -55,11 +56,13 @@ class TreeNode:
         "parent",
         "pinned",
         "queued",
+        "size",
         "stored",
     )
 
     def __init__(self, keys: KeyRun, parent: TreeNode | None, tick: int) -> None:
         self.keys = keys
+        self.size = len(keys)  # pages in the run: len(keys) without a Python-level __len__
         self.device: PageSeq | None = None
         self.host: PageSeq | None = None
         self.stored = False
@@ -148,21 +151,21 @@ class RadixTree:
     def match_prefix(self, keys: Sequence[PageKey]) -> MatchResult:
         """Longest prefix of `keys` in the tree (device or host), splitting the node where the
         match ends inside it. Touches the matched nodes (last_access)."""
-        if type(keys) is not list:
-            keys = as_run(keys)
+        keys, get, src, scale, n = _reader(keys)
+        common = _COMMON_LEN[scale > 1]
         self.clock += 1
         tick = self.clock
         node = self.root
         last_device = node
         device_parts: list[PageSeq] = []
         num_host = 0
-        i, n = 0, len(keys)
+        i = 0
         while i < n:
-            child = node.children.get(keys[i])
+            child = node.children.get(get(src, i * scale))
             if child is None:
                 break
-            m = _common_len(child.keys, keys, i)
-            if m < len(child.keys):
+            m = common(child.keys, keys, i)
+            if m < child.size:
                 child = self._split(child, m)
             child.last_access = tick
             if child.device is not None:
@@ -173,10 +176,13 @@ class RadixTree:
             node = child
             i += m
         if len(device_parts) == 1:
-            return MatchResult(device_parts[0], num_host, last_device, node)
-        if not device_parts:
-            return MatchResult(EMPTY if self.page_runs else [], num_host, last_device, node)
-        return MatchResult(join(device_parts), num_host, last_device, node)
+            device = device_parts[0]
+        elif not device_parts:
+            device = EMPTY if self.page_runs else []
+        else:
+            device = join(device_parts)
+        # NOTE: tuple.__new__ builds the NamedTuple without its Python-level __new__
+        return _new(MatchResult, (device, num_host, last_device, node, 0))
 
     def insert(
         self,
@@ -189,20 +195,22 @@ class RadixTree:
 
         `match`: the caller's match of these same keys, its device part locked since (so still
         in the tree): the walk starts where that part ends, its nodes stamped as a walk would."""
-        if len(keys) != len(device_pages):
-            raise ValueError(f"{len(keys)} keys but {len(device_pages)} device pages")
-        if type(keys) is not list:
-            keys = as_run(keys)
+        keys, get, src, scale, n = _reader(keys)
+        common = _COMMON_LEN[scale > 1]
         if self.page_runs:
-            if not isinstance(device_pages, Pages):
+            if type(device_pages) is not Pages:
                 device_pages = Pages.of(device_pages)
-        elif not isinstance(device_pages, list):
-            device_pages = list(device_pages)
+            size = device_pages.n
+        else:
+            if type(device_pages) is not list:
+                device_pages = list(device_pages)
+            size = len(device_pages)
+        if n != size:
+            raise ValueError(f"{n} keys but {size} device pages")
         self.clock += 1
         tick = self.clock
         node = self.root
-        prefix_len = 0
-        i, n = 0, len(keys)
+        prefix_len = i = 0
         if match is not None and match.num_device_pages <= n:
             node = up = match.last_device_node
             i = prefix_len = match.num_device_pages
@@ -213,11 +221,11 @@ class RadixTree:
             if up is not self.root:
                 raise ValueError("stale match: its last device node left the tree")
         while i < n:
-            child = node.children.get(keys[i])
+            child = node.children.get(get(src, i * scale))
             if child is None:
                 break
-            m = _common_len(child.keys, keys, i)
-            if m < len(child.keys):
+            m = common(child.keys, keys, i)
+            if m < child.size:
                 child = self._split(child, m)
             child.last_access = tick
             child.hit_count += 1
@@ -229,15 +237,17 @@ class RadixTree:
             node = child
             i += m
         if i < n:
-            leaf = TreeNode(keys[i:], node, tick)
+            leaf = TreeNode(keys[i:] if i else keys, node, tick)
             leaf.hit_count = 1
-            node.children[keys[i]] = leaf
-            leaf.device = device_pages[i:]  # what set_device and offer do for a new leaf
+            node.children[get(src, i * scale)] = leaf
+            # what set_device and offer do for a new leaf
+            leaf.device = device_pages[i:] if i else device_pages
             self.device_total += n - i
             leaf.queued = _IN_DEVICE_HEAP
-            self._push(0, leaf)
+            self._seq += 1
+            heapq.heappush(self._heaps[0], (self.priority(leaf), self._seq, leaf))
             node = leaf
-        return InsertResult(prefix_len, node)
+        return _new(InsertResult, (prefix_len, node))
 
     def attach_host(
         self, parent: TreeNode, keys: Sequence[PageKey], host_pages: PageSeq
@@ -274,6 +284,7 @@ class RadixTree:
             new.host = node.host[:m]
             node.host = node.host[m:]
         node.keys = node.keys[m:]
+        node.size -= m
         node.parent = new
         new.children = {node.keys[0]: node}
         parent.children[new.keys[0]] = new
@@ -366,7 +377,8 @@ class RadixTree:
         parent = node.parent
         if parent is None or node.children or node.device is not None or node.host is not None:
             raise ValueError(f"cannot remove {node!r}: it has children or pages")
-        del parent.children[node.keys[0]]
+        keys = node.keys
+        del parent.children[keys.unpack(keys.tokens, 0) if type(keys) is TokenPages else keys[0]]
         node.parent = None
         if parent is not self.root:
             self.offer(parent)
@@ -467,10 +479,19 @@ class RadixTree:
         return out
 
 
-def _common_len(run: KeyRun, keys: KeyRun, start: int) -> int:
+def _reader(
+    keys: Sequence[PageKey],
+) -> tuple[KeyRun, Callable[[Any, int], PageKey], Any, int, int]:
+    """`(run, get, src, scale, n)`: `keys` as a run of `n` keys, key i being
+    `get(src, i * scale)`, a C-level call (a TokenPages' `[i]` is a Python-level one)."""
+    if type(keys) is TokenPages:
+        return keys, keys.unpack, keys.tokens, keys.page_bytes, keys.n
+    run = keys if type(keys) is list else as_run(keys)
+    return run, getitem, run, 1, len(run)
+
+
+def _common_len(run: list[PageKey], keys: list[PageKey], start: int) -> int:
     """How many leading keys of `run` equal keys[start:]."""
-    if type(run) is TokenPages and type(keys) is TokenPages:
-        return run.common_len(keys, start)
     n = len(run)
     if run == keys[start : start + n]:
         return n
@@ -486,3 +507,11 @@ def _common_len(run: KeyRun, keys: KeyRun, start: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+# How many leading keys of a node's run equal the keys from a position on, by the kind of run
+# (one tree uses one kind): lists, or TokenPages (packed, compared as bytes).
+_COMMON_LEN: tuple[Callable[[Any, Any, int], int], Callable[[Any, Any, int], int]] = (
+    _common_len,
+    TokenPages.common_len,
+)

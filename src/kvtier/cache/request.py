@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvtier.cache.hierarchy import TieredCache
-from kvtier.cache.keys import PageKey, as_run
+from kvtier.cache.keys import KeyRun, PageKey, as_run
 from kvtier.cache.pages import PageSeq
-from kvtier.cache.radix import KeyRun, MatchResult, TreeNode
+from kvtier.cache.radix import MatchResult, TreeNode
 from kvtier.cache.storage import Tier
 from kvtier.cache.types import LoadBackHandle
 
