@@ -12,6 +12,7 @@ Engine rules these figures mirror (see kvtier.engines.sglang.pool / kvtier.engin
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -21,10 +22,12 @@ import pytest
 
 from kvtier.cli import main
 from kvtier.engines.sglang import hicache
+from kvtier.engines.sglang import ledger as sglang_ledger
 from kvtier.engines.sglang import pool as sglang_pool
 from kvtier.errors import KvtierError
 from kvtier.spec.catalog import resolve_model
 from kvtier.spec.config import model_from_config
+from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import ModelSpec
 from kvtier.spec.params import ATTENTION, ATTENTION_KV, INDEXER, INDEXER_KEYS, ROUTED_EXPERTS
 
@@ -88,6 +91,18 @@ def test_sglang_runs_a_dsa_model_with_pages_of_64(capsys: pytest.CaptureFixture[
     assert out["kv_tokens"] % 64 == 0
     assert _inputs(out)["page size"] == "64"
     assert _inputs(out)["kv cache dtype"] == "bfloat16"  # compute capability 9.0
+
+
+def test_sglang_dsa_auto_kv_is_fp8_on_a_compute_capability_10_card(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    card = dataclasses.replace(resolve_gpu("B200"), compute_capability=(10, 0))
+    monkeypatch.setattr(sglang_ledger, "resolve_gpu", lambda name: card)
+    model = str(CONFIGS / "deepseek-v3.2.json")
+    out = _plan(capsys, "--engine", "sglang", "--model", model, "--gpu", "B200", "--tp", "8")
+    assert _inputs(out)["kv cache dtype"] == "fp8_e4m3"
+    # the budget divides by the raw fp8 latent and the indexer: 61 x (576 + 132) = 43,188 B
+    assert out["kv_bytes_per_token"] == V32_LAYERS * (V32_LATENT * 1 + V32_INDEX)
 
 
 @pytest.mark.parametrize(
