@@ -271,7 +271,7 @@ def warn_ignored(deployment: Deployment) -> None:
 
 EPILOG = """\
 examples:
-  kvtier plan --engine vllm --model llama-3.1-8b --gpu h100 --max-model-len 8192
+  kvtier plan --engine vllm --model llama-3.1-8b --gpu h100 --max-model-len 8192 --quantization fp8
   kvtier plan --gpu "RTX PRO 6000" --gpus 8 --free-before-load-gib 94.04 \\
       --free-after-load-gib 21.71 -- python -m sglang.launch_server \\
       --model-path moonshotai/Kimi-K2.5 --tp 8 --mem-fraction-static 0.88

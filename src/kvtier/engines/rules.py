@@ -16,7 +16,16 @@ from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.flags import FlagTable
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
+from kvtier.errors import KvtierError
 from kvtier.logs.lines import LogLine
+from kvtier.spec.model import ModelSpec
+
+
+def published_checkpoint(model: ModelSpec, d: Deployment) -> tuple[ModelSpec, str | None]:
+    """The checkpoint as published: an engine without a `--quantization` rule refuses the flag."""
+    if d.quantization is not None:
+        raise KvtierError(f"--quantization is modelled for vLLM only, not {d.engine}")
+    return model, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +36,10 @@ class EngineRules:
     build_ledger: Callable[[PlanInputs], Ledger]  # pool formula, default rules, ledger items
     rounded_measures: Callable[[Deployment], tuple[str, ...]]  # printed figures the pool reads
     parse_startup: Callable[[list[LogLine]], Any]  # the startup-log grammar
+    # the model as the engine loads it under the deployment's flags (--quantization), and why
+    load_model: Callable[[ModelSpec, Deployment], tuple[ModelSpec, str | None]] = (
+        published_checkpoint
+    )
 
 
 def rules_for(engine: Engine) -> EngineRules:

@@ -42,10 +42,11 @@ def resolve(
     if d.measured.gpu_mem_gib is not None:
         gpu_mem_mib = round(d.measured.gpu_mem_gib * 1024)
         gpu_name = gpu_name or f"custom {d.measured.gpu_mem_gib:g} GiB"
+    model, loaded = rules_for(d.engine).load_model(model, d)
     dtype = None if d.dtype == "auto" else d.dtype
     weights = weight_bytes(model, d.tp, dtype)
     per_gpu = weights.total_bytes
-    source = f"estimated: spec weights at TP{d.tp}"
+    source = f"estimated: spec weights at TP{d.tp}" + (f" ({loaded})" if loaded else "")
     if d.pp > 1:  # an even split: the stages holding the embedding or the head carry a bit more
         per_gpu = -(-per_gpu // d.pp)
         source += f" / PP{d.pp}"
