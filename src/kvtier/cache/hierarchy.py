@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvtier.cache.eviction import EvictionPolicy
-from kvtier.cache.keys import PageKey, as_run, store_key
+from kvtier.cache.keys import PageKey, TokenPages, as_run, store_key
 from kvtier.cache.pages import PageSeq, join
 from kvtier.cache.pool import PagePool, RunPool
 from kvtier.cache.radix import InsertResult, MatchResult, RadixTree, TreeNode
@@ -136,7 +136,8 @@ class TieredCache:
         The caller frees its duplicates: device_pages[its own start : result.prefix_len].
         `match`: the caller's match of `keys`, locked since; the insert resumes where it ended."""
         result = self.tree.insert(keys, device_pages, match)
-        self.held_device_pages -= len(keys) - result.prefix_len
+        n = keys.n if type(keys) is TokenPages else len(keys)  # no Python-level __len__
+        self.held_device_pages -= n - result.prefix_len
         if self.host is not None and self.write_threshold:
             self._write_through(result.last_node)
         return result

@@ -104,7 +104,7 @@ class TokenPages(Sequence[tuple[int, ...]]):
         size = self.page_size
         # bytes.startswith compares by memcmp and takes any buffer as its prefix, but must be
         # called on bytes: a copy of the part of this run to compare
-        mine = bytes(self.tokens[: n * size])
+        mine = bytes(self.tokens if n == self.n else self.tokens[: n * size])
         theirs = other.tokens[start * size : (start + n) * size]
         if mine.startswith(theirs):
             return n
