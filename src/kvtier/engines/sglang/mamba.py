@@ -102,7 +102,9 @@ def ssm_dtype(version: Version | None, flag: str | None, state: LinearAttention)
     """mamba2_state_dtype: the flag, else (v0.5.9+) the config's, else float32."""
     if flag is not None:
         if flag not in ("float32", "bfloat16", "float16"):
-            raise KvtierError(f"--mamba-ssm-dtype {flag!r}: SGLang takes float32 or bfloat16")
+            raise KvtierError(
+                f"--mamba-ssm-dtype {flag!r}: SGLang takes float32, bfloat16 or float16"
+            )
         return flag
     reads_config = version is None or version.is_main or version >= V0_5_9
     if reads_config and state.ssm_dtype is not None:
