@@ -138,3 +138,10 @@ def test_scout_plan_keeps_two_pools_from_0_5_8(capsys: pytest.CaptureFixture[str
     # 36 of 48 layers hold 0.8 of the tokens: (12 + 36) / (12 + 0.8 x 36) = 1.176x the tokens
     # for the same budget, before v0.5.13's different default fraction
     assert full > int(str(one["kv_tokens"]))
+    pool = next(i for i in two["ledger"] if i["item"] == "KV cache pool")  # type: ignore[attr-defined]
+    assert "1,024 B x 12 global layers" in pool["source"]
+    assert f"({int(full * 0.8):,} + page) x 1,024 B x 36 local layers" in pool["source"]
+    assert "HybridSWAPoolConfigurator" in pool["source"]
+    era_b = _plan("0.5.9", capsys)
+    pool = next(i for i in era_b["ledger"] if i["item"] == "KV cache pool")  # type: ignore[attr-defined]
+    assert "set_num_tokens_hybrid_swa" in pool["source"]

@@ -311,16 +311,15 @@ def build(p: PlanInputs) -> Ledger:
             w_term.exact if w_term else True,
         )
     )
-    items.append(
-        LedgerItem(
-            "KV cache pool",
-            kv_bytes / GiB,
-            f"(tokens + page) x {pool_cell:,} B; tokens = int(rest x 2^30) // {cell:,}, "
-            f"rest = free_after - free_before x (1 - {fraction})"
-            f"{' - the VLM embedding cache' if mm_reserve else ''} (profile_max_num_token)",
-            exact_mem,
-        )
+    rest_text = (
+        f"rest = free_after - free_before x (1 - {fraction})"
+        f"{' - the VLM embedding cache' if mm_reserve else ''} (profile_max_num_token)"
     )
+    pool_text = f"(tokens + page) x {pool_cell:,} B; tokens = int(rest x 2^30) // {cell:,}"
+    if swa_pool:
+        pool_text = sliding.split_text(era, kv, target_cell // layers, tokens, swa)
+    pool_item = LedgerItem("KV cache pool", kv_bytes / GiB, f"{pool_text}, {rest_text}", exact_mem)
+    items.append(pool_item)
 
     if linear is not None:
         split = linear.split(rest.value)

@@ -102,3 +102,20 @@ def split_tokens(
     if era.pool is PoolEra.C:
         return era_c_tokens(rest_gib, kv, attn_tp, dtype, page_size, ratio, max_total_tokens)
     return hybrid_swa_tokens(profiled, kv, attn_tp, page_size, ratio)
+
+
+def split_text(era: Era, kv: KVGeometry, per_layer: int, full: int, swa: int) -> str:
+    """How the ledger states the two pools' sizes and the rule that split them."""
+    pools = (
+        f"(tokens + page) x {per_layer:,} B x {kv.num_full_layers} global layers + "
+        f"({swa:,} + page) x {per_layer:,} B x {kv.num_local_layers} local layers"
+    )
+    if era.pool is PoolEra.C:
+        return (
+            f"{pools}; tokens = int(rest x 2^30) // ({per_layer:,} x {kv.num_full_layers} + "
+            f"ratio x {per_layer:,} x {kv.num_local_layers}) (HybridSWAPoolConfigurator)"
+        )
+    return (
+        f"{pools}; the tokens profiled over every layer re-divided so that SWA tokens = "
+        "ratio x tokens (set_num_tokens_hybrid_swa)"
+    )
