@@ -358,7 +358,7 @@ def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
         label = "simulating"
         if "sweep_param" in params:
             label += f" {params['sweep_param']}={params['sweep_value']}"
-        bar = progress.bar(label, len(trace.requests))
+        bar = progress.bar(label, simulate_hicache.request_count(trace))
         return simulate(trace, config, args.warmup_fraction, bar, params)
 
     if args.sweep:

@@ -15,14 +15,22 @@ PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")  # and sim.engin
 MULTITURN_HELP = """\
 Each turn sends the client's whole history (earlier requests and answers) plus a new request; a
 sender pops the ready queue at Poisson times of --rate turns/s. Lines carry `round` (0 first), and
---json reports hit_rate_by_round. With --store-tokens, a request whose prefix continues in the L3
+--json reports hit_rate_by_round. With --max-parallel the clients run against the simulated
+server instead (closed loop). With --store-tokens, a request whose prefix continues in the L3
 store prefetches it while it waits; --hicache-storage-prefetch-policy says how long it waits.
   kvtier simulate --generate multiturn --clients 16 --rounds 6 --request-tokens 2048 \\
       --output-tokens 64 --rate 1 --round-barrier --block-tokens 64 --seed 1 -o mt.jsonl
   kvtier simulate mt.jsonl --block-tokens 64 --engine sglang --model llama-3.1-8b --gpu h100 \\
       --device-tokens 30000 --hicache-ratio 2 --store-tokens 10000000 --store-gbps 0.2 \\
       --hicache-storage-prefetch-policy wait_complete --json"""
-MULTITURN_FLAGS = ("clients", "rounds", "request_tokens", "output_tokens", "ready_queue")
+MULTITURN_FLAGS = (
+    "clients",
+    "rounds",
+    "request_tokens",
+    "output_tokens",
+    "ready_queue",
+    "max_parallel",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser, store: Any) -> None:
@@ -58,6 +66,14 @@ def add_arguments(p: argparse.ArgumentParser, store: Any) -> None:
         "--ready-queue",
         choices=READY_QUEUES,
         help="which ready turn is sent next (default random)",
+    )
+    g.add_argument(
+        "--max-parallel",
+        type=count(1, MAX_REQUESTS),
+        metavar="N",
+        help="run the clients against the simulated server (closed loop): a turn goes out only "
+        "after the client's previous answer, at most N at once (the benchmark's default: 128); "
+        "without it the trace is open loop, each answer taken as instant",
     )
     g.add_argument(
         "--block-tokens",
@@ -102,6 +118,13 @@ def check(args: argparse.Namespace) -> None:
             )
     elif given:
         raise KvtierError(f"{', '.join(given)} apply to --generate multiturn")
+    if args.max_parallel is not None:
+        if args.output:
+            raise KvtierError("-o writes the open-loop trace: drop --max-parallel")
+        if args.unbounded or args.lru_tokens is not None:
+            raise KvtierError("--max-parallel runs the clients on the timed server: drop it")
+        if args.time_scale != 1.0:
+            raise KvtierError("the clients send at --rate: drop --time-scale")
     if args.block_tokens is not None and args.generate not in (None, MULTITURN):
         raise KvtierError(
             f"--generate {args.generate} hashes 512-token blocks: drop --block-tokens"
@@ -109,7 +132,8 @@ def check(args: argparse.Namespace) -> None:
 
 
 def generate(args: argparse.Namespace) -> Any:
-    """The multi-turn trace the flags describe, as a `Trace`."""
+    """The multi-turn trace the flags describe, as a `Trace`; with --max-parallel, the clients
+    themselves (a `ClientLoop`), to run against the simulated server."""
     from kvtier.sim.multiturn import MultiturnSpec, multiturn
     from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace
 
@@ -123,9 +147,21 @@ def generate(args: argparse.Namespace) -> Any:
         ready_queue=args.ready_queue or "random",
         block_tokens=args.block_tokens or MOONCAKE_BLOCK_TOKENS,
     )
+    if args.max_parallel is not None:
+        from kvtier.sim.clients import ClientLoop
+
+        spec.check()
+        return ClientLoop(spec, args.seed, args.max_parallel)
     return Trace(
         multiturn(spec, args.seed), spec.block_tokens, f"generated multiturn seed {args.seed}"
     )
+
+
+def request_count(source: Any) -> int:
+    """Requests a trace holds, or turns the benchmark's clients will send."""
+    from kvtier.sim.clients import ClientLoop
+
+    return source.turns if isinstance(source, ClientLoop) else len(source.requests)
 
 
 def prefetch_flags(args: argparse.Namespace) -> Any:

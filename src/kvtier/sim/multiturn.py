@@ -21,11 +21,16 @@ begins, and everything after it, is new.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvtier.errors import KvtierError
 from kvtier.sim.trace import MAX_LENGTH, MAX_ROUND, MOONCAKE_BLOCK_TOKENS, TraceRequest
 from kvtier.sim.workload import Context, IdSource, advance, prompt_ids
+
+if TYPE_CHECKING:
+    import random
 
 READY_QUEUE_POLICIES = ("random", "fifo")  # bench_multiturn.py ReadyQueue.pop
 MAX_TURNS = 10_000_000  # clients x rounds
@@ -104,34 +109,64 @@ class MultiturnSpec:
         return per_client * self.clients
 
 
-def multiturn(spec: MultiturnSpec, seed: int) -> tuple[TraceRequest, ...]:
-    """Every turn of every client in send order, the same for the same seed."""
+def conversations(spec: MultiturnSpec) -> list[list[TraceRequest]]:
+    """Every client's turns, first round first (rid and arrival time still to be given)."""
     spec.check()
+    ids = IdSource()
+    out: list[list[TraceRequest]] = []
+    for _ in range(spec.clients):
+        ctx = Context([])
+        turns = []
+        for turn in range(spec.rounds):
+            prompt_len = ctx.length + spec.request_tokens
+            blocks = prompt_ids(ctx, prompt_len, ids, spec.block_tokens)
+            turns.append(TraceRequest(-1, 0.0, prompt_len, spec.output_tokens, blocks, turn))
+            advance(ctx, blocks, prompt_len, spec.output_tokens, spec.block_tokens)
+        out.append(turns)
+    return out
+
+
+class ReadyQueue:
+    """The benchmark's ready queue (`ReadyQueue`) and round barrier, over client numbers."""
+
+    def __init__(self, spec: MultiturnSpec, rng: random.Random) -> None:
+        self.spec = spec
+        self.rng = rng
+        self.ready = list(range(spec.clients))  # every client's first turn, in client order
+        self.held: list[int] = []  # next-round turns the barrier holds back
+        self.sent = [0] * spec.clients
+
+    def pop(self) -> int | None:
+        """The client whose next turn goes out now, or None when no turn is ready."""
+        if not self.ready:
+            return None
+        pick = self.rng.randrange(len(self.ready)) if self.spec.ready_queue == "random" else 0
+        client = self.ready.pop(pick)
+        self.sent[client] += 1
+        return client
+
+    def answered(self, client: int, in_flight: int, more: bool = True) -> None:
+        """`client`'s turn came back (`more`: its conversation goes on) with `in_flight` turns
+        still out; with the barrier, the next round is released once the round is done."""
+        if more and self.sent[client] < self.spec.rounds:
+            (self.held if self.spec.round_barrier else self.ready).append(client)
+        if not self.ready and not in_flight:
+            self.ready, self.held = self.held, []
+
+
+def multiturn(spec: MultiturnSpec, seed: int) -> tuple[TraceRequest, ...]:
+    """Every turn of every client in send order, the same for the same seed; each answer is
+    taken to be back before the next send."""
+    turns = conversations(spec)
     import random  # only generating needs it
 
     rng = random.Random(seed)
-    ids = IdSource()
-    contexts = [Context([]) for _ in range(spec.clients)]
-    sent = [0] * spec.clients  # turns each client has sent
-    ready = list(range(spec.clients))
-    held: list[int] = []  # next-round turns the barrier holds back
+    queue = ReadyQueue(spec, rng)
     out: list[TraceRequest] = []
     t = 0.0
-    while ready:
-        pick = rng.randrange(len(ready)) if spec.ready_queue == "random" else 0
-        client = ready.pop(pick)
-        ctx = contexts[client]
-        prompt_len = ctx.length + spec.request_tokens
-        blocks = prompt_ids(ctx, prompt_len, ids, spec.block_tokens)
-        turn = sent[client]
-        out.append(
-            TraceRequest(len(out), round(t, 3), prompt_len, spec.output_tokens, blocks, turn)
-        )
-        advance(ctx, blocks, prompt_len, spec.output_tokens, spec.block_tokens)
-        sent[client] += 1
-        if sent[client] < spec.rounds:
-            (held if spec.round_barrier else ready).append(client)
-        if not ready:
-            ready, held = held, []
+    while (client := queue.pop()) is not None:
+        turn = turns[client][queue.sent[client] - 1]
+        out.append(dataclasses.replace(turn, rid=len(out), arrival_s=round(t, 3)))
+        queue.answered(client, in_flight=0)
         t += rng.expovariate(spec.rate)
     return tuple(out)

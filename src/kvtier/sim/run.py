@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvtier.engines.sglang.prefetch import ERA_0_5_3
+from kvtier.sim.clients import ClientLoop
 from kvtier.sim.engine.cacheport import TieredCachePort
 from kvtier.sim.engine.prefetch import PrefetchQueue
 from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
@@ -28,9 +29,10 @@ class Replay:
 
 
 def replay(
-    trace: Trace, config: SimConfig, progress: Callable[[int], None] | None = None
+    trace: Trace | ClientLoop, config: SimConfig, progress: Callable[[int], None] | None = None
 ) -> Replay:
-    """Replay `trace` on the deployment `config` describes; `progress` gets settled requests."""
+    """Replay `trace` (or run the benchmark clients of a `ClientLoop`) on the deployment
+    `config` describes; `progress` gets settled requests."""
     if trace.block_size != config.block_size:
         raise ValueError("trace and config disagree on the block size")
     port = TieredCachePort(
@@ -58,11 +60,18 @@ def replay(
         ),
         prefetch,
     )
-    sim = Simulation(trace, engine)
+    clients = None
+    if isinstance(trace, ClientLoop):
+        clients = trace.start()
+        sim = Simulation(clients, engine)
+    else:
+        sim = Simulation(trace, engine)
     records = sim.run(progress)
     settled = sum(1 for r in records if r.finished or r.rejected)
     if settled != len(records):
         raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
+    if clients is not None and clients.left:
+        raise RuntimeError(f"{clients.left} turns of the benchmark's clients were never sent")
     prefetches: dict[str, object] | None = None
     if prefetch is not None:
         prefetches = {
@@ -75,7 +84,7 @@ def replay(
 
 
 def simulate(
-    trace: Trace,
+    trace: Trace | ClientLoop,
     config: SimConfig,
     warmup_fraction: float = 0.0,
     progress: Callable[[int], None] | None = None,

@@ -10,26 +10,59 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 from kvtier.sim.engine.scheduler import Live, ServerModel
 from kvtier.sim.metrics import Concurrency, RequestRecord
-from kvtier.sim.trace import Trace
+from kvtier.sim.trace import Trace, TraceRequest
 
 ARRIVAL, STEP_END, WAKE = 0, 1, 2  # tie order at equal times
 
 
-class Simulation:
-    """Replays `trace` through `engine`; `run` returns every request's record in trace order."""
+class Arrivals(Protocol):
+    """Where requests come from: a trace's timestamps, or clients that wait for answers."""
 
-    def __init__(self, trace: Trace, engine: ServerModel) -> None:
-        self.trace = trace
+    def next_time(self) -> float:
+        """When the next request may arrive; inf when none will."""
+        ...
+
+    def take(self, now: float) -> TraceRequest | None:
+        """The request arriving at `now` (its rid its arrival position), or None."""
+        ...
+
+    def settled(self, rid: int, ok: bool) -> None:
+        """Request `rid` finished (`ok`) or was rejected."""
+        ...
+
+
+class TraceArrivals:
+    """A trace's requests at their timestamps."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.requests = trace.requests
+        self._next = 0
+
+    def next_time(self) -> float:
+        reqs = self.requests
+        return reqs[self._next].arrival_s if self._next < len(reqs) else math.inf
+
+    def take(self, now: float) -> TraceRequest | None:
+        self._next += 1
+        return self.requests[self._next - 1]
+
+    def settled(self, rid: int, ok: bool) -> None:
+        pass
+
+
+class Simulation:
+    """Replays `source` (a trace, or any `Arrivals`) through `engine`; `run` returns every
+    request's record in arrival order."""
+
+    def __init__(self, source: Trace | Arrivals, engine: ServerModel) -> None:
+        self.arrivals = TraceArrivals(source) if isinstance(source, Trace) else source
         self.engine = engine
-        self.records = [
-            RequestRecord(r.rid, r.arrival_s, r.input_len, r.output_len, r.round)
-            for r in trace.requests
-        ]
+        self.records: list[RequestRecord] = []
         self.concurrency = Concurrency()
-        self._next = 0  # index of the next arrival
         self._seq = 0
         self._queue: list[tuple[float, int, int]] = []  # (time, kind, seq)
         self._settled = 0  # finished + rejected
@@ -38,20 +71,19 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self._queue, (time, kind, self._seq))
 
-    def _horizon(self) -> float:
-        reqs = self.trace.requests
-        return reqs[self._next].arrival_s if self._next < len(reqs) else math.inf
-
     def run(self, progress: Callable[[int], None] | None = None) -> list[RequestRecord]:
-        if self.trace.requests:
-            self._push(self.trace.requests[0].arrival_s, ARRIVAL)
+        if (first := self.arrivals.next_time()) < math.inf:
+            self._push(first, ARRIVAL)
         reported = 0
         while self._queue:
             now, kind, _ = heapq.heappop(self._queue)
             if kind == ARRIVAL:
                 self._arrive(now)
             elif kind == STEP_END:
-                self._settled += len(self.engine.finish_step(now))
+                done = self.engine.finish_step(now)
+                for rec in done:
+                    self.arrivals.settled(rec.rid, True)
+                self._settled += len(done)
                 self._step(now)
             elif not self.engine.busy:
                 self._step(now)
@@ -62,21 +94,24 @@ class Simulation:
         return self.records
 
     def _arrive(self, now: float) -> None:
-        req = self.trace.requests[self._next]
-        rec = self.records[self._next]
-        self._next += 1
-        if self._next < len(self.trace.requests):
-            self._push(self._horizon(), ARRIVAL)
+        req = self.arrivals.take(now)
+        if (after := self.arrivals.next_time()) < math.inf:
+            self._push(after, ARRIVAL)
+        if req is None:
+            return
+        rec = RequestRecord(req.rid, req.arrival_s, req.input_len, req.output_len, req.round)
+        self.records.append(rec)
         rec.rejected = self.engine.never_fits(req)
         if rec.rejected:
             self._settled += 1
+            self.arrivals.settled(req.rid, False)
             return
         self.engine.arrive(Live(req, rec), now)
         if not self.engine.busy:
             self._push(now, WAKE)
 
     def _step(self, now: float) -> None:
-        duration = self.engine.start_step(now, self._horizon())
+        duration = self.engine.start_step(now, self.arrivals.next_time())
         if duration is not None:
             self._push(now + duration, STEP_END)
         elif now < (wake := self.engine.next_wake()) < math.inf:
