@@ -27,6 +27,7 @@ from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.spec.config import model_from_config
 from kvtier.spec.model import AttentionKind, ModelSpec
+from sglang_wheels import sglang_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".oracle-sglang"
@@ -70,17 +71,7 @@ def _tree(version: str) -> Path:
     target = CACHE / version
     if (target / "sglang" / "srt" / "server_args.py").exists():
         return target
-    wheels = CACHE / "wheels"
-    found = list(wheels.glob(f"sglang-{version}-*.whl"))
-    if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
-        cmd += ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64"]
-        cmd += ["-d", str(wheels), f"sglang=={version}"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        found = list(wheels.glob(f"sglang-{version}-*.whl"))
-        if done.returncode != 0 or not found:
-            missing(f"cannot download the sglang=={version} wheel: {done.stderr.strip()[-300:]}")
-    with zipfile.ZipFile(found[0]) as wheel:
+    with zipfile.ZipFile(sglang_wheel(version)) as wheel:
         names = [
             n
             for n in wheel.namelist()

@@ -18,21 +18,19 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import in_ci, missing
+from conftest import in_ci
 from kvtier.engines.sglang import mamba
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.spec.model import LinearAttention
+from sglang_wheels import CACHE, sglang_wheel
 
-ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".oracle-sglang"
 RUNNER = Path(__file__).parent / "oracle" / "sglang_mamba.py"
 # each slot rule and every change inside one: v0.5.4 - v0.5.6 in model_runner.py, v0.5.7 - v0.5.15
 # in the KV-cache mixin, v0.5.16 the configurator, v0.5.17+ the padding slot
@@ -56,18 +54,8 @@ def _sources(version: str) -> tuple[Path, Path]:
     utils, handler = target / "mamba_utils.py", target / "handler.py"
     if utils.exists() and handler.exists():
         return utils, handler
-    wheels = CACHE / "wheels"
-    found = list(wheels.glob(f"sglang-{version}-*.whl"))
-    if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
-        cmd += ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64"]
-        cmd += ["-d", str(wheels), f"sglang=={version}"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        found = list(wheels.glob(f"sglang-{version}-*.whl"))
-        if done.returncode != 0 or not found:
-            missing(f"cannot download the sglang=={version} wheel: {done.stderr.strip()[-300:]}")
     target.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(found[0]) as wheel:
+    with zipfile.ZipFile(sglang_wheel(version)) as wheel:
         names = set(wheel.namelist())
         utils.write_bytes(wheel.read("sglang/srt/configs/mamba_utils.py"))
         for name in HANDLERS:
