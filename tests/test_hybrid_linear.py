@@ -241,3 +241,25 @@ def test_sglang_widens_key_heads_from_0_5_4() -> None:
     plain = (8 * 128 + 2 * 2 * 128) // 4 * 3 * 2 + 2 * 128 * 128 * 4
     assert sglang_mamba.state_bytes(state, 4, "float32") == widened
     assert sglang_mamba.state_bytes(state, 4, "float32", widen=False) == plain
+
+
+def test_sglang_counts_the_padding_slot_as_a_public_log_shows() -> None:
+    """SGLang serving Qwen3.5-397B-A17B at TP2 (github.com/kvcache-ai/ktransformers/issues/1870,
+    February 2026) prints 'Mamba Cache is allocated. max_mamba_cache_size: 82, conv_state size:
+    0.13GB, ssm_state size: 7.29GB' and 'KV Cache is allocated. #tokens: 580364'. The sizes are
+    those of 83 slots: the 82 of the joint solve and the pool's padding slot."""
+    spec = model_from_config(_config("qwen3.5-397b-a17b"), "qwen3.5-397b-a17b")
+    state = spec.kv.linear
+    assert state is not None and len(state.layer_ids) == 45
+    per_slot = sglang_mamba.state_bytes(state, 2, "float32")
+    conv = len(state.layer_ids) * (state.conv_dim // 2 * 3 * 2)
+    assert (round(83 * conv / GiB, 2), round(83 * (per_slot - conv) / GiB, 2)) == (0.13, 7.29)
+    # the budget the KV line implies: 15 full-attention layers x 1 KV head per rank x 512 x 2 B
+    cell = 15 * 512 * 2
+    rest = ((580_364 + 0.5) * cell + 83 * per_slot) / GiB
+    args = (rest, per_slot, 0.9, None, None, False, 1)
+    padded = sglang_mamba.split_budget(sglang_mamba.SlotRule.PADDED, *args)
+    assert padded.slots == 82
+    assert int(padded.rest_gib * GiB) // cell == 580_364
+    # the rule before v0.5.17 spends the same memory on 83 slots and would print 83
+    assert sglang_mamba.split_budget(sglang_mamba.SlotRule.RATIO, *args).slots == 83
