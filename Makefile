@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # vLLM's own kv_cache_utils (v0.20.0, v0.21.0 wheels, no dependencies, torch CPU) as the oracle for
-# kvtier's vLLM grouping, block count and logged token count, and (v0.21.0, v0.24.0) the hybrid
+# kvtier's vLLM grouping, block count and logged token count, and (v0.20.0 - v0.24.0) the hybrid
 # linear-attention state pages and block alignment; downloads into .oracle-vllm/.
 .PHONY: oracle-vllm
 oracle-vllm: $(STAMP)

@@ -1,7 +1,7 @@
 """vLLM's own hybrid linear-attention sizing as the oracle for engines/vllm/mamba.py.
 
-tests/oracle_vllm/mamba_runner.py calls, in the v0.21.0 and v0.24.0 wheels, the Gated DeltaNet
-state shape and dtype calculators, `Platform._align_hybrid_block_size` and
+tests/oracle_vllm/mamba_runner.py calls, in the v0.20.0, v0.21.0 and v0.24.0 wheels, the Gated
+DeltaNet state shape and dtype calculators, `Platform._align_hybrid_block_size` and
 `kv_cache_utils.get_kv_cache_configs` over generated hybrid models (state shapes, TP, attention
 heads, model / KV / SSM dtypes, block sizes, prefix caching on or off, budgets, max_model_len);
 kvtier's vLLM ledger builds the same deployments from --kv-cache-memory-bytes. Block size,
@@ -38,7 +38,8 @@ pytestmark = pytest.mark.skipif(
     reason="downloads vLLM wheels: runs under CI=true or `make oracle-vllm`",
 )
 
-VERSIONS = ("0.21.0", "0.24.0")  # the rules moved into the platform at v0.21; the public log's
+# either side of the logged-count change (v0.21), and the public log's release
+VERSIONS = ("0.20.0", "0.21.0", "0.24.0")
 GiB = 1 << 30
 
 
