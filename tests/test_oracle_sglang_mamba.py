@@ -4,7 +4,8 @@ For each released version below, the wheel's configs/mamba_utils.py (state shape
 request slot) and its slot rule (`handle_max_mamba_cache` of model_runner.py or
 model_runner_kv_cache_mixin.py, `KVCacheConfigurator._handle_max_mamba_cache`) run in a bare
 interpreter with every other import stubbed (tests/oracle/sglang_mamba.py) over a grid of state
-shapes, TP and DP sizes, SSM dtypes, budgets and flags; kvtier must give the same state bytes,
+shapes, TP and DP sizes, budgets and flags, with the SSM dtype chosen by the wheel's own
+mamba2_state_dtype from --mamba-ssm-dtype and the config; kvtier must give the same state bytes,
 slot count and budget left for the KV pool, and refuse where the engine refuses: zero differences.
 
 Wheels are shared with tests/test_oracle_sglang.py in .oracle-sglang/ (gitignored). Opt-in on a
@@ -88,7 +89,8 @@ def _grid(version: str) -> list[dict[str, Any]]:
                 "value_dim": rng.choice((64, 128)),
                 "conv_kernel": rng.choice((2, 4)),
                 "layers": linear,
-                "ssm_dtype": rng.choice(("float32", "float32", "bfloat16")),
+                "ssm_flag": rng.choice((None, None, "float32", "bfloat16")),
+                "config_ssm": rng.choice((None, "float32", "bfloat16")),
                 "dp": dp,
                 "max_mamba_cache_size": rng.choice((None, None, None, 64, 300)),
                 "max_running_requests": rng.choice((None, None, 48, 256)),
@@ -108,9 +110,12 @@ def _kvtier(version: str, c: dict[str, Any]) -> dict[str, Any]:
         c["key_dim"],
         c["value_dim"],
         c["conv_kernel"],
+        c["config_ssm"],
     )
-    rule = mamba.slot_rule(Version.parse(version, "SGLang"))
-    per_slot = mamba.state_bytes(state, c["tp"], c["ssm_dtype"])
+    release = Version.parse(version, "SGLang")
+    rule = mamba.slot_rule(release)
+    ssm = mamba.ssm_dtype(release, c["ssm_flag"], state)
+    per_slot = mamba.state_bytes(state, c["tp"], ssm)
     try:
         split = mamba.split_budget(
             rule,

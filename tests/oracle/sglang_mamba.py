@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import inspect
 import json
 import math
+import os
 import sys
 import types
 from typing import Any
@@ -89,6 +91,21 @@ class _Args(types.SimpleNamespace):
             setattr(self, key, value)
 
 
+SSM_FLAG: list[str | None] = [None]  # --mamba-ssm-dtype, as server_args hands it to the env
+
+
+def _state_dtype(utils: Any, c: dict[str, Any]) -> Any:
+    """mamba2_state_dtype as the server runs it: from v0.5.9 over the model's config (the flag
+    through envs, None when not given); before, from the env var server_args always sets
+    (its default float32)."""
+    SSM_FLAG[0] = c["ssm_flag"]
+    if inspect.signature(utils.mamba2_state_dtype).parameters:
+        stated = {} if c["config_ssm"] is None else {"mamba_ssm_dtype": c["config_ssm"]}
+        return utils.mamba2_state_dtype(types.SimpleNamespace(**stated))
+    os.environ["SGLANG_MAMBA_SSM_DTYPE"] = c["ssm_flag"] or "float32"
+    return utils.mamba2_state_dtype()
+
+
 def _divide(a: int, b: int) -> int:
     assert a % b == 0, f"{a} is not divisible by {b}"
     return a // b
@@ -108,10 +125,9 @@ def _install() -> None:
     import sglang.srt.environ as environ  # the stub
 
     dist_utils.divide = _divide  # type: ignore[attr-defined]
-    unset = types.SimpleNamespace(get=lambda: None)
     environ.envs = types.SimpleNamespace(  # type: ignore[attr-defined]
-        SGLANG_MAMBA_CONV_DTYPE=unset,
-        SGLANG_MAMBA_SSM_DTYPE=unset,
+        SGLANG_MAMBA_CONV_DTYPE=types.SimpleNamespace(get=lambda: None),
+        SGLANG_MAMBA_SSM_DTYPE=types.SimpleNamespace(get=lambda: SSM_FLAG[0]),
         SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=types.SimpleNamespace(get=lambda: False),
     )
 
@@ -147,7 +163,7 @@ def run(utils: Any, handler_module: Any, handle: Any, c: dict[str, Any]) -> dict
         "conv_kernel": c["conv_kernel"],
     }
     shape = utils.Mamba2StateShape.create(**kwargs)
-    dtype = utils.Mamba2StateDType(conv=DTYPES["bfloat16"], temporal=DTYPES[c["ssm_dtype"]])
+    dtype = _state_dtype(utils, c)
     params = utils.Mamba2CacheParams(shape=shape, layers=c["layers"], dtype=dtype)
     dp = c["dp"]
     args = _Args(
