@@ -6,7 +6,8 @@ model_runner_kv_cache_mixin.py, `KVCacheConfigurator._handle_max_mamba_cache`) r
 interpreter with every other import stubbed (tests/oracle/sglang_mamba.py) over a grid of state
 shapes, TP and DP sizes, budgets and flags, with the SSM dtype chosen by the wheel's own
 mamba2_state_dtype from --mamba-ssm-dtype and the config; kvtier must give the same state bytes,
-slot count and budget left for the KV pool, and refuse where the engine refuses: zero differences.
+slot count and budget left for the KV pool, and refuse where the engine refuses; from v0.5.16
+(`KVCacheConfigurator.resolve_max_num_reqs`) the running-request limit too: zero differences.
 
 Wheels are shared with tests/test_oracle_sglang.py in .oracle-sglang/ (gitignored). Opt-in on a
 user's machine (`make oracle` sets KVTIER_ORACLE=1); under CI it always runs.
@@ -26,15 +27,17 @@ from typing import Any
 import pytest
 
 from conftest import in_ci
-from kvtier.engines.sglang import mamba
+from kvtier.engines.sglang import mamba, pool
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.spec.model import LinearAttention
+from kvtier.units import GiB
 from sglang_wheels import CACHE, sglang_wheel
 
 RUNNER = Path(__file__).parent / "oracle" / "sglang_mamba.py"
 # each slot rule and every change inside one: v0.5.4 - v0.5.6 in model_runner.py, v0.5.7 - v0.5.15
 # in the KV-cache mixin, v0.5.16 the configurator, v0.5.17+ the padding slot
+V0_5_16 = Version.release_of(0, 5, 16)
 VERSIONS = ("0.5.4", "0.5.5", "0.5.7", "0.5.9", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.23")
 CASES_PER_VERSION = 120
 HANDLERS = (
@@ -97,6 +100,8 @@ def _grid(version: str) -> list[dict[str, Any]]:
                 "ratio": rng.choice((0.9, 0.9, 0.5, 2.0)),
                 "disable_radix_cache": rng.random() < 0.25,
                 "rest_gib": round(rng.uniform(2.0, 120.0), 4),
+                "cell": rng.choice((2, 4, 16)) * 512 * rng.choice((1, 2)),
+                "context_len": rng.choice((4096, 32768, 262144)),
             }
         )
     return cases
@@ -129,7 +134,15 @@ def _kvtier(version: str, c: dict[str, Any]) -> dict[str, Any]:
         )
     except KvtierError as exc:
         return {"error": str(exc).split(".")[0]}
-    return {"state_bytes": per_slot, "slots": split.slots, "rest_gib": split.rest_gib}
+    out = {"state_bytes": per_slot, "slots": split.slots, "rest_gib": split.rest_gib}
+    tokens = int(split.rest_gib * GiB) // c["cell"]
+    if tokens > 0 and release >= V0_5_16:
+        # the running-request limit over the pool the split leaves (resolve_max_num_reqs)
+        flag = c["max_running_requests"]
+        rows = pool.max_num_reqs(tokens, c["context_len"], flag)
+        capped = mamba.request_cap(rule, rows, split.slots, c["disable_radix_cache"])
+        out["max_running"] = pool.max_running_requests(tokens, capped, flag, c["dp"])
+    return out
 
 
 @pytest.mark.parametrize("version", VERSIONS)

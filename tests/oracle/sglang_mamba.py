@@ -90,6 +90,9 @@ class _Args(types.SimpleNamespace):
         for key, value in values.items():
             setattr(self, key, value)
 
+    def enable_mamba_extra_buffer(self) -> bool:  # v0.5.16: the no_buffer strategy
+        return False
+
 
 SSM_FLAG: list[str | None] = [None]  # --mamba-ssm-dtype, as server_args hands it to the env
 
@@ -202,11 +205,17 @@ def run(utils: Any, handler_module: Any, handle: Any, c: dict[str, Any]) -> dict
         rest = handle(runner, c["rest_gib"])
     except RuntimeError as exc:
         return {"error": str(exc).split(".")[0]}
-    return {
-        "state_bytes": params.mamba_cache_per_req,
-        "slots": args.max_mamba_cache_size,
-        "rest_gib": rest,
-    }
+    out = {"state_bytes": params.mamba_cache_per_req, "slots": args.max_mamba_cache_size,
+           "rest_gib": rest}  # fmt: skip
+    configurator = getattr(handler_module, "KVCacheConfigurator", None)
+    tokens = int(rest * (1 << 30)) // c["cell"]
+    if tokens > 0 and hasattr(configurator, "resolve_max_num_reqs"):
+        # v0.5.16+: the running-request limit from the pool's tokens and the state slots (a
+        # pool of no tokens is refused before it)
+        runner.model_config = types.SimpleNamespace(context_len=c["context_len"])
+        runner._calculate_mamba_ratio = lambda: configurator._calculate_mamba_ratio(runner)
+        out["max_running"] = configurator.resolve_max_num_reqs(runner, tokens)
+    return out
 
 
 def main() -> None:
