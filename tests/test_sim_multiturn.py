@@ -21,7 +21,12 @@ from cli_support import error_line, run_json
 from kvtier.cli import main
 from kvtier.errors import KvtierError
 from kvtier.sim import reference
-from kvtier.sim.multiturn import READY_QUEUE_POLICIES, MultiturnSpec, multiturn
+from kvtier.sim.multiturn import (
+    BENCHMARK_DEFAULTS,
+    READY_QUEUE_POLICIES,
+    MultiturnSpec,
+    multiturn,
+)
 from kvtier.sim.trace import Trace, load_trace, write_trace
 
 
@@ -266,6 +271,10 @@ def test_a_trace_without_rounds_reports_none(capsys: pytest.CaptureFixture[str])
             ["--generate", "multiturn", "--hicache-storage-prefetch-policy", "eager"],
             "invalid choice: 'eager'",
         ),
+        (
+            ["--generate", "multiturn", "--prefetch-timeout-base", "2"],
+            "--prefetch-timeout-base apply to an L3 store: give --store-tokens",
+        ),
     ],
 )
 def test_flags_for_another_input_are_one_line(
@@ -279,6 +288,7 @@ def test_the_cli_names_match_the_models() -> None:
     from kvtier.sim.engine import prefetch
 
     assert cli.READY_QUEUES == READY_QUEUE_POLICIES
+    assert cli.DEFAULTS == BENCHMARK_DEFAULTS
     assert tuple(p.value for p in prefetch.PrefetchPolicy) == cli.PREFETCH_POLICIES
 
 

@@ -23,6 +23,15 @@ store prefetches it while it waits; --hicache-storage-prefetch-policy says how l
   kvtier simulate mt.jsonl --block-tokens 64 --engine sglang --model llama-3.1-8b --gpu h100 \\
       --device-tokens 30000 --hicache-ratio 2 --store-tokens 10000000 --store-gbps 0.2 \\
       --hicache-storage-prefetch-policy wait_complete --json"""
+# the benchmark's own defaults (tests check them against kvtier.sim.multiturn)
+DEFAULTS = {"clients": 256, "rounds": 5, "request_tokens": 512, "output_tokens": 64}
+PREFETCH_FLAGS = (
+    "hicache_storage_prefetch_policy",
+    "prefetch_threshold",
+    "prefetch_timeout_base",
+    "prefetch_timeout_per_ki_token",
+    "prefetch_timeout_max",
+)
 MULTITURN_FLAGS = (
     "clients",
     "rounds",
@@ -40,22 +49,28 @@ def add_arguments(p: argparse.ArgumentParser, store: Any) -> None:
         MULTITURN_HELP,
     )
     g.add_argument(
-        "--clients", type=count(1, MAX_REQUESTS), metavar="N", help="conversations (default 256)"
+        "--clients",
+        type=count(1, MAX_REQUESTS),
+        metavar="N",
+        help=f"conversations (default {DEFAULTS['clients']})",
     )
     g.add_argument(
-        "--rounds", type=count(1, 1 << 20), metavar="R", help="turns per conversation (default 5)"
+        "--rounds",
+        type=count(1, 1 << 20),
+        metavar="R",
+        help=f"turns per conversation (default {DEFAULTS['rounds']})",
     )
     g.add_argument(
         "--request-tokens",
         type=count(1, 1 << 27),
         metavar="L",
-        help="new tokens each turn (default 512)",
+        help=f"new tokens each turn (default {DEFAULTS['request_tokens']})",
     )
     g.add_argument(
         "--output-tokens",
         type=count(1, 1 << 27),
         metavar="O",
-        help="answer tokens each turn (default 64)",
+        help=f"answer tokens each turn (default {DEFAULTS['output_tokens']})",
     )
     g.add_argument(
         "--round-barrier",
@@ -125,6 +140,9 @@ def check(args: argparse.Namespace) -> None:
             raise KvtierError("--max-parallel runs the clients on the timed server: drop it")
         if args.time_scale != 1.0:
             raise KvtierError("the clients send at --rate: drop --time-scale")
+    prefetch = [f"--{f.replace('_', '-')}" for f in PREFETCH_FLAGS if getattr(args, f) is not None]
+    if prefetch and not args.store_tokens:
+        raise KvtierError(f"{', '.join(prefetch)} apply to an L3 store: give --store-tokens")
     if args.block_tokens is not None and args.generate not in (None, MULTITURN):
         raise KvtierError(
             f"--generate {args.generate} hashes 512-token blocks: drop --block-tokens"
@@ -137,11 +155,9 @@ def generate(args: argparse.Namespace) -> Any:
     from kvtier.sim.multiturn import MultiturnSpec, multiturn
     from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace
 
+    given = {k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}
     spec = MultiturnSpec(
-        clients=args.clients or 256,
-        rounds=args.rounds or 5,
-        request_tokens=args.request_tokens or 512,
-        output_tokens=args.output_tokens or 64,
+        **{**DEFAULTS, **given},
         rate=args.rate,
         round_barrier=args.round_barrier,
         ready_queue=args.ready_queue or "random",

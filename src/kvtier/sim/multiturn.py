@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     import random
 
 READY_QUEUE_POLICIES = ("random", "fifo")  # bench_multiturn.py ReadyQueue.pop
+# bench_multiturn.py's argparse defaults: --num-clients, --num-rounds, --request-length,
+# --output-length (and --ready-queue-policy random, --max-parallel 128)
+BENCHMARK_DEFAULTS = {"clients": 256, "rounds": 5, "request_tokens": 512, "output_tokens": 64}
 MAX_TURNS = 10_000_000  # clients x rounds
 MAX_HASH_IDS = 1 << 24  # hash ids in the whole trace: about 1 GB of Python tuples at most
 MAX_PROMPT_BLOCKS = 1 << 18  # hash ids of one line; the trace reader takes 262,144 of 20 digits
