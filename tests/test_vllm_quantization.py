@@ -10,8 +10,10 @@ import pytest
 
 from cli_support import error_line, run_json
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.quantization import LINEAR_GROUPS
+from kvtier.engines.sglang import quantization as sglang_quantization
 from kvtier.engines.vllm import pool as vllm
-from kvtier.engines.vllm.quantization import LINEAR_GROUPS, loaded_model
+from kvtier.engines.vllm.quantization import loaded_model
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.log_deployment import log_deployment
@@ -159,7 +161,7 @@ def test_float32_config_runs_by_era(
         (["--dtype", "fp9"], "argument --dtype: invalid choice: 'fp9'"),
         (["--quantization", "int3"], "--quantization 'int3' is not a vLLM quantization method"),
         (["--quantization", "bitsandbytes"], "not modelled"),
-        (["--engine", "sglang", "--quantization", "fp8"], "modelled for vLLM only"),
+        (["--engine", "sglang", "--quantization", "fp8_per_tensor"], "not a SGLang quantization"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(
@@ -177,3 +179,24 @@ def test_launch_command_quantization_is_read(capsys: pytest.CaptureFixture[str])
     weights = next(i for i in out["ledger"] if i["item"] == "weights")
     assert "--quantization fp8" in weights["source"]
     assert weights["gib"] < 9 * GiB / GiB  # 8.49 GiB: 6.5 GiB of bf16 Linear weights halved
+
+
+def test_sglang_online_fp8_is_the_same_rule() -> None:
+    """SGLang loads `--quantization fp8` on an unquantized checkpoint with Fp8Config(): Linear
+    and fused-MoE layers per tensor, as vLLM does; its checkpoint names are its own."""
+    model = resolve_model("meta-llama/Llama-3.3-70B-Instruct")
+    online, _ = sglang_quantization.loaded_model(model, "fp8")
+    assert online == loaded_model(model, "fp8")[0]
+    fp8 = resolve_model("RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic")
+    assert sglang_quantization.loaded_model(fp8, "w8a8_fp8")[0] is fp8
+    with pytest.raises(KvtierError, match="not a vLLM quantization method"):
+        loaded_model(fp8, "w8a8_fp8")
+
+
+def test_sglang_plan_takes_online_fp8(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100", "--json"]
+    bf16 = run_json(capsys, argv)
+    fp8 = run_json(capsys, [*argv, "--quantization", "fp8"])
+    assert fp8["kv_tokens"] > bf16["kv_tokens"]
+    weights = next(i for i in fp8["ledger"] if i["item"] == "weights")
+    assert "--quantization fp8" in weights["source"]

@@ -127,8 +127,8 @@ def add_deployment_arguments(p: argparse.ArgumentParser, *, launch: bool) -> Non
     )
     g.add_argument(
         "--quantization",
-        help="vLLM: fp8 quantizes an unquantized checkpoint's Linear and MoE weights at load; "
-        "on a quantized checkpoint it must name the checkpoint's method",
+        help="fp8 quantizes an unquantized checkpoint's Linear and MoE weights at load; on a "
+        "quantized checkpoint it must name the checkpoint's method",
     )
     g.add_argument("--page-size", type=PAGE)
     g.add_argument("--block-size", type=PAGE)

@@ -16,16 +16,8 @@ from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.flags import FlagTable
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
-from kvtier.errors import KvtierError
 from kvtier.logs.lines import LogLine
 from kvtier.spec.model import ModelSpec
-
-
-def published_checkpoint(model: ModelSpec, d: Deployment) -> tuple[ModelSpec, str | None]:
-    """The checkpoint as published: an engine without a `--quantization` rule refuses the flag."""
-    if d.quantization is not None:
-        raise KvtierError(f"--quantization is modelled for vLLM only, not {d.engine}")
-    return model, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +29,7 @@ class EngineRules:
     rounded_measures: Callable[[Deployment], tuple[str, ...]]  # printed figures the pool reads
     parse_startup: Callable[[list[LogLine]], Any]  # the startup-log grammar
     # the model as the engine loads it under the deployment's flags (--quantization), and why
-    load_model: Callable[[ModelSpec, Deployment], tuple[ModelSpec, str | None]] = (
-        published_checkpoint
-    )
+    load_model: Callable[[ModelSpec, Deployment], tuple[ModelSpec, str | None]]
 
 
 def rules_for(engine: Engine) -> EngineRules:

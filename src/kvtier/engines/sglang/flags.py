@@ -15,6 +15,7 @@ FLAGS = FlagTable(
         Flag("mem_fraction", "mem_fraction_static", float, ("mem-fraction-static",)),
         Flag("kv_cache_dtype", "kv_cache_dtype", str, ("kv-cache-dtype",)),
         Flag("dtype", "dtype", str, ("dtype",)),
+        Flag("quantization", "quantization", str, ("quantization",)),
         Flag("page_size", "page_size", int, ("page-size",)),
         Flag("context_length", "context_length", int, ("context-length",)),
         Flag("max_running_requests", "max_running_requests", int, ("max-running-requests",)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvtier.engines.deployment import Engine
 from kvtier.engines.rules import EngineRules
-from kvtier.engines.sglang import ledger, log, pool
+from kvtier.engines.sglang import ledger, log, pool, quantization
 from kvtier.engines.sglang.flags import FLAGS
 
 RULES = EngineRules(
@@ -14,4 +14,5 @@ RULES = EngineRules(
     build_ledger=ledger.build,
     rounded_measures=ledger.rounded_measures,
     parse_startup=log.parse_sglang,
+    load_model=lambda model, d: quantization.loaded_model(model, d.quantization),
 )
