@@ -34,16 +34,18 @@ does not run the model; it models that peak from the batch and the model's shape
   V0 peak = max(forward + MoE workspace, sampler);  V1 peak = MoE workspace + max(forward, sampler)
   (the fp32 copy costs nothing when the model runs in float32: `.to(float32)` returns itself).
 
-How well it does on the real logs with a measured peak (the model, then the log's figure, GiB):
-vLLM 0.6.4 V0 Llama-3.1-8B on an RTX 3090, 20,000 / 29,000 batched tokens: 2.06 / 2.99 against
-2.07 / 2.99 (peak_torch_memory - weights); vLLM 0.6.6 Qwen2.5-7B, 8,192 tokens, 16 sequences:
-1.03 against 1.09. vLLM 0.19 on an H100 (8,192 tokens, 1,024 sequences), text models:
-Llama-3.1-8B 1.77 / 1.89, Qwen3-8B 2.09 / 2.21, Llama-3.3-70B TP2 1.84 / 1.96, CodeLlama-7B
-0.69 / 0.77, granite-3.1-8b 0.78 / 0.85, granite-3.1-2b 0.69 / 0.75, phi-2 0.72 / 0.79; MoE:
-DeepSeek-V2-Lite 1.87 / 1.93, Qwen1.5-MoE 2.36 / 2.47; gemma 2 (vocab 256,000) 3.37-3.39 /
-3.62-3.66; multimodal checkpoints add their encoder cache (gemma-3-12b 3.48 / 3.94). The model
-is low by 0.01-0.12 GiB on text models and 0.25-0.46 GiB on gemma and multimodal ones; that
-remainder is the stated range of `estimate.VLLM_PROFILE_UNMODELLED_GIB`.
+How well it does on the real logs with a measured peak (the model, then the log's figure, GiB;
+models outside the catalog at the shapes their config.json publishes): vLLM 0.6.4 V0
+Llama-3.1-8B on an RTX 3090, 20,000 / 29,000 batched tokens: 2.06 / 2.99 against 2.07 / 2.99
+(peak_torch_memory - weights); vLLM 0.6.6 Qwen2.5-7B, 8,192 tokens, 16 sequences: 1.03 against
+1.09. vLLM 0.19 on an H100 (8,192 tokens, 1,024 sequences), text models: Llama-3.1-8B 1.77 /
+1.89, Qwen3-8B 2.09 / 2.21, Llama-3.3-70B TP2 1.84 / 1.96, CodeLlama-7B 0.69 / 0.77,
+granite-3.1-8b 0.77 / 0.85, granite-3.1-2b 0.69 / 0.75, phi-2 0.72 / 0.79; MoE: DeepSeek-V2-Lite
+1.84 / 1.93, Qwen1.5-MoE 2.36 / 2.47; gemma 2 and gemma-7b (vocab 256,000) 3.45-3.49 /
+3.62-3.66; a multimodal checkpoint adds its encoder cache (gemma-3-12b 3.56 / 3.94). The model is
+low by 0.00-0.06 GiB on V0, 0.06-0.12 on V1 text models, 0.17 at gemma's vocabulary and 0.38 on
+gemma-3-12b; that remainder is the stated range of `estimate.VLLM_PROFILE_UNMODELLED_GIB` (V1) and
+`VLLM_V0_PROFILE_UNMODELLED_GIB` (V0).
 """
 
 from __future__ import annotations
