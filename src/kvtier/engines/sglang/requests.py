@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from kvtier.errors import KvtierError
 from kvtier.logs.pyrepr import Call, Cut, ReprError, read_value
@@ -113,7 +113,7 @@ class SglangRequests:
         meta = _fields(out).get("meta_info")
         meta = meta if isinstance(meta, dict) else {}
         completion = meta.get("completion_tokens")
-        if not isinstance(out, dict | Call) or not isinstance(completion, int) or completion < 1:
+        if not isinstance(out, dict | Call) or not _count(completion):
             self._left_out += 1  # an embedding, or an output without a count
             return
         ids, text = fields.get("input_ids"), fields.get("text")
@@ -177,7 +177,7 @@ def _fields(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _count(value: object) -> bool:
+def _count(value: object) -> TypeGuard[int]:
     return type(value) is int and value >= 1
 
 
