@@ -48,19 +48,18 @@ _CLOSE = {"[": "]", "(": ")", "{": "}"}
 _ENDS = ",)]}"
 
 
+# a quoted literal as repr() writes it: unescaped characters in runs, each escape a pair
+_STRING = {
+    q: re.compile(rf"{q}[^{q}\\]*(?:\\.[^{q}\\]*)*{q}", re.DOTALL) for q in ("'", '"')
+}
+
+
 def string_end(text: str, pos: int) -> int:
     """The index after the quoted string literal that starts at `pos`."""
-    quote = text[pos]
-    i = pos + 1
-    while i < len(text):
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == quote:
-            return i + 1
-        i += 1
-    raise ReprError(f"a string opened at column {pos + 1} does not close")
+    found = _STRING[text[pos]].match(text, pos)
+    if found is None:
+        raise ReprError(f"a string opened at column {pos + 1} does not close")
+    return found.end()
 
 
 def read_value(text: str, pos: int, depth: int = 0) -> tuple[object, int]:
