@@ -49,9 +49,7 @@ _ENDS = ",)]}"
 
 
 # a quoted literal as repr() writes it: unescaped characters in runs, each escape a pair
-_STRING = {
-    q: re.compile(rf"{q}[^{q}\\]*(?:\\.[^{q}\\]*)*{q}", re.DOTALL) for q in ("'", '"')
-}
+_STRING = {q: re.compile(rf"{q}[^{q}\\]*(?:\\.[^{q}\\]*)*{q}", re.DOTALL) for q in ("'", '"')}
 
 
 def string_end(text: str, pos: int) -> int:
