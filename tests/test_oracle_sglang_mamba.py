@@ -37,6 +37,7 @@ from sglang_wheels import CACHE, sglang_wheel
 RUNNER = Path(__file__).parent / "oracle" / "sglang_mamba.py"
 # each slot rule and every change inside one: v0.5.4 - v0.5.6 in model_runner.py, v0.5.7 - v0.5.15
 # in the KV-cache mixin, v0.5.16 the configurator, v0.5.17+ the padding slot
+V0_5_9 = Version.release_of(0, 5, 9)
 V0_5_16 = Version.release_of(0, 5, 16)
 VERSIONS = ("0.5.4", "0.5.5", "0.5.7", "0.5.9", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.23")
 CASES_PER_VERSION = 120
@@ -83,6 +84,9 @@ def _grid(version: str) -> list[dict[str, Any]]:
         n = rng.randint(4, 64)
         linear = sorted(rng.sample(range(n), rng.randint(1, n - 1)))
         dp = rng.choice((1, 1, 2)) if tp > 1 else 1
+        # budgets too small for one slot: refused from v0.5.13, earlier releases go on with none
+        refusing = Version.parse(version, "SGLang") >= V0_5_9 and rng.random() < 0.1
+        budget = (0.01, 0.3) if refusing else (2.0, 120.0)
         cases.append(
             {
                 "tp": tp,
@@ -99,7 +103,7 @@ def _grid(version: str) -> list[dict[str, Any]]:
                 "max_running_requests": rng.choice((None, None, 48, 256)),
                 "ratio": rng.choice((0.9, 0.9, 0.5, 2.0)),
                 "disable_radix_cache": rng.random() < 0.25,
-                "rest_gib": round(rng.uniform(2.0, 120.0), 4),
+                "rest_gib": round(rng.uniform(*budget), 4),
                 "cell": rng.choice((2, 4, 16)) * 512 * rng.choice((1, 2)),
                 "context_len": rng.choice((4096, 32768, 262144)),
             }
@@ -131,6 +135,7 @@ def _kvtier(version: str, c: dict[str, Any]) -> dict[str, Any]:
             c["max_running_requests"],
             c["disable_radix_cache"],
             c["dp"],
+            mamba.checks_slots(release),
         )
     except KvtierError as exc:
         return {"error": str(exc).split(".")[0]}

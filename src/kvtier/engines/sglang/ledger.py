@@ -56,6 +56,7 @@ class _LinearState:
         widen = self.rule is not mamba.SlotRule.FIXED
         self.per_slot = mamba.state_bytes(state, p.attn_tp, dtype, widen)
         self.ratio = d.mamba_full_memory_ratio or mamba.DEFAULT_FULL_MEMORY_RATIO
+        self.checked = mamba.checks_slots(version)
         self.dp = d.dp if d.enable_dp_attention else 1
         self.deployment = d
         self.source = f"SSM state {dtype}, conv state {mamba.CONV_DTYPE}"
@@ -80,6 +81,7 @@ class _LinearState:
             d.max_running_requests,
             d.disable_radix_cache or self.rule is mamba.SlotRule.FIXED,
             self.dp,
+            self.checked,
         )
 
 
@@ -336,6 +338,11 @@ def build(p: PlanInputs) -> Ledger:
             f"{split.state_bytes:,} B of state per request slot ({split.slots:,} slots); "
             f"KV for the {kv.num_layers} full-attention layers only"
         )
+        if split.slots <= 0:
+            notes.append(
+                "no state slot fits the budget: this release starts and runs no request "
+                "(v0.5.13+ refuse to start)"
+            )
 
     draft_kv_gib = 0.0
     if draft is not None:

@@ -65,6 +65,7 @@ V0_5_2 = Version.release_of(0, 5, 2)
 V0_5_4 = Version.release_of(0, 5, 4)
 V0_5_7 = Version.release_of(0, 5, 7)
 V0_5_9 = Version.release_of(0, 5, 9)
+V0_5_13 = Version.release_of(0, 5, 13)
 V0_5_17 = Version.release_of(0, 5, 17)
 
 
@@ -96,6 +97,12 @@ def slot_rule(version: Version | None) -> SlotRule:
     if version < V0_5_7:
         return SlotRule.EARLY
     return SlotRule.SIZED if version < V0_5_9 else SlotRule.RATIO
+
+
+def checks_slots(version: Version | None) -> bool:
+    """Whether the release refuses a budget that holds no state slot (v0.5.13+; no version is
+    v0.5.9)."""
+    return version is not None and (version.is_main or version >= V0_5_13)
 
 
 def ssm_dtype(version: Version | None, flag: str | None, state: LinearAttention) -> str:
@@ -154,9 +161,11 @@ def split_budget(
     max_running_requests: int | None,
     disable_radix_cache: bool,
     dp: int,
+    checked: bool = True,
 ) -> MambaSplit:
     """handle_max_mamba_cache / _handle_max_mamba_cache for a deployment without speculation;
-    `dp` divides the explicit sizes under DP attention (1 otherwise)."""
+    `dp` divides the explicit sizes under DP attention (1 otherwise); `checked` refuses a budget
+    that holds no slot, as v0.5.13+ do (earlier releases go on with none: `checks_slots`)."""
     padding = 1 if rule is SlotRule.PADDED else 0
     budget = rest_gib * ratio / (1 + ratio)
     sized = rule is SlotRule.SIZED and max_slots is not None
@@ -193,7 +202,7 @@ def split_budget(
                 f"int({rest_gib:.2f} GiB x {ratio} / (1 + {ratio}) // {per_slot:,} B) = "
                 f"{slots} slots"
             )
-    if slots <= 0:
+    if slots <= 0 and checked:
         raise KvtierError(
             f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
             f"Computed max_mamba_cache_size={slots}"
