@@ -339,3 +339,23 @@ def test_a_bad_round_is_refused_with_its_line(
     path.write_text("".join(json.dumps({**base, **row}) + "\n" for row in rows))
     with pytest.raises(KvtierError, match=message):
         load_trace(path)
+
+
+def test_mean_ttft_by_round_is_each_round_s_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtier.sim.metrics import summarize
+    from kvtier.sim.run import replay
+    from kvtier.sim.setup import SimConfig
+    from kvtier.sim.timing import Hardware, ModelCost, TimingModel
+
+    hw = Hardware(989.0, 3350.0, 25.0, 100.0, 8)
+    tm = TimingModel(ModelCost(8_000_000_000, 16e9, 131_072, 32, 8192), hw, 1)
+    trace = Trace(multiturn(spec(clients=6, rounds=4, rate=2.0), seed=3), 64)
+    config = SimConfig(200 * 64, 0, 1, 64, "write_through", 64, 8192, tm, ())
+    records = replay(trace, config).records
+    result = summarize(records, 0.0, True, {})
+    for turn, mean in enumerate(result.ttft_mean_s_by_round or ()):
+        ttfts = [r.first_token_s - r.arrival_s for r in records if r.round == turn]
+        assert mean == pytest.approx(sum(ttfts) / len(ttfts), rel=1e-12)
+    assert result.ttft_mean_s_by_round is not None and len(result.ttft_mean_s_by_round) == 4
+    unbounded = run_json(capsys, [*WORKLOAD, "--unbounded"])
+    assert unbounded["ttft_mean_s_by_round"] is None

@@ -51,9 +51,14 @@ def run_table(result: SimResult, title: str) -> Table:
     for tier, rate in result.hit_rate_by_tier.items():
         table.add_row(f"  {tier}", _pct(rate))
     if result.hit_rate_by_round is not None:
-        table.add_row("token hit rate by round", "")
+        ttft = result.ttft_mean_s_by_round
+        table.add_row("token hit rate by round" + (" / mean TTFT (s)" if ttft else ""), "")
         for turn, share in enumerate(result.hit_rate_by_round):
-            table.add_row(f"  round {turn}", "-" if share is None else _pct(share))
+            text = "-" if share is None else _pct(share)
+            if ttft:
+                mean = ttft[turn] if turn < len(ttft) else None
+                text += " / " + ("-" if mean is None else seconds(mean))
+            table.add_row(f"  round {turn}", text)
     table.add_row("prefill tokens saved", f"{result.prefill_tokens_saved:,}")
     if result.timed and result.ttft_s and result.queue_s:
         t, q = result.ttft_s, result.queue_s

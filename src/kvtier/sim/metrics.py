@@ -6,7 +6,8 @@ measured requests too, throughput over the whole run. A tier's hit is the part o
 prefix that was resident there when the request was scheduled: device first, then host, then
 store. For a trace whose requests carry their conversation round, `hit_rate_by_round` is the same
 ratio over each round's measured requests (first round first; None for a round none of whose
-requests is measured). Latency percentiles interpolate linearly between order statistics.
+requests is measured), and `ttft_mean_s_by_round` their mean TTFT (as SGLang's multi-turn
+benchmark prints per round). Latency percentiles interpolate linearly between order statistics.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class SimResult:
     pcie_busy_fraction: float
     params: dict[str, object] = field(default_factory=dict)
     hit_rate_by_round: tuple[float | None, ...] | None = None  # None: the trace has no rounds
+    ttft_mean_s_by_round: tuple[float | None, ...] | None = None  # timed runs with rounds only
 
     @property
     def hit_rate(self) -> float:
@@ -99,6 +101,9 @@ class SimResult:
             "hit_rate_by_round": (
                 None if self.hit_rate_by_round is None else list(self.hit_rate_by_round)
             ),
+            "ttft_mean_s_by_round": (
+                None if self.ttft_mean_s_by_round is None else list(self.ttft_mean_s_by_round)
+            ),
             "hit_tokens_by_tier": self.hit_tokens_by_tier,
             "prefill_tokens_saved": self.prefill_tokens_saved,
             "timed": self.timed,
@@ -117,20 +122,20 @@ class SimResult:
 
 
 def by_round(
-    rounds: Sequence[int | None], input_lens: Sequence[int], hits: Sequence[int]
+    rounds: Sequence[int | None], totals: Sequence[float], parts: Sequence[float]
 ) -> tuple[float | None, ...] | None:
-    """Hit tokens over prompt tokens per round (index = round), from per-request figures;
-    None when the requests carry no round."""
+    """Sum of `parts` over sum of `totals` per round (index = round; None for a round without
+    requests), from per-request figures; None when the requests carry no round."""
     if not rounds or rounds[0] is None:
         return None
     top = max(r for r in rounds if r is not None)
-    prompt = [0] * (top + 1)
-    hit = [0] * (top + 1)
-    for r, n, h in zip(rounds, input_lens, hits, strict=True):
+    total = [0.0] * (top + 1)
+    part = [0.0] * (top + 1)
+    for r, n, h in zip(rounds, totals, parts, strict=True):
         assert r is not None  # a trace carries rounds on every line or on none
-        prompt[r] += n
-        hit[r] += h
-    return tuple(h / n if n else None for h, n in zip(hit, prompt, strict=True))
+        total[r] += n
+        part[r] += h
+    return tuple(h / n if n else None for h, n in zip(part, total, strict=True))
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -258,5 +263,10 @@ def summarize(
             [r.round for r in measured],
             [r.input_len for r in measured],
             [sum(r.hit_tokens.values()) for r in measured],
+        ),
+        ttft_mean_s_by_round=by_round(
+            [r.round for r in timed_done],
+            [1.0] * len(timed_done),
+            [r.first_token_s - r.arrival_s for r in timed_done],
         ),
     )
