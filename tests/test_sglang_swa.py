@@ -145,3 +145,21 @@ def test_scout_plan_keeps_two_pools_from_0_5_8(capsys: pytest.CaptureFixture[str
     era_b = _plan("0.5.9", capsys)
     pool = next(i for i in era_b["ledger"] if i["item"] == "KV cache pool")  # type: ignore[attr-defined]
     assert "set_num_tokens_hybrid_swa" in pool["source"]
+
+
+def test_scout_at_its_10m_context_overflows_on_the_request_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Scout's config states 10,485,760 positions: 2,048 req_to_token rows of int32 are 80 GiB
+    per GPU, more than the 4x H200 deployment has left after the pool; plan says so."""
+    argv = ["plan", "--gpu", "H200", "--gpus", "4", "--sglang-version", "0.5.23", "--json"]
+    argv += ["--", "python", "-m", "sglang.launch_server", "--model-path"]
+    argv += ["meta-llama/Llama-4-Scout-17B-16E-Instruct", "--tp", "4"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    table = next(i for i in out["ledger"] if i["item"] == "request table (req_to_token)")
+    assert table["gib"] == pytest.approx(2048 * (10_485_760 + 4) * 4 / GiB)
+    assert any("run out of memory" in n and "80.00 GiB" in n for n in out["notes"])
+    assert main([*argv[:8], "--context-length", "131072", *argv[8:]]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not any("run out of memory" in n for n in out["notes"])

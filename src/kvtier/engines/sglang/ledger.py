@@ -422,6 +422,13 @@ def build(p: PlanInputs) -> Ledger:
         items.append(graphs)
     used = sum(i.gib for i in items[1 if card_gib is not None else 0 :])
     free = nominal_pre - used
+    if free < 0 and m.free_end_gib is None:
+        notes.append(
+            f"the items above exceed the memory free before load by {-free:.2f} GiB: SGLang "
+            "would run out of memory after sizing the pool (the request table is "
+            f"{table / GiB:.2f} GiB at context {ctx:,}; --context-length or "
+            "--max-running-requests shrinks it)"
+        )
     if m.free_end_gib is not None:
         items.append(
             LedgerItem(
