@@ -397,3 +397,22 @@ def test_any_prompt_and_stop_strings_read_back(
     (request,) = grammar.requests()
     assert request.prompt == hasher(ids)
     assert (request.output_len, request.output_from) == (cap, "max_tokens")
+
+
+def test_vllm_lines_behind_docker_timestamps_arrive_to_the_nanosecond(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`docker logs -t` puts a UTC time with nanoseconds before each line: the four requests,
+    printed in one vLLM second, arrive 0.25 s apart by it."""
+    lines = _vllm_log("0.12").splitlines()
+    stamped = [
+        f"2026-12-01T11:59:59.{250_000_000 * (n // 3):09d}Z {line}" for n, line in enumerate(lines)
+    ]
+    log = tmp_path / "docker.log"
+    log.write_text("\n".join(stamped) + "\n")
+    summary, rows = _trace(capsys, log)
+    assert [r["timestamp"] for r in rows] == [0, 250, 500, 750]
+    assert summary["arrival_from"] == {"the line's UTC time stamp": 4}
+    # one line without its stamp: two clocks
+    log.write_text("\n".join([*stamped[:-3], *lines[-3:]]) + "\n")
+    assert "line 11: its arrival is on another clock" in error_line(capsys, ["trace", str(log)])

@@ -78,7 +78,7 @@ def build_trace(
         odd = next(h for h in hashed if h.epoch != hashed[0].epoch)
         raise KvtierError(
             f"line {odd.line}: its arrival is on another clock than line {hashed[0].line}'s "
-            "(the Unix time SGLang recorded vs the log's printed time)"
+            "(a UTC or Unix time for one, the log's printed local time for the other)"
         )
     hashed.sort(key=lambda h: (h.arrival_s, h.line))
     start = hashed[0].arrival_s

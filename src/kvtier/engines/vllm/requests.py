@@ -25,6 +25,10 @@ refused. `--max-log-len N` cuts prompt and ids to N without a mark: the startup 
 refused as possibly cut. P is `SamplingParams(..., max_tokens=M, ...)`: the output length is M
 (`ignore_eos` or a model that runs to the cap) unless output lines give the generated count (the
 whole answer's ids, or the sum of the streamed pieces').
+
+A request arrives at its `Received` line's time: vLLM's own, in whole seconds, or where the line
+carries a sub-second ISO time before vLLM's prefix (`docker logs -t`, `kubectl logs
+--timestamps`: UTC, nanoseconds), that one.
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ from dataclasses import dataclass
 
 from kvtier.errors import KvtierError
 from kvtier.logs.pyrepr import Call, ReprError, read_value
-from kvtier.logs.requests import Clock, HashedPrompt, HashPrompt, LoggedRequest, token_ids
+from kvtier.logs.requests import (
+    ISO_TIME,
+    Clock,
+    HashedPrompt,
+    HashPrompt,
+    LoggedRequest,
+    iso_seconds,
+    token_ids,
+)
 
 ENGINE = "vllm"
 _HEAD = re.compile(
@@ -50,6 +62,7 @@ _GENERATED = re.compile(
 )
 _MAX_LOG_LEN = re.compile(r"'max_log_len': (\d{1,12})\b|\bmax_log_len=(\d{1,12})\b")
 _TITLES = ("Received request ", "Request ", "Generated response ")
+_STAMPED = "the line's UTC time stamp"
 
 
 @dataclass(slots=True)
@@ -57,6 +70,7 @@ class _Draft:
     line: int
     rid: str
     arrival_s: float
+    stamped: bool  # by a sub-second UTC time before vLLM's prefix (docker logs -t)
     prompt: HashedPrompt | None
     text: str | None
     output_len: int | None
@@ -92,7 +106,10 @@ class VllmRequests:
         try:
             if m := _RECEIVED.match(text, at):
                 when = self._clock.month_day(month, day, (hour, minute, second), where)
-                self._received(number, m, text, when)
+                outer = ISO_TIME.search(text, 0, head.start())
+                if outer is not None and outer.group(7):  # docker logs -t: UTC, sub-second
+                    when = iso_seconds(outer, where)
+                self._received(number, m, text, when, outer is not None and bool(outer.group(7)))
             elif m := _DETAILS.match(text, at):
                 self._read_details(number, m, text)
             elif m := _GENERATED.match(text, at):
@@ -105,7 +122,9 @@ class VllmRequests:
             ) from None
         return True
 
-    def _received(self, number: int, m: re.Match[str], text: str, when: float) -> None:
+    def _received(
+        self, number: int, m: re.Match[str], text: str, when: float, stamped: bool
+    ) -> None:
         rid, where = m.group(1), f"line {number}"
         if m.group(2) == "prompt":  # 0.6-0.11: one line with everything
             prompt, end = read_value(text, m.end())
@@ -135,6 +154,7 @@ class VllmRequests:
             number,
             rid,
             when,
+            stamped,
             hashed,
             prompt if isinstance(prompt, str) and hashed is None else None,
             cap if isinstance(cap, int) and not isinstance(cap, bool) else None,
@@ -200,8 +220,8 @@ class VllmRequests:
                 d.line,
                 d.rid,
                 d.arrival_s,
-                "vLLM's line time",
-                False,
+                _STAMPED if d.stamped else "vLLM's line time",
+                d.stamped,
                 d.prompt,
                 d.text,
                 None,
