@@ -196,6 +196,7 @@ def test_vllm_prompt_text_cannot_pass_for_fields(
 ) -> None:
     """A prompt and stop strings that print like the fields after them are read as strings."""
     decoy = "x', params: SamplingParams(max_tokens=99), prompt_token_ids: [1, 2, 3], y"
+    decoy += " args: {'max_log_len': 3}"  # no startup line: no bound on the ids
     ids = PROMPTS[0]
     stop = _Raw(repr(["max_tokens=77", "prompt_token_ids: [5]"]))
     line = PREFIX_066.format(s=0) + V066 % ("r", decoy, _params(5, stop), ids, None, None)

@@ -93,12 +93,12 @@ class VllmRequests:
         self._max_log_len: tuple[int, int] | None = None  # (N, line)
 
     def feed(self, number: int, text: str) -> bool:
-        if self._max_log_len is None and "max_log_len" in text:
-            found = _MAX_LOG_LEN.search(text)
-            if found:
-                self._max_log_len = (int(found.group(1) or found.group(2)), number)
         head = _HEAD.search(text)
         if head is None or not text.startswith(_TITLES, head.end()):
+            if self._max_log_len is None and "max_log_len" in text:  # the startup arguments
+                found = _MAX_LOG_LEN.search(text)
+                if found and "args" in text[: found.start()]:
+                    self._max_log_len = (int(found.group(1) or found.group(2)), number)
             return False
         where = f"line {number}"
         month, day, hour, minute, second = (int(g) for g in head.groups())
@@ -113,7 +113,7 @@ class VllmRequests:
             elif m := _DETAILS.match(text, at):
                 self._read_details(number, m, text)
             elif m := _GENERATED.match(text, at):
-                self._generated(m, text, where)
+                self._generated(m, text)
             else:
                 return False
         except ReprError as exc:
@@ -174,7 +174,7 @@ class VllmRequests:
             prompt if isinstance(prompt, str) else None,
         )
 
-    def _generated(self, m: re.Match[str], text: str, where: str) -> None:
+    def _generated(self, m: re.Match[str], text: str) -> None:
         draft = self._by_rid.get(m.group(1))
         if draft is None:
             return  # a request whose prompt line came before the log did
