@@ -100,7 +100,9 @@ def _tc_piecewise_off(d: Deployment, model: ModelSpec, v: Version) -> bool:
 
 def _breakable_off(d: Deployment, model: ModelSpec, v: Version) -> bool:
     """_disable_breakable_cudagraph_if_incompatible (v0.5.15+), the rules a deployment can meet."""
-    if v < V0_5_18 and model.kv.kind is AttentionKind.MLA:
+    # MLA: off to v0.5.17, which exempts DeepSeek sparse attention (is_deepseek_dsa)
+    dsa_exempt = v >= V0_5_17 and model.kv.index_head_dim > 0
+    if v < V0_5_18 and model.kv.kind is AttentionKind.MLA and not dsa_exempt:
         return True
     if v < V0_5_17 and d.enable_dp_attention:
         return True
