@@ -17,6 +17,7 @@ import pytest
 
 from cli_support import error_line, run_json
 from kvtier.engines.sglang import mamba as sglang_mamba
+from kvtier.engines.version import Version
 from kvtier.engines.vllm import mamba as vllm_mamba
 from kvtier.errors import UnsupportedModel
 from kvtier.spec.catalog import resolve_model
@@ -274,3 +275,28 @@ def test_sglang_before_0_5_13_starts_with_no_state_slot(
     assert out["max_running_requests"] == 0 and _state_gib(out) == 0
     line = error_line(capsys, [*argv, "--sglang-version", "0.5.13"])
     assert "Not enough GPU memory for hybrid (mamba/linear-attention) state cache" in line
+
+
+@pytest.mark.parametrize(
+    ("model", "version", "per_request"),
+    [
+        ("qwen3.5-35b-a3b", "0.5.13", 3),  # auto is no_buffer before v0.5.14
+        ("qwen3.5-35b-a3b", "0.5.14", 5),  # auto is extra_buffer: 2 ping-pong slots more
+        ("qwen3.5-35b-a3b", "0.5.23", 5),
+        ("qwen3-next-80b-a3b", "0.5.19", 5),
+        ("qwen3-next-80b-a3b", "0.5.20", 3),  # Qwen3-Next left the extra_buffer list
+    ],
+)
+def test_sglang_slots_per_running_request_by_release(
+    model: str, version: str, per_request: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "--engine", "sglang", "--model", model, "--gpu", "B200"]
+    argv += ["--free-before-load-gib", "177.00", "--free-after-load-gib", "120.00"]
+    out = run_json(capsys, [*argv, "--mem-fraction-static", "0.9", "--sglang-version", version,
+                            "--json"])  # fmt: skip
+    spec = resolve_model(model)
+    assert spec.kv.linear is not None
+    per_slot = sglang_mamba.state_bytes(spec.kv.linear, 1, "float32")
+    padded = Version.parse(version, "SGLang") >= Version.release_of(0, 5, 17)
+    slots = round(_state_gib(out) * GiB / per_slot) - padded
+    assert out["max_running_requests"] == slots // per_request

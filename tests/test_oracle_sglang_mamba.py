@@ -38,6 +38,7 @@ RUNNER = Path(__file__).parent / "oracle" / "sglang_mamba.py"
 # each slot rule and every change inside one: v0.5.4 - v0.5.6 in model_runner.py, v0.5.7 - v0.5.15
 # in the KV-cache mixin, v0.5.16 the configurator, v0.5.17+ the padding slot
 V0_5_9 = Version.release_of(0, 5, 9)
+V0_5_14 = Version.release_of(0, 5, 14)
 V0_5_16 = Version.release_of(0, 5, 16)
 VERSIONS = ("0.5.4", "0.5.5", "0.5.7", "0.5.9", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.23")
 CASES_PER_VERSION = 120
@@ -53,16 +54,20 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _sources(version: str) -> tuple[Path, Path]:
-    """The wheel's mamba_utils.py and the file holding its slot rule, extracted once."""
+def _sources(version: str) -> tuple[Path, ...]:
+    """The wheel's mamba_utils.py, the file holding its slot rule and (v0.5.17+) the
+    allocation_sizing.py it takes the extra_buffer slot count from, extracted once."""
     target = CACHE / version / "mamba"
     utils, handler = target / "mamba_utils.py", target / "handler.py"
-    if utils.exists() and handler.exists():
-        return utils, handler
+    sizing, done = target / "allocation_sizing.py", target / ".extracted"
+    if done.exists():
+        return (utils, handler, sizing) if sizing.exists() else (utils, handler)
     target.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(sglang_wheel(version)) as wheel:
         names = set(wheel.namelist())
         utils.write_bytes(wheel.read("sglang/srt/configs/mamba_utils.py"))
+        if "sglang/srt/mem_cache/allocation_sizing.py" in names:
+            sizing.write_bytes(wheel.read("sglang/srt/mem_cache/allocation_sizing.py"))
         for name in HANDLERS:
             text = wheel.read(name).decode() if name in names else ""
             if "def handle_max_mamba_cache" in text or "def _handle_max_mamba_cache" in text:
@@ -70,7 +75,8 @@ def _sources(version: str) -> tuple[Path, Path]:
                 break
         else:
             raise AssertionError(f"sglang {version}: no handle_max_mamba_cache")
-    return utils, handler
+    done.touch()
+    return (utils, handler, sizing) if sizing.exists() else (utils, handler)
 
 
 def _grid(version: str) -> list[dict[str, Any]]:
@@ -85,7 +91,8 @@ def _grid(version: str) -> list[dict[str, Any]]:
         linear = sorted(rng.sample(range(n), rng.randint(1, n - 1)))
         dp = rng.choice((1, 1, 2)) if tp > 1 else 1
         # budgets too small for one slot: refused from v0.5.13, earlier releases go on with none
-        refusing = Version.parse(version, "SGLang") >= V0_5_9 and rng.random() < 0.1
+        release = Version.parse(version, "SGLang")
+        refusing = release >= V0_5_9 and rng.random() < 0.1
         budget = (0.01, 0.3) if refusing else (2.0, 120.0)
         cases.append(
             {
@@ -97,6 +104,8 @@ def _grid(version: str) -> list[dict[str, Any]]:
                 "conv_kernel": rng.choice((2, 4)),
                 "layers": linear,
                 "ssm_flag": rng.choice((None, None, "float32", "bfloat16")),
+                # the extra_buffer strategy (overlap schedule on): auto's choice from v0.5.14
+                "extra_buffer": release >= V0_5_14 and rng.random() < 0.5,
                 "config_ssm": rng.choice((None, "float32", "bfloat16")),
                 "dp": dp,
                 "max_mamba_cache_size": rng.choice((None, None, None, 64, 300)),
@@ -145,8 +154,14 @@ def _kvtier(version: str, c: dict[str, Any]) -> dict[str, Any]:
         # the running-request limit over the pool the split leaves (resolve_max_num_reqs)
         flag = c["max_running_requests"]
         rows = pool.max_num_reqs(tokens, c["context_len"], flag)
-        capped = mamba.request_cap(rule, rows, split.slots, c["disable_radix_cache"])
-        out["max_running"] = pool.max_running_requests(tokens, capped, flag, c["dp"])
+        extra = c["extra_buffer"] and not c["disable_radix_cache"]
+        try:
+            capped = mamba.request_cap(
+                rule, rows, split.slots, c["disable_radix_cache"], extra, checked=True
+            )
+            out["max_running"] = pool.max_running_requests(tokens, capped, flag, c["dp"])
+        except KvtierError as exc:
+            out["max_running"] = str(exc).split(".")[0]
     return out
 
 
@@ -154,10 +169,10 @@ def _kvtier(version: str, c: dict[str, Any]) -> dict[str, Any]:
 def test_mamba_sizing_matches_the_engine(version: str) -> None:
     python = shutil.which("python3")
     assert python is not None
-    utils, handler = _sources(version)
+    sources = _sources(version)
     cases = _grid(version)
     done = subprocess.run(
-        [python, "-I", "-S", str(RUNNER), str(utils), str(handler)],
+        [python, "-I", "-S", str(RUNNER), *map(str, sources)],
         input=json.dumps(cases),
         capture_output=True,
         text=True,

@@ -2,7 +2,7 @@
 
 Executed by a bare interpreter (`python3 -I -S`), never imported by kvtier:
 
-    python3 -I -S sglang_mamba.py <mamba_utils.py> <handler file> < cases.json
+    python3 -I -S sglang_mamba.py <mamba_utils.py> <handler file> [allocation_sizing.py] < cases
 
 The wheel's configs/mamba_utils.py (Mamba2StateShape.create, mamba_cache_per_req) and the file
 holding the slot rule (model_runner.py / model_runner_kv_cache_mixin.py `handle_max_mamba_cache`,
@@ -90,7 +90,10 @@ class _Args(types.SimpleNamespace):
         for key, value in values.items():
             setattr(self, key, value)
 
-    def enable_mamba_extra_buffer(self) -> bool:  # v0.5.16: the no_buffer strategy
+    def enable_mamba_extra_buffer(self) -> bool:  # v0.5.16 asks server_args
+        return bool(self.mamba.enable_mamba_extra_buffer)
+
+    def enable_mamba_extra_buffer_lazy(self) -> bool:
         return False
 
 
@@ -177,9 +180,10 @@ def run(utils: Any, handler_module: Any, handle: Any, c: dict[str, Any]) -> dict
         enable_dp_attention=dp > 1,
         dp_size=dp,
         speculative_num_draft_tokens=None,
+        disable_overlap_schedule=False,
         mamba=types.SimpleNamespace(
             enable_linear_replayssm_spec=False,
-            enable_mamba_extra_buffer=False,
+            enable_mamba_extra_buffer=c["extra_buffer"],
             enable_mamba_extra_buffer_lazy=False,
         ),
     )
@@ -214,7 +218,10 @@ def run(utils: Any, handler_module: Any, handle: Any, c: dict[str, Any]) -> dict
         # pool of no tokens is refused before it)
         runner.model_config = types.SimpleNamespace(context_len=c["context_len"])
         runner._calculate_mamba_ratio = lambda: configurator._calculate_mamba_ratio(runner)
-        out["max_running"] = configurator.resolve_max_num_reqs(runner, tokens)
+        try:
+            out["max_running"] = configurator.resolve_max_num_reqs(runner, tokens)
+        except RuntimeError as exc:  # no request fits the slots
+            out["max_running"] = str(exc).split(".")[0]
     return out
 
 
@@ -222,6 +229,10 @@ def main() -> None:
     _install()
     utils = _load("sglang.srt.configs.mamba_utils", sys.argv[1])
     handler_module = _load("sglang_oracle_handler", sys.argv[2])
+    if len(sys.argv) > 3:  # later releases take the extra_buffer slot count from this file
+        sizing = _load("sglang.srt.mem_cache.allocation_sizing", sys.argv[3])
+        if hasattr(sizing, "get_mamba_tracking_slots"):
+            handler_module.get_mamba_tracking_slots = sizing.get_mamba_tracking_slots
     handle = _handler(handler_module)
     cases = json.load(sys.stdin)
     json.dump([run(utils, handler_module, handle, c) for c in cases], sys.stdout)

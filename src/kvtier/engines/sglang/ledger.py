@@ -57,6 +57,7 @@ class _LinearState:
         self.per_slot = mamba.state_bytes(state, p.attn_tp, dtype, widen)
         self.ratio = d.mamba_full_memory_ratio or mamba.DEFAULT_FULL_MEMORY_RATIO
         self.checked = mamba.checks_slots(version)
+        self.extra = mamba.extra_buffer(version, p.model.architecture, d.disable_radix_cache)
         self.dp = d.dp if d.enable_dp_attention else 1
         self.deployment = d
         self.source = f"SSM state {dtype}, conv state {mamba.CONV_DTYPE}"
@@ -386,9 +387,15 @@ def build(p: PlanInputs) -> Ledger:
         )
     reqs = sglang.max_num_reqs(tokens, ctx, flag)
     if linear is not None:
+        slots = linear.split(rest.value).slots
         cap = mamba.request_cap(
-            linear.rule, reqs, linear.split(rest.value).slots, d.disable_radix_cache
+            linear.rule, reqs, slots, d.disable_radix_cache, linear.extra, linear.checked
         )
+        if linear.extra:
+            notes.append(
+                "mamba radix cache strategy extra_buffer (auto, with the overlap schedule): "
+                f"{mamba.SLOTS_PER_REQUEST + mamba.EXTRA_BUFFER_SLOTS} state slots a request"
+            )
         if cap < reqs:
             notes.append(f"running requests capped at {cap} by the state slots")
         reqs = cap

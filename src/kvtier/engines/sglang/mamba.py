@@ -49,6 +49,8 @@ DEFAULT_SSM_DTYPE = "float32"
 DEFAULT_FULL_MEMORY_RATIO = 0.9  # ServerArgs.mamba_full_memory_ratio, v0.5.4 - v0.5.23
 FIXED_SLOTS = 512  # v0.5.2 - v0.5.3 without --max-mamba-cache-size / --max-running-requests
 SLOTS_PER_REQUEST = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO (radix cache on, no_buffer)
+EXTRA_BUFFER_SLOTS = 2  # MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP (extra_buffer, overlap schedule)
+QWEN3_5_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
 
 
 class SlotRule(IntEnum):
@@ -66,7 +68,9 @@ V0_5_4 = Version.release_of(0, 5, 4)
 V0_5_7 = Version.release_of(0, 5, 7)
 V0_5_9 = Version.release_of(0, 5, 9)
 V0_5_13 = Version.release_of(0, 5, 13)
+V0_5_14 = Version.release_of(0, 5, 14)
 V0_5_17 = Version.release_of(0, 5, 17)
+V0_5_20 = Version.release_of(0, 5, 20)
 
 
 # first release that runs each architecture (configs/qwen3_next.py, configs/qwen3_5.py)
@@ -211,9 +215,40 @@ def split_budget(
     return MambaSplit(slots, per_slot, rest_gib - state_gib, state_gib, formula)
 
 
-def request_cap(rule: SlotRule, max_num_reqs: int, slots: int, disable_radix_cache: bool) -> int:
-    """The running-request limit the state slots allow (init_memory_pool, resolve_max_num_reqs)."""
+def extra_buffer(version: Version | None, architecture: str, disable_radix_cache: bool) -> bool:
+    """Whether `--mamba-radix-cache-strategy auto` resolves to extra_buffer: from v0.5.14, with the
+    radix cache on, the overlap schedule on and the triton linear-attention backend (the
+    defaults), for the architectures that support it (server_args._handle_mamba_radix_cache,
+    v0.5.14; arg_groups/overrides.py _mamba_radix_cache_resolution, v0.5.15+). Earlier
+    releases resolve auto to no_buffer."""
+    if disable_radix_cache or version is None or not (version.is_main or version >= V0_5_14):
+        return False
+    if architecture == "Qwen3NextForCausalLM":  # dropped from the list in v0.5.20
+        return not version.is_main and version < V0_5_20
+    return architecture in QWEN3_5_ARCHITECTURES
+
+
+def request_cap(
+    rule: SlotRule,
+    max_num_reqs: int,
+    slots: int,
+    disable_radix_cache: bool,
+    extra: bool = False,
+    checked: bool = False,
+) -> int:
+    """The running-request limit the state slots allow (init_memory_pool, resolve_max_num_reqs):
+    three slots a request with the radix cache (`_calculate_mamba_ratio`), two more for the
+    extra_buffer strategy's ping-pong under the overlap schedule, one without the radix cache.
+    `checked` (v0.5.13+, `checks_slots`) refuses a limit of no request, as the engine does."""
     if rule is SlotRule.FIXED:
         return min(max_num_reqs, slots)
-    per_request = 1 if disable_radix_cache else SLOTS_PER_REQUEST
-    return min(max_num_reqs, slots // per_request)
+    per_request = (
+        1 if disable_radix_cache else SLOTS_PER_REQUEST + (EXTRA_BUFFER_SLOTS if extra else 0)
+    )
+    cap = min(max_num_reqs, slots // per_request)
+    if cap <= 0 and checked:
+        raise KvtierError(
+            "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+            f"max_mamba_cache_size={slots}, mamba_ratio={per_request}"
+        )
+    return cap
