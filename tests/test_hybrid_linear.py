@@ -283,8 +283,8 @@ def test_sglang_before_0_5_13_starts_with_no_state_slot(
         ("qwen3.5-35b-a3b", "0.5.13", 3),  # auto is no_buffer before v0.5.14
         ("qwen3.5-35b-a3b", "0.5.14", 5),  # auto is extra_buffer: 2 ping-pong slots more
         ("qwen3.5-35b-a3b", "0.5.23", 5),
-        ("qwen3-next-80b-a3b", "0.5.19", 5),
-        ("qwen3-next-80b-a3b", "0.5.20", 3),  # Qwen3-Next left the extra_buffer list
+        ("qwen3-next-80b-a3b", "0.5.18", 5),
+        ("qwen3-next-80b-a3b", "0.5.19", 3),  # Qwen3-Next left the extra_buffer list
     ],
 )
 def test_sglang_slots_per_running_request_by_release(

@@ -70,7 +70,7 @@ V0_5_9 = Version.release_of(0, 5, 9)
 V0_5_13 = Version.release_of(0, 5, 13)
 V0_5_14 = Version.release_of(0, 5, 14)
 V0_5_17 = Version.release_of(0, 5, 17)
-V0_5_20 = Version.release_of(0, 5, 20)
+V0_5_19 = Version.release_of(0, 5, 19)
 
 
 # first release that runs each architecture (configs/qwen3_next.py, configs/qwen3_5.py)
@@ -223,8 +223,8 @@ def extra_buffer(version: Version | None, architecture: str, disable_radix_cache
     releases resolve auto to no_buffer."""
     if disable_radix_cache or version is None or not (version.is_main or version >= V0_5_14):
         return False
-    if architecture == "Qwen3NextForCausalLM":  # dropped from the list in v0.5.20
-        return not version.is_main and version < V0_5_20
+    if architecture == "Qwen3NextForCausalLM":  # dropped from the list in v0.5.19
+        return not version.is_main and version < V0_5_19
     return architecture in QWEN3_5_ARCHITECTURES
 
 
