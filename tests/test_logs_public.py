@@ -57,6 +57,8 @@ def _local_outside_catalog() -> list[dict[str, object]]:
     for entry in _index():
         if not entry["model_in_log_is_local_path"] or entry["observed_kv_tokens"] is None:
             continue
+        if not any(str(k).endswith(("_gib", "_gb")) for k in entry["printed"]):
+            continue  # a count with no bytes beside it gives no geometry
         try:
             resolve_model(str(entry["model"]).split(" ")[0])
             continue

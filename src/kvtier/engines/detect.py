@@ -120,7 +120,17 @@ def parse_log(text: str, engine: str | None = None) -> ParsedLog:
     chosen = runs[-1]
     if len(runs) > 1:
         has_memory = [any(any(m in x.text for m in module.MEMORY_MARKERS) for x in r) for r in runs]
-        if not has_memory[-1]:
+        opened = [any(any(m in x.text for m in module.START_MARKERS) for x in r) for r in runs]
+        if not has_memory[-1] and len(runs) == 2 and not opened[0]:
+            # the start's own arguments, pasted after its memory lines: one start, not two
+            chosen = runs[0] + runs[1]
+            first, last = runs[1][0].number, runs[1][-1].number
+            span = f"line {first}" if first == last else f"lines {first}-{last}"
+            notes.append(
+                f"{span} (the start's arguments) follow its memory lines as pasted; "
+                "they are read as the same start"
+            )
+        elif not has_memory[-1]:
             chosen = runs[-2]
             notes.append(
                 f"the log holds {len(runs)} server starts; the last one (from line "

@@ -309,7 +309,7 @@ def _kv_dtype(
     """The KV element type: the engine's own dtype line, else the argument, else the model's."""
     printed: Fact[str] | None = None
     if isinstance(startup, SGLangStartup):
-        printed = startup.kv_dtype
+        printed = startup.kv_dtype or _pool_dtype(startup)
     elif startup.fp8_kv is not None:
         printed = startup.fp8_kv
     flag = settings.get("kv_cache_dtype", to_str, "auto")
@@ -331,6 +331,12 @@ def _kv_dtype(
         text = source.text if source.line is not None else how
         return dtype, Fact(dtype.name, source.line, text, source.rank)
     return dtype, source
+
+
+def _pool_dtype(startup: SGLangStartup) -> Fact[str] | None:
+    """The dtype the target pool's `KV Cache is allocated. dtype: ...` line prints (2026 form)."""
+    pool = next((p for p in startup.target_pools if p.dtype is not None), None)
+    return pool.fact(pool.dtype) if pool is not None and pool.dtype is not None else None
 
 
 def _sglang_memory(
@@ -428,9 +434,15 @@ def _sglang_observed(startup: SGLangStartup) -> Fact[int] | None:
 
 def _vllm_memory(startup: VllmStartup) -> tuple[VllmMemory | None, list[str]]:
     notes: list[str] = []
+    if (blocks := startup.blocks_override) is not None:
+        notes.append(
+            f"the KV block count was set with --num-gpu-blocks-override={blocks.value:,} "
+            f"({blocks.where}): the memory figures did not size the pool"
+        )
     if startup.kv_memory_override_gib is not None:
         return VllmMemory(startup.kv_memory_override_gib), [
-            "the KV cache size was set with --kv-cache-memory-bytes; memory profiling was skipped"
+            *notes,
+            "the KV cache size was set with --kv-cache-memory-bytes; memory profiling was skipped",
         ]
     printed = startup.available_kv()
     requested = min_over_ranks(startup.requested_gib)

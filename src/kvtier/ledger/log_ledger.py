@@ -377,6 +377,17 @@ def _vllm(inp: LogInputs, v: VllmStartup, rec: Reconciliation) -> LogLedger:
     )
     if rec.failure is not None:
         answer = f"The start failed ({rec.failure.where}): {rec.failure.value}. " + answer
+    if graphs is not None and v.graph_estimate_gib is not None:
+        answer += (
+            f" CUDA graphs took {graphs.value:.2f} GiB as captured against the "
+            f"{v.graph_estimate_gib.value:.2f} GiB estimated ({v.graph_estimate_gib.where})."
+        )
+    if (pin := v.suggested_kv_bytes) is not None:
+        # gpu_worker.py compile_or_warm_up_model: requested - used - graphs - 150 MiB
+        answer += (
+            f" vLLM suggests --kv-cache-memory={pin.value} ({pin.value / GiB:.2f} GiB, "
+            f"{pin.where}) to fit the requested memory and skip profiling on the next start."
+        )
     if outside is not None:
         answer += (
             f" {outside:.2f} GiB per GPU lies outside the budget (1 - utilization); CUDA graphs "

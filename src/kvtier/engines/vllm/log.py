@@ -1,10 +1,15 @@
 """vLLM startup logs (V1, and the V0 / 0.6-era profiling block) read into observed facts.
 
 Line templates: `v1/worker/gpu_worker.py` (`worker init memory snapshot`, `Initial free memory`,
-`Available KV cache memory`, `CUDA graph pool memory`), `utils/mem_utils.py`
+`Available KV cache memory`, `CUDA graph pool memory: X GiB (actual), Y GiB (estimated)`, and
+`Free memory on device (F/T GiB) on startup. Desired GPU memory utilization is (U, R GiB). ...
+Replace gpu_memory_utilization config with --kv-cache-memory=N ...`, a DEBUG line through 0.24 and
+INFO by 0.29, whose usage clause names weights, activation, non-torch and CUDA-graph GiB in 0.24
+and consumed (weights + non-torch), activation and CUDA-graph GiB in 0.29), `utils/mem_utils.py`
 (`MemoryProfilingResult.__repr__`: `Memory profiling takes ...`), `v1/worker/gpu_model_runner.py`
 (`Model loading took`, `Estimated CUDA graph memory`, `Graph capturing finished`),
-`v1/core/kv_cache_utils.py` (`GPU KV cache size`, `Maximum concurrency`), and V0
+`v1/core/kv_cache_utils.py` (`GPU KV cache size`, `Maximum concurrency`, `Overriding
+num_gpu_blocks=N with num_gpu_blocks_override=M`), and V0
 `worker/worker.py::determine_num_available_blocks` / `executor_base.py` (`total_gpu_memory (...)
 x gpu_memory_utilization (...)`, `# GPU blocks: N, # CPU blocks: M`). All figures are GiB.
 
@@ -64,7 +69,20 @@ _CONCURRENCY = re.compile(
     r"Maximum concurrency for " + GROUPED_INT + r" tokens per request: " + NUM + "x"
 )
 _GRAPH_DONE = re.compile(r"Graph capturing finished in \d{1,6} secs?, took " + NUM + G)
-_GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + NUM + G + r" \(actual\)")
+_GRAPH_POOL = re.compile(
+    r"CUDA graph pool memory: " + NUM + G + r" \(actual\)(?:, " + NUM + G + r" \(estimated\))?"
+)
+# gpu_worker.py compile_or_warm_up_model: the startup's figures and the KV budget to pin next time
+_STARTUP_USE = re.compile(
+    r"Free memory on device \(" + NUM + "/" + NUM + G + r"\) on startup\. Desired GPU memory "
+    r"utilization is \(" + NUM + ", " + NUM + G + r"\)"
+)
+_GRAPH_USE = re.compile(NUM + G + r" for (?:CUDAGraph|NPU graph) memory")
+_SUGGESTED = re.compile(r"--kv-cache-memory=" + INT)
+_IN_USE = re.compile(r"Current kv cache memory in use is " + NUM + G)
+_OVERRIDE_BLOCKS = re.compile(
+    r"Overriding num_gpu_blocks=" + INT + " with num_gpu_blocks_override=" + INT
+)
 _V0_BUDGET = re.compile(
     r"total_gpu_memory \("
     + NUM
@@ -103,7 +121,9 @@ _FREE_SHORT = re.compile(
     r"desired GPU memory utilization \(" + NUM + ", " + NUM + G + r"\)"
 )
 _NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
+_CONTINUED = re.compile(r"^[^\w(]{0,8}")  # a wrapped paste's quote bar or indent
 FAILURE_MARKERS = (
+    "To serve at least one request",
     "KV cache is needed",
     "stored in KV cache",
     "on startup is less than desired",
@@ -120,6 +140,7 @@ MEMORY_MARKERS = (
     "reserved for KV Cache",
     "Memory profiling takes",
     "Memory profiling results",
+    "Desired GPU memory utilization is",
     *FAILURE_MARKERS,
 )
 START_MARKERS = ("non-default args", "args: Namespace(", "LLM engine (v", "vllm serve")
@@ -166,6 +187,9 @@ class VllmStartup:
     needed_kv: Fact[tuple[int, float, float]] | None = None
     capacity_tokens: Fact[int] | None = None  # the KV token capacity a refusal line states
     kv_device: Fact[str] | None = None  # "GPU" or "CPU", as the KV cache size line names it
+    # `--kv-cache-memory=N` vLLM suggests after capture to fit the requested memory (bytes)
+    suggested_kv_bytes: Fact[int] | None = None
+    blocks_override: Fact[int] | None = None  # num_gpu_blocks_override: the count set, not sized
 
     def available_kv(self) -> Fact[float] | None:
         """KV bytes per worker as the engine sizes them: the smallest worker's figure."""
@@ -197,7 +221,7 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
     args: Args | None = None
     profiles: list[Profile] = []
 
-    for line in lines:
+    for index, line in enumerate(lines):
         text = line.text
         if ("version" in text or "LLM engine (v" in text) and (m := _VERSION.search(text)):
             one("version", m.group(1), line, m.start())
@@ -254,13 +278,19 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
         elif "Maximum concurrency" in text and (m := _CONCURRENCY.search(text)):
             one("max_model_len", int(m.group(1).replace(",", "")), line, m.start())
             one("concurrency", float(m.group(2)), line, m.start())
-        elif ("Graph capturing finished" in text and (m := _GRAPH_DONE.search(text))) or (
-            "CUDA graph pool memory" in text and (m := _GRAPH_POOL.search(text))
-        ):
+        elif "Graph capturing finished" in text and (m := _GRAPH_DONE.search(text)):
             many("graphs", float(m.group(1)), line, m.start())
+        elif "CUDA graph pool memory" in text and (m := _GRAPH_POOL.search(text)):
+            many("graphs", float(m.group(1)), line, m.start())
+            if m.group(2) is not None and "graph_estimate" not in found.single:
+                one("graph_estimate", float(m.group(2)), line, m.start())
+        elif "Desired GPU memory utilization is" in text and (m := _STARTUP_USE.search(text)):
+            _startup_use(line, m, found)
+        elif "num_gpu_blocks_override" in text and (m := _OVERRIDE_BLOCKS.search(text)):
+            one("blocks_override", int(m.group(2)), line, m.start())
         elif "fp8 data type" in text and (m := _FP8.search(text)):
             one("fp8", "fp8", line, m.start())
-        _v0_lines(line, found)
+        _v0_lines(line, found, lines[index + 1 : index + 3])
 
     single = found.single
     if "override" in single and args is not None:
@@ -292,7 +322,25 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
         needed_kv=single.get("needed"),
         capacity_tokens=single.get("capacity"),
         kv_device=single.get("kv_device"),
+        suggested_kv_bytes=single.get("suggested"),
+        blocks_override=single.get("blocks_override"),
     )
+
+
+def _startup_use(line: LogLine, m: re.Match[str], found: _Found) -> None:
+    """The after-capture summary: device free and total, the requested budget, the CUDA graphs
+    as captured, the KV cache in use, and the first `--kv-cache-memory=` (fits the request)."""
+    text, at = line.text, m.start()
+    found.many("free", float(m.group(1)), line, at)
+    found.many("total", float(m.group(2)), line, at)
+    found.one("utilization", float(m.group(3)), line, at)
+    found.many("requested", float(m.group(4)), line, at)
+    if g := _GRAPH_USE.search(text, m.end()):
+        found.many("graphs", float(g.group(1)), line, at)
+    if k := _IN_USE.search(text, m.end()):
+        found.many("available", float(k.group(1)), line, at)
+    if s := _SUGGESTED.search(text, m.end()):
+        found.one("suggested", int(s.group(1)), line, at)
 
 
 def _exact_override(printed: Fact[float], args: Args) -> Fact[float]:
@@ -305,8 +353,9 @@ def _exact_override(printed: Fact[float], args: Args) -> Fact[float]:
     return Fact(given / GiB, args.line, args.text, printed.rank)
 
 
-def _v0_lines(line: LogLine, found: _Found) -> None:
-    """The V0 / 0.6-era profiling block; its lines also appear reflowed or abridged."""
+def _v0_lines(line: LogLine, found: _Found, after: list[LogLine]) -> None:
+    """The V0 / 0.6-era profiling block; its lines also appear reflowed or abridged. A refusal
+    reads on into the `after` lines when a paste wrapped it."""
     text, one, many = line.text, found.one, found.many
     if "total_gpu_memory" in text and (m := _V0_BUDGET.search(text)):
         many("total", float(m.group(1)), line, m.start())
@@ -330,16 +379,19 @@ def _v0_lines(line: LogLine, found: _Found) -> None:
         if (non_torch := as_float(field(_V0_R_NON_TORCH, text, m.end()))) is not None:
             one("v0_non_torch", non_torch, line, m.start())
     if any(marker in text for marker in FAILURE_MARKERS):
-        _failure(line, found)
+        _failure(line, found, after)
     if "blocks: " in text and (m := _BLOCKS.search(text)):
         one("gpu_blocks", int(m.group(1)), line, m.start())
         if m.group(2) is not None:
             one("cpu_blocks", int(m.group(2)), line, m.start())
 
 
-def _failure(line: LogLine, found: _Found) -> None:
-    """A refusal line: the reason, and the KV figures it states."""
+def _failure(line: LogLine, found: _Found, after: list[LogLine]) -> None:
+    """A refusal line: the reason, and the KV figures it states, read on into the next lines when
+    the line stops inside the sentence (a paste wrapped at the console width)."""
     text, one = line.text, found.one
+    if "max seq len (" in text and not (_NEEDED.search(text) and _ESTIMATED_LEN.search(text)):
+        text = " ".join([text, *(_CONTINUED.sub("", a.text, count=1) for a in after)])
     if m := _NEEDED.search(text):
         one("failure", "max_model_len does not fit the KV cache", line, m.start())
         decimals = len(m.group(2).partition(".")[2])  # releases print .1f or .2f

@@ -1,0 +1,172 @@
+"""Line forms the 2026 public logs brought: each test quotes the exact line from its source
+(tests/fixtures/logs/public/index.json names them), or the engine's template where no public
+log prints the line yet."""
+
+# ruff: noqa: E501  (log lines are kept whole, as engines print them)
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kvtier.cli import main
+from kvtier.engines.detect import parse_log
+from kvtier.engines.sglang.log import parse_sglang
+from kvtier.engines.vllm.log import VllmStartup, parse_vllm
+from kvtier.ledger.explain import explain_log
+from kvtier.logs.lines import read_lines
+
+PUBLIC = Path(__file__).parent / "fixtures" / "logs" / "public"
+
+# vllm-project/vllm#44376: the V1 refusal on one line (DeepSeek-V4-Flash, two GH200)
+REFUSAL = (
+    "(EngineCore pid=2739502) ERROR 06-03 14:24:40 [core.py:1165] ValueError: To serve at least "
+    "one request with the model's max seq len (30000), (6.66 GiB KV cache is needed, which is "
+    "larger than the available KV cache memory (5.44 GiB). Based on the available memory, the "
+    "estimated maximum model length is 13528. Try increasing `gpu_memory_utilization` (which also "
+    "controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the "
+    "engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+)
+
+
+def _vllm(text: str) -> VllmStartup:
+    return parse_vllm(read_lines(text))
+
+
+def _explain_json(path: Path, capsys: pytest.CaptureFixture[str]) -> dict:
+    assert main(["explain", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _refusal_facts(s: VllmStartup) -> tuple[object, ...]:
+    assert s.failure is not None and s.needed_kv is not None and s.capacity_tokens is not None
+    return (
+        s.failure.value,
+        s.needed_kv.value[:2],
+        s.available_kv_gib[0].value,
+        s.capacity_tokens.value,
+    )
+
+
+_WRAPS = [
+    m.start()
+    for m in re.finditer(" ", REFUSAL)
+    if REFUSAL.index("(30000),") < m.start() < REFUSAL.index("13528.") - 1
+]
+
+
+@pytest.mark.parametrize("at", _WRAPS)
+def test_a_refusal_wrapped_anywhere_after_the_length_reads_as_on_one_line(at: int) -> None:
+    """A paste wrapped at the console width, behind a quote bar, states the same refusal."""
+    whole = _refusal_facts(_vllm(REFUSAL))
+    assert whole == ("max_model_len does not fit the KV cache", (30000, 6.66), 5.44, 13528)
+    wrapped = REFUSAL[:at] + "\n▎ " + REFUSAL[at + 1 :]
+    assert _refusal_facts(_vllm(wrapped)) == whole
+
+
+def test_the_wrapped_refusal_from_the_dgx_spark_issue_fails_with_its_capacity(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """eugr/spark-vllm-docker#396: kvtier used to miss the refusal and size 754,974,720 tokens."""
+    out = _explain_json(PUBLIC / "vllm-0.29-minimax-m2.7-awq-2x-spark-failed-reflowed.log", capsys)
+    assert out["verdict"] == "failed" and out["observed"]["kv_tokens"] == 190_272
+    assert out["failed"]["reason"] == "max_model_len does not fit the KV cache"
+    low, high = out["predicted"]["range"]
+    assert low <= 190_272 <= high < 200_000
+
+
+def test_startup_use_line_of_the_ascend_worker() -> None:
+    """vllm-project/vllm-ascend#8289, cut mid-line in the source: the after-capture summary gives
+    free and total memory, the requested budget, the graphs as captured and the pin to use."""
+    line = "(EngineCore pid=2884597) INFO 04-15 06:30:01 [worker.py:575] Free memory on device (60.86/61.27 GiB) on startup. Desired GPU memory utilization is (0.9, 55.14 GiB). Actual usage: 1.14 GiB for weights, 0.22 GiB for peak activation, 0.13 GiB for non-torch memory, 0.04 GiB for NPU graph memory. Replace gpu_memory_utilization with `--kv-cache-memory=57403864576` (53.46 GiB) to fit in"
+    s = _vllm(line)
+    assert [f.value for f in s.init_free_gib] == [60.86]
+    assert [f.value for f in s.total_gib] == [61.27]
+    assert s.utilization is not None and s.utilization.value == 0.9
+    assert [f.value for f in s.requested_gib] == [55.14]
+    assert [f.value for f in s.graph_gib] == [0.04]
+    assert s.suggested_kv_bytes is not None and s.suggested_kv_bytes.value == 57_403_864_576
+
+
+# vllm 0.29.0 gpu_worker.py compile_or_warm_up_model (INFO): the template's words; the figures are
+# made for the test and obey its arithmetic (pin = requested - used - graphs - 150 MiB)
+V029 = """\
+(Worker_TP0 pid=11) INFO 09-20 10:00:00 [gpu_worker.py:627] Available KV cache memory: 52.0 GiB
+(EngineCore pid=3) INFO 09-20 10:00:01 [kv_cache_utils.py:2235] GPU KV cache size: 425,984 tokens
+(Worker_TP0 pid=11) INFO 09-20 10:00:09 [gpu_worker.py:797] CUDA graph pool memory: 0.41 GiB (actual), 0.5 GiB (estimated), difference: 0.09 GiB (22.0%).
+(Worker_TP0 pid=11) INFO 09-20 10:00:09 [gpu_worker.py:860] Free memory on device (78.5/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 16.2 GiB for consumed memory (weights + non-torch), 3.07 GiB for peak activation, and 0.41 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=55237054300` (51.44 GiB) to fit into requested memory, or `--kv-cache-memory=63000207687` (58.67 GiB) to fully utilize gpu memory. Current kv cache memory in use is 52.0 GiB.
+"""
+
+
+def test_v029_summary_and_graph_pool_lines_are_read() -> None:
+    s = _vllm(V029)
+    assert [f.value for f in s.graph_gib] == [0.41, 0.41]  # pool line, then the summary
+    assert s.graph_estimate_gib is not None and s.graph_estimate_gib.value == 0.5
+    assert s.suggested_kv_bytes is not None and s.suggested_kv_bytes.value == 55_237_054_300
+    assert s.suggested_kv_bytes.line == 4  # the first pin: the one that fits the request
+    assert [f.value for f in s.requested_gib] == [71.27]
+
+
+def test_explain_states_the_captured_graphs_and_the_pin() -> None:
+    answer = explain_log(V029, {}).ledger.answer
+    assert "CUDA graphs took 0.41 GiB as captured against the 0.50 GiB estimated (line 3" in answer
+    assert "--kv-cache-memory=55237054300 (51.44 GiB, line 4" in answer
+
+
+def test_a_negative_graph_pool_figure_is_kept_as_printed() -> None:
+    """MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks#25 (two GB10): the pool shrank during capture."""
+    s = _vllm(
+        "CUDA graph pool memory: -0.19 GiB (actual), 2.43 GiB (estimated), difference: 2.62 GiB"
+    )
+    assert [f.value for f in s.graph_gib] == [-0.19]
+    assert s.graph_estimate_gib is not None and s.graph_estimate_gib.value == 2.43
+
+
+def test_blocks_override_is_read_and_named() -> None:
+    """vllm-project/vllm#39559: the count came from --num-gpu-blocks-override, not from memory."""
+    text = (PUBLIC / "vllm-v1-2026-qwen3.5-gguf-blocks-override.log").read_text(encoding="utf-8")
+    s = _vllm(text)
+    override = s.blocks_override
+    assert override is not None and (override.value, override.line) == (512, 1)
+    notes = explain_log(text, {}).reconciliation.notes
+    assert any("--num-gpu-blocks-override=512 (line 1)" in n for n in notes)
+
+
+def test_sglang_2026_pool_line_gives_the_kv_dtype_and_the_draft_pool(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """noonghunna/club-3090#1261: 'KV Cache is allocated. dtype: torch.float8_e4m3fn, #tokens: ...'"""
+    path = PUBLIC / "sglang-2026-hybrid-gdn-nvfp4-2x5090-draft-pools.log"
+    s = parse_sglang(read_lines(path.read_text(encoding="utf-8")))
+    assert [(p.rank, p.tokens, p.k_gib, p.dtype) for p in s.target_pools] == [
+        ("TP0", 454_112, 3.46, "torch.float8_e4m3fn"),
+        ("TP1", 454_112, 3.46, "torch.float8_e4m3fn"),
+    ]
+    assert [(p.rank, p.k_gib) for p in s.draft_pools] == [("TP0", 1.08), ("TP1", 1.08)]
+    out = _explain_json(path, capsys)
+    assert out["kv_cache_dtype"] == "fp8_e4m3" and out["kv_bytes_per_token"] == 16_384
+
+
+def test_arguments_pasted_after_the_kv_lines_belong_to_the_same_start() -> None:
+    """noonghunna/club-3090#295: the reporter pasted the KV lines first, the arguments after."""
+    text = (PUBLIC / "vllm-v1-2026-qwen3.6-27b-autoround-2x3090-mtp.log").read_text(
+        encoding="utf-8"
+    )
+    parsed = parse_log(text)
+    assert isinstance(parsed.startup, VllmStartup) and parsed.startup.args is not None
+    assert parsed.startup.args.values["kv_cache_dtype"] == "fp8_e5m2"
+    assert any("read as the same start" in n for n in parsed.notes)
+    rec = explain_log(text, {}).reconciliation
+    assert rec.kv_dtype.name == "fp8_e5m2"
+
+
+def test_a_second_start_with_its_own_arguments_stays_a_second_start() -> None:
+    """Two starts that each print arguments are not merged: the last one is explained."""
+    first = "(APIServer pid=1) INFO 06-01 09:20:16 [utils.py:278] non-default args: {'max_model_len': 4096}\nGPU KV cache size: 1,000 tokens"
+    second = "(APIServer pid=1) INFO 06-01 09:30:16 [utils.py:278] non-default args: {'max_model_len': 8192}"
+    parsed = parse_log(first + "\n" + second)
+    assert isinstance(parsed.startup, VllmStartup) and parsed.startup.kv_tokens is not None
+    assert not any("same start" in n for n in parsed.notes)
