@@ -119,14 +119,14 @@ def test_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> N
     import io
     import sys
 
-    from kvtier.cli.simulate import _Progress
+    from kvtier.cli.progress import Progress
 
-    with _Progress(enabled=False) as progress:
+    with Progress(enabled=False) as progress:
         assert progress.bar("loading trace", 10) is None
     screen = io.StringIO()
     monkeypatch.setattr(screen, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(sys, "stderr", screen)
-    with _Progress(enabled=True) as progress:
+    with Progress(enabled=True) as progress:
         update = progress.bar("loading trace", 10)
         assert update is not None
         update(10)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Callable
 from typing import Any
 
 from kvtier.cli.parser import add_subcommand
 from kvtier.cli.plan import add_deployment_arguments, deployment_from_args, warn_ignored
+from kvtier.cli.progress import Progress
 from kvtier.cli.values import (
     FINITE,
     FRACTION,
@@ -164,47 +163,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-class _Progress:
-    """Progress bars with the time left on stderr, one per phase; silent when `enabled` is
-    False or stderr is not a terminal. `bar(label, total)` gives the callback a phase reports
-    its count to."""
-
-    def __init__(self, enabled: bool) -> None:
-        self._rich: Any = None
-        if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import Progress
-
-            self._rich = Progress(
-                console=Console(stderr=True),
-                transient=True,
-                redirect_stdout=False,  # results go to stdout, after the bars are cleared
-                redirect_stderr=False,
-            )
-
-    def __enter__(self) -> _Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done()
-
-    def done(self) -> None:
-        """Clear the bars before the results print (stdout and stderr share a terminal)."""
-        if self._rich is not None:
-            self._rich.stop()
-            self._rich = None
-
-    def bar(self, label: str, total: int) -> Callable[[int], None] | None:
-        rich = self._rich
-        if rich is None:
-            return None
-        rich.start()  # shown from the first bar on; starting again is a no-op
-        for task in rich.tasks:  # the phase before this one is over
-            rich.update(task.id, visible=False)
-        task = rich.add_task(label, total=total)
-        return lambda done: rich.update(task, completed=done)
-
-
 def _check(args: argparse.Namespace) -> None:
     if not 0.0 <= args.warmup_fraction < 1.0:
         raise KvtierError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
@@ -216,11 +174,11 @@ def _check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
-    with _Progress(not (args.quiet or args.json)) as progress:
+    with Progress(not (args.quiet or args.json)) as progress:
         return _run(args, progress)
 
 
-def _run(args: argparse.Namespace, progress: _Progress) -> int:
+def _run(args: argparse.Namespace, progress: Progress) -> int:
     from kvtier.cli import simulate_hicache
     from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace, read_trace, scale_time, write_trace
     from kvtier.sim.workload import generate
@@ -263,7 +221,7 @@ def _run(args: argparse.Namespace, progress: _Progress) -> int:
     return _timed(args, trace, progress)
 
 
-def _reference(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
+def _reference(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
     from kvtier.report.sim_view import quiet_lines, run_table, sweep_quiet_lines, sweep_table
     from kvtier.sim import reference
     from kvtier.sim.sweep import Sweep, sweep_json
@@ -302,7 +260,7 @@ def _reference(args: argparse.Namespace, trace: Any, progress: _Progress) -> int
     return 0
 
 
-def _timed(args: argparse.Namespace, trace: Any, progress: _Progress) -> int:
+def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
     from kvtier.cli import simulate_hicache
     from kvtier.report.sim_view import (
         quiet_lines,

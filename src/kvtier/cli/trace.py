@@ -85,7 +85,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvtier.cli.simulate import _Progress
+    from kvtier.cli.progress import Progress
     from kvtier.files import MAX_TRACE_BYTES, check_output, open_input
     from kvtier.report.trace_view import print_trace
     from kvtier.sim.block_hash import PromptHasher
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.output, [args.input])
     hasher = PromptHasher(args.block_tokens)
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
-    with _Progress(not (args.quiet or args.json)) as progress:
+    with Progress(not (args.quiet or args.json)) as progress:
         if args.input == "-":  # a pipe has no size: no bar
             found = read_requests(sys.stdin.buffer, args.format, hasher, tokenizer, args.rate)
         else:
