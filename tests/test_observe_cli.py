@@ -161,9 +161,27 @@ def metrics_url():
     server.server_close()
 
 
+class _Clock:
+    """The polling clock with scrapes exactly `interval` apart, whatever the machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+        self.strftime = time.strftime
+        self.localtime = time.localtime
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def time(self) -> float:
+        return self.now
+
+
 def test_polled_metrics_give_rates_from_counter_differences(
-    metrics_url: str, capsys: pytest.CaptureFixture[str]
+    metrics_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from kvtier.observe import metrics
+
+    monkeypatch.setattr(metrics, "clock", _Clock())
     out = run_json(
         capsys, ["observe", metrics_url, "--samples", "3", "--interval", "0.2", "--json"]
     )
@@ -176,7 +194,8 @@ def test_polled_metrics_give_rates_from_counter_differences(
     assert out["preemptions"] == 10
     assert out["diagnosis"] == "kv-bound"
     gen = [p["gen_tps"] for p in out["timeline"]]
-    assert gen[0] is None and gen[1] == pytest.approx(500, rel=0.3)
+    # 100 generated tokens between scrapes 0.2 s apart
+    assert gen[0] is None and gen[1] == pytest.approx(500)
 
 
 def _closed_port() -> int:
