@@ -124,3 +124,17 @@ def test_pages_slice_and_join_by_runs() -> None:
     assert p[2:5] == [9, 3, 4] and p[-1] == 20 and list(p) == [7, 8, 9, 3, 4, 20]
     assert (p[:3] + p[3:]) == p and (p[:2] + p[2:]).runs == p.runs, "joins merge runs"
     assert (Pages.of(range(5, 9)) + Pages.of([9, 10])).runs == (range(5, 11),)
+
+
+@given(
+    st.lists(st.integers(0, 12), max_size=16),
+    st.one_of(st.none(), st.integers(-20, 20)),
+    st.one_of(st.none(), st.integers(-20, 20)),
+)
+def test_pages_slices_like_the_list_of_its_pages(
+    pages: list[int], start: int | None, stop: int | None
+) -> None:
+    """Any slice of a Pages is the same slice of its pages, as canonical runs."""
+    cut = Pages.of(pages)[start:stop]
+    assert cut.tolist() == pages[start:stop] and len(cut) == len(pages[start:stop])
+    assert cut.runs == Pages.of(pages[start:stop]).runs

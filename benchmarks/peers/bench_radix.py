@@ -3,12 +3,14 @@
 Both replay one operation sequence (see radix_ops.py) built from a Mooncake trace: per request
 match, insert, and evict down to a token capacity. SGLang's side runs in its own virtualenv
 (benchmarks/peers/setup.sh) as a subprocess reading the same sequence file. The matched-token
-totals must agree; the table gives requests per second and the ratio. Each side runs
---repeat times and the least disturbed run counts (the minimum CPU and the minimum wall time).
-The command exits 1 when kvtier is below GOAL x SGLang in CPU or wall time at any page size.
+totals must agree; the table gives requests per second and the ratio. Each side replays the
+sequence --repeat times in one process, each replay through a fresh cache, and the least
+disturbed replay counts (the minimum CPU and the minimum wall time; the counts are checked
+equal across replays). The command exits 1 when kvtier is below GOAL x SGLang in CPU or wall
+time at any page size.
 
     .venv/bin/python benchmarks/peers/bench_radix.py [--requests 2000] [--capacity-tokens 1000000]
-        [--page-sizes 1,16] [--repeat 5]
+        [--page-sizes 1,16] [--repeat 10]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,25 +71,41 @@ def sglang_split_times() -> Iterator[None]:
         RadixTree._split = original  # type: ignore[method-assign]
 
 
-def kvtier_replay(path: Path) -> dict[str, float]:
-    """kvtier's side: TieredCache (device tier, accounting storage) with LRU eviction.
+def kvtier_replay(path: Path, repeat: int = 1) -> dict[str, float]:
+    """kvtier's side: TieredCache (device tier, accounting storage) with LRU eviction, replayed
+    `repeat` times through a fresh cache; the counts (equal in every replay, checked) with the
+    least CPU and the least wall time.
 
     The pool is sized so that allocation never evicts by itself; eviction happens only in the
     explicit step after insert, as on SGLang's side."""
     seq = read_sequence(path)
-    page, capacity = seq["page_size"], seq["capacity_tokens"]
+    page = seq["page_size"]
     requests = expand_all(seq)
-    pool_pages = capacity // page + max(len(t) for t in requests) // page + 1
-    cache = TieredCache(AccountingStorage(Tier.DEVICE, pool_pages))
-    cap_pages = capacity // page
-    matched = evicted = 0
     k0 = time.process_time()
     for tokens in requests:
         page_keys(tokens, page)
     keys_cpu = time.process_time() - k0  # shown apart; the timed loop below builds them again
+    runs = [_replay(requests, page, seq["capacity_tokens"]) for _ in range(repeat)]
+    counts = ("matched_tokens", "evicted_tokens", "cached_tokens")
+    if any(r[k] != runs[0][k] for r in runs for k in counts):
+        raise RuntimeError("replays of one sequence disagree")
+    return {
+        **runs[0],
+        "cpu_s": min(r["cpu_s"] for r in runs),
+        "wall_s": min(r["wall_s"] for r in runs),
+        "keys_cpu_s": keys_cpu,
+        "requests": len(requests),
+    }
+
+
+def _replay(requests: list[array], page: int, capacity: int) -> dict[str, float]:
+    pool_pages = capacity // page + max(len(t) for t in requests) // page + 1
+    cache = TieredCache(AccountingStorage(Tier.DEVICE, pool_pages))
+    cap_pages = capacity // page
+    matched = evicted = 0
     t0, c0 = time.perf_counter(), time.process_time()
     for tokens in requests:
-        keys = page_keys(tokens, page)
+        keys = page_keys(tokens, page)  # views the request's int64 token array
         m = cache.match_prefix(keys)
         hit = m.num_device_pages
         matched += hit * page
@@ -107,32 +126,19 @@ def kvtier_replay(path: Path) -> dict[str, float]:
         "cached_tokens": cache.tree.size(Tier.DEVICE).total * page,
         "wall_s": wall,
         "cpu_s": cpu,
-        "keys_cpu_s": keys_cpu,
-        "requests": len(requests),
     }
 
 
-def sglang_replay(path: Path, venv: Path) -> dict[str, float]:
+def sglang_replay(path: Path, venv: Path, repeat: int = 1) -> dict[str, float]:
     python = need(venv / "bin" / "python", "SGLang venv")
     proc = subprocess.run(
-        [str(python), str(PEERS / "sglang_radix_runner.py"), str(path)],
+        [str(python), str(PEERS / "sglang_radix_runner.py"), str(path), str(repeat)],
         capture_output=True,
         text=True,
     )
     if proc.returncode != 0:
         raise SystemExit(f"SGLang runner failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def best_of(runs: list[dict[str, float]]) -> dict[str, float]:
-    """The first run's counts with the least CPU and the least wall time over the runs (the
-    counts are the same in every run: the replay is deterministic)."""
-    return {
-        **runs[0],
-        "cpu_s": min(r["cpu_s"] for r in runs),
-        "wall_s": min(r["wall_s"] for r in runs),
-        **({"keys_cpu_s": min(r["keys_cpu_s"] for r in runs)} if "keys_cpu_s" in runs[0] else {}),
-    }
 
 
 def main() -> int:
@@ -142,7 +148,12 @@ def main() -> int:
     ap.add_argument("--capacity-tokens", type=int, default=1_000_000)
     ap.add_argument("--page-sizes", default="1,16")
     ap.add_argument("--sglang-venv", type=Path, default=SGLANG_VENV)
-    ap.add_argument("--repeat", type=int, default=5, help="runs per side; the best counts")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=10,
+        help="replays per side, in one process each; the best counts",
+    )
     args = ap.parse_args()
     trace = need(args.trace, "trace")
     print(f"machine: {machine()}")
@@ -158,8 +169,8 @@ def main() -> int:
         for page in (int(p) for p in args.page_sizes.split(",")):
             seq = Path(tmp) / f"ops-page{page}.json"
             write_sequence(trace, args.requests, page, args.capacity_tokens, seq)
-            theirs = best_of([sglang_replay(seq, args.sglang_venv) for _ in range(args.repeat)])
-            ours = best_of([kvtier_replay(seq) for _ in range(args.repeat)])
+            theirs = sglang_replay(seq, args.sglang_venv, args.repeat)
+            ours = kvtier_replay(seq, args.repeat)
             if ours["matched_tokens"] != theirs["matched_tokens"]:
                 with sglang_split_times():
                     stamped = kvtier_replay(seq)["matched_tokens"]

@@ -70,7 +70,17 @@ class Pages(Sequence[int]):
                 return self
             if len(runs) == 1:
                 return Pages((runs[0][start:stop],), stop - start)
-            return Pages(_cut(runs, start, stop), stop - start)
+            cut: list[range] = []  # the runs covering positions start..stop-1
+            at = 0
+            for r in runs:
+                end = at + len(r)
+                if end > start:
+                    # a range slices like a list: a stop past its end is cut to the end
+                    cut.append(r[start - at if start > at else 0 : stop - at])
+                    if end >= stop:
+                        break
+                at = end
+            return Pages(tuple(cut), stop - start)
         if i < 0:
             i += self.n
         if not 0 <= i < self.n:
@@ -143,18 +153,3 @@ def concat(parts: Iterable[Pages]) -> Pages:
         else:
             runs.extend(part.runs)
     return Pages(tuple(runs), n) if n else EMPTY
-
-
-def _cut(runs: tuple[range, ...], start: int, stop: int) -> tuple[range, ...]:
-    """The runs covering positions start..stop-1 (0 <= start < stop <= their length)."""
-    out: list[range] = []
-    at = 0
-    for r in runs:
-        end = at + len(r)
-        if end > start:
-            # a range slices like a list: a stop past its end is cut to the end
-            out.append(r[start - at if start > at else 0 : stop - at])
-            if end >= stop:
-                break
-        at = end
-    return tuple(out)

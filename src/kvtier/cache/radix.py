@@ -60,9 +60,9 @@ class TreeNode:
         "stored",
     )
 
-    def __init__(self, keys: KeyRun, parent: TreeNode | None, tick: int) -> None:
+    def __init__(self, keys: KeyRun, size: int, parent: TreeNode | None, tick: int) -> None:
         self.keys = keys
-        self.size = len(keys)  # pages in the run: len(keys) without a Python-level __len__
+        self.size = size  # len(keys), read without a Python-level __len__
         self.device: PageSeq | None = None
         self.host: PageSeq | None = None
         self.stored = False
@@ -134,7 +134,7 @@ class RadixTree:
         self.page_runs = page_runs
         self.priority = priority_of(eviction)
         self.clock = 0
-        self.root = TreeNode([], None, 0)
+        self.root = TreeNode([], 0, None, 0)
         self.root.device = EMPTY if page_runs else []
         self.root.lock_ref = 1  # NOTE: the root is never evictable
         self.device_total = 0
@@ -237,7 +237,7 @@ class RadixTree:
             node = child
             i += m
         if i < n:
-            leaf = TreeNode(keys[i:] if i else keys, node, tick)
+            leaf = TreeNode(keys[i:] if i else keys, n - i, node, tick)
             leaf.hit_count = 1
             node.children[get(src, i * scale)] = leaf
             # what set_device and offer do for a new leaf
@@ -256,7 +256,7 @@ class RadixTree:
         if not keys or len(keys) != len(host_pages) or keys[0] in parent.children:
             raise ValueError("attach_host needs new, non-empty keys with one host page each")
         self.clock += 1
-        leaf = TreeNode(as_run(keys)[:], parent, self.clock)
+        leaf = TreeNode(as_run(keys)[:], len(keys), parent, self.clock)
         leaf.stored = True
         parent.children[keys[0]] = leaf
         self.set_host(leaf, host_pages)
@@ -267,7 +267,7 @@ class RadixTree:
         """Cut `node` after `m` pages; the new node is the prefix and becomes `node`'s parent."""
         parent = node.parent
         assert parent is not None
-        new = TreeNode(node.keys[:m], parent, node.created)
+        new = TreeNode(node.keys[:m], m, parent, node.created)
         # Both halves keep the node's access time; the caller stamps the matched prefix only.
         # SGLang stamps the node before cutting it, so its unmatched suffix looks just used
         # although no request touched those pages; for an LRU the suffix's last use is the
