@@ -170,3 +170,28 @@ def test_a_second_start_with_its_own_arguments_stays_a_second_start() -> None:
     parsed = parse_log(first + "\n" + second)
     assert isinstance(parsed.startup, VllmStartup) and parsed.startup.kv_tokens is not None
     assert not any("same start" in n for n in parsed.notes)
+
+
+def test_hybrid_gdn_log_takes_its_state_pool_tp_and_geometry_from_the_log(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """kvcache-ai/ktransformers#1870 (SGLang, February 2026): Qwen3.5-397B-A17B at TP2. The class
+    Qwen3_5MoeForConditionalGeneration names one catalog model (35B-A3B) whose KV the pool's bytes
+    rule out; ranks TP0-TP1 print; the Mamba line sizes the state pool taken before the KV."""
+    path = PUBLIC / "sglang-2026-qwen3.5-397b-a17b-gdn-4090-tp2.log"
+    s = parse_sglang(read_lines(path.read_text(encoding="utf-8")))
+    assert [(p.rank, p.slots, p.conv_gib, p.ssm_gib) for p in s.state_pools] == [
+        ("TP0", 82, 0.13, 7.29),
+        ("TP1", 82, 0.13, 7.29),
+    ]
+    out = _explain_json(path, capsys)
+    assert out["model"]["geometry"] == "from the log" and out["kv_bytes_per_token"] == 15_360
+    assert any("another model of that class was served" in n for n in out["notes"])
+    tp = next(i for i in out["inputs"] if i["name"] == "tensor parallel")
+    assert tp["value"] == 2 and tp["estimated"]
+    state = next(i for i in out["ledger"] if i["item"].startswith("linear-attention state"))
+    assert state["gib"] == 7.42 and state["source"].startswith("line 4 (TP0)")
+    low, high = out["predicted"]["range"]
+    assert out["verdict"] == "match" and low <= 580_364 <= high
+    # without the state pool the same budget would hold about 518,000 tokens more
+    assert high < 580_364 + 7.42 * 2**30 / 15_360

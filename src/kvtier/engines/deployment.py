@@ -30,7 +30,8 @@ class Measured:
     `non_torch_gib` the non-torch increase, `cuda_graph_gib` the CUDA-graph estimate,
     `gpu_mem_gib` the device total the engine sees, `kv_available_gib` the KV budget the engine
     printed ('Available KV cache memory', V0 'the rest of the memory reserved for KV Cache') at
-    the utilization `kv_available_utilization`.
+    the utilization `kv_available_utilization`. `state_pool_gib` is SGLang's 'Mamba Cache is
+    allocated' conv + SSM state, taken out of the KV budget when the model's state is not known.
     """
 
     free_before_load_gib: float | None = None
@@ -44,6 +45,7 @@ class Measured:
     gpu_mem_gib: float | None = None
     kv_available_gib: float | None = None
     kv_available_utilization: float | None = None
+    state_pool_gib: float | None = None
 
 
 # Bounds wide enough for any real deployment, narrow enough that no sum or product overflows.

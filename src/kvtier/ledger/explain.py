@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kvtier.engines.deployment import Engine, Measured
-from kvtier.engines.detect import parse_log
+from kvtier.engines.detect import ParsedLog, parse_log
 from kvtier.engines.inputs import PlanInputs
 from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.log_geometry import stand_in, with_bytes
@@ -45,7 +45,27 @@ def explain_log(
     """
     engine = flags.get("engine")
     parsed = parse_log(text, engine if isinstance(engine, str) else None)
-    inputs = log_inputs(parsed, flags)
+    e = _explain(parsed, flags, measured, log_inputs(parsed, flags))
+    inputs, geometry = e.inputs, e.inputs.geometry
+    cell = e.reconciliation.kv_bytes_per_token
+    if inputs.model_by_class and geometry is not None and not geometry.fits(cell):
+        # the class's one catalog model is not the one served: another size shares the class
+        unknown = _explain(parsed, flags, measured, log_inputs(parsed, flags, by_class=False))
+        note = (
+            f"the model class names {inputs.model.model_id} ({inputs.model_source.where}), but it "
+            f"takes {cell:,} B of KV per token per GPU where the log's figures allow "
+            f"{geometry.low:,}-{geometry.high:,}: another model of that class was served"
+        )
+        rec = dataclasses.replace(
+            unknown.reconciliation, notes=(note, *unknown.reconciliation.notes)
+        )
+        return dataclasses.replace(unknown, reconciliation=rec)
+    return e
+
+
+def _explain(
+    parsed: ParsedLog, flags: Mapping[str, object], measured: Measured | None, inputs: LogInputs
+) -> Explanation:
     deployment = log_deployment(inputs, measured)
     plan = resolve(deployment, model=inputs.model, logged=True)
     variants: tuple[PlanInputs, ...] = ()

@@ -99,6 +99,7 @@ def _sglang_measured(inp: LogInputs, s: SGLangStartup, flags: Measured) -> Measu
         draft_weights_gib=draft if draft is not None else flags.draft_weights_gib,
         free_end_gib=final if final is not None else flags.free_end_gib,
         gpu_mem_gib=flags.gpu_mem_gib if flags.gpu_mem_gib is not None else card,
+        state_pool_gib=max((p.total_gib for p in s.state_pools), default=None),
     )
 
 

@@ -9,6 +9,7 @@ to paste. A model kvtier cannot resolve takes its KV bytes per token from the lo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,9 +23,10 @@ from kvtier.engines.vllm import pool as vllm_budget
 from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
 from kvtier.ledger.log_geometry import LogGeometry, from_log, stand_in
-from kvtier.ledger.log_model import identify_model
+from kvtier.ledger.log_model import identify_model, named_by_class
 from kvtier.ledger.settings import Settings, to_bool, to_fraction, to_int, to_ratio, to_str
 from kvtier.logs.facts import Fact, min_over_ranks, stated
+from kvtier.logs.records import Printed
 from kvtier.spec.model import ModelSpec
 
 # The model dtype a stand-in geometry assumes when the log does not print one.
@@ -66,6 +68,7 @@ class LogInputs:
     model_source: Fact[str]
     geometry: LogGeometry | None  # the log's own bytes-per-token bracket
     model_known: bool  # False: `model` is a stand-in with the log's bytes per token
+    model_by_class: bool  # taken from the model class alone (the one catalog model with it)
     tp: Fact[int]
     pp: Fact[int]
     dp: Fact[int]
@@ -85,18 +88,26 @@ class LogInputs:
     estimated: tuple[tuple[str, Fact[object]], ...] = ()  # inputs estimated, not printed
 
 
-def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
+def log_inputs(parsed: ParsedLog, flags: Mapping[str, object], by_class: bool = True) -> LogInputs:
     """Resolve every input of the KV-pool formula for `parsed`; raise only when the log holds
-    no KV count, memory or refusal line."""
+    no KV count, memory or refusal line. `by_class=False` leaves a model named only by its class
+    unresolved."""
     startup = parsed.startup
     require_memory_lines(startup)
     printed = [a for a in _printed_args(startup) if a is not None]
     sglang = isinstance(startup, SGLangStartup)
     engine = Engine.SGLANG if sglang else Engine.VLLM
     settings = Settings(printed, flags, flag_table(engine))
-    found, model_source, model_warnings = identify_model(startup, _str_flag(flags, "model"))
+    model_flag = _str_flag(flags, "model")
+    found, model_source, model_warnings = identify_model(startup, model_flag, by_class)
     settings.warnings.extend(model_warnings)
     tp = settings.get("tp", to_int, 1)
+    assert tp is not None
+    estimated: list[tuple[str, Fact[object]]] = []
+    seen = _tp_ranks_seen(startup)
+    if tp.line is None and "tp" not in flags and seen > tp.value:
+        tp = stated(seen, f"at least {seen}: the log prints ranks TP0-TP{seen - 1}, no tp argument")
+        estimated.append(("tensor parallel", tp))
     pp = settings.get("pp", to_int, 1)
     dp = settings.get("dp", to_int, 1)
     dp_attention = settings.get("enable_dp_attention", to_bool, False)
@@ -104,7 +115,6 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
     attn = tp.value // dp.value if dp_attention.value and dp.value else tp.value
     attn_tp = tp if attn == tp.value else stated(attn, f"tp {tp.value} / dp {dp.value}")
     notes = list(parsed.notes)
-    estimated: list[tuple[str, Fact[object]]] = []
     if sglang:
         page = settings.get("page_size", to_int, 1, "default page size 1")
     else:
@@ -176,6 +186,7 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object]) -> LogInputs:
         model_source=model_source,
         geometry=geometry,
         model_known=found is not None,
+        model_by_class=found is not None and named_by_class(startup, model_flag),
         tp=tp,
         pp=pp,
         dp=dp,
@@ -222,6 +233,8 @@ def _ctx(startup: SGLangStartup | VllmStartup) -> int:
 
 # Deployment fields `plan` and `advise` need besides the pool formula's, and their types; the
 # names each engine prints them under come from its flag table.
+_TP_RANK = re.compile(r"\bTP(\d{1,4})\b")
+
 _PLAN_SETTINGS = (
     ("context_length", to_int),
     ("max_running_requests", to_int),
@@ -331,6 +344,18 @@ def _kv_dtype(
         text = source.text if source.line is not None else how
         return dtype, Fact(dtype.name, source.line, text, source.rank)
     return dtype, source
+
+
+def _tp_ranks_seen(startup: SGLangStartup | VllmStartup) -> int:
+    """One more than the highest TP rank tag on the start's memory lines (0 when untagged)."""
+    if isinstance(startup, SGLangStartup):
+        facts: list[Fact[object] | Printed] = [*startup.load_begin, *startup.weights]
+        facts += [*startup.pools, *startup.pool_end, *startup.graphs]
+    else:
+        facts = [*startup.available_kv_gib, *startup.weights_gib, *startup.init_free_gib]
+        facts += [*startup.total_gib, *startup.profiles]
+    ranks = [int(m.group(1)) for f in facts if f.rank and (m := _TP_RANK.search(f.rank))]
+    return max(ranks) + 1 if ranks else 0
 
 
 def _pool_dtype(startup: SGLangStartup) -> Fact[str] | None:

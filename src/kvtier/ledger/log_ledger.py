@@ -100,14 +100,26 @@ def _sglang(
         items.append(LedgerItem("KV cache pool (target)", kv_gib, how, True))
     else:
         kv_gib = 0.0
+    state = s.state_pools[0] if s.state_pools else None
+    if state is not None:
+        items.append(
+            _item(
+                f"linear-attention state ({state.slots} slots: conv + SSM)",
+                state.fact(state.total_gib),
+            )
+        )
     pool_end = s.free_at_pool_end()
     if pool_end is not None:
         extras = after - kv_gib - pool_end.value
+        name, how = "allocated with the pool (request table, allocator)", "KV pool"
+        if state is not None:  # the state pool's bytes are printed; the rest is what is left
+            extras -= state.total_gib
+            name, how = "allocated with the pools (request table, allocator)", "KV and state pools"
         items.append(
             LedgerItem(
-                "allocated with the pool (request table, allocator)",
+                name,
                 extras,
-                f"free after load - KV pool - free at pool end ({pool_end.where})",
+                f"free after load - {how} - free at pool end ({pool_end.where})",
                 True,
             )
         )

@@ -15,13 +15,13 @@ _MODEL_KEYS = ("model_path", "model")
 
 
 def identify_model(
-    startup: SGLangStartup | VllmStartup, model_flag: str | None
+    startup: SGLangStartup | VllmStartup, model_flag: str | None, by_class: bool = True
 ) -> tuple[ModelSpec | None, Fact[str], list[str]]:
     """The model spec (None when kvtier cannot resolve it), where its name came from, and
     warnings (a model class or a model path that disagrees with `--model`).
 
     Order: `--model`; the model path in the printed arguments or launch command; the model class
-    of SGLang's `Load weight end. type=...` when exactly one catalog model has it.
+    of SGLang's `Load weight end. type=...` when exactly one catalog model has it (`by_class`).
     """
     warnings: list[str] = []
     logged = _logged_name(startup)
@@ -33,7 +33,7 @@ def identify_model(
                 "check --model"
             )
     else:
-        found, source = _from_log(startup)
+        found, source = _from_log(startup, by_class)
         if found is None:
             return None, source, warnings
         spec = found
@@ -70,7 +70,14 @@ def _same_model(logged: str, spec: ModelSpec) -> bool:
     return last in names
 
 
-def _from_log(startup: SGLangStartup | VllmStartup) -> tuple[ModelSpec | None, Fact[str]]:
+def named_by_class(startup: SGLangStartup | VllmStartup, model_flag: str | None) -> bool:
+    """Whether the model would be taken from the log's model class alone (no name anywhere)."""
+    return not model_flag and _logged_name(startup) is None and _architecture(startup) is not None
+
+
+def _from_log(
+    startup: SGLangStartup | VllmStartup, by_class: bool = True
+) -> tuple[ModelSpec | None, Fact[str]]:
     """The model the log names, or None with the name to show (the log's path, or why none)."""
     tried: list[str] = []
     for args in _arg_sources(startup):
@@ -85,7 +92,7 @@ def _from_log(startup: SGLangStartup | VllmStartup) -> tuple[ModelSpec | None, F
     arch = _architecture(startup)
     if arch is not None:
         ids = model_for_architecture(arch.value)
-        if len(ids) == 1:
+        if len(ids) == 1 and by_class:
             return resolve_model(ids[0]), Fact(ids[0], arch.line, arch.text, arch.rank)
         tried.append(
             f"model class {arch.value} ({arch.where}) fits "

@@ -250,11 +250,14 @@ def build(p: PlanInputs) -> Ledger:
         raise sglang.not_enough_memory(nominal_pre, nominal_after)
 
     linear = _LinearState(p, era.version) if kv.linear is not None else None
+    logged_state = d.measured.state_pool_gib if linear is None else None
 
     def pools_for(rest_gib: float) -> tuple[int, int]:
         """(full-layer tokens, sliding-window tokens) for a budget of `rest_gib`."""
         if linear is not None and rest_gib > 0:
             rest_gib = linear.split(rest_gib).rest_gib
+        elif logged_state:  # the state pool the log printed, for a model kvtier cannot size
+            rest_gib -= logged_state
         if rest_gib <= 0:
             return 0, 0
         profiled = sglang.profile_tokens(rest_gib, cell, page, d.max_total_tokens)
@@ -324,6 +327,15 @@ def build(p: PlanInputs) -> Ledger:
     pool_item = LedgerItem("KV cache pool", kv_bytes / GiB, f"{pool_text}, {rest_text}", exact_mem)
     items.append(pool_item)
 
+    if logged_state:
+        items.append(
+            LedgerItem(
+                "linear-attention state (mamba pool)",
+                logged_state,
+                "measured: 'Mamba Cache is allocated' conv_state + ssm_state, out of rest",
+                exact_mem,
+            )
+        )
     if linear is not None:
         split = linear.split(rest.value)
         items.append(

@@ -1,7 +1,9 @@
 """SGLang startup logs (eras A, B and C) read into observed facts.
 
 Line templates: `model_runner.py::load_model` (Load weight begin/end),
-`mem_cache/memory_pool.py` (`KV Cache is allocated.` for MHA and MLA pools), `init_memory_pool` /
+`mem_cache/memory_pool.py` (`KV Cache is allocated.` for MHA and MLA pools, from 2026 with
+`dtype: ...` before the count; MambaPool's `Mamba Cache is allocated. max_mamba_cache_size: N,
+conv_state size: X GB, ssm_state size: Y GB` for hybrid linear attention), `init_memory_pool` /
 `KVCacheConfigurator.configure` (`Memory pool end.`), `init_cuda_graphs` (`Capture ... graph
 begin/end`), `Scheduler.__init__` (`max_total_num_tokens=..., available_gpu_mem=`)
 and `HostKVCache.__init__` (HiCache host pool).
@@ -35,6 +37,13 @@ _GRAPH = re.compile(
 )
 _SUMMARY = re.compile(r"max_total_num_tokens=(\d{1,15})(?!\d)")
 _HOST_POOL = re.compile(r"Allocating " + NUM + " GB host memory for hierarchical KV cache")
+_MAMBA = re.compile(
+    r"Mamba Cache is allocated\. max_mamba_cache_size: (\d{1,9}), conv_state size: "
+    + NUM
+    + r" ?GB, ssm_state size: "
+    + NUM
+    + r" ?GB"
+)
 
 _ARCH = re.compile(r"\btype=(\w{1,120})")
 _DTYPE = re.compile(r"\bdtype[=:] ?([\w.]{1,40})")
@@ -64,6 +73,7 @@ MEMORY_MARKERS = (
     *FAILURE_MARKERS,
     "Load weight end",
     "KV Cache is allocated",
+    "Mamba Cache is allocated",
     "Memory pool end",
     "max_total_num_tokens=",
 )
@@ -104,6 +114,19 @@ class KVPool(Printed):
 
 
 @dataclass(frozen=True, slots=True)
+class StatePool(Printed):
+    """`Mamba Cache is allocated.`: request slots and the GiB of conv and SSM state they hold."""
+
+    slots: int
+    conv_gib: float
+    ssm_gib: float
+
+    @property
+    def total_gib(self) -> float:
+        return self.conv_gib + self.ssm_gib
+
+
+@dataclass(frozen=True, slots=True)
 class GraphCapture(Printed):
     """`Capture ... graph end.`: GiB the capture took and GiB free after it."""
 
@@ -139,6 +162,7 @@ class SGLangStartup:
     summary: Summary | None
     host_pool_gb: Fact[float] | None
     failure: Fact[str] | None = None  # the engine's refusal line, when the start failed
+    state_pools: tuple[StatePool, ...] = ()  # hybrid linear attention: the target's state pool
 
     @property
     def target_weights(self) -> list[WeightLoad]:
@@ -186,6 +210,7 @@ def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
     summary: Summary | None = None
     host_pool: Fact[float] | None = None
     failure: Fact[str] | None = None
+    state_pools: list[StatePool] = []
     pool_done: set[str | None] = set()  # ranks whose target pool is complete: draft lines follow
     draft_loading: set[str | None] = set()
 
@@ -264,6 +289,10 @@ def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
                 context_len=as_int(field(_CONTEXT, text, m.end())),
                 available_gpu_mem_gib=as_float(field(_FINAL_FREE, text, m.end())),
             )
+        elif "Mamba Cache is allocated" in text and (m := _MAMBA.search(text)):
+            if (rank := rank_of(text, m.start())) not in pool_done:
+                slots, conv, ssm = int(m.group(1)), float(m.group(2)), float(m.group(3))
+                state_pools.append(StatePool(number, text, rank, slots, conv, ssm))
         elif "host memory for hierarchical" in text and (m := _HOST_POOL.search(text)):
             host_pool = Fact(float(m.group(1)), number, text, rank_of(text, m.start()))
         elif "memory" in text and (m := _FAILURE.search(text)):
@@ -284,4 +313,5 @@ def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
         summary=summary,
         host_pool_gb=host_pool,
         failure=failure,
+        state_pools=tuple(per_rank_records(state_pools)),
     )
