@@ -94,6 +94,9 @@ def test_common_len_counts_the_equal_leading_pages(
     ):
         expected += 1
     assert run.common_len(keys, start) == expected
+    own = run.owned()
+    assert own.common_len(keys, start) == expected, "a run over bytes of its own"
+    assert own == run and own.owned() is own
 
 
 def test_token_page_keys_cannot_name_a_store_page() -> None:

@@ -103,8 +103,11 @@ class TokenPages(Sequence[tuple[int, ...]]):
             return 0
         size = self.page_size
         # bytes.startswith compares by memcmp and takes any buffer as its prefix, but must be
-        # called on bytes: a copy of the part of this run to compare
-        mine = bytes(self.tokens if n == self.n else self.tokens[: n * size])
+        # called on bytes: this run's own bytes (see `owned`), else a copy of the part compared
+        tokens = self.tokens
+        mine = tokens.obj
+        if type(mine) is not bytes or len(mine) != tokens.nbytes:
+            mine = bytes(tokens if n == self.n else tokens[: n * size])
         theirs = other.tokens[start * size : (start + n) * size]
         if mine.startswith(theirs):
             return n
@@ -118,6 +121,15 @@ class TokenPages(Sequence[tuple[int, ...]]):
             else:
                 hi = mid - 1
         return lo
+
+    def owned(self) -> TokenPages:
+        """This run over bytes of its own (a copy, unless it is one already): for a run that
+        is compared often, such as a prefix that several requests share, which `common_len`
+        then reads in place."""
+        tokens = self.tokens
+        if type(tokens.obj) is bytes and len(tokens.obj) == tokens.nbytes:
+            return self
+        return TokenPages(memoryview(bytes(tokens)).cast("q"), self.page_size)
 
     def __repr__(self) -> str:
         return f"TokenPages({self.n} pages of {self.page_size})"

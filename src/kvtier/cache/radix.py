@@ -267,7 +267,10 @@ class RadixTree:
         """Cut `node` after `m` pages; the new node is the prefix and becomes `node`'s parent."""
         parent = node.parent
         assert parent is not None
-        new = TreeNode(node.keys[:m], m, parent, node.created)
+        prefix = node.keys[:m]
+        if type(prefix) is TokenPages:
+            prefix = prefix.owned()  # now shared by two requests at least: compared in place
+        new = TreeNode(prefix, m, parent, node.created)
         # Both halves keep the node's access time; the caller stamps the matched prefix only.
         # SGLang stamps the node before cutting it, so its unmatched suffix looks just used
         # although no request touched those pages; for an LRU the suffix's last use is the
