@@ -25,8 +25,8 @@ splitting a node where a match ends inside it; keys are pages, not tokens.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Sequence
+from heapq import heappop, heappush
 from operator import getitem
 from typing import Any, NamedTuple
 
@@ -245,7 +245,7 @@ class RadixTree:
             self.device_total += n - i
             leaf.queued = _IN_DEVICE_HEAP
             self._seq += 1
-            heapq.heappush(self._heaps[0], (self.priority(leaf), self._seq, leaf))
+            heappush(self._heaps[0], (self.priority(leaf), self._seq, leaf))
             node = leaf
         return _new(InsertResult, (prefix_len, node))
 
@@ -402,20 +402,17 @@ class RadixTree:
 
     def _push(self, heap: int, node: TreeNode) -> None:
         self._seq += 1
-        heapq.heappush(self._heaps[heap], (self.priority(node), self._seq, node))
+        heappush(self._heaps[heap], (self.priority(node), self._seq, node))
 
     def pop_candidate(self, tier: Tier) -> TreeNode | None:
         """Next node to evict from `tier` by the policy, or None. A device candidate is an
         unprotected device node with no device child; a host candidate an unprotected host-only
         node with no child."""
-        idx = 0 if tier is Tier.DEVICE else 1
-        bit = _IN_DEVICE_HEAP if idx == 0 else _IN_HOST_HEAP
+        device = tier is Tier.DEVICE
+        idx, bit = (0, _IN_DEVICE_HEAP) if device else (1, _IN_HOST_HEAP)
         heap = self._heaps[idx]
-        priority = self.priority
-        device = idx == 0
-        pop = heapq.heappop
         while heap:
-            prio, _, node = pop(heap)
+            prio, _, node = heappop(heap)
             node.queued &= ~bit
             if node.parent is None or node.lock_ref or node.pinned:
                 continue
@@ -426,8 +423,7 @@ class RadixTree:
                     continue
             elif node.device is not None or node.host is None or node.children:
                 continue
-            now = priority(node)
-            if now != prio:  # touched since queued: requeue at its current place
+            if self.priority(node) != prio:  # touched since queued: requeue at its current place
                 node.queued |= bit
                 self._push(idx, node)
                 continue
