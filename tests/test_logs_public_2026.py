@@ -195,3 +195,49 @@ def test_hybrid_gdn_log_takes_its_state_pool_tp_and_geometry_from_the_log(
     assert out["verdict"] == "match" and low <= 580_364 <= high
     # without the state pool the same budget would hold about 518,000 tokens more
     assert high < 580_364 + 7.42 * 2**30 / 15_360
+
+
+@pytest.mark.parametrize(
+    ("line", "utilization"),
+    [
+        # gpustack/runner#251, vLLM 0.27.1 at TP2
+        (
+            "(Worker_TP1 pid=448) INFO 08-14 14:07:22 [gpu_worker.py:578] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.8200 is equivalent to --gpu-memory-utilization=0.8048 without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to 0.8352. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.",
+            0.82,
+        ),
+        # vllm-project/vllm#39559, a build before v0.19
+        (
+            "(EngineCore pid=1259857) INFO 04-13 19:51:24 [gpu_worker.py:470] In v0.19, CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), which more accurately accounts for CUDA graph memory during KV cache allocation. To try it now, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from 0.9000 to 0.9690 to maintain the same effective KV cache size.",
+            0.9,
+        ),
+    ],
+)
+def test_graph_profiling_advice_states_the_utilization_in_force(
+    line: str, utilization: float
+) -> None:
+    s = _vllm(line)
+    assert s.utilization is not None and s.utilization.value == utilization
+    assert s.utilization.line == 1
+
+
+def test_club_3090_tp4_lines_give_the_utilization_and_no_count_without_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """noonghunna/club-3090#127 prints no arguments and, in this excerpt, no count: the advice
+    line gives 0.92 (not the 0.9 default); with no model and no KV size nothing gives one
+    token's bytes, so explain refuses instead of dividing the budget by a placeholder (it
+    printed 527,475,671 tokens)."""
+    text = (
+        "(Worker_TP0 pid=147) INFO 05-14 00:04:17 [gpu_worker.py:460] Available KV cache memory: 15.72 GiB\n"
+        "(Worker_TP0 pid=147) INFO 05-14 00:04:17 [gpu_worker.py:475] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9129 without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to 0.9271. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.\n"
+    )
+    s = _vllm(text)
+    assert s.utilization is not None and (s.utilization.value, s.utilization.line) == (0.92, 2)
+    log = tmp_path / "club-3090-127.log"
+    log.write_text(text, encoding="utf-8")
+    assert main(["explain", str(log), "--json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no KV token count and no KV size" in err[0]
+    assert "--model" in err[0]
+    assert main(["explain", str(log), "--model", "Qwen/Qwen3-8B", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "predicted only"

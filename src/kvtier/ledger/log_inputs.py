@@ -178,6 +178,13 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object], by_class: bool = 
         memory = None
     if failure is not None:
         notes.append(f"the start failed ({failure.where}): {failure.value}")
+    elif found is None and geometry is None and observed is None:
+        # nothing gives the bytes of one token: a count would be the budget over a placeholder
+        raise KvtierError(
+            f"{model_source.value}: the log prints no KV token count and no KV size, and the "
+            "model is not known to kvtier; pass --model (a catalog id or a config.json) to "
+            "recompute the pool, or paste the 'GPU KV cache size' / 'KV Cache is allocated' line"
+        )
     plan_settings = _plan_settings(startup, settings)
     return LogInputs(
         engine=engine,

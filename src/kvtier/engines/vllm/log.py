@@ -63,6 +63,12 @@ _WEIGHTS_MEM = re.compile(r"weights memory: " + NUM + G)
 _AVAILABLE_KV = re.compile(r"Available KV cache memory: " + NUM + G)
 _GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + G)
 _GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling is (enabled|disabled)")
+# gpu_worker.py's advice on that switch states the utilization in force (%.4f): "The current
+# --gpu-memory-utilization=U is equivalent to ..." (v0.21+), "... from U to V" (disabled, and
+# the pre-v0.19 "In v0.19, CUDA graph memory profiling will be enabled by default" line)
+_CURRENT_UTIL = re.compile(
+    r"(?:current --gpu-memory-utilization=|--gpu-memory-utilization from )" + NUM
+)
 _KV_TOKENS = re.compile(r"(GPU|CPU) KV cache size: " + GROUPED_INT + " tokens")
 _CPU_KV_SET = re.compile(r"(Explicitly|Auto) set \(" + NUM + "/" + NUM + r"\) GiB for KV cache")
 _CONCURRENCY = re.compile(
@@ -260,8 +266,11 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
             many("available", float(m.group(1)), line, m.start())
         elif "Estimated CUDA graph" in text and (m := _GRAPH_ESTIMATE.search(text)):
             one("graph_estimate", float(m.group(1)), line, m.start())
-        elif "graph memory profiling" in text and (m := _GRAPH_PROFILING.search(text)):
-            one("graph_profiling", m.group(1), line, m.start())
+        elif "graph memory profiling" in text:
+            if m := _GRAPH_PROFILING.search(text):
+                one("graph_profiling", m.group(1), line, m.start())
+            if (u := _CURRENT_UTIL.search(text)) and "utilization" not in found.single:
+                one("utilization", float(u.group(1)), line, u.start())
         elif "KV cache size" in text and (m := _KV_TOKENS.search(text)):
             one("kv_device", m.group(1), line, m.start())
             one("kv_tokens", int(m.group(2).replace(",", "")), line, m.start())
