@@ -241,3 +241,34 @@ def test_club_3090_tp4_lines_give_the_utilization_and_no_count_without_a_model(
     assert "--model" in err[0]
     assert main(["explain", str(log), "--model", "Qwen/Qwen3-8B", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "predicted only"
+
+
+def test_sliding_window_pools_are_read_together(capsys: pytest.CaptureFixture[str]) -> None:
+    """sgl-project/sglang#15464 (MiMo-V2-Flash, TP4): two allocations per rank before its pool
+    end, whose sum the 'SWAKVPool mem usage' line prints."""
+    path = PUBLIC / "sglang-2025-mimo-v2-flash-swa-two-pools-tp4.log"
+    s = parse_sglang(read_lines(path.read_text(encoding="utf-8")))
+    assert [(p.rank, p.gib, p.swa_tokens, p.full_tokens) for p in s.sliding_pools] == [
+        ("TP0", 77.63, 1_496_958, 1_496_958),
+        ("TP1", 77.63, 1_496_958, 1_496_958),
+        ("TP2", 77.63, 1_496_958, 1_496_958),
+        ("TP3", 77.63, 1_496_958, 1_496_958),
+    ]
+    assert not s.draft_pools
+    out = _explain_json(path, capsys)
+    (pool,) = out["ledger"]
+    assert pool["item"].startswith("KV cache pools (target: full + sliding-window")
+    assert pool["gib"] == 77.63 and pool["source"].startswith("line 6 (TP0)")
+
+
+def test_pipeline_parallel_refusal_with_the_releases_spelling() -> None:
+    """vllm-project/vllm#32105: 'the models's max seq len' under PP8."""
+    text = (PUBLIC / "vllm-v1-2026-pp8-failed-needed-71gib.log").read_text(encoding="utf-8")
+    s = _vllm(text)
+    assert _refusal_facts(s) == (
+        "max_model_len does not fit the KV cache",
+        (202_752, 71.16),
+        28.57,
+        81_392,
+    )
+    assert s.failure is not None and s.failure.line == 4

@@ -90,10 +90,10 @@ def _sglang(
         _item("free before load (the fraction's base)", mem.free_before),
         _item("target weights", mem.usage),
     ]
-    pool = s.target_pools[0] if s.target_pools else None
-    kv_gib = pool.total_gib if pool is not None else None
-    if pool is not None and kv_gib is not None:
-        items.append(_item("KV cache pool (target)", pool.fact(kv_gib)))
+    logged = _logged_pool(s)
+    if logged is not None:
+        kv_gib = logged.gib
+        items.append(logged)
     elif rec.observed is not None:
         kv_gib = (rec.observed.value + rec.page_size) * rec.kv_bytes_per_token / GiB
         how = "(tokens + page) x cell (memory_pool.py)"
@@ -294,9 +294,8 @@ def _sglang_answer(
 def _partial(inp: LogInputs, s: SGLangStartup, rec: Reconciliation) -> LogLedger:
     """An SGLang log without the weight-load lines: only what it prints."""
     items: list[LedgerItem] = []
-    pool = s.target_pools[0] if s.target_pools else None
-    if pool is not None and pool.total_gib is not None:
-        items.append(_item("KV cache pool (target)", pool.fact(pool.total_gib)))
+    if (logged := _logged_pool(s)) is not None:
+        items.append(logged)
     unlogged = [("free before / after load", "no 'Load weight begin' / 'Load weight end' line")]
     if rec.failure is not None:
         answer = f"The start failed ({rec.failure.where}): {rec.failure.value}."
@@ -307,6 +306,19 @@ def _partial(inp: LogInputs, s: SGLangStartup, rec: Reconciliation) -> LogLedger
             + ("; the figures above are kvtier's estimates." if rec.ledger is not None else ".")
         )
     return LogLedger(tuple(items), None, (), None, tuple(unlogged), answer)
+
+
+def _logged_pool(s: SGLangStartup) -> LedgerItem | None:
+    """The target's KV pool as printed: a sliding-window model's SWAKVPool total (full and
+    sliding-window layers), else the first rank's `KV Cache is allocated` sizes."""
+    if s.sliding_pools:
+        both = s.sliding_pools[0]
+        name = "KV cache pools (target: full + sliding-window layers)"
+        return _item(name, both.fact(both.gib))
+    pool = s.target_pools[0] if s.target_pools else None
+    if pool is None or pool.total_gib is None:
+        return None
+    return _item("KV cache pool (target)", pool.fact(pool.total_gib))
 
 
 def _linear_pool(inp: LogInputs, rec: Reconciliation) -> LedgerItem | None:

@@ -3,7 +3,8 @@
 Line templates: `model_runner.py::load_model` (Load weight begin/end),
 `mem_cache/memory_pool.py` (`KV Cache is allocated.` for MHA and MLA pools, from 2026 with
 `dtype: ...` before the count; MambaPool's `Mamba Cache is allocated. max_mamba_cache_size: N,
-conv_state size: X GB, ssm_state size: Y GB` for hybrid linear attention), `init_memory_pool` /
+conv_state size: X GB, ssm_state size: Y GB` for hybrid linear attention; SWAKVPool's
+`SWAKVPool mem usage: X GB, swa size: S, full size: F` over its two pools), `init_memory_pool` /
 `KVCacheConfigurator.configure` (`Memory pool end.`), `init_cuda_graphs` (`Capture ... graph
 begin/end`), `Scheduler.__init__` (`max_total_num_tokens=..., available_gpu_mem=`)
 and `HostKVCache.__init__` (HiCache host pool).
@@ -37,6 +38,9 @@ _GRAPH = re.compile(
 )
 _SUMMARY = re.compile(r"max_total_num_tokens=(\d{1,15})(?!\d)")
 _HOST_POOL = re.compile(r"Allocating " + NUM + " GB host memory for hierarchical KV cache")
+_SWA_POOL = re.compile(
+    r"SWAKVPool mem usage: " + NUM + r" GB, swa size: (\d{1,15}), full size: (\d{1,15})"
+)
 _MAMBA = re.compile(
     r"Mamba Cache is allocated\. max_mamba_cache_size: (\d{1,9}), conv_state size: "
     + NUM
@@ -127,6 +131,15 @@ class StatePool(Printed):
 
 
 @dataclass(frozen=True, slots=True)
+class SlidingPools(Printed):
+    """`SWAKVPool mem usage`: GiB of the full-layer and sliding-window pools, and their tokens."""
+
+    gib: float
+    swa_tokens: int
+    full_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class GraphCapture(Printed):
     """`Capture ... graph end.`: GiB the capture took and GiB free after it."""
 
@@ -163,6 +176,7 @@ class SGLangStartup:
     host_pool_gb: Fact[float] | None
     failure: Fact[str] | None = None  # the engine's refusal line, when the start failed
     state_pools: tuple[StatePool, ...] = ()  # hybrid linear attention: the target's state pool
+    sliding_pools: tuple[SlidingPools, ...] = ()  # a sliding-window model's two pools, together
 
     @property
     def target_weights(self) -> list[WeightLoad]:
@@ -211,6 +225,7 @@ def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
     host_pool: Fact[float] | None = None
     failure: Fact[str] | None = None
     state_pools: list[StatePool] = []
+    sliding: list[SlidingPools] = []
     pool_done: set[str | None] = set()  # ranks whose target pool is complete: draft lines follow
     draft_loading: set[str | None] = set()
 
@@ -289,6 +304,10 @@ def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
                 context_len=as_int(field(_CONTEXT, text, m.end())),
                 available_gpu_mem_gib=as_float(field(_FINAL_FREE, text, m.end())),
             )
+        elif "SWAKVPool mem usage" in text and (m := _SWA_POOL.search(text)):
+            if (rank := rank_of(text, m.start())) not in pool_done:
+                gib, swa, full = float(m.group(1)), int(m.group(2)), int(m.group(3))
+                sliding.append(SlidingPools(number, text, rank, gib, swa, full))
         elif "Mamba Cache is allocated" in text and (m := _MAMBA.search(text)):
             if (rank := rank_of(text, m.start())) not in pool_done:
                 slots, conv, ssm = int(m.group(1)), float(m.group(2)), float(m.group(3))
@@ -314,4 +333,5 @@ def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
         host_pool_gb=host_pool,
         failure=failure,
         state_pools=tuple(per_rank_records(state_pools)),
+        sliding_pools=tuple(per_rank_records(sliding)),
     )
