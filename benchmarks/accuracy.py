@@ -26,15 +26,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtier.engines.deployment import Measured
+from kvtier.engines.deployment import Deployment, Measured
 from kvtier.engines.ledger import Ledger
-from kvtier.engines.vllm.pool import ContextTooLong
+from kvtier.engines.vllm.pool import ContextTooLong, era_for
+from kvtier.engines.vllm.profile import ProfileBatch, ProfileShape, activation_peak
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.spec.catalog import resolve_model
 from kvtier.spec.gpu import resolve_gpu
+from kvtier.spec.model import ModelSpec
 from kvtier.units import GiB, MiB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +84,9 @@ class Row:
     # SGLang, where the log prints its memory figures: the plan's count error split by the term
     # it estimates (free before load, weights, fraction), as shares of the logged count
     plan_terms: dict[str, float] | None = None
+    # vLLM, where the log prints its profiled torch peak: the peak engines/vllm/profile.py models
+    # for the plan's batch and the one measured, GiB
+    profile_peak: tuple[float, float] | None = None
 
     @property
     def in_range(self) -> bool | None:
@@ -168,10 +173,12 @@ def measure(case: Case) -> Row | None:
                    plan_note="GPU not in catalog")  # fmt: skip
     logged = dataclasses.replace(log_deployment(e.inputs), gpu=gpu)
     deployment = dataclasses.replace(logged, measured=Measured())
-    note, terms = "", None
+    note, terms, peak = "", None, None
     try:
         ledger = build_ledger(resolve(deployment, model=e.inputs.model, logged=True))
         planned, plan_range = ledger.kv_tokens, ledger.kv_tokens_range
+        if e.engine == "vllm":
+            peak = vllm_peak(ledger, logged, e.inputs.model)
         if e.engine == "sglang" and memory:
             explained_ledger = build_ledger(resolve(logged, model=e.inputs.model, logged=True))
             card = resolve_gpu(gpu).memory_mib * MiB / GiB
@@ -193,7 +200,22 @@ def measure(case: Case) -> Row | None:
         plan_error=(planned - observed) / observed,
         plan_note=note,
         plan_terms=terms,
+        profile_peak=peak,
     )
+
+
+def vllm_peak(planned: Ledger, logged: Deployment, model: ModelSpec) -> tuple[float, float] | None:
+    """The activation peak profile.py models for the batch and dtype the plan states, and the
+    torch peak increase the log measured (GiB)."""
+    measured = logged.measured.activation_gib
+    stated = {i.name: i.value for i in planned.inputs}
+    shape = ProfileShape.of(model, logged.tp, stated["model dtype"])
+    if measured is None or shape is None:
+        return None
+    tokens, seqs = int(stated["max_num_batched_tokens"]), int(stated["max_num_seqs"])
+    era = era_for(logged.engine_version)
+    modelled = activation_peak(era, ProfileBatch(tokens, seqs, "", ""), shape).bytes / GiB
+    return modelled, measured
 
 
 # the ledger item each estimated term of SGLang's budget is read from
@@ -241,6 +263,22 @@ def table(rows: list[Row]) -> str:
             f"| {r.id} | {r.engine} | {r.model} | {r.gpu} x{r.tp} | {r.observed:,} | "
             f"{explained} | {_pct(r.explain_error)} | {plan} | {_pct(r.plan_error)} | {holds} |"
         )
+    return "\n".join(lines)
+
+
+def peak_table(rows: list[Row]) -> str:
+    """vLLM's profiled torch peak: modelled for the plan's batch against the log's."""
+    lines = [
+        "| log | model | GPU x TP | modelled GiB | measured GiB | measured - modelled |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        if r.profile_peak is not None:
+            modelled, measured = r.profile_peak
+            lines.append(
+                f"| {r.id} | {r.model} | {r.gpu} x{r.tp} | {modelled:.2f} | {measured:.2f} | "
+                f"{measured - modelled:+.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -299,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         print("SGLang plan error by estimated term (share of the logged count):")
         print()
         print(terms_table(rows))
+        print()
+        print("vLLM profile run's torch peak, modelled for the plan's batch against the log's:")
+        print()
+        print(peak_table(rows))
         print()
         print("\n".join(lines))
     return 0 if explain_ok else 1

@@ -107,11 +107,15 @@ def _vllm_measured(
     v: VllmStartup, flags: Measured, available_gib: float | None, utilization: float
 ) -> Measured:
     profile = next((p for p in v.profiles if p.torch_peak_gib is not None), None)
+    weights = _value(min_over_ranks(v.weights_gib))
     activation = profile.torch_peak_gib if profile else _value(v.v0_activation_gib)
+    peak = _value(v.v0_torch_peak_gib)
+    if activation is None and peak is not None and weights is not None:
+        activation = round(peak - weights, 2)  # V0 prints the peak with the weights in it
     non_torch = profile.non_torch_gib if profile else _value(v.v0_non_torch_gib)
     graphs = _value(v.graph_estimate_gib)
     return Measured(
-        weights_gib=_value(min_over_ranks(v.weights_gib)),
+        weights_gib=weights,
         activation_gib=activation,
         non_torch_gib=non_torch,
         cuda_graph_gib=graphs if graphs is not None else flags.cuda_graph_gib,

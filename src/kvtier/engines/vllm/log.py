@@ -110,6 +110,7 @@ _V0_R_TOTAL = re.compile(r"\btotal_gpu_memory=" + NUM + G)
 _V0_R_NON_TORCH = re.compile(r"\bnon_torch_memory=" + NUM + G)
 _V0_R_KV = re.compile(r"\bkv_cache_size=" + NUM + G)
 _V0_R_UTIL = re.compile(r"\bgpu_memory_utilization=" + NUM)
+_V0_R_PEAK = re.compile(r"\bpeak_torch_memory=" + NUM + G)
 # Refusals: v1/core/kv_cache_utils.py check_enough_kv_cache_memory (V1), V0
 # LLMEngine._initialize_kv_caches / Worker raise_if_cache_size_invalid, and v1/worker/utils.py
 # request_memory (free memory at startup below total x utilization).
@@ -196,6 +197,8 @@ class VllmStartup:
     # `--kv-cache-memory=N` vLLM suggests after capture to fit the requested memory (bytes)
     suggested_kv_bytes: Fact[int] | None = None
     blocks_override: Fact[int] | None = None  # num_gpu_blocks_override: the count set, not sized
+    # V0 'Memory profiling results' peak_torch_memory: the profile's torch peak, weights included
+    v0_torch_peak_gib: Fact[float] | None = None
 
     def available_kv(self) -> Fact[float] | None:
         """KV bytes per worker as the engine sizes them: the smallest worker's figure."""
@@ -317,6 +320,7 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
         profiles=tuple(profiles),
         v0_non_torch_gib=single.get("v0_non_torch"),
         v0_activation_gib=single.get("v0_activation"),
+        v0_torch_peak_gib=single.get("v0_torch_peak"),
         available_kv_gib=found.all("available"),
         graph_estimate_gib=single.get("graph_estimate"),
         graph_profiling=single.get("graph_profiling"),
@@ -387,6 +391,8 @@ def _v0_lines(line: LogLine, found: _Found, after: list[LogLine]) -> None:
             one("utilization", util, line, m.start())
         if (non_torch := as_float(field(_V0_R_NON_TORCH, text, m.end()))) is not None:
             one("v0_non_torch", non_torch, line, m.start())
+        if (peak := as_float(field(_V0_R_PEAK, text, m.end()))) is not None:
+            one("v0_torch_peak", peak, line, m.start())
     if any(marker in text for marker in FAILURE_MARKERS):
         _failure(line, found, after)
     if "blocks: " in text and (m := _BLOCKS.search(text)):
