@@ -3,6 +3,7 @@ against the peaks real startup logs printed (tests/fixtures/logs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,9 +17,10 @@ from kvtier.engines.version import Version
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm import profile
 from kvtier.engines.vllm.pool import ContextTooLong
+from kvtier.ledger.advise import knob_options
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.log_deployment import log_deployment
-from kvtier.ledger.plan import plan
+from kvtier.ledger.plan import build_ledger, plan, resolve
 from kvtier.spec.catalog import resolve_model
 from kvtier.units import GiB
 
@@ -181,3 +183,30 @@ def test_v0_refuses_a_context_its_pool_cannot_hold_with_the_engine_message() -> 
         plan(_v0_llama(29000))
     assert e.value.tokens_range is not None
     assert e.value.tokens_range[0] <= 23648 <= e.value.tokens_range[1]
+
+
+def _chunk_options(d: Deployment) -> dict[str, tuple[tuple[str, ...], int | None]]:
+    p = resolve(d)
+    base = build_ledger(p)
+    options = {o.name: (o.flags, o.kv_tokens) for o in knob_options(p, base) if "chunk" in o.name}
+    return {**options, "base": ((), base.kv_tokens)}
+
+
+def test_v0_advice_is_chunked_prefill_not_a_smaller_batch() -> None:
+    """V0 without chunked prefill must batch a whole max_model_len (SchedulerConfig refuses
+    less); the lever is --enable-chunked-prefill, which profiles 2048 tokens from v0.6.5."""
+    options = _chunk_options(dataclasses.replace(_v0_llama(20000), engine_version="0.6.6"))
+    flags, tokens = options["chunked prefill (2048 tokens a step)"]
+    assert flags == ("--enable-chunked-prefill",)
+    assert tokens is not None and options["base"][1] is not None
+    assert tokens > options["base"][1]
+    assert len(options) == 2  # no halved batch: V0 cannot batch less than max_model_len
+
+
+def test_v1_advice_halves_the_gpu_default_batch() -> None:
+    """V1 on an A100 batches 2048 tokens by default (get_batch_defaults), so the smaller batch
+    offered is 1024, not half of the large-card 8192."""
+    d = Deployment(Engine.VLLM, "meta-llama/Llama-3.1-8B-Instruct", gpu="A100 80GB",
+                   context_length=8192)  # fmt: skip
+    options = _chunk_options(d)
+    assert options["chunked prefill 1024"][0] == ("--max-num-batched-tokens", "1024")

@@ -292,8 +292,11 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
                 )
             )
     sglang = d.engine is Engine.SGLANG
-    chunk = d.chunked_prefill_size or int(base.figure("chunked_prefill_size") if sglang else 8192)
-    if chunk:
+    if not sglang and not base.figure("chunked_prefill"):
+        options += _v0_chunked_prefill_option(p, base)
+    in_force = base.figure("chunked_prefill_size" if sglang else "max_num_batched_tokens")
+    chunk = d.chunked_prefill_size or int(in_force)
+    if chunk and (sglang or base.figure("chunked_prefill")):
         led = variant(p, chunked_prefill_size=chunk // 2)
         flag = "--chunked-prefill-size" if d.engine is Engine.SGLANG else "--max-num-batched-tokens"
         if led is not None:
@@ -321,6 +324,28 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
                 )
             )
     return options
+
+
+def _v0_chunked_prefill_option(p: PlanInputs, base: Ledger) -> list[Option]:
+    """vLLM V0 without chunked prefill profiles a whole max_model_len batch; with it, the
+    version's chunk (engines/vllm/profile.py)."""
+    led = variant(p, enable_chunked_prefill=True)
+    if led is None:
+        return []
+    batch = int(led.figure("max_num_batched_tokens"))
+    was = int(base.figure("max_num_batched_tokens"))
+    if batch >= was:  # --max-num-batched-tokens set, or max_model_len below the chunk
+        return []
+    return [
+        Option(
+            f"chunked prefill ({batch} tokens a step)",
+            ("--enable-chunked-prefill",),
+            led.kv_tokens,
+            _conc(led),
+            f"the profile run batches {batch} tokens instead of {was}: a smaller activation "
+            "peak; long prompts prefill in more steps (higher TTFT)",
+        )
+    ]
 
 
 def all_options(p: PlanInputs, base: Ledger, margin_gib: float, host: HostSetup) -> list[Option]:

@@ -535,5 +535,8 @@ def build(p: PlanInputs) -> Ledger:
             ("available_kv_gib", available.value),
             ("total_gib", nominal.get("total", 0.0)),
             ("free_end_gib", free_end),
+            ("max_num_batched_tokens", float(batch.tokens)),
+            # V1 always schedules in chunks; V0 only with chunked prefill on
+            ("chunked_prefill", float(era.worker is not vllm.Worker.V0 or chunked[0])),
         ),
     )
