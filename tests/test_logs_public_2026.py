@@ -272,3 +272,38 @@ def test_pipeline_parallel_refusal_with_the_releases_spelling() -> None:
         81_392,
     )
     assert s.failure is not None and s.failure.line == 4
+
+
+# A public vLLM 0.26.0 container log (LFM2.5-1.2B-Instruct, online int4, fp8 KV), from the public
+# code index: the after-capture summary printed at INFO, next to the graph pool line.
+V026 = """\
+(APIServer pid=1) INFO 07-30 07:06:32 [api_utils.py:345]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.26.0
+(EngineCore pid=79) INFO 07-30 07:07:11 [gpu_model_runner.py:5347] Model loading took 0.88 GiB memory and 7.012805 seconds
+(EngineCore pid=79) INFO 07-30 07:11:00 [gpu_model_runner.py:6737] Estimated CUDA graph memory: 0.58 GiB total
+(EngineCore pid=79) INFO 07-30 07:11:00 [gpu_worker.py:560] Available KV cache memory: 13.33 GiB
+(EngineCore pid=79) INFO 07-30 07:11:00 [gpu_worker.py:575] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9500 is equivalent to --gpu-memory-utilization=0.9139 without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to 0.9861. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.
+(EngineCore pid=79) INFO 07-30 07:11:00 [kv_cache_utils.py:2177] GPU KV cache size: 2,324,244 tokens
+(EngineCore pid=79) INFO 07-30 07:11:00 [kv_cache_utils.py:2178] Maximum concurrency for 32,768 tokens per request: 70.93x
+(EngineCore pid=79) INFO 07-30 07:11:20 [gpu_model_runner.py:6844] Graph capturing finished in 5 secs, took 0.24 GiB
+(EngineCore pid=79) INFO 07-30 07:11:20 [gpu_worker.py:793] CUDA graph pool memory: 0.24 GiB (actual), 0.58 GiB (estimated), difference: 0.34 GiB (142.2%).
+(EngineCore pid=79) INFO 07-30 07:11:20 [gpu_worker.py:857] Free memory on device (15.89/16.0 GiB) on startup. Desired GPU memory utilization is (0.95, 15.2 GiB). Actual usage is 0.88 GiB for weight, 0.26 GiB for peak activation, 0.16 GiB for non-torch memory, and 0.24 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=14514713805` (13.52 GiB) to fit into requested memory, or `--kv-cache-memory=15258363904` (14.21 GiB) to fully utilize gpu memory. Current kv cache memory in use is 13.33 GiB.
+"""
+
+
+def test_v026_info_summary_gives_the_device_the_budget_and_the_pin() -> None:
+    s = _vllm(V026)
+    assert s.version is not None and s.version.value == "0.26.0"
+    assert [f.value for f in s.total_gib] == [16.0]
+    assert [f.value for f in s.init_free_gib] == [15.89]
+    assert [f.value for f in s.requested_gib] == [15.2]
+    assert s.utilization is not None and s.utilization.value == 0.95
+    assert [f.value for f in s.graph_gib] == [0.24, 0.24, 0.24]  # finished, pool, summary
+    assert s.graph_estimate_gib is not None and s.graph_estimate_gib.value == 0.58
+    assert s.suggested_kv_bytes is not None and s.suggested_kv_bytes.value == 14_514_713_805
+    e = explain_log(V026, {})
+    answer = e.ledger.answer
+    assert "CUDA graphs took 0.24 GiB as captured against the 0.58 GiB estimated" in answer
+    assert "--kv-cache-memory=14514713805 (13.52 GiB, line 10)" in answer
+    items = {i.item: i.gib for i in e.ledger.items}
+    assert items["device total (as CUDA reports it)"] == 16.0
+    assert round(items["outside vLLM's budget: total x (1 - utilization)"], 2) == 0.8

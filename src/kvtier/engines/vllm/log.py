@@ -4,7 +4,7 @@ Line templates: `v1/worker/gpu_worker.py` (`worker init memory snapshot`, `Initi
 `Available KV cache memory`, `CUDA graph pool memory: X GiB (actual), Y GiB (estimated)`, and
 `Free memory on device (F/T GiB) on startup. Desired GPU memory utilization is (U, R GiB). ...
 Replace gpu_memory_utilization config with --kv-cache-memory=N ...`, a DEBUG line through 0.24 and
-INFO by 0.29, whose usage clause names weights, activation, non-torch and CUDA-graph GiB in 0.24
+INFO from 0.26, whose usage clause names weights, activation, non-torch and CUDA-graph GiB in 0.24
 and consumed (weights + non-torch), activation and CUDA-graph GiB in 0.29), `utils/mem_utils.py`
 (`MemoryProfilingResult.__repr__`: `Memory profiling takes ...`), `v1/worker/gpu_model_runner.py`
 (`Model loading took`, `Estimated CUDA graph memory`, `Graph capturing finished`),
