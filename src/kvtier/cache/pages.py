@@ -70,6 +70,15 @@ class Pages(Sequence[int]):
                 return self
             if len(runs) == 1:
                 return Pages((runs[0][start:stop],), stop - start)
+            if stop == self.n:  # a suffix: the runs from the one holding `start` on
+                at = 0
+                for j, r in enumerate(runs):
+                    end = at + len(r)
+                    if end > start:
+                        if start == at:
+                            return Pages(runs[j:], stop - start)
+                        return Pages((r[start - at :], *runs[j + 1 :]), stop - start)
+                    at = end
             cut: list[range] = []  # the runs covering positions start..stop-1
             at = 0
             for r in runs:
