@@ -307,3 +307,14 @@ def test_v026_info_summary_gives_the_device_the_budget_and_the_pin() -> None:
     items = {i.item: i.gib for i in e.ledger.items}
     assert items["device total (as CUDA reports it)"] == 16.0
     assert round(items["outside vLLM's budget: total x (1 - utilization)"], 2) == 0.8
+
+
+def test_tp_is_inferred_only_from_ranks_tp0_to_tpn(capsys: pytest.CaptureFixture[str]) -> None:
+    """sgl-project/sglang#29853 shows TP4, TP5, TP10, TP13 and TP14 of sixteen: no size follows
+    from that, so no TP is inferred; the MiMo excerpt shows TP0-TP3: at least 4."""
+    out = _explain_json(PUBLIC / "sglang-2026-grok2-ascend-npu-tp16.log", capsys)
+    assert not [i for i in out["inputs"] if i["name"] == "tensor parallel"]
+    out = _explain_json(PUBLIC / "sglang-2025-mimo-v2-flash-swa-two-pools-tp4.log", capsys)
+    (tp,) = [i for i in out["inputs"] if i["name"] == "tensor parallel"]
+    assert tp["value"] == 4 and tp["estimated"]
+    assert tp["source"]["text"] == "at least 4: the log prints ranks TP0-TP3, no tp argument"

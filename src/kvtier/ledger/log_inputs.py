@@ -354,15 +354,16 @@ def _kv_dtype(
 
 
 def _tp_ranks_seen(startup: SGLangStartup | VllmStartup) -> int:
-    """One more than the highest TP rank tag on the start's memory lines (0 when untagged)."""
+    """How many TP ranks the start's memory lines show, when they are TP0 to TPn-1 (else 0)."""
     if isinstance(startup, SGLangStartup):
         facts: list[Fact[object] | Printed] = [*startup.load_begin, *startup.weights]
         facts += [*startup.pools, *startup.pool_end, *startup.graphs]
     else:
         facts = [*startup.available_kv_gib, *startup.weights_gib, *startup.init_free_gib]
         facts += [*startup.total_gib, *startup.profiles]
-    ranks = [int(m.group(1)) for f in facts if f.rank and (m := _TP_RANK.search(f.rank))]
-    return max(ranks) + 1 if ranks else 0
+    ranks = {int(m.group(1)) for f in facts if f.rank and (m := _TP_RANK.search(f.rank))}
+    # an excerpt showing some ranks only (TP4, TP10, TP13) proves no size: require TP0..TPn-1
+    return len(ranks) if ranks == set(range(len(ranks))) else 0
 
 
 def _pool_dtype(startup: SGLangStartup) -> Fact[str] | None:
