@@ -204,6 +204,7 @@ def test_packed_token_keys_drive_the_tree_like_tuple_keys(
         outcome = []
         for cache, k in ((packed, keys), (tuples, as_list)):
             match = cache.match_prefix(k)
+            assert match.num_device_pages == len(match.device_pages)
             got = [match.device_pages, match.num_host_pages, len(match.last_node.keys)]
             if do_insert:
                 new = cache.alloc_device(len(k) - match.num_device_pages)

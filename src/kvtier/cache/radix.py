@@ -87,21 +87,19 @@ class TreeNode:
 class MatchResult(NamedTuple):
     """Longest cached prefix of a key sequence.
 
-    `device_pages` are the device indices of the leading pages resident on the device; the next
-    `num_host_pages` pages exist only on the host (load them with TieredCache.load_back); the
-    next `num_store_pages` after those are in the L3 store (0 without a store).
-    `last_device_node` ends the device part (the root when none), `last_node` the whole match.
+    `device_pages` are the device indices of the leading pages resident on the device
+    (`num_device_pages` of them); the next `num_host_pages` pages exist only on the host (load
+    them with TieredCache.load_back); the next `num_store_pages` after those are in the L3
+    store (0 without a store). `last_device_node` ends the device part (the root when none),
+    `last_node` the whole match.
     """
 
     device_pages: PageSeq
     num_host_pages: int
     last_device_node: TreeNode
     last_node: TreeNode
+    num_device_pages: int  # len(device_pages), kept so that reading it costs no call
     num_store_pages: int = 0
-
-    @property
-    def num_device_pages(self) -> int:
-        return len(self.device_pages)
 
 
 class InsertResult(NamedTuple):
@@ -158,7 +156,7 @@ class RadixTree:
         node = self.root
         last_device = node
         device_parts: list[PageSeq] = []
-        num_host = 0
+        num_host = num_device = 0
         i = 0
         while i < n:
             child = node.children.get(get(src, i * scale))
@@ -170,6 +168,7 @@ class RadixTree:
             child.last_access = tick
             if child.device is not None:
                 device_parts.append(child.device)
+                num_device += m
                 last_device = child
             else:
                 num_host += m
@@ -182,7 +181,7 @@ class RadixTree:
         else:
             device = join(device_parts)
         # NOTE: tuple.__new__ builds the NamedTuple without its Python-level __new__
-        return _new(MatchResult, (device, num_host, last_device, node, 0))
+        return _new(MatchResult, (device, num_host, last_device, node, num_device, 0))
 
     def insert(
         self,
