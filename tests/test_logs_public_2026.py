@@ -125,14 +125,31 @@ def test_a_negative_graph_pool_figure_is_kept_as_printed() -> None:
     assert s.graph_estimate_gib is not None and s.graph_estimate_gib.value == 2.43
 
 
-def test_blocks_override_is_read_and_named() -> None:
-    """vllm-project/vllm#39559: the count came from --num-gpu-blocks-override, not from memory."""
-    text = (PUBLIC / "vllm-v1-2026-qwen3.5-gguf-blocks-override.log").read_text(encoding="utf-8")
+def test_the_graph_probes_block_override_is_not_the_users() -> None:
+    """vllm-project/vllm#39559 and the llm-d-planner v0.19 logs print 'Overriding
+    num_gpu_blocks=0 with num_gpu_blocks_override=512': the CUDA-graph memory probe's minimal
+    cache (gpu_model_runner.py, available_memory=0), so the count is still the budget's."""
+    text = (PUBLIC / "vllm-v1-2026-qwen3.5-gguf-262k.log").read_text(encoding="utf-8")
+    assert _vllm(text).blocks_override is None
+    rec = explain_log(text, {}).reconciliation
+    assert not any("num-gpu-blocks-override" in n for n in rec.notes)
+
+
+def test_a_users_block_override_is_named_and_not_recomputed() -> None:
+    """The same template with a sized count (kv_cache_utils.py, num_gpu_blocks > 0): the user's
+    --num-gpu-blocks-override; the budget did not size the pool."""
+    text = (
+        "(EngineCore pid=7) INFO 04-13 19:51:20 [kv_cache_utils.py:2309] Overriding num_gpu_blocks=4480 with num_gpu_blocks_override=512\n"
+        "(EngineCore pid=7) INFO 04-13 19:51:24 [gpu_worker.py:436] Available KV cache memory: 6.9 GiB\n"
+        "(EngineCore pid=7) INFO 04-13 19:51:24 [kv_cache_utils.py:1319] GPU KV cache size: 8,192 tokens\n"
+    )
     s = _vllm(text)
     override = s.blocks_override
     assert override is not None and (override.value, override.line) == (512, 1)
-    notes = explain_log(text, {}).reconciliation.notes
-    assert any("--num-gpu-blocks-override=512 (line 1)" in n for n in notes)
+    rec = explain_log(text, {}).reconciliation
+    assert any("--num-gpu-blocks-override=512 (line 1)" in n for n in rec.notes)
+    assert rec.status == "observed only" and rec.predicted == 8_192
+    assert "--num-gpu-blocks-override=512 set the block count" in rec.formula
 
 
 def test_sglang_2026_pool_line_gives_the_kv_dtype_and_the_draft_pool(

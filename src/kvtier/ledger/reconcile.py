@@ -18,6 +18,7 @@ from kvtier.engines.deployment import Engine, Measured
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Ledger
+from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
 from kvtier.ledger.log_inputs import LogInputs
 from kvtier.ledger.plan import build_ledger, rounded_measures
@@ -146,6 +147,11 @@ def reconcile(
         halves = dict.fromkeys(rounded_measures(plan.deployment), PRINTED_HALF_UNIT)
         if inp.sglang is not None and inp.sglang.card is not None:
             halves["gpu_mem_gib"] = inp.sglang.card.half
+    startup = inp.parsed.startup
+    override = startup.blocks_override if isinstance(startup, VllmStartup) else None
+    if override is not None:  # vLLM took the count from the flag; no budget sized it
+        why = f"--num-gpu-blocks-override={override.value:,} set the block count ({override.where})"
+        return _unbuilt(inp, plan, why)
     try:
         ledger = _count_ledger(inp, plan)
     except KvtierError as exc:

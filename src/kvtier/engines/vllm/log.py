@@ -9,7 +9,9 @@ and consumed (weights + non-torch), activation and CUDA-graph GiB in 0.29), `uti
 (`MemoryProfilingResult.__repr__`: `Memory profiling takes ...`), `v1/worker/gpu_model_runner.py`
 (`Model loading took`, `Estimated CUDA graph memory`, `Graph capturing finished`),
 `v1/core/kv_cache_utils.py` (`GPU KV cache size`, `Maximum concurrency`, `Overriding
-num_gpu_blocks=N with num_gpu_blocks_override=M`), and V0
+num_gpu_blocks=N with num_gpu_blocks_override=M`: the user's flag when N > 0; N = 0 is the
+CUDA-graph memory probe's minimal cache of min(max_num_reqs, max_cudagraph_capture_size)
+blocks), and V0
 `worker/worker.py::determine_num_available_blocks` / `executor_base.py` (`total_gpu_memory (...)
 x gpu_memory_utilization (...)`, `# GPU blocks: N, # CPU blocks: M`). All figures are GiB.
 
@@ -299,7 +301,10 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
         elif "Desired GPU memory utilization is" in text and (m := _STARTUP_USE.search(text)):
             _startup_use(line, m, found)
         elif "num_gpu_blocks_override" in text and (m := _OVERRIDE_BLOCKS.search(text)):
-            one("blocks_override", int(m.group(2)), line, m.start())
+            # num_gpu_blocks=0: the CUDA-graph memory probe's minimal cache (gpu_model_runner.py
+            # sizes it with available_memory=0), not --num-gpu-blocks-override
+            if int(m.group(1)) > 0:
+                one("blocks_override", int(m.group(2)), line, m.start())
         elif "fp8 data type" in text and (m := _FP8.search(text)):
             one("fp8", "fp8", line, m.start())
         _v0_lines(line, found, lines[index + 1 : index + 3])
