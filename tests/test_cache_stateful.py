@@ -1,8 +1,10 @@
 """Random operation sequences against the tiered cache, every invariant checked after each step.
 
 Each run draws a configuration (write policy, eviction policy, tier sizes, L3 store or not,
-copies that land at once or only when the machine says so) and then admits, finishes and aborts
-requests, inserts, matches, locks, unlocks, evicts, loads back and completes copies. After every
+copies that land at once or only when the machine says so, page indices as runs or lists, keys
+as chained hashes or as token keys viewing each request's int64 array) and then admits,
+finishes and aborts requests, inserts, matches, locks, unlocks, evicts, loads back and completes
+copies. After every
 step: `check_integrity` (page ownership, sizes, locks, pins, tree shape) and the data check (each
 settled page holds its own key on every tier). At teardown everything is released and every page
 of every tier must be back in its free list.
@@ -11,6 +13,7 @@ of every tier must be back in its free list.
 from __future__ import annotations
 
 import random
+from array import array
 from collections.abc import Callable
 
 import pytest
@@ -31,7 +34,9 @@ from kvtier.cache import (
     admit,
     finish,
     page_hashes,
+    page_keys,
 )
+from kvtier.cache.keys import KeyRun, PageKey
 
 OPERATIONS = 0
 MIN_OPERATIONS = 100_000
@@ -40,8 +45,12 @@ TOKENS = st.lists(st.integers(0, 3), max_size=10)
 BURST = 200  # operations per burst rule
 
 
-def _keys(tokens: list[int], prior: bytes = b"") -> list[bytes]:
-    # page size 1 over a 4-letter alphabet: many shared prefixes, chained like real page hashes
+def _keys(tokens: list[int], prior: PageKey = b"", packed: bool = False) -> KeyRun:
+    """Page size 1 over a 4-letter alphabet: many shared prefixes. Chained like real page hashes
+    or, `packed`, token keys viewing an int64 array of their own (as an engine's buffer)."""
+    if packed:
+        return page_keys(array("q", tokens), 1)
+    assert isinstance(prior, bytes)
     return page_hashes(tokens, 1, prior)
 
 
@@ -57,6 +66,7 @@ class CacheMachine(RuleBasedStateMachine):
         with_store=st.booleans(),
         manual=st.booleans(),
         page_runs=st.booleans(),
+        packed=st.booleans(),
     )
     def setup(
         self,
@@ -67,6 +77,7 @@ class CacheMachine(RuleBasedStateMachine):
         with_store: bool,
         manual: bool,
         page_runs: bool,
+        packed: bool,
     ) -> None:
         self.device = TaggedStorage(Tier.DEVICE, device_pages)
         host = TaggedStorage(Tier.HOST, host_pages) if host_pages else None
@@ -82,11 +93,13 @@ class CacheMachine(RuleBasedStateMachine):
         )
         self.running: list[Admission] = []
         self.locks: list[TreeNode] = []
+        # token keys cannot name store pages: packed keys only in a cache without a store
+        self.packed = packed and self.cache.store is None
 
     # ---- operations (hypothesis rules and random bursts both call these) ----
 
     def op_admit(self, tokens: list[int], extra: int) -> None:
-        keys = _keys(tokens)
+        keys = _keys(tokens, packed=self.packed)
         adm = admit(self.cache, keys, extra)
         if adm is None:
             return
@@ -98,7 +111,7 @@ class CacheMachine(RuleBasedStateMachine):
     def op_finish(self, index: int, grow: list[int]) -> None:
         adm = self.running.pop(index)
         grow = grow[: len(adm.pages) - len(adm.keys)]
-        more = _keys(grow, adm.keys[-1] if adm.keys else b"")
+        more = _keys(grow, adm.keys[-1] if adm.keys else b"", self.packed)
         n = len(adm.keys)
         self.device.fill(adm.pages[n : n + len(more)], more)
         prefix_len = finish(self.cache, adm, adm.keys + more)
@@ -108,7 +121,7 @@ class CacheMachine(RuleBasedStateMachine):
         abort(self.cache, self.running.pop(index))
 
     def op_insert(self, tokens: list[int]) -> None:
-        keys = _keys(tokens)
+        keys = _keys(tokens, packed=self.packed)
         pages = self.cache.alloc_device(len(keys))
         if pages is None:
             return
@@ -117,7 +130,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache.free_device(pages[: result.prefix_len])
 
     def op_match_and_lock(self, tokens: list[int]) -> None:
-        keys = _keys(tokens)
+        keys = _keys(tokens, packed=self.packed)
         match = self.cache.match_prefix(keys)
         cached = match.num_device_pages + match.num_host_pages + match.num_store_pages
         assert cached <= len(keys)
@@ -128,7 +141,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache.unlock(self.locks.pop(index))
 
     def op_load_back(self, tokens: list[int]) -> None:
-        match = self.cache.match_prefix(_keys(tokens))
+        match = self.cache.match_prefix(_keys(tokens, packed=self.packed))
         load = self.cache.load_back(match)
         if load is not None:
             assert load.num_loaded == match.num_host_pages
