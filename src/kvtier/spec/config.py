@@ -175,19 +175,13 @@ def _build(
 def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
     """KV shape of every decoder layer of `arch` from its text config."""
     n = int(text["num_hidden_layers"])
+    state = None
     if arch in HYBRID_LINEAR_ARCHITECTURES:
-        full, state = linear_state(text)
-        heads = int(text["num_attention_heads"])
-        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
-        return KVGeometry(
-            kind=AttentionKind.MHA,
-            num_kv_heads=int(text.get("num_key_value_heads") or heads),
-            head_dim=head_dim,
-            v_head_dim=head_dim,
-            layer_kinds=full,
-            linear=state,
-        )
-    kinds = _layer_kinds(arch, text, n)
+        if text.get("kv_lora_rank"):
+            raise UnsupportedModel("linear-attention layers beside latent (MLA) attention")
+        kinds, state = linear_state(text)  # the attention layers are full attention
+    else:
+        kinds = _layer_kinds(arch, text, n)
     window = text.get("sliding_window") if LayerKind.SLIDING in kinds else None
     chunk = text.get("attention_chunk_size") if LayerKind.CHUNKED in kinds else None
     if LayerKind.SLIDING in kinds and not window:
@@ -217,6 +211,7 @@ def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
         layer_kinds=kinds,
         sliding_window=int(window) if window else None,
         attention_chunk_size=int(chunk) if chunk else None,
+        linear=state,
     )
 
 
