@@ -12,11 +12,9 @@ vLLM wheels (~250 MB each) and torch into .oracle-vllm/ (gitignored), a few minu
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,15 +201,7 @@ def test_kvtier_matches_vllm_kv_cache_utils(
 ) -> None:
     python, sites = oracle
     run = cases()
-    out = subprocess.run(
-        [str(python), "-W", "ignore", str(HERE / "runner.py"), str(sites[version])],
-        input=json.dumps({"cases": run}),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    results = json.loads(out.stdout)
-    assert len(results) == len(run) >= 100
+    results = oracle_env.run(python, HERE / "runner.py", sites[version], run)
     diffs = [
         f"{case}: {d}"
         for case, engine in zip(run, results, strict=True)

@@ -13,10 +13,8 @@ tests/test_oracle_vllm.py (.oracle-vllm/, gitignored) and the v0.24.0 wheel besi
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -174,15 +172,7 @@ def test_kvtier_matches_vllm_hybrid_linear_pools(
 ) -> None:
     python, sites = oracle
     run = cases()
-    out = subprocess.run(
-        [str(python), "-W", "ignore", str(HERE / "mamba_runner.py"), str(sites[version])],
-        input=json.dumps({"cases": run}),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    results = json.loads(out.stdout)
-    assert len(results) == len(run) >= 100
+    results = oracle_env.run(python, HERE / "mamba_runner.py", sites[version], run)
     diffs = [
         f"{case}: {d}"
         for case, engine in zip(run, results, strict=True)

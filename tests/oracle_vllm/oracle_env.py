@@ -10,10 +10,12 @@ Usage: python tests/oracle_vllm/oracle_env.py [ROOT]  (prints the python and the
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import Any
 
 VERSIONS = ("0.20.0", "0.21.0")  # either side of the logged-token change (_report_kv_cache_config)
 TORCH = "torch==2.13.0"
@@ -48,6 +50,20 @@ def prepare(
             done.touch()
         sites[version] = site
     return python, sites
+
+
+def run(python: Path, runner: Path, site: Path, cases: list[Any]) -> list[dict[str, Any]]:
+    """`runner` (a script that imports vLLM from `site`) over `cases`: one result per case."""
+    out = subprocess.run(
+        [str(python), "-W", "ignore", str(runner), str(site)],
+        input=json.dumps({"cases": cases}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    results: list[dict[str, Any]] = json.loads(out.stdout)
+    assert len(results) == len(cases) >= 100
+    return results
 
 
 if __name__ == "__main__":
