@@ -153,13 +153,13 @@ def _kvtier(version: str, c: dict[str, Any]) -> dict[str, Any]:
     if tokens > 0 and release >= V0_5_16:
         # the running-request limit over the pool the split leaves (resolve_max_num_reqs)
         flag = c["max_running_requests"]
-        rows = pool.max_num_reqs(tokens, c["context_len"], flag)
         extra = c["extra_buffer"] and not c["disable_radix_cache"]
         try:
-            capped = mamba.request_cap(
-                rule, rows, split.slots, c["disable_radix_cache"], extra, checked=True
+            cap = mamba.slot_request_cap(
+                rule, split.slots, c["disable_radix_cache"], extra, checked=True
             )
-            out["max_running"] = pool.max_running_requests(tokens, capped, flag, c["dp"])
+            limits = pool.request_limits(tokens, c["context_len"], flag, c["dp"], cap)
+            out["max_running"] = limits.running
         except KvtierError as exc:
             out["max_running"] = str(exc).split(".")[0]
     return out

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.ledger import Ledger
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang.hicache import host_bytes_per_token, host_tokens
 from kvtier.engines.sglang.prefetch import prefetch_era
@@ -103,6 +104,27 @@ def model_cost(model: ModelSpec, d: Deployment, kv_bytes_per_token: int) -> Mode
     )
 
 
+def running_limit(ledger: Ledger, device_tokens: int) -> tuple[int, str]:
+    """The running-request limit and its source: the ledger's own over its pool, else the same
+    rule (`pool.request_limits`) over `device_tokens` with the ledger's flag, DP-attention size
+    and state-slot cap."""
+    flag = int(ledger.figure("max_running_requests_flag")) or None
+    extra = dict(ledger.extra)
+    slot_cap = int(extra["state_slot_request_cap"]) if "state_slot_request_cap" in extra else None
+    slots = f", state slots allow {slot_cap:,}" if slot_cap is not None else ""
+    dp = int(ledger.figure("dp_attention_size"))
+    rule = f"max_running_requests {flag} // DP-attention size {dp}" if flag else "tokens // 2"
+    if device_tokens == ledger.kv_tokens and ledger.max_running_requests is not None:
+        limit = ledger.max_running_requests
+        where = "the ledger"
+    else:
+        limit = sglang.request_limits(
+            device_tokens, ledger.context_length, flag, dp, slot_cap
+        ).running
+        where = f"the ledger's rule over {device_tokens:,} device tokens"
+    return limit, f"{limit:,} from {where} (min({rule}, request rows{slots}); model_runner)"
+
+
 def build_config(
     deployment: Deployment,
     block_size: int,
@@ -172,15 +194,11 @@ def build_config(
                 f"({era.label} HiCache rules; --hicache-storage-prefetch-policy)",
             )
         )
-    num_reqs = sglang.max_num_reqs(device_tokens, inputs.context_length, d.max_running_requests)
-    max_running = sglang.max_running_requests(
-        device_tokens, num_reqs, d.max_running_requests, d.dp if d.enable_dp_attention else 1
-    )
-    sources.append(("max running requests", "model_runner rule over the device tokens"))
-    chunk = d.chunked_prefill_size
-    if chunk is None:
-        chunk = int(ledger.figure("chunked_prefill_size"))
-        sources.append(("chunked prefill size", "SGLang's default for the GPU (server_args)"))
+    max_running, text = running_limit(ledger, device_tokens)
+    sources.append(("max running requests", text))
+    chunk = int(ledger.figure("chunked_prefill_size"))
+    how = "--chunked-prefill-size" if d.chunked_prefill_size is not None else "the GPU's default"
+    sources.append(("chunked prefill size", f"{chunk:,} from the ledger ({how}, server_args)"))
     pcie = flags.pcie_gbps or gpu.pcie_gbps
     tflops = flags.bf16_tflops or gpu.bf16_dense_tflops
     hbm = flags.hbm_gbps or gpu.hbm_gbps

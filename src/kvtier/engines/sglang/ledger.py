@@ -397,20 +397,21 @@ def build(p: PlanInputs) -> Ledger:
         rows_from = (
             "speculative default (server_args)" if flag else "clamp(tokens/ctx x 512, 2048, 4096)"
         )
-    reqs = sglang.max_num_reqs(tokens, ctx, flag)
+    slot_cap = None
     if linear is not None:
         slots = linear.split(rest.value).slots
-        cap = mamba.request_cap(
-            linear.rule, reqs, slots, d.disable_radix_cache, linear.extra, linear.checked
+        slot_cap = mamba.slot_request_cap(
+            linear.rule, slots, d.disable_radix_cache, linear.extra, linear.checked
         )
         if linear.extra:
             notes.append(
                 "mamba radix cache strategy extra_buffer (auto, with the overlap schedule): "
                 f"{mamba.SLOTS_PER_REQUEST + mamba.EXTRA_BUFFER_SLOTS} state slots a request"
             )
-        if cap < reqs:
-            notes.append(f"running requests capped at {cap} by the state slots")
-        reqs = cap
+        if slot_cap < sglang.max_num_reqs(tokens, ctx, flag):
+            notes.append(f"running requests capped at {slot_cap} by the state slots")
+    attn_dp = d.dp if d.enable_dp_attention else 1
+    reqs, running = sglang.request_limits(tokens, ctx, flag, attn_dp, slot_cap)
     draft_tokens = (d.speculative_num_draft_tokens or 0) if era.pool is PoolEra.B else 0
     table = sglang.req_to_token_bytes(reqs, ctx, draft_tokens)
     items.append(
@@ -477,7 +478,6 @@ def build(p: PlanInputs) -> Ledger:
             f"prefill activations (max(chunked_prefill_size {chunk}, 2048) x 1.5 MiB)"
         )
 
-    running = sglang.max_running_requests(tokens, reqs, flag, d.dp)
     reserve = f" - {mm_reserve:.4f}" if mm_reserve else ""
     formula = (
         f"int(({nominal_after:.2f} - {nominal_pre:.2f} x (1 - {fraction}){reserve}) GiB x 2^30) "
@@ -513,6 +513,10 @@ def build(p: PlanInputs) -> Ledger:
             ("free_end_gib", m.free_end_gib if m.free_end_gib is not None else free),
             ("chunked_prefill_size", float(chunk or 0)),
             ("cuda_graph_max_bs", float(max_bs or 0)),
+            # what `request_limits` needs to find the limit over another pool size
+            ("max_running_requests_flag", float(flag or 0)),
+            ("dp_attention_size", float(attn_dp)),
+            *((("state_slot_request_cap", float(slot_cap)),) if slot_cap is not None else ()),
         ),
     )
 

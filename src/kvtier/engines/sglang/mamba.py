@@ -109,6 +109,18 @@ def checks_slots(version: Version | None) -> bool:
     return version is not None and (version.is_main or version >= V0_5_13)
 
 
+def charged_state_gib(printed_gib: float, slots: int, version: Version | None) -> float:
+    """The share of a printed 'Mamba Cache is allocated' pool that was taken out of the KV
+    budget. MambaPool allocates `size + 1` slots in every release (slot 0 pads), and the
+    conv + SSM sizes it prints count them all; the budget is charged `slots` of them up to
+    v0.5.16 (model_runner.py v0.5.2 - v0.5.3, handle_max_mamba_cache v0.5.4 - v0.5.16) and the
+    padding slot too from v0.5.17 (PADDED)."""
+    if slots <= 0:
+        return printed_gib
+    charged = slots + (1 if slot_rule(version) is SlotRule.PADDED else 0)
+    return printed_gib * charged / (slots + 1)
+
+
 def ssm_dtype(version: Version | None, flag: str | None, state: LinearAttention) -> str:
     """mamba2_state_dtype: the flag, else (v0.5.9+) the config's, else float32."""
     if flag is not None:
@@ -228,24 +240,24 @@ def extra_buffer(version: Version | None, architecture: str, disable_radix_cache
     return architecture in QWEN3_5_ARCHITECTURES
 
 
-def request_cap(
+def slot_request_cap(
     rule: SlotRule,
-    max_num_reqs: int,
     slots: int,
     disable_radix_cache: bool,
     extra: bool = False,
     checked: bool = False,
 ) -> int:
-    """The running-request limit the state slots allow (init_memory_pool, resolve_max_num_reqs):
+    """The running requests the state slots allow (init_memory_pool, resolve_max_num_reqs):
     three slots a request with the radix cache (`_calculate_mamba_ratio`), two more for the
-    extra_buffer strategy's ping-pong under the overlap schedule, one without the radix cache.
-    `checked` (v0.5.13+, `checks_slots`) refuses a limit of no request, as the engine does."""
+    extra_buffer strategy's ping-pong under the overlap schedule, one without the radix cache
+    (v0.5.2 - v0.5.3: one a request). `checked` (v0.5.13+, `checks_slots`) refuses a limit of
+    no request, as the engine does."""
     if rule is SlotRule.FIXED:
-        return min(max_num_reqs, slots)
+        return slots
     per_request = (
         1 if disable_radix_cache else SLOTS_PER_REQUEST + (EXTRA_BUFFER_SLOTS if extra else 0)
     )
-    cap = min(max_num_reqs, slots // per_request)
+    cap = slots // per_request
     if cap <= 0 and checked:
         raise KvtierError(
             "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "

@@ -299,9 +299,29 @@ def req_to_token_bytes(num_reqs: int, context_len: int, draft_tokens: int) -> in
 
 
 def max_running_requests(tokens: int, num_reqs: int, flag: int | None, dp: int) -> int:
-    """model_runner (Era B): min(tokens // 2 or flag // dp, req_to_token pool size)."""
+    """model_runner (Era B): min(tokens // 2 or flag // dp, req_to_token pool size); `dp` is
+    the DP-attention size (ModelRunner.dp_size: 1 without --enable-dp-attention)."""
     wanted = tokens // 2 if flag is None else flag // dp
     return min(wanted, num_reqs)
+
+
+class RequestLimits(NamedTuple):
+    rows: int  # req_to_token pool rows
+    running: int  # the scheduler's max_running_requests
+
+
+def request_limits(
+    tokens: int, context_len: int, flag: int | None, dp: int, slot_cap: int | None = None
+) -> RequestLimits:
+    """The request table's rows and the running-request limit over a pool of `tokens`: rows
+    are `max_num_reqs`, capped by the state slots of a hybrid linear-attention model
+    (`slot_cap`, mamba.slot_request_cap; init_memory_pool / resolve_max_num_reqs), and the
+    limit is `max_running_requests` over those rows. The one rule plan, explain and simulate
+    read."""
+    rows = max_num_reqs(tokens, context_len, flag)
+    if slot_cap is not None:
+        rows = min(rows, slot_cap)
+    return RequestLimits(rows, max_running_requests(tokens, rows, flag, dp))
 
 
 @dataclass(frozen=True, slots=True)

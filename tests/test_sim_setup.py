@@ -1,0 +1,83 @@
+"""The simulator's scheduling limits are the ledger's: plan and simulate agree on one rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvtier.cli import main
+from kvtier.engines.deployment import Deployment, Engine
+from kvtier.ledger.plan import build_ledger, resolve
+from kvtier.sim.setup import build_config
+
+
+def _both(**values: object) -> tuple[int, int, int]:
+    """(plan's max running requests, simulate's, the ledger's KV tokens) for one deployment."""
+    d = Deployment(Engine.SGLANG, **values)  # type: ignore[arg-type]
+    ledger = build_ledger(resolve(d))
+    config = build_config(d, 512)
+    assert config.device_tokens == ledger.kv_tokens
+    assert config.page_size == ledger.page_size
+    assert config.chunked_prefill_size == ledger.figure("chunked_prefill_size")
+    assert ledger.max_running_requests is not None
+    return ledger.max_running_requests, config.max_running_requests, ledger.kv_tokens
+
+
+# Qwen3.5-27B on one H100 (v0.5.9 rules unless given): 32 state slots from the ratio split
+# (int(rest x 0.9 / 1.9 // state bytes)); three a request with the radix cache, five with
+# extra_buffer (v0.5.14, the auto strategy for Qwen3.5), one without the radix cache.
+@pytest.mark.parametrize(
+    ("values", "limit"),
+    [
+        ({}, 32 // 3),
+        ({"engine_version": "0.5.14"}, 32 // 5),
+        ({"disable_radix_cache": True}, 32 // 1),
+    ],
+)
+def test_a_hybrid_model_runs_as_many_requests_as_its_state_slots_allow(
+    values: dict[str, object], limit: int
+) -> None:
+    plan, simulate, tokens = _both(model="qwen3.5-27b", gpu="H100", **values)
+    assert plan == simulate == limit
+    assert tokens // 2 > limit  # the slots, not the pool, hold it back
+
+
+def test_a_plain_model_runs_the_request_rows_and_a_draft_its_default_of_48() -> None:
+    # Llama-3.1-8B on an H100: clamp(tokens / 131072 x 512, 2048, 4096) rows, below tokens // 2
+    plan, simulate, tokens = _both(model="llama-3.1-8b", gpu="H100")
+    assert plan == simulate == min(max(int(tokens / 131_072 * 512), 2048), 4096) == 2048
+    # EAGLE3 without --max-running-requests: server_args sets 48
+    plan, simulate, _ = _both(
+        model="kimi-k2.5",
+        gpu="RTX PRO 6000",
+        tp=8,
+        mem_fraction=0.88,
+        speculative_algorithm="EAGLE3",
+    )
+    assert plan == simulate == 48
+
+
+def test_plain_dp_does_not_divide_the_flag() -> None:
+    # ModelRunner.dp_size is the DP size only under --enable-dp-attention; each replica runs 64
+    plan, simulate, _ = _both(model="llama-3.1-8b", gpu="H100", dp=2, max_running_requests=64)
+    assert plan == simulate == 64
+
+
+def test_given_device_tokens_keep_the_ledger_rule_and_its_slot_cap() -> None:
+    plain = Deployment(Engine.SGLANG, "llama-3.1-8b", gpu="H100")
+    assert build_config(plain, 512, device_tokens=1_000).max_running_requests == 1_000 // 2
+    hybrid = Deployment(Engine.SGLANG, "qwen3.5-27b", gpu="H100")
+    config = build_config(hybrid, 512, device_tokens=1_000_000)
+    assert config.max_running_requests == 32 // 3
+    assert "state slots allow 10" in dict(config.sources)["max running requests"]
+
+
+def test_plan_json_and_simulate_state_the_same_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--engine", "sglang", "--model", "qwen3.5-27b", "--gpu", "H100"]
+    assert main(["plan", *argv, "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["max_running_requests"]
+    assert main(["simulate", "--generate", "chat", "--requests", "20", *argv]) == 0
+    out = capsys.readouterr().out
+    assert f"source: max running requests: {planned} from the ledger" in out
+    assert planned == 10
