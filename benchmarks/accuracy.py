@@ -52,6 +52,8 @@ FLAGS: dict[str, dict[str, object]] = {
     # no version line; the memory-profiling line's format is vLLM 0.6.4-0.6.5's (index.json)
     "vllm-0.6-v0-llama-3.1-8b-3090-20k": {"engine_version": "0.6.4"},
     "vllm-0.6-v0-llama-3.1-8b-3090-29k-failed": {"engine_version": "0.6.4"},
+    # the issue's launch command (index.json notes): --tp-size 2 --mem-fraction-static 0.85
+    "sglang-2026-qwen3.5-397b-a17b-gdn-4090-tp2": {"mem_fraction": 0.85, "tp": 2},
 }
 # The GPU of the cases whose record does not name it (README: the founding deployment).
 GPUS: dict[str, str] = {"seed": "RTX PRO 6000"}

@@ -245,7 +245,7 @@ def test_sglang_counts_the_padding_slot_as_a_public_log_shows() -> None:
     """SGLang serving Qwen3.5-397B-A17B at TP2 (github.com/kvcache-ai/ktransformers/issues/1870,
     February 2026) prints 'Mamba Cache is allocated. max_mamba_cache_size: 82, conv_state size:
     0.13GB, ssm_state size: 7.29GB' and 'KV Cache is allocated. #tokens: 580364'. The sizes are
-    those of 83 slots: the 82 of the joint solve and the pool's padding slot."""
+    those of 83 slots: the 82 of the slot rule and the pool's padding slot."""
     spec = model_from_config(_config("qwen3.5-397b-a17b"), "qwen3.5-397b-a17b")
     state = spec.kv.linear
     assert state is not None and len(state.layer_ids) == 45
@@ -259,8 +259,28 @@ def test_sglang_counts_the_padding_slot_as_a_public_log_shows() -> None:
     padded = sglang_mamba.split_budget(sglang_mamba.SlotRule.PADDED, *args)
     assert padded.slots == 82
     assert int(padded.rest_gib * GiB) // cell == 580_364
-    # the rule before v0.5.17 spends the same memory on 83 slots and would print 83
+    # the rule before v0.5.17 would spend that budget on 83 slots; it charges rest only the 82
+    # it prints, so it fits a budget 1 slot smaller: the log's own figures fit both rules, and
+    # the launch line's fraction settles it for v0.5.9 (test_logs_public_2026)
     assert sglang_mamba.split_budget(sglang_mamba.SlotRule.RATIO, *args).slots == 83
+    ratio_rest = ((580_364 + 0.5) * cell + 82 * per_slot) / GiB
+    ratio = sglang_mamba.split_budget(sglang_mamba.SlotRule.RATIO, ratio_rest, *args[1:])
+    assert ratio.slots == 82 and int(ratio.rest_gib * GiB) // cell == 580_364
+
+
+@pytest.mark.parametrize(
+    ("version", "charged_slots"),
+    [("0.5.3", 82), ("0.5.9", 82), ("0.5.16", 82), ("0.5.17", 83), ("main", 83), (None, 82)],
+)
+def test_sglang_printed_state_pool_holds_the_padding_slot_the_budget_is_not_charged(
+    version: str | None, charged_slots: int
+) -> None:
+    """MambaPool allocates max_mamba_cache_size + 1 slots; rest is charged the padding slot only
+    from v0.5.17 (no version is v0.5.9)."""
+    parsed = Version.parse(version, "SGLang") if version is not None else None
+    printed = 83 * 96_030_720 / GiB
+    charged = sglang_mamba.charged_state_gib(printed, 82, parsed)
+    assert charged == pytest.approx(charged_slots * 96_030_720 / GiB)
 
 
 def test_sglang_before_0_5_13_starts_with_no_state_slot(

@@ -8,7 +8,9 @@ recomputes the pool from what this server actually saw, and advise prices each o
 from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment, Measured
+from kvtier.engines.sglang import mamba
 from kvtier.engines.sglang.log import SGLangStartup
+from kvtier.engines.version import Version
 from kvtier.engines.vllm.log import VllmStartup
 from kvtier.engines.vllm.pool import DEFAULT_GPU_MEMORY_UTILIZATION
 from kvtier.ledger.log_inputs import LogInputs
@@ -99,8 +101,18 @@ def _sglang_measured(inp: LogInputs, s: SGLangStartup, flags: Measured) -> Measu
         draft_weights_gib=draft if draft is not None else flags.draft_weights_gib,
         free_end_gib=final if final is not None else flags.free_end_gib,
         gpu_mem_gib=flags.gpu_mem_gib if flags.gpu_mem_gib is not None else card,
-        state_pool_gib=max((p.total_gib for p in s.state_pools), default=None),
+        state_pool_gib=_charged_state_gib(inp, s),
     )
+
+
+def _charged_state_gib(inp: LogInputs, s: SGLangStartup) -> float | None:
+    """The printed state pool less the padding slot the release does not charge the budget."""
+    pool = max(s.state_pools, key=lambda p: p.total_gib, default=None)
+    if pool is None:
+        return None
+    flag = inp.settings.flags.get("engine_version")
+    version = Version.parse(flag, "SGLang") if isinstance(flag, str) else None
+    return mamba.charged_state_gib(pool.total_gib, pool.slots, version)
 
 
 def _vllm_measured(
