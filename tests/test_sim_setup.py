@@ -81,3 +81,90 @@ def test_plan_json_and_simulate_state_the_same_limit(capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert f"source: max running requests: {planned} from the ledger" in out
     assert planned == 10
+
+
+LAUNCH = [
+    "python",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "meta-llama/Llama-3.1-8B-Instruct",
+]
+# SGLang's multi-turn benchmark against a small device pool: later turns find their history in
+# the host tier and the L3 store
+TIMED = ["simulate", "--generate", "multiturn", "--clients", "16", "--rounds", "6"]
+TIMED += ["--request-tokens", "2048", "--output-tokens", "64", "--round-barrier"]
+TIMED += ["--block-tokens", "64", "--seed", "1", "--gpu", "h100", "--device-tokens", "30000"]
+STORE = ["--store-tokens", "10000000", "--store-gbps", "0.2", "--json"]
+
+
+def _simulate(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, object], str]:
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    return json.loads(out), err
+
+
+def test_pasted_hicache_policies_run_as_kvtier_s_own_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    policies = ["--hicache-write-policy", "write_back"]
+    policies += ["--hicache-storage-prefetch-policy", "wait_complete"]
+    pasted, err = _simulate(
+        [*TIMED, *STORE, "--", *LAUNCH, "--hicache-ratio", "2", *policies], capsys
+    )
+    assert "ignored" not in err
+    own, _ = _simulate([*TIMED, *STORE, *policies, "--", *LAUNCH, "--hicache-ratio", "2"], capsys)
+    default, _ = _simulate([*TIMED, *STORE, "--", *LAUNCH, "--hicache-ratio", "2"], capsys)
+    params = pasted["params"]
+    assert isinstance(params, dict)
+    assert params["write_policy"] == "write_back"
+    assert params["prefetches"]["policy"] == "wait_complete"
+    assert params["sources"]["write policy"] == "write_back (launch command)"
+    assert default["params"]["write_policy"] == "write_through"  # type: ignore[index]
+    assert default["params"]["prefetches"]["policy"] == "best_effort"  # type: ignore[index]
+    assert pasted["hit_tokens_by_tier"] != default["hit_tokens_by_tier"]  # the policy matters
+    for name in ("hit_rate", "hit_tokens_by_tier", "ttft_s", "evictions", "prefetches"):
+        mine = own[name] if name in own else own["params"][name]  # type: ignore[index]
+        theirs = pasted[name] if name in pasted else params[name]
+        assert mine == theirs, name
+
+
+@pytest.mark.parametrize(
+    ("kvtier_flag", "pasted_flag", "message"),
+    [
+        (
+            ["--hicache-write-policy", "write_through"],
+            ["--hicache-write-policy", "write_back"],
+            "kvtier's --hicache-write-policy write_through contradicts the launch command's "
+            "--hicache-write-policy write_back",
+        ),
+        (
+            ["--store-tokens", "1000", "--hicache-storage-prefetch-policy", "timeout"],
+            ["--hicache_storage_prefetch_policy=best_effort"],
+            "kvtier's --hicache-storage-prefetch-policy timeout contradicts the launch command's "
+            "--hicache-storage-prefetch-policy best_effort",
+        ),
+        (
+            [],
+            ["--hicache-storage-prefetch-policy", "timeout"],
+            "--hicache-storage-prefetch-policy timeout (launch command) applies to an L3 store",
+        ),
+        (
+            [],
+            ["--hicache-write-policy", "write_around"],
+            "--hicache-write-policy: bad value 'write_around' (takes one of write_back, "
+            "write_through, write_through_selective)",
+        ),
+    ],
+)
+def test_policy_conflicts_exit_2_naming_both(
+    kvtier_flag: list[str],
+    pasted_flag: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [*TIMED, *kvtier_flag, "--", *LAUNCH, "--hicache-ratio", "2", *pasted_flag]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -104,8 +104,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--device-tokens", type=TOKENS, help="device KV tokens (default: the ledger's)")
     s.add_argument(
         "--hicache-write-policy",
-        default="write_through",
         choices=("write_through", "write_through_selective", "write_back"),
+        help="when the host tier takes a copy of device pages (default: a pasted launch "
+        "command's --hicache-write-policy, else write_through, SGLang's default)",
     )
     s.add_argument(
         "--store-tokens",
@@ -274,7 +275,7 @@ def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
     from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_json
     from kvtier.sim.timing import TimingFlags
 
-    deployment = deployment_from_args(args)
+    deployment = simulate_hicache.with_policies(args, deployment_from_args(args))
     warn_ignored(deployment)
     given = {
         name: getattr(args, name)
@@ -305,7 +306,6 @@ def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
             d,
             trace.block_size,
             args.device_tokens,
-            args.hicache_write_policy,
             t,
             args.store_tokens,
             simulate_hicache.prefetch_flags(args),

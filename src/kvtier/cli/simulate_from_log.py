@@ -61,9 +61,7 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
     device_tokens = args.device_tokens or fit.pool_tokens
 
     def config_for(t: Any, d: Any = deployment, tokens: int | None = device_tokens) -> Any:
-        return build_config(
-            d, FIT_BLOCK_TOKENS, tokens, args.hicache_write_policy, t, args.store_tokens
-        )
+        return build_config(d, FIT_BLOCK_TOKENS, tokens, t, args.store_tokens)
 
     calibration = calibrate(fit, flags, config_for)
     fitted, window = run_window(fit, config_for(calibration.flags))

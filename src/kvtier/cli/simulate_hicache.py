@@ -180,11 +180,42 @@ def request_count(source: Any) -> int:
     return source.turns if isinstance(source, ClientLoop) else len(source.requests)
 
 
+# kvtier flags that a pasted SGLang launch command may also set (engines/sglang/flags.py)
+POLICY_FLAGS = ("hicache_write_policy", "hicache_storage_prefetch_policy")
+
+
+def with_policies(args: argparse.Namespace, deployment: Any) -> Any:
+    """`deployment` with kvtier's HiCache policy flags set; a flag that contradicts the launch
+    command's is refused naming both, and a prefetch policy needs an L3 store."""
+    given: dict[str, str] = {}
+    for name in POLICY_FLAGS:
+        flag, mine, pasted = (
+            f"--{name.replace('_', '-')}",
+            getattr(args, name),
+            getattr(deployment, name),
+        )
+        if mine is not None and pasted is not None and mine != pasted:
+            raise KvtierError(
+                f"kvtier's {flag} {mine} contradicts the {deployment.origin(name)}'s "
+                f"{flag} {pasted}; give one"
+            )
+        if mine is not None:
+            given[name] = mine
+    policy = deployment.hicache_storage_prefetch_policy
+    if policy is not None and not args.store_tokens:
+        raise KvtierError(
+            f"--hicache-storage-prefetch-policy {policy} ({deployment.origin(POLICY_FLAGS[1])}) "
+            "applies to an L3 store: give --store-tokens"
+        )
+    return deployment.with_values("kvtier flag", **given) if given else deployment
+
+
 def prefetch_flags(args: argparse.Namespace) -> Any:
+    """The threshold and timeouts given (the policy travels in the deployment)."""
     from kvtier.sim.engine.prefetch import PrefetchFlags
 
     return PrefetchFlags(
-        args.hicache_storage_prefetch_policy,
+        None,
         args.prefetch_threshold,
         args.prefetch_timeout_base,
         args.prefetch_timeout_per_ki_token,

@@ -110,6 +110,9 @@ class Deployment:
     hicache_size_gb: float | None = None
     kv_cache_memory_bytes: int | None = None
     kv_offloading_size_gib: float | None = None
+    # SGLang HiCache policies the simulator follows (None: the version's default)
+    hicache_write_policy: str | None = None
+    hicache_storage_prefetch_policy: str | None = None
     # hybrid linear-attention models: SGLang --disable-radix-cache, --mamba-full-memory-ratio,
     # --max-mamba-cache-size, --mamba-ssm-dtype; vLLM --enable-prefix-caching,
     # --mamba-ssm-cache-dtype (None: the engine's default)

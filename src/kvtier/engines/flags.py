@@ -22,6 +22,21 @@ def as_upper(raw: str) -> str:
     return raw.upper()
 
 
+class BadChoice(ValueError):
+    """A value outside a flag's choices; its text names them."""
+
+
+def one_of(*choices: str) -> Convert:
+    """A converter that takes only `choices` (the engine's argparse `choices=`)."""
+
+    def convert(raw: str) -> str:
+        if raw not in choices:
+            raise BadChoice(f"one of {', '.join(choices)}")
+        return raw
+
+    return convert
+
+
 class Flag(NamedTuple):
     field: str  # the Deployment field it sets
     printed: str  # the argument name the engine prints it under

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from kvtier.engines.deployment import Engine
-from kvtier.engines.flags import FlagTable, as_bool
+from kvtier.engines.flags import BadChoice, FlagTable, as_bool
 from kvtier.engines.sglang.flags import FLAGS as SGLANG_FLAGS
 from kvtier.engines.vllm.flags import FLAGS as VLLM_FLAGS
 from kvtier.errors import KvtierError
@@ -57,7 +57,6 @@ _NO_MEMORY_EFFECT = frozenset(
         "random-seed",
         "no-enable-prefix-caching",
         "attention-backend",
-        "hicache-write-policy",
         "hicache-io-backend",
         "hicache-mem-layout",
         "hicache-storage-backend",
@@ -214,9 +213,10 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
             else:
                 try:
                     values[flag.field] = flag.convert(raw)
-                except ValueError:
+                except ValueError as exc:
+                    hint = f" (takes {exc})" if isinstance(exc, BadChoice) else ""
                     raise KvtierError(
-                        f"launch command flag --{spelling}: bad value {raw!r}"
+                        f"launch command flag --{spelling}: bad value {raw!r}{hint}"
                     ) from None
         elif spelling not in _NO_MEMORY_EFFECT:
             ignored.append(name)

@@ -12,6 +12,7 @@ last block included, occupies a whole block of capacity.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -27,6 +28,8 @@ from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, def
 from kvtier.spec.model import AttentionKind, ModelSpec
 from kvtier.spec.weights import weight_bytes
 
+# ServerArgs.hicache_write_policy, the same in every release read (v0.5.3 - v0.5.23)
+DEFAULT_WRITE_POLICY = "write_through"
 GRANULARITY_NOTE = (
     "cache pages are whole trace blocks: each block, a prompt's partial last block included, "
     "takes {block_tokens} tokens of capacity (ceil({block}/page_size) x page_size); hits count "
@@ -104,6 +107,11 @@ def model_cost(model: ModelSpec, d: Deployment, kv_bytes_per_token: int) -> Mode
     )
 
 
+def _policy_source(d: Deployment, name: str, default: str) -> str:
+    value = getattr(d, name)
+    return f"{value} ({d.origin(name)})" if value is not None else default
+
+
 def running_limit(ledger: Ledger, device_tokens: int) -> tuple[int, str]:
     """The running-request limit and its source: the ledger's own over its pool, else the same
     rule (`pool.request_limits`) over `device_tokens` with the ledger's flag, DP-attention size
@@ -129,12 +137,13 @@ def build_config(
     deployment: Deployment,
     block_size: int,
     device_tokens: int | None = None,
-    write_policy: str = "write_through",
     timing: TimingFlags | None = None,
     store_tokens: int = 0,
     prefetch: PrefetchFlags | None = None,
 ) -> SimConfig:
-    """Resolve `deployment` through the ledger and the GPU catalog into a `SimConfig`."""
+    """Resolve `deployment` through the ledger and the GPU catalog into a `SimConfig`; the
+    HiCache write and prefetch policies are the deployment's (a launch command's or kvtier's
+    flag), the threshold and timeouts `prefetch`'s."""
     d = deployment
     if d.engine is not Engine.SGLANG:
         raise KvtierError(
@@ -167,6 +176,7 @@ def build_config(
     if device_tokens < 1:
         raise KvtierError(f"device KV tokens must be positive, got {device_tokens}")
     page = ledger.page_size
+    write_policy = d.hicache_write_policy or DEFAULT_WRITE_POLICY
     host = 0
     rules, capacity = PrefetchRules(), 0
     if d.enable_hierarchical_cache or d.hicache_ratio is not None or d.hicache_size_gb:
@@ -174,6 +184,8 @@ def build_config(
         per_token = host_bytes_per_token(inputs.model.kv, inputs.attn_tp, layers, inputs.kv_dtype())
         host = host_tokens(device_tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)
         sources.append(("host tokens", "HostKVCache sizing (--hicache-size / --hicache-ratio)"))
+        default = f"{write_policy} (SGLang's default)"
+        sources.append(("write policy", _policy_source(d, "hicache_write_policy", default)))
     if store_tokens:
         if not host:
             raise KvtierError(
@@ -182,7 +194,15 @@ def build_config(
             )
         sources.append(("store tokens", "--store-tokens"))
         era = prefetch_era(d.engine_version)
-        rules = (prefetch or PrefetchFlags()).rules(era)
+        given = prefetch or PrefetchFlags()
+        policy = d.hicache_storage_prefetch_policy
+        if policy is not None and given.policy is not None and policy != given.policy:
+            origin = d.origin("hicache_storage_prefetch_policy")
+            raise KvtierError(
+                f"prefetch policy {given.policy} contradicts the deployment's "
+                f"--hicache-storage-prefetch-policy {policy} ({origin})"
+            )
+        rules = dataclasses.replace(given, policy=policy or given.policy).rules(era)
         capacity = era.capacity_tokens(host, device_tokens)
         cap = f" (at most {rules.timeout_max_s:g} s)" if math.isfinite(rules.timeout_max_s) else ""
         sources.append(
@@ -191,7 +211,8 @@ def build_config(
                 f"{rules.policy.value}, threshold {rules.threshold_tokens} tokens, timeout "
                 f"{rules.timeout_base_s:g} s + {rules.timeout_per_ki_token_s:g} s per 1024 tokens"
                 f"{cap}, up to {capacity:,} tokens in prefetch "
-                f"({era.label} HiCache rules; --hicache-storage-prefetch-policy)",
+                f"({era.label} HiCache rules; policy "
+                f"{_policy_source(d, 'hicache_storage_prefetch_policy', 'the version default')})",
             )
         )
     max_running, text = running_limit(ledger, device_tokens)

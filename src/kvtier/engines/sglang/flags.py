@@ -1,9 +1,14 @@
-"""SGLang's launch flags that change the memory ledger (python/sglang/srt/server_args.py,
-`ServerArgs` fields and `add_cli_args`; the printed name is the ServerArgs field)."""
+"""SGLang's launch flags that change the memory ledger or the simulated scheduler
+(python/sglang/srt/server_args.py, `ServerArgs` fields and `add_cli_args`, v0.5.3 - v0.5.18;
+arg_groups/fields/memory.py from v0.5.23; the printed name is the ServerArgs field)."""
 
 from __future__ import annotations
 
-from kvtier.engines.flags import Flag, FlagTable, as_upper
+from kvtier.engines.flags import Flag, FlagTable, as_upper, one_of
+
+# `choices=` of --hicache-write-policy and --hicache-storage-prefetch-policy
+WRITE_POLICIES = ("write_back", "write_through", "write_through_selective")
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 
 FLAGS = FlagTable(
     (
@@ -59,5 +64,17 @@ FLAGS = FlagTable(
         Flag("max_mamba_cache_size", "max_mamba_cache_size", int, ("max-mamba-cache-size",)),
         Flag("mamba_ssm_dtype", "mamba_ssm_dtype", str, ("mamba-ssm-dtype",)),
         Flag("hicache_size_gb", "hicache_size", float, ("hicache-size",)),
+        Flag(
+            "hicache_write_policy",
+            "hicache_write_policy",
+            one_of(*WRITE_POLICIES),
+            ("hicache-write-policy",),
+        ),
+        Flag(
+            "hicache_storage_prefetch_policy",
+            "hicache_storage_prefetch_policy",
+            one_of(*PREFETCH_POLICIES),
+            ("hicache-storage-prefetch-policy",),
+        ),
     )
 )
