@@ -113,6 +113,21 @@ def test_modelopt_kv_cache_quant_algo_turns_auto_kv_into_fp8(tmp_path: Path) -> 
     assert per_token("0.19.0") == 32 * 8 * 256  # fp8_e4m3: one byte an element
     assert per_token("0.19.0", "bfloat16") == 32 * 8 * 256 * 2
     assert per_token("0.18.0") == 32 * 8 * 256 * 2  # before the rule: auto is the model dtype
+
+    def kv_rows(version: str) -> list[tuple[str, str]]:
+        d = Deployment(Engine.VLLM, str(path), gpu="H100", context_length=8192,
+                       engine_version=version)  # fmt: skip
+        return [(i.value, i.origin) for i in plan(d).inputs if "kv" in i.name and "dtype" in i.name]
+
+    # one row, stating the dtype the pool was sized in and the rule that chose it
+    assert kv_rows("0.19.0") == [
+        (
+            "fp8_e4m3",
+            "auto -> fp8_e4m3: the checkpoint's kv_cache_quant_algo fp8 "
+            "(resolve_kv_cache_dtype_string, vLLM v0.19+)",
+        )
+    ]
+    assert kv_rows("0.18.0") == [("bfloat16", "default")]
     config["quantization_config"]["kv_cache_quant_algo"] = "NVFP4"
     path.write_text(json.dumps(config))
     with pytest.raises(KvtierError, match="nvfp4"):

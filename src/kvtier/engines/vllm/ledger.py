@@ -92,7 +92,10 @@ def _kv_cache_dtype(p: PlanInputs, version: Version | None) -> tuple[str, str | 
         )
     if algo not in _MODELOPT_KV:  # vLLM warns and keeps `auto`
         return d.kv_cache_dtype, None
-    return _MODELOPT_KV[algo], f"auto -> {_MODELOPT_KV[algo]}: the checkpoint's kv_cache_quant_algo"
+    return _MODELOPT_KV[algo], (
+        f"auto -> {_MODELOPT_KV[algo]}: the checkpoint's kv_cache_quant_algo {algo} "
+        "(resolve_kv_cache_dtype_string, vLLM v0.19+)"
+    )
 
 
 def _activation(p: PlanInputs, era: vllm.Era, batch: profile.ProfileBatch, run_dtype: str) -> Term:
@@ -348,7 +351,12 @@ def build(p: PlanInputs) -> Ledger:
         )
     page = vllm.page_bytes(kv, d.tp, block, dtype)
     util = d.mem_fraction or vllm.DEFAULT_GPU_MEMORY_UTILIZATION
-    inputs = p.base_inputs()
+    # the pool's own element type, and why: a ModelOpt checkpoint's, or the dtype the model runs in
+    kv_origin = kv_note or d.origin("kv_cache_dtype")
+    inputs = [
+        Input(i.name, dtype.name, kv_origin) if i.name == "kv cache dtype" else i
+        for i in p.base_inputs()
+    ]
     inputs.append(
         Input(
             "gpu_memory_utilization",
@@ -371,8 +379,6 @@ def build(p: PlanInputs) -> Ledger:
             else d.origin("dtype"),
         )
     )
-    if kv_note is not None:
-        inputs.append(Input("kv_cache_dtype", kv_cache_dtype, kv_note))
     inputs.append(
         Input(
             "max_num_batched_tokens",
