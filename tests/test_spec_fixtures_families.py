@@ -121,6 +121,15 @@ def test_sglang_dsa_cell_in_fp8() -> None:
     assert sglang_pool.cell_size(kv, 8, 61, fp8) == V32_LAYERS * (V32_LATENT * 1 + V32_INDEX)
 
 
+def test_deepseek_v3_2_exp_resolves_to_the_same_geometry() -> None:
+    """DeepSeek-V3.2-Exp and DeepSeek-V3.2 publish one architecture (DeepseekV32ForCausalLM) and
+    the same shapes: 61 layers, kv_lora_rank 512, rope 64, index_head_dim 128."""
+    for name in ("deepseek-ai/DeepSeek-V3.2-Exp", "DeepSeek-V3.2-Exp", "deepseek-v3.2-exp"):
+        spec = resolve_model(name)
+        assert spec.model_id == "deepseek-ai/DeepSeek-V3.2"
+        assert (spec.kv.num_layers, spec.kv.kv_lora_rank, spec.kv.index_head_dim) == (61, 512, 128)
+
+
 def test_sglang_dsa_fp8_pool_matches_logged_kv_sizes() -> None:
     """DeepSeek-V3.2-Exp (the same 61-layer geometry), SGLang on 8 x B200, fp8 KV, as logged in
     sgl-project/sglang pull request 11309: '#tokens: 975424, KV size: 43.67 GB' with the indexer,
@@ -141,9 +150,12 @@ def test_sglang_dsa_fp8_pool_matches_logged_kv_sizes() -> None:
     ("version", "per_token"),
     [
         (None, V32_LAYERS * (V32_LATENT + V32_INDEX)),  # v0.5.3 - v0.5.9 divide by the raw latent
-        ("0.5.10", 48_068),
+        # get_cell_size_per_token in the v0.5.10 and v0.5.10.post1 wheels: still the raw latent
+        ("0.5.10", V32_LAYERS * (V32_LATENT + V32_INDEX)),
+        ("0.5.10.post1", V32_LAYERS * (V32_LATENT + V32_INDEX)),
         ("0.5.14", V32_LAYERS * (V32_LATENT + V32_INDEX)),
-        ("0.5.17", 48_068),
+        ("0.5.16", V32_LAYERS * (V32_LATENT + V32_INDEX)),
+        ("0.5.17", 48_068),  # _compute_cell_size calls calculate_mla_kv_cache_dim
         ("0.5.23", 48_068),
     ],
 )

@@ -35,8 +35,10 @@ DSA_SCALE_BYTES = 4
 # An fp8_e4m3 DSA latent is stored as kv_lora_rank fp8 bytes, one fp32 scale per 128 of them and
 # the rope part in bf16 (calculate_mla_kv_cache_dim, NSATokenToKVPool.rope_storage_dtype): 656 B
 # a layer for DeepSeek-V3.2, where the raw latent is 576. The pool allocates that layout from
-# v0.5.4; the budget divides by it in v0.5.10 and from v0.5.17 (get_cell_size_per_token /
-# pool_configurator.py _compute_cell_size), by the raw latent in the other releases.
+# v0.5.4 (its 'KV size' line prints it); the budget divides by it from v0.5.17, where
+# pool_configurator.py _compute_cell_size calls calculate_mla_kv_cache_dim, and by the raw latent
+# before (model_runner.py profile_max_num_token v0.5.4 - v0.5.9, get_cell_size_per_token
+# v0.5.10 - v0.5.10.post1, _compute_cell_size v0.5.11 - v0.5.16).
 DSA_ROPE_BYTES = 2
 # server_args: a DSA model on CUDA runs with page size 64 ("Setting page size to 64 for DeepSeek
 # DSA", v0.5.3 - v0.5.23) and, under `auto`, an fp8_e4m3 KV cache from compute capability 10.0,
@@ -169,10 +171,10 @@ def dsa_pool_cell(kv: KVGeometry, layers: int, dtype: KVDtype) -> int:
 
 
 def prices_dsa_layout(version: Version | None) -> bool:
-    """Whether the budget divides by the allocated DSA layout (v0.5.10, v0.5.17 and later)."""
+    """Whether the budget divides by the allocated DSA layout (v0.5.17 and later)."""
     if version is None:
         return False
-    return version.is_main or version == V0_5_10 or version >= V0_5_17
+    return version.is_main or version >= V0_5_17
 
 
 def dsa_kv_dtype(capability: tuple[int, int] | None) -> KVDtype:
