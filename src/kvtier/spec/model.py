@@ -173,6 +173,12 @@ class ModelSpec:
     kv_cache_quant_algo: str | None = None
 
     @property
+    def config_dtype(self) -> str:
+        """The dtype config.json states, float32 where it states none (as both engines read it);
+        `dtype` is what they run under --dtype auto on a current GPU."""
+        return "float32" if "float32" in self.dtype_source else self.dtype
+
+    @property
     def total_params(self) -> int:
         return sum(g.count for g in self.params)
 

@@ -8,12 +8,13 @@ from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
 from kvtier.engines.sglang import hicache, mamba, weight_segments
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.engines.sglang.dtype import run_dtype
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
@@ -29,11 +30,29 @@ EAGLE_ASSUMED_HEAD_DIM = 128
 
 
 def _kv_dtype(p: PlanInputs) -> KVDtype:
-    """The KV element type: `auto` on a DSA model follows SGLang's own rule by GPU."""
+    """The KV element type: `auto` on a DSA model follows SGLang's own rule by GPU; otherwise
+    `auto` is the dtype the model runs in (`dtype.run_dtype` under --dtype auto)."""
     d = p.deployment
-    if not p.model.kv.index_head_dim or d.kv_cache_dtype != "auto":
+    if d.kv_cache_dtype != "auto":
         return p.kv_dtype()
-    return sglang.dsa_kv_dtype(_capability(d))
+    if p.model.kv.index_head_dim:
+        return sglang.dsa_kv_dtype(_capability(d))
+    if d.dtype == "auto":
+        return resolve_kv_dtype(d.engine, "auto", run_dtype(p.model).name)
+    return p.kv_dtype()
+
+
+def _kv_dtype_row(p: PlanInputs, dtype: KVDtype) -> Input | None:
+    """The 'kv cache dtype' input of a float32 config under `auto`, naming SGLang's downcast;
+    None: the common row says it."""
+    d = p.deployment
+    if d.kv_cache_dtype != "auto" or d.dtype != "auto" or p.model.kv.index_head_dim:
+        return None
+    if p.model.config_dtype != "float32":
+        return None
+    return Input(
+        "kv cache dtype", dtype.name, f"auto: the model's dtype; {run_dtype(p.model).rule}"
+    )
 
 
 class _LinearState:
@@ -218,7 +237,8 @@ def build(p: PlanInputs) -> Ledger:
     cell = target_cell
     if draft is not None and sglang.draft_in_cell(era):
         cell = int(target_cell * (1 + draft.layers / layers))
-    inputs = p.base_inputs()
+    row = _kv_dtype_row(p, dtype)
+    inputs = [row if row is not None and i.name == row.name else i for i in p.base_inputs()]
     if kv.index_head_dim:
         inputs = [i for i in inputs if i.name != "kv cache dtype"]
         dsa_rule = "default: DSA rule, fp8_e4m3 from compute capability 10.0, else bfloat16"

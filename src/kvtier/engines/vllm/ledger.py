@@ -23,7 +23,7 @@ from kvtier.engines.vllm import mamba, profile
 from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
 from kvtier.spec.gpu import resolve_gpu
-from kvtier.spec.model import LayerKind, ModelSpec
+from kvtier.spec.model import LayerKind
 from kvtier.units import GiB, MiB
 
 # config.json model_type of the architectures vLLM refuses in float16 (vllm.NO_FLOAT16_MODEL_TYPES)
@@ -56,12 +56,6 @@ def _device(p: PlanInputs) -> _Device:
     return _Device(gib, " ".join(filter(None, (p.gpu_name, d.gpu))), capability)
 
 
-def _config_dtype(model: ModelSpec) -> str:
-    # the spec layer reads a float32 (or unstated) config dtype as bfloat16 and says so in its
-    # source; vLLM resolves that float32 itself, by GPU
-    return "float32" if "float32" in model.dtype_source else model.dtype
-
-
 # vllm/utils/torch_utils.py MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP (v0.19.0 - v0.21.0)
 _MODELOPT_KV = {"fp8": "fp8_e4m3"}
 V0_19 = Version.release_of(0, 19)
@@ -72,7 +66,7 @@ def _run_dtype(p: PlanInputs, era: vllm.Era, device: _Device) -> str:
     rule = vllm.model_dtype_v0 if era.worker is vllm.Worker.V0 else vllm.model_dtype
     return rule(
         p.deployment.dtype,
-        _config_dtype(p.model),
+        p.model.config_dtype,  # a float32 config: vLLM resolves it itself, by GPU
         _MODEL_TYPES.get(p.model.architecture),
         device.capability,
     )
