@@ -168,3 +168,20 @@ def test_policy_conflicts_exit_2_naming_both(
     err = capsys.readouterr().err
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_host_tier_is_sized_in_the_ledger_s_kv_dtype() -> None:
+    # DeepSeek-V3.2 on B200s: `auto` is fp8_e4m3 for a DSA model from compute capability 10.0,
+    # 43,188 B a token on the host (HostKVCache.get_size_per_token); 100 GB per rank, page 64
+    d = Deployment(
+        Engine.SGLANG,
+        "deepseek-v3.2",
+        gpu="B200",
+        tp=8,
+        enable_hierarchical_cache=True,
+        hicache_size_gb=100.0,
+    )
+    ledger = build_ledger(resolve(d))
+    assert ledger.host_pool is not None
+    tokens = (int(100e9 // 43_188) // 64 + 1) * 64
+    assert build_config(d, 512).host_tokens == ledger.host_pool.tokens == tokens == 2_315_520

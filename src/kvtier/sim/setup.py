@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.sglang import pool as sglang
-from kvtier.engines.sglang.hicache import host_bytes_per_token, host_tokens
+from kvtier.engines.sglang.hicache import host_tokens
 from kvtier.engines.sglang.prefetch import prefetch_era
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
@@ -180,8 +180,7 @@ def build_config(
     host = 0
     rules, capacity = PrefetchRules(), 0
     if d.enable_hierarchical_cache or d.hicache_ratio is not None or d.hicache_size_gb:
-        layers = sglang.stage_layers(inputs.model.kv.num_layers, d.pp)
-        per_token = host_bytes_per_token(inputs.model.kv, inputs.attn_tp, layers, inputs.kv_dtype())
+        per_token = int(ledger.figure("host_bytes_per_token"))
         host = host_tokens(device_tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)
         sources.append(("host tokens", "HostKVCache sizing (--hicache-size / --hicache-ratio)"))
         default = f"{write_policy} (SGLang's default)"

@@ -508,7 +508,8 @@ def build(p: PlanInputs) -> Ledger:
             f"{sglang.VLM_CACHE_MIB} MiB of the budget kept for the multimodal embedding cache "
             "(mm_runtime_reservation_gb, v0.5.18+)"
         )
-    host_pool = _host_pool(p, tokens, page, dtype, layers) if d.enable_hierarchical_cache else None
+    host_per_token = hicache.host_bytes_per_token(p.model.kv, p.attn_tp, layers, dtype)
+    host_pool = _host_pool(p, tokens, page, host_per_token) if d.enable_hierarchical_cache else None
     return p.ledger(
         era=era.label,
         items=tuple(items),
@@ -536,6 +537,7 @@ def build(p: PlanInputs) -> Ledger:
             # what `request_limits` needs to find the limit over another pool size
             ("max_running_requests_flag", float(flag or 0)),
             ("dp_attention_size", float(attn_dp)),
+            ("host_bytes_per_token", float(host_per_token)),  # HostKVCache.get_size_per_token
             *((("state_slot_request_cap", float(slot_cap)),) if slot_cap is not None else ()),
         ),
     )
@@ -551,9 +553,8 @@ def _concurrency(
     return tuple(rows)
 
 
-def _host_pool(p: PlanInputs, tokens: int, page: int, dtype: KVDtype, layers: int) -> HostPool:
+def _host_pool(p: PlanInputs, tokens: int, page: int, per_token: int) -> HostPool:
     d = p.deployment
-    per_token = hicache.host_bytes_per_token(p.model.kv, p.attn_tp, layers, dtype)
     host = hicache.host_tokens(tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)
     per_rank = host * per_token
     how = (
