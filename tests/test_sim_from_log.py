@@ -11,6 +11,7 @@ import pytest
 
 from kvtier.cli import main
 from kvtier.engines.sglang import serving
+from kvtier.engines.vllm import serving as vllm_serving
 from kvtier.observe.samples import read_samples
 from kvtier.observe.workload_fit import _spread, fit_workload
 from kvtier.sim import baseline
@@ -20,6 +21,9 @@ FIXTURES = ROOT / "tests" / "fixtures" / "observe"
 QUEUED = FIXTURES / "sglang-2024-10-prefill-cache-hit-rate.log"  # sgl-project/sglang#1612
 STEADY = FIXTURES / "sglang-2026-04-no-rank-prefill-decode.log"  # sgl-project/sglang#22166
 VLLM = FIXTURES / "vllm-2026-03-v1-waiting-prefill.log"
+DECODING = FIXTURES / "vllm-2024-07-v0-low-usage.log"  # nothing queued, one decode reading
+CHUNKED = FIXTURES / "sglang-2024-11-prefill-chunked.log"
+SPECULATIVE = FIXTURES / "sglang-2026-07-npu-ep-accept-len.log"
 DEPLOYMENT = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
 
 
@@ -64,8 +68,6 @@ def test_whole_second_stamps_are_spread_inside_their_second() -> None:
 
 WITHIN = [
     (QUEUED, ["--mean-output-tokens", "256"]),
-    (STEADY, []),
-    (FIXTURES / "sglang-2025-05-prefill-shared-prefix.log", ["--mean-output-tokens", "256"]),
     (FIXTURES / "sglang-2025-11-prefill-trailing-comma.log", ["--mean-output-tokens", "256"]),
     (FIXTURES / "sglang-2026-07-mamba-pending-token.log", ["--mean-output-tokens", "256"]),
 ]
@@ -105,9 +107,9 @@ def test_saturated_log_sets_the_compute_efficiency(capsys: pytest.CaptureFixture
 
 
 def test_decode_lines_set_the_hbm_efficiency(capsys: pytest.CaptureFixture[str]) -> None:
-    payload = json.loads(
-        _run(["simulate", "--from-log", str(STEADY), *DEPLOYMENT, "--json"], capsys)[1]
-    )
+    argv = ["simulate", "--from-log", str(DECODING), *DEPLOYMENT, "--mean-prompt-tokens", "2000"]
+    payload = json.loads(_run([*argv, "--json"], capsys)[1])
+    assert all(r["within"] for r in payload["baseline"])
     calibration = payload["calibration"]
     assert calibration["compute_how"].startswith("kept")  # nothing queued: not identifiable
     assert 0.0 < calibration["hbm_efficiency"] <= 1.0
@@ -143,7 +145,8 @@ def test_sweep_answers_the_options_for_the_fitted_traffic(
 
 
 def test_terminal_view_states_inferences_and_verdict(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(["simulate", "--from-log", str(STEADY), *DEPLOYMENT], capsys)
+    argv = ["simulate", "--from-log", str(QUEUED), *DEPLOYMENT, "--mean-output-tokens", "256"]
+    code, out, _ = _run(argv, capsys)
     assert code == 0
     assert "observed" in out and "simulated" in out and "HBM efficiency" in out
     assert "baseline: within the stated tolerances" in out
@@ -168,45 +171,96 @@ def test_unknown_input_fails_closed_naming_it(
 
 
 def test_quiet_gives_key_value_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(["simulate", "--from-log", str(STEADY), *DEPLOYMENT, "--quiet"], capsys)
+    argv = ["simulate", "--from-log", str(QUEUED), *DEPLOYMENT, "--mean-output-tokens", "256"]
+    code, out, _ = _run([*argv, "--quiet"], capsys)
     assert code == 0
     lines = dict(line.split(" ", 1) for line in out.splitlines())
-    assert lines["prompt_tokens_per_s.observed"] == "304"
+    assert lines["prompt_tokens_per_s.observed"] == "11628.4"  # (6,928 + 2,062 + 6 x 8,192) / 5 s
     assert lines["hit_rate.within"] == "yes"
-    assert float(lines["hbm_efficiency"]) < 1.0
+    assert float(lines["compute_efficiency"]) < 1.0
+
+
+def test_minimum_requests_follow_from_the_poisson_error_and_the_tolerance() -> None:
+    # a count of N Poisson arrivals is +-1/sqrt(N): the fewest N whose error is within the share
+    n = baseline.MIN_REQUESTS
+    assert n == 25
+    assert n**-0.5 <= baseline.THROUGHPUT_SHARE < (n - 1) ** -0.5
 
 
 @pytest.mark.parametrize(
-    ("log", "extra", "missed"),
+    ("log", "says"),
     [
-        (
-            FIXTURES / "sglang-2024-11-prefill-chunked.log",
-            ["--mean-output-tokens", "256"],
-            {"prompt tokens/s"},
-        ),
-        (
-            FIXTURES / "sglang-2026-07-npu-ep-accept-len.log",
-            [],
-            {"generation tokens/s", "queue, mean"},
-        ),
+        # seven lines of #new-seq 2, each filling the 2,048-token chunk: 14, less one for each
+        # of the 6 batches after a full chunk = 8 requests over 10:28:29-10:28:30 (2 s);
+        # 25 / (8 / 2 s) = 6.25 s
+        (CHUNKED, "8 requests admitted in 2 s: a rate from so few is ±35%"),
+        (CHUNKED, "fit a window of at least 7 s (25 requests at this log's 4/s)"),
+        # 3 requests in 2 s: 25 / 1.5 = 16.7 s
+        (STEADY, "3 requests admitted in 2 s: a rate from so few is ±58%"),
+        (STEADY, "at least 17 s"),
+        # 11 requests in 1 s: 25 / 11 = 2.3 s
+        (FIXTURES / "sglang-2025-05-prefill-shared-prefix.log", "at least 3 s"),
+        # accept len 3.05, 2.63, 2.83 on its three decode lines
+        (SPECULATIVE, "speculative decoding (mean accept length 2.84 tokens a decode step"),
+        (SPECULATIVE, "over 3 line(s)); the timing model makes one token a step"),
     ],
-    ids=["two-second-window", "speculative-npu"],
 )
-def test_the_misses_docs_simulate_md_explains(
-    log: Path, extra: list[str], missed: set[str], capsys: pytest.CaptureFixture[str]
+def test_logs_the_simulator_cannot_fit_are_refused_saying_why(
+    log: Path, says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    payload = json.loads(
-        _run(["simulate", "--from-log", str(log), *DEPLOYMENT, *extra, "--json"], capsys)[1]
+    argv = ["simulate", "--from-log", str(log), *DEPLOYMENT, "--mean-output-tokens", "256"]
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert says in err and str(log) in err
+
+
+def test_speculative_decoding_lines_give_the_tokens_a_step() -> None:
+    # vLLM 0.17 / 0.21 v1/spec_decode/metrics.py, as printed in the specdecode fixture
+    v1 = (
+        "SpecDecoding metrics: Mean acceptance length: 2.20, Accepted throughput: 15.60 tokens/s, "
+        "Drafted throughput: 38.99 tokens/s, Accepted: 78 tokens, Drafted: 195 tokens, "
+        "Per-position acceptance rate: 0.615, 0.415, 0.169, Avg Draft acceptance rate: 40.0%"
     )
-    assert {r["metric"] for r in payload["baseline"] if not r["within"]} == missed
+    assert vllm_serving.read(v1) == ("spec", {"accept_len": 2.2})
+    # vLLM 0.6.6 engine/metrics.py: 600 draft tokens of 3 a step = 200 steps, 500 emitted
+    v0 = (
+        "Speculative metrics: Draft acceptance rate: 0.500, System efficiency: 0.625, "
+        "Number of speculative tokens: 3, Number of accepted tokens: 300, "
+        "Number of draft tokens: 600, Number of emitted tokens: 500."
+    )
+    assert vllm_serving.read(v0) == ("spec", {"accept_len": 2.5})
+    # SGLang 0.5.5 scheduler_metrics_mixin.py: the decode line with speculative decoding on
+    line = (
+        "Decode batch, #running-req: 24, #token: 233600, token usage: 0.66, accept len: 3.05, "
+        "accept rate: 0.68, cuda graph: True, gen throughput (token/s): 239.06, #queue-req: 2, "
+    )
+    reading = serving.read(line)
+    assert reading is not None and reading[1]["accept_len"] == 3.05
+    with (FIXTURES / "vllm-2026-05-v1-mm-cache-specdecode.log").open("rb") as stream:
+        assert read_samples(stream, "specdecode").accept_lengths[0] == 2.2
 
 
-@pytest.mark.parametrize("log", sorted(FIXTURES.glob("*.log")), ids=lambda p: p.stem)
-def test_every_serving_fixture_fits_or_is_refused_in_one_line(
+@pytest.mark.parametrize("log", sorted(FIXTURES.glob("sglang-*.log")), ids=lambda p: p.stem)
+def test_every_sglang_fixture_fits_within_tolerance_or_is_refused_in_one_line(
     log: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    extra = ["--mean-prompt-tokens", "2000", "--mean-output-tokens", "256", "--json"]
-    code, out, err = _run(["simulate", "--from-log", str(log), *DEPLOYMENT, *extra], capsys)
+    argv = ["simulate", "--from-log", str(log), *DEPLOYMENT, "--mean-output-tokens", "256"]
+    code, out, err = _run([*argv, "--json"], capsys)
+    if code == 0:
+        rows = json.loads(out)["baseline"]
+        assert rows and all(r["within"] for r in rows), rows
+        assert log in {path for path, _ in WITHIN}
+    else:
+        assert code == 2 and err.count("\n") == 1 and str(log) in err
+
+
+@pytest.mark.parametrize("log", sorted(FIXTURES.glob("vllm-*.log")), ids=lambda p: p.stem)
+def test_every_vllm_fixture_runs_or_is_refused_in_one_line(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # vLLM counts no requests: the mean prompt length is assumed, so the fit is not judged
+    argv = ["simulate", "--from-log", str(log), *DEPLOYMENT, "--mean-prompt-tokens", "2000"]
+    code, out, err = _run([*argv, "--json"], capsys)
     if code == 0:
         assert json.loads(out)["baseline"]
     else:

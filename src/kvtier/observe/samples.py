@@ -44,6 +44,9 @@ class ServingSamples:
     samples: tuple[Sample, ...]
     fractional_times: bool  # whether the log prints fractions of a second
     observation: Observation
+    # tokens a decode step made, one per speculative-decoding reading (SGLang's decode line,
+    # vLLM's own line); empty when the log shows no speculative decoding
+    accept_lengths: tuple[float, ...] = ()
 
 
 def _absolute(stamp: str) -> tuple[float, bool, bool]:
@@ -67,6 +70,7 @@ class SampleRecorder(Observer):
         super().__init__(source)
         self.kept: list[tuple[str, dict[str, float], str, int | None]] = []
         self.untimed = 0
+        self.accept_lengths: list[float] = []
 
     def add(
         self,
@@ -79,6 +83,8 @@ class SampleRecorder(Observer):
         time: str | None = None,
     ) -> None:
         super().add(engine, kind, fields, line=line, text=text, time=time)
+        if "accept_len" in fields and len(self.accept_lengths) < MAX_SAMPLES:
+            self.accept_lengths.append(fields["accept_len"])
         if kind not in ("prefill", "decode", "fill", "stats"):
             return
         if time is None:
@@ -108,7 +114,9 @@ class SampleRecorder(Observer):
             previous = value
             origin = value if origin is None else origin
             samples.append(Sample(kind, fields, value - origin, line))
-        return ServingSamples(self.engine, tuple(samples), fractional, self.result())
+        return ServingSamples(
+            self.engine, tuple(samples), fractional, self.result(), tuple(self.accept_lengths)
+        )
 
 
 def read_samples(stream: BinaryIO, source: str) -> ServingSamples:

@@ -18,6 +18,9 @@ What the lines give (engines/sglang/serving.py, engines/vllm/serving.py):
                      the queue at the first sample and its admissions arrive at the window start
   output tokens      generation tokens/s x window / requests admitted (or as given)
   reuse              SGLang: #cached-token over all prompt tokens; vLLM: the last printed rate
+  accept length      speculative decoding's tokens per decode step, the mean of what the log
+                     printed (SGLang's `accept len`, vLLM's `Mean acceptance length`); None when
+                     the log shows no speculative decoding
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ class FittedWorkload:
     pool_tokens: int | None
     decode: tuple[DecodeReading, ...]
     inferences: tuple[Inference, ...]
+    admitted: float  # requests admitted over the window: the count the rate and lengths rest on
+    accept_length: float | None = None  # mean tokens per decode step, speculative decoding on
+    accept_lines: int = 0  # the readings that mean is over
 
     @property
     def requests(self) -> float:
@@ -268,4 +274,7 @@ def fit_workload(
         pool_tokens=data.observation.pool_tokens,
         decode=decode,
         inferences=tuple(notes),
+        admitted=requests,
+        accept_length=statistics.fmean(data.accept_lengths) if data.accept_lengths else None,
+        accept_lines=len(data.accept_lengths),
     )

@@ -8,10 +8,16 @@ tolerance it must meet (docs/simulate.md, "A workload fitted from a serving log"
   gen tok/s      within THROUGHPUT_SHARE: the decode lines set the HBM efficiency
   queue, mean    within QUEUE_SHARE of the log's mean or QUEUE_REQUESTS requests, the larger,
                  at the times the log printed its queue
+
+A log is fitted only when it admits MIN_REQUESTS requests or more: a rate (or a mean length)
+counted from N requests arriving as a Poisson process has a relative standard error of 1/sqrt(N),
+and that error must not exceed the THROUGHPUT_SHARE the fitted rate is judged by, so
+N >= 1 / THROUGHPUT_SHARE^2.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -22,6 +28,7 @@ HIT_RATE_POINTS = 0.05
 THROUGHPUT_SHARE = 0.20
 QUEUE_SHARE = 0.25
 QUEUE_REQUESTS = 2.0
+MIN_REQUESTS = math.ceil(round(1 / THROUGHPUT_SHARE**2, 9))  # 25: 1/sqrt(25) = 20 %
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,10 @@ prefill  only a saturated server shows its prefill speed (the queue is never emp
          simulated prompt tokens admitted per second over the window meet the log's. With no
          request ever waiting, the prompt rate is the arrival rate and says nothing of the
          server's speed: the efficiency keeps its value.
+
+Refused before any of this (`refuse_unfittable`): a log that shows speculative decoding (the
+timing model makes one token per running request a decode step, and models no draft), and one
+that admits too few requests to estimate a rate from (baseline.MIN_REQUESTS).
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvtier.errors import KvtierError
 from kvtier.observe.workload_fit import FittedWorkload
+from kvtier.sim.baseline import MIN_REQUESTS, THROUGHPUT_SHARE
 from kvtier.sim.from_log import FittedTrace, SimulatedWindow, fitted_trace, measure
 from kvtier.sim.run import replay
 from kvtier.sim.setup import SimConfig
@@ -65,10 +71,31 @@ def _hbm(fit: FittedWorkload, config: SimConfig) -> tuple[float | None, str]:
     return value, how
 
 
+def refuse_unfittable(fit: FittedWorkload) -> None:
+    """Raise where the simulator cannot reproduce the log, or the log is too short to fit."""
+    if fit.accept_length is not None:
+        raise KvtierError(
+            f"{fit.source}: the log shows speculative decoding (mean accept length "
+            f"{fit.accept_length:.2f} tokens a decode step over {fit.accept_lines} line(s)); "
+            "the timing model makes one token a step and no draft: not modelled, not fitted"
+        )
+    if fit.admitted < MIN_REQUESTS:
+        rate = fit.admitted / fit.window.duration_s
+        need = math.ceil(MIN_REQUESTS / rate)
+        raise KvtierError(
+            f"{fit.source}: {fit.admitted:.3g} requests admitted in {fit.window.duration_s:g} s: "
+            f"a rate from so few is ±{1 / math.sqrt(fit.admitted):.0%} (1/sqrt(N)), wider than "
+            f"the ±{THROUGHPUT_SHARE:.0%} it is judged by; fit a window of at least {need} s "
+            f"({MIN_REQUESTS} requests at this log's {rate:.3g}/s)"
+        )
+
+
 def calibrate(
     fit: FittedWorkload, flags: TimingFlags, config_for: Callable[[TimingFlags], SimConfig]
 ) -> Calibration:
-    """`flags` with the efficiencies the log sets, and how each was set."""
+    """`flags` with the efficiencies the log sets, and how each was set; refused where
+    `refuse_unfittable` says."""
+    refuse_unfittable(fit)
     hbm, hbm_how = _hbm(fit, config_for(flags))
     if hbm is not None:
         flags = dataclasses.replace(flags, hbm_efficiency=hbm)

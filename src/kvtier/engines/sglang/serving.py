@@ -14,7 +14,9 @@ Emitters (`managers/scheduler.py`, later `scheduler_metrics_mixin.py`), by era:
              input throughput (token/s), #pending-token)
     hybrid   #full token: N, full token usage: X, #swa token: N, swa token usage: X /
              mamba usage: X
-    spec     accept len: X, accept rate: X
+    spec     accept len: X, accept rate: X      (decode line, speculative decoding on; 0.5.5
+             `scheduler_metrics_mixin.py`, 0.5.23 `scheduler_components/metrics_reporter.py`:
+             accepted tokens / verify forwards since the last decode line)
     PD       pre-allocated usage: X, #prealloc-req: N, #transfer-req: N, #retracted-req: N
              (decode node) / #prealloc-req: N, #inflight-req: N (prefill node)
     retract  KV cache pool is full. Retract requests. #retracted_reqs: N, #new_token_ratio: ...
@@ -30,7 +32,7 @@ Field meanings, as the engine computes them:
 
 Each reading is `(kind, fields)` with engine-neutral field names: kv_usage (0-1, the fullest pool),
 running, queued, new_tokens, cached_tokens, prompt_tps, gen_tps, hit_rate (0-1, as printed),
-retracted, pool_tokens.
+retracted, pool_tokens, accept_len (tokens a decode step makes under speculative decoding).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ _LABELS: dict[str, tuple[str, float]] = {
     "gen throughput (token/s)": ("gen_tps", 1),
     "input throughput (token/s)": ("prompt_tps", 1),
     "cache hit rate": ("hit_rate", 100),
+    "accept len": ("accept_len", 1),
     "tree_cache_hit_rate": ("hit_rate", 100),
 }
 _USAGES = ("kv_usage", "kv_full", "kv_swa", "kv_mamba")

