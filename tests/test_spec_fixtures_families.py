@@ -25,11 +25,21 @@ from kvtier.engines.sglang import hicache
 from kvtier.engines.sglang import ledger as sglang_ledger
 from kvtier.engines.sglang import pool as sglang_pool
 from kvtier.errors import KvtierError
+from kvtier.ledger.explain import explain_log
 from kvtier.spec.catalog import resolve_model
 from kvtier.spec.config import model_from_config
 from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import ModelSpec
-from kvtier.spec.params import ATTENTION, ATTENTION_KV, INDEXER, INDEXER_KEYS, ROUTED_EXPERTS
+from kvtier.spec.params import (
+    ATTENTION,
+    ATTENTION_KV,
+    INDEXER,
+    INDEXER_KEYS,
+    ROPE_CACHE,
+    ROUTED_EXPERTS,
+    ROUTER_FP32,
+)
+from kvtier.spec.weights import weight_bytes
 
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
 
@@ -128,6 +138,29 @@ def test_deepseek_v3_2_exp_resolves_to_the_same_geometry() -> None:
         spec = resolve_model(name)
         assert spec.model_id == "deepseek-ai/DeepSeek-V3.2"
         assert (spec.kv.num_layers, spec.kv.kv_lora_rank, spec.kv.index_head_dim) == (61, 512, 128)
+
+
+PR_11309 = Path(__file__).parent / "fixtures" / "logs" / "public"
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype", "how"),
+    [
+        # the KV size line: 43.67 GiB / 975,488 cells holds 61 x (656 + 132) = 48,068 B
+        ({}, "fp8_e4m3", "KV Cache is allocated. #tokens: 975424, KV size: 43.67 GB"),
+        ({"gpu": "B200"}, "fp8_e4m3", "DSA auto rule: fp8_e4m3 on B200 (compute capability 10.0)"),
+        ({"gpu": "H200"}, "bfloat16", "DSA auto rule: bfloat16 on H200 (compute capability 9.0)"),
+    ],
+)
+def test_explain_resolves_auto_kv_dtype_of_a_dsa_log_by_the_engine_rule(
+    flags: dict[str, object], dtype: str, how: str
+) -> None:
+    """sgl-project/sglang pull request 11309 (8 x B200, no --kv-cache-dtype): `auto` is fp8_e4m3
+    from compute capability 10.0; without --gpu, the printed KV size is the fp8 layout's."""
+    text = (PR_11309 / "sglang-2025-deepseek-v3.2-exp-dp8-b200-indexer.log").read_text()
+    inputs = explain_log(text, {"model": "deepseek-ai/DeepSeek-V3.2-Exp", **flags}).inputs
+    assert inputs.kv_dtype.name == dtype
+    assert how in inputs.kv_dtype_source.text
 
 
 def test_sglang_dsa_fp8_pool_matches_logged_kv_sizes() -> None:
@@ -305,3 +338,13 @@ def test_unknown_shapes_of_the_new_families_fail_closed(name: str, edit: Any, na
     edit(config)
     with pytest.raises(KvtierError, match=named):
         model_from_config(config, name)
+
+
+def test_glm4_moe_router_in_float32_and_half_rotary() -> None:
+    # 92 layers, the first 3 dense: 89 routers of 160 x 5120 weights + 160 correction biases, in
+    # float32 on every rank; RoPE over 0.5 x 128 = 64 dims of 202,752 positions, in bfloat16
+    spec = resolve_model(str(CONFIGS / "glm-4.7-fp8.json"))
+    groups = {g.name: g for g in weight_bytes(spec, 8).groups}
+    assert groups[ROUTER_FP32].bytes_per_rank == 89 * (160 * 5120 + 160) * 4
+    assert groups[ROPE_CACHE].bytes_per_rank == 202_752 * 64 * 2
+    assert spec.kv.num_layers * spec.kv.elements_per_token_per_layer(1) * 2 == 92 * 8 * 256 * 2

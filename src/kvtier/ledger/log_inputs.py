@@ -18,6 +18,7 @@ from kvtier.engines.deployment import Engine
 from kvtier.engines.detect import ParsedLog
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.launch import flag_table, speculative_config
+from kvtier.engines.sglang import pool as sglang_pool
 from kvtier.engines.sglang.log import SGLangStartup
 from kvtier.engines.vllm import pool as vllm_budget
 from kvtier.engines.vllm.log import VllmStartup
@@ -27,6 +28,7 @@ from kvtier.ledger.log_model import identify_model, named_by_class
 from kvtier.ledger.settings import Settings, to_bool, to_fraction, to_int, to_ratio, to_str
 from kvtier.logs.facts import Fact, min_over_ranks, stated
 from kvtier.logs.records import Printed
+from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import ModelSpec
 
 # The model dtype a stand-in geometry assumes when the log does not print one.
@@ -128,7 +130,8 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object], by_class: bool = 
         )
     assert page is not None
     base = _model_dtype(settings, found)
-    kv_dtype, kv_source = _kv_dtype(engine, startup, settings, base.value)
+    dsa = _dsa_auto_dtype(startup, found, settings, page.value, pp.value)
+    kv_dtype, kv_source = _kv_dtype(engine, startup, settings, base.value, dsa)
     geometry = from_log(startup, page.value, kv_dtype.element_bytes)
     model = found
     if model is None:
@@ -323,10 +326,49 @@ def _model_dtype(settings: Settings, model: ModelSpec | None) -> Fact[str]:
     return stated(ASSUMED_DTYPE, f"assumed {ASSUMED_DTYPE} (the log names no dtype)")
 
 
+def _dsa_auto_dtype(
+    startup: SGLangStartup | VllmStartup,
+    model: ModelSpec | None,
+    settings: Settings,
+    page: int,
+    pp: int,
+) -> Fact[KVDtype] | None:
+    """What SGLang's `--kv-cache-dtype auto` becomes for a DSA model (server_args, v0.5.4+):
+    fp8_e4m3 from compute capability 10.0 (`dsa_kv_dtype`). The card is --gpu's; without it,
+    fp8 when the printed KV size per token is the fp8 pool layout (`dsa_pool_cell`)."""
+    if not isinstance(startup, SGLangStartup) or model is None or not model.kv.index_head_dim:
+        return None
+    gpu = settings.flags.get("gpu")
+    if isinstance(gpu, str):
+        try:
+            card = resolve_gpu(gpu)
+        except KvtierError:
+            card = None
+        if card is not None:
+            dtype = sglang_pool.dsa_kv_dtype(card.compute_capability)
+            cc = card.compute_capability
+            how = f"compute capability {cc[0]}.{cc[1]}" if cc else "no CUDA compute capability"
+            return stated(dtype, f"DSA auto rule: {dtype.name} on {card.name} ({how})")
+    fp8 = sglang_pool.dsa_kv_dtype(sglang_pool.DSA_FP8_CAPABILITY)
+    layers = sglang_pool.stage_layers(model.kv.num_layers, pp)
+    cell = sglang_pool.dsa_pool_cell(model.kv, layers, fp8)
+    geometry = from_log(startup, page, 1)
+    if geometry is None or not geometry.fits(cell):
+        return None
+    line = geometry.line
+    how = f"DSA auto rule: {fp8.name}, the layout of {cell:,} B/token that {geometry.how} holds"
+    return Fact(fp8, line.line, how if line.line is None else line.text, line.rank)
+
+
 def _kv_dtype(
-    engine: Engine, startup: SGLangStartup | VllmStartup, settings: Settings, base: str
+    engine: Engine,
+    startup: SGLangStartup | VllmStartup,
+    settings: Settings,
+    base: str,
+    dsa: Fact[KVDtype] | None = None,
 ) -> tuple[KVDtype, Fact[str]]:
-    """The KV element type: the engine's own dtype line, else the argument, else the model's."""
+    """The KV element type: the engine's own dtype line, else the argument, else the model's
+    (`dsa`: what `auto` becomes for a DSA model)."""
     printed: Fact[str] | None = None
     if isinstance(startup, SGLangStartup):
         printed = startup.kv_dtype or _pool_dtype(startup)
@@ -346,6 +388,8 @@ def _kv_dtype(
         dtype = resolve_kv_dtype(engine, plain, base)
     except KvtierError as exc:
         raise KvtierError(f"KV cache dtype {name!r} ({source.where}): {exc}") from None
+    if plain == "auto" and dsa is not None:
+        return dsa.value, Fact(dsa.value.name, dsa.line, dsa.text, dsa.rank)
     if plain == "auto":  # say what "auto" resolved to
         how = f"auto = the model dtype ({source.where})"
         text = source.text if source.line is not None else how
