@@ -82,6 +82,26 @@ def test_vllm_offload_size_is_gib_over_all_ranks() -> None:
     assert host_tokens == pytest.approx(4 * base.kv_tokens, rel=0.01)
 
 
+def test_hicache_options_size_the_host_in_the_pool_s_kv_dtype() -> None:
+    # DeepSeek-V3.2 on B200s: the DSA rule stores fp8_e4m3, 43,188 B a host token; plan's host
+    # pool and advise's option at the same size agree
+    d = Deployment(
+        Engine.SGLANG,
+        "deepseek-v3.2",
+        tp=8,
+        gpu="B200",
+        enable_hierarchical_cache=True,
+        hicache_size_gb=100.0,
+    )
+    inputs = resolve(d)
+    base = build_ledger(inputs)
+    assert base.host_pool is not None
+    option = next(
+        o for o in all_options(inputs, base, 2.0, HostSetup()) if o.name == "HiCache size 100 GB"
+    )
+    assert dict(option.figures)["host_tokens"] == base.host_pool.tokens == 2_315_520
+
+
 def test_target_picks_fp8_when_the_fraction_is_not_enough() -> None:
     inputs, base = founding()
     need = 400_000

@@ -175,8 +175,7 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
     d = p.deployment
     if d.engine is Engine.VLLM:
         return _vllm_offload_options(p, base)
-    dtype, layers = p.kv_dtype(), math.ceil(p.model.kv.num_layers / d.pp)
-    per_token = hicache.host_bytes_per_token(p.model.kv, p.attn_tp, layers, dtype)
+    per_token = int(base.figure("host_bytes_per_token"))  # in the pool's own KV dtype
     sizes: list[tuple[str, tuple[str, ...], float | None, float | None]] = [
         (f"ratio {r:g}", ("--hicache-ratio", f"{r:g}"), r, None) for r in HOST_RATIOS
     ]
