@@ -60,6 +60,8 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "moonshotai/Kimi-K2.5": {"sglang": ("RTX PRO 6000", 8), "vllm": ("B200", 4)},
     "openai/gpt-oss-120b": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
     "openai/gpt-oss-20b": {"sglang": ("A10G", 1), "vllm": ("A10G", 1)},
+    "zai-org/GLM-4.7": {"sglang": ("H200", 8), "vllm": ("H200", 8)},
+    "Qwen/Qwen3-VL-235B-A22B-Instruct": {"sglang": ("H200", 4), "vllm": ("H200", 4)},
 }
 
 # (model, engine) -> what kvtier prints when it refuses to model the deployment.

@@ -37,6 +37,23 @@ EXPECTED = {
     "minimax-m2.5": (62 * 8 * 256 * 2, 214.25),
     "minimax-m2.5-nvfp4": (62 * 8 * 256 * 2, 125.19),
     "llama-4-maverick": (48 * 8 * 256 * 2, 746.63),
+    # 92 layers x 8 kv heads x (128 + 128) x 2 B = 376,832; the vendored file states no
+    # quantization_config, so the weights read as bfloat16 (the router in float32)
+    "glm-4.7-fp8": (92 * 8 * 256 * 2, 657.29),
+    # 61 x (512 + 64) x 2 B; no quantization_config either: 1.03 T parameters in bfloat16
+    "kimi-k2-thinking": (61 * 576 * 2, 1912.82),
+    # 12 full-attention layers (every 4th of 48) x 2 kv heads x (256 + 256) x 2 B; the 36
+    # Gated DeltaNet layers hold per-request state, not per-token KV
+    "qwen3-next-80b-a3b-thinking": (12 * 2 * 512 * 2, 148.44),
+    # 94 layers x 4 kv heads x (128 + 128) x 2 B = 192,512
+    "qwen3-vl-235b-a22b-thinking": (94 * 4 * 256 * 2, 437.87),
+}
+# vendored files the catalog does not model: each load is refused with one line naming the
+# architecture (GLM-4.7-Flash's MLA variant, GLM-5's DSA variant)
+REFUSED = {
+    "glm-4.7-flash.json": "Glm4MoeLiteForCausalLM",
+    "glm-5-fp8.json": "GlmMoeDsaForCausalLM",
+    "glm-5-nvfp4": "GlmMoeDsaForCausalLM",
 }
 
 
@@ -66,7 +83,8 @@ def test_fixture_loads_with_sane_figures(name: str) -> None:
     kv = _kv_bytes_per_token(spec, 1)
     weights = weight_bytes(spec, 1)
     assert 10_000 < kv < 1_000_000
-    assert 0.5 < weights.total_gib < 1_000
+    # the bound admits Kimi-K2-Thinking read unquantized (1,913 GiB)
+    assert 0.5 < weights.total_gib < 2_000
     # active parameters never exceed the total, and only MoE models leave some idle
     assert (spec.active_params < spec.total_params) == (spec.num_experts > 0)
     if name in EXPECTED:
@@ -78,9 +96,10 @@ def _tp(spec: ModelSpec) -> int:
 
 
 # a 10M-token context needs 240 GiB of KV for one request: the engine refuses it on one H200
-CONTEXT = {"llama-4-scout": 131_072}
-# 1.03 T parameters in FP8 (959 GiB) leave 8 x H200 no pool under vLLM's 0.9 utilisation
-GPU = {"kimi-k2-instruct": "B200"}
+CONTEXT = {"llama-4-scout": 131_072, "kimi-k2-thinking": 131_072}
+# 1.03 T parameters in FP8 (959 GiB) leave 8 x H200 no pool under vLLM's 0.9 utilisation; in
+# bfloat16 (1,913 GiB) they need 8 x 288 GB
+GPU = {"kimi-k2-instruct": "B200", "glm-4.7-fp8": "B200", "kimi-k2-thinking": "MI355X"}
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
@@ -121,6 +140,8 @@ SAME_AS_CATALOG = {
     "minimax-m2.5-nvfp4": "minimax-m2.5-nvfp4",
     "deepseek-v3.1-nvfp4": "deepseek-v3.1-nvfp4",
     "deepseek-v3.2-nvfp4": "deepseek-v3.2-nvfp4",
+    # the Instruct entry's field values against the Thinking model's file (same architecture)
+    "qwen3-next-80b-a3b-thinking": "qwen3-next-80b-a3b",
 }
 
 
@@ -136,6 +157,18 @@ def test_published_file_reads_as_the_catalog_entry(name: str) -> None:
         entry.context_length,
         entry.quantization,
     )
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_unmodelled_architectures_are_refused_by_name(
+    name: str, engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = str(CONFIGS / "refused" / name)
+    code = main(["plan", "--engine", engine, "--model", model, "--gpu", "B200", "--tp", "8"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [f"kvtier: error: {model}: unsupported architectures entry {REFUSED[name]!r}"]
 
 
 def test_gemma3_unstated_fields_come_from_transformers_defaults() -> None:

@@ -43,6 +43,7 @@ TEXT_ARCHITECTURES = frozenset(
         "MiniMaxM2ForCausalLM",
         "Phi3ForCausalLM",
         "Qwen3NextForCausalLM",
+        "Glm4MoeForCausalLM",
     }
 )
 # Multimodal wrappers -> checkpoint prefix of their text decoder's modules
@@ -53,6 +54,7 @@ WRAPPER_ARCHITECTURES = {
     "Qwen2_5_VLForConditionalGeneration": "",
     "Qwen3_5ForConditionalGeneration": "",
     "Qwen3_5MoeForConditionalGeneration": "",
+    "Qwen3VLMoeForConditionalGeneration": "",
 }
 # Wrappers whose older files keep the decoder's fields at the top level
 _TEXT_AT_TOP_LEVEL = frozenset({"Qwen2_5_VLForConditionalGeneration"})

@@ -192,6 +192,47 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
             "shared_expert_intermediate_size": 512,
         },
     ),
+    "qwen3_vl_moe_text": Defaults(
+        "transformers.Qwen3VLMoeTextConfig",
+        {
+            "vocab_size": 151936,
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "head_dim": 128,
+            "max_position_embeddings": 128000,
+            "tie_word_embeddings": True,
+            "attention_bias": False,
+            "num_experts": 60,
+            "num_experts_per_tok": 4,
+            "moe_intermediate_size": 1408,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+        },
+    ),
+    "glm4_moe": Defaults(
+        "transformers.Glm4MoeConfig",
+        {
+            "vocab_size": 151552,
+            "hidden_size": 4096,
+            "intermediate_size": 10944,
+            "num_hidden_layers": 46,
+            "num_attention_heads": 96,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 131072,
+            "tie_word_embeddings": False,
+            "attention_bias": False,
+            "use_qk_norm": False,
+            "n_routed_experts": 128,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 1408,
+            "first_k_dense_replace": 1,
+            "num_nextn_predict_layers": 1,
+        },
+    ),
     # older Qwen2.5-VL files keep the text fields at the top level, read with the same defaults
     "qwen2_5_vl": Defaults("transformers.Qwen2_5_VLTextConfig", _QWEN2_5_VL_TEXT),
     "deepseek_v2": Defaults(
@@ -322,6 +363,7 @@ TEXT_MODEL_TYPE = {
     "qwen2_5_vl": "qwen2_5_vl_text",
     "qwen3_5": "qwen3_5_text",
     "qwen3_5_moe": "qwen3_5_moe_text",
+    "qwen3_vl_moe": "qwen3_vl_moe_text",
 }
 
 VISION_DEFAULTS: dict[str, Defaults] = {
@@ -369,6 +411,10 @@ VISION_DEFAULTS: dict[str, Defaults] = {
     ),
     "Qwen3_5MoeForConditionalGeneration": Defaults(
         "transformers.Qwen3_5MoeVisionConfig", _QWEN3_VL_VISION
+    ),
+    "Qwen3VLMoeForConditionalGeneration": Defaults(
+        "transformers.Qwen3VLMoeVisionConfig",
+        {**_QWEN3_VL_VISION, "deepstack_visual_indexes": (8, 16, 24)},
     ),
     "Qwen2_5_VLForConditionalGeneration": Defaults(
         "transformers.Qwen2_5_VLVisionConfig",

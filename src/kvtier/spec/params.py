@@ -24,6 +24,7 @@ DENSE_MLP = "dense_mlp"
 ROUTED_EXPERTS = "routed_experts"
 SHARED_EXPERTS = "shared_experts"
 ROUTER = "router"
+ROUTER_FP32 = "router_fp32"  # a router both engines hold in float32 whatever the model dtype
 INDEXER = "indexer"  # DSA indexer query projection wq_b, replicated
 INDEXER_KEYS = "indexer_keys"  # DSA indexer wk, weights_proj and k_norm, replicated
 NORMS = "norms"
@@ -40,13 +41,24 @@ _MLP_PREFIX = {
 }
 _GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 # Qwen3 MoE layouts (decoder_sparse_step, mlp_only_layers), hybrid linear-attention ones included
-_QWEN3_MOE = ("Qwen3MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration")
+_QWEN3_MOE = (
+    "Qwen3MoeForCausalLM",
+    "Qwen3NextForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration",
+)
 _QK_NORM = (
     "Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM",
     "Gemma3ForCausalLM",
     "Gemma3ForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration",
 )
+# GLM-4.5 / 4.6 / 4.7 (SGLang models/glm4_moe.py v0.5.x, vLLM models/glm4_moe.py v0.20.0 - v0.21.0):
+# qkv bias per `attention_bias` but none on o_proj, q/k RMSNorm per `use_qk_norm`, the first
+# `first_k_dense_replace` layers dense, and a float32 router (Glm4MoeGate's weight and
+# e_score_correction_bias; vLLM's gate is an nn.Linear built in torch.float32)
+_GLM4_MOE = "Glm4MoeForCausalLM"
 
 
 def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int, int]:
@@ -68,6 +80,8 @@ def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int
         first_dense = int(text.get("first_k_dense_replace", 0))
         freq = int(text.get("moe_layer_freq", 1))
         moe = [i >= first_dense and i % freq == 0 for i in range(n)]
+    elif arch == _GLM4_MOE:
+        moe = [i >= int(text.get("first_k_dense_replace", 0)) for i in range(n)]
     elif arch in _QWEN3_MOE:
         step = int(text.get("decoder_sparse_step", 1))
         dense_only = set(text.get("mlp_only_layers") or [])
@@ -149,13 +163,13 @@ def decoder_params(
         kv_heads = int(text.get("num_key_value_heads") or heads)
         hd = int(text.get("head_dim") or h // heads)
         qkv_bias = arch.startswith("Qwen2") or bool(text.get("attention_bias"))
-        o_bias = bool(text.get("attention_bias")) and not arch.startswith("Qwen2")
+        o_bias = bool(text.get("attention_bias")) and not arch.startswith(("Qwen2", "Glm4"))
         sinks = heads if arch == "GptOssForCausalLM" else 0
         q_o = 2 * h * heads * hd + (heads * hd if qkv_bias else 0) + (h if o_bias else 0) + sinks
         kv = 2 * h * kv_heads * hd + (2 * kv_heads * hd if qkv_bias else 0)
         add(ATTENTION, n * q_o, True, f"{layer}.0.self_attn.q_proj")
         add(ATTENTION_KV, n * kv, True, f"{layer}.0.self_attn.k_proj")
-        if arch in _QK_NORM:
+        if arch in _QK_NORM or (arch == _GLM4_MOE and text.get("use_qk_norm")):
             norms += n * 2 * hd
         elif arch == "MiniMaxM2ForCausalLM" and text.get("use_qk_norm", True):
             norms += n * _minimax_qk_norm(text, heads, kv_heads, hd)
@@ -186,6 +200,7 @@ def decoder_params(
         )
         has_bias = (
             arch == "GptOssForCausalLM"
+            or arch == _GLM4_MOE
             or text.get("topk_method") == "noaux_tc"
             or (arch == "MiniMaxM2ForCausalLM" and bool(text.get("use_routing_bias")))
         )
@@ -195,11 +210,11 @@ def decoder_params(
         )
         # DeepSeek's MoEGate is not an nn.Linear; the others' routers are
         add(
-            ROUTER,
+            ROUTER_FP32 if arch == _GLM4_MOE else ROUTER,
             n_moe * (experts * h + router_bias),
             False,
             f"{layer}.{first_moe}.{mlp}.{router}",
-            linear=not arch.startswith(("Deepseek", "Kimi")),
+            linear=not arch.startswith(("Deepseek", "Kimi", "Glm4")),
         )
     add(NORMS, norms, False, f"{prefix}model.norm", linear=False)
     if not text.get("tie_word_embeddings", False):
@@ -271,7 +286,11 @@ def load_buffers(arch: str, text: Mapping[str, Any]) -> tuple[ParamGroup, ...]:
         buffers.append(ParamGroup(MLA_ABSORBED, n * absorbed, n * absorbed, True, False))
     else:
         head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
-        rotary = int(head_dim * float(text.get("partial_rotary_factor", 1.0)))
+        # GLM-4.5 / 4.6 / 4.7 rotate half the head when the config is silent (SGLang
+        # Glm4MoeModel `getattr(config, "partial_rotary_factor", 0.5)`, vLLM Glm4MoeAttention
+        # `rope_parameters.setdefault("partial_rotary_factor", 0.5)`)
+        unstated = 0.5 if arch == _GLM4_MOE else 1.0
+        rotary = int(head_dim * float(text.get("partial_rotary_factor", unstated)))
         if arch == "MiniMaxM2ForCausalLM":
             # MiniMaxM2Attention: rotary_dim / head_dim becomes the partial rotary factor
             rotary = int(text["rotary_dim"])

@@ -26,7 +26,11 @@ def vision_params(arch: str, vision: Mapping[str, Any], text_hidden: int) -> int
     the architecture's defaults (`published.vision_section`)."""
     if arch == "Qwen2_5_VLForConditionalGeneration":
         return _qwen2_5_vl(vision)
-    if arch in ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"):
+    if arch in (
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
+    ):
         return _qwen3_vl(vision)
     h = int(vision["hidden_size"])
     layers = int(vision["num_hidden_layers"])

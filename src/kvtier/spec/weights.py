@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from kvtier.errors import KvtierError
 from kvtier.spec.dtypes import dtype_bytes
 from kvtier.spec.model import ModelSpec
-from kvtier.spec.params import ATTENTION_KV, EMBEDDING, LM_HEAD
+from kvtier.spec.params import ATTENTION_KV, EMBEDDING, LM_HEAD, ROUTER_FP32
 from kvtier.units import gib
 
 _VOCAB_PADDING = 64
@@ -87,6 +87,8 @@ def weight_bytes(spec: ModelSpec, tp: int, dtype: str | None = None) -> WeightBy
         else:
             params = g.count // tp
         width = quant.bytes_per_param if g.quantized and quant else plain
+        if g.name == ROUTER_FP32:
+            width = 4
         groups.append(
             GroupBytes(g.name, params, round(params * width), g.sharded, g.quantized, buffer)
         )
