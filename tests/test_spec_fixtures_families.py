@@ -30,7 +30,16 @@ from kvtier.spec.catalog import resolve_model
 from kvtier.spec.config import model_from_config
 from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import ModelSpec
-from kvtier.spec.params import ATTENTION, ATTENTION_KV, INDEXER, INDEXER_KEYS, ROUTED_EXPERTS
+from kvtier.spec.params import (
+    ATTENTION,
+    ATTENTION_KV,
+    INDEXER,
+    INDEXER_KEYS,
+    ROPE_CACHE,
+    ROUTED_EXPERTS,
+    ROUTER_FP32,
+)
+from kvtier.spec.weights import weight_bytes
 
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
 
@@ -329,3 +338,13 @@ def test_unknown_shapes_of_the_new_families_fail_closed(name: str, edit: Any, na
     edit(config)
     with pytest.raises(KvtierError, match=named):
         model_from_config(config, name)
+
+
+def test_glm4_moe_router_in_float32_and_half_rotary() -> None:
+    # 92 layers, the first 3 dense: 89 routers of 160 x 5120 weights + 160 correction biases, in
+    # float32 on every rank; RoPE over 0.5 x 128 = 64 dims of 202,752 positions, in bfloat16
+    spec = resolve_model(str(CONFIGS / "glm-4.7-fp8.json"))
+    groups = {g.name: g for g in weight_bytes(spec, 8).groups}
+    assert groups[ROUTER_FP32].bytes_per_rank == 89 * (160 * 5120 + 160) * 4
+    assert groups[ROPE_CACHE].bytes_per_rank == 202_752 * 64 * 2
+    assert spec.kv.num_layers * spec.kv.elements_per_token_per_layer(1) * 2 == 92 * 8 * 256 * 2
