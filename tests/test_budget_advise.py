@@ -111,6 +111,22 @@ def test_target_picks_fp8_when_the_fraction_is_not_enough() -> None:
     assert answer.option.kv_tokens >= answer.tokens_needed
 
 
+def test_a_pool_already_in_fp8_is_offered_no_fp8_option() -> None:
+    # DeepSeek-V3.1 NVFP4 (ModelOpt, kv_cache_quant_algo FP8) on vLLM 0.19: `auto` stores
+    # fp8_e4m3, so --kv-cache-dtype fp8 would not double anything
+    d = Deployment(Engine.VLLM, "deepseek-v3.1-nvfp4", tp=8, gpu="B200", engine_version="0.19.0")
+    inputs = resolve(d)
+    base = build_ledger(inputs)
+    assert base.kv_bytes_per_token == (512 + 64) * 61  # one byte an element
+    names = [o.name for o in all_options(inputs, base, 2.0, HostSetup())]
+    assert names and not any("fp8" in n for n in names)
+    # before v0.19 `auto` is bfloat16 and the option is there
+    v18 = resolve(Deployment(Engine.VLLM, "deepseek-v3.1-nvfp4", tp=8, gpu="B200",
+                             engine_version="0.18.0"))  # fmt: skip
+    names = [o.name for o in all_options(v18, build_ledger(v18), 2.0, HostSetup())]
+    assert "KV cache fp8" in names
+
+
 def test_vllm_target_counts_whole_blocks() -> None:
     inputs = resolve(Deployment(Engine.VLLM, "Qwen/Qwen3-8B", gpu="H100", context_length=8192))
     base = build_ledger(inputs)

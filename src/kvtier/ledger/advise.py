@@ -141,9 +141,15 @@ def fraction_options(p: PlanInputs, base: Ledger, margin_gib: float) -> list[Opt
     return options
 
 
+def stores_fp8(base: Ledger) -> bool:
+    """Whether the pool already stores fp8, as the ledger's input states it: `auto` may be fp8
+    (a ModelOpt checkpoint on vLLM, a DSA model on SGLang from compute capability 10.0)."""
+    return any(i.name == "kv cache dtype" and i.value.startswith("fp8") for i in base.inputs)
+
+
 def fp8_options(p: PlanInputs, base: Ledger) -> list[Option]:
     d = p.deployment
-    if d.kv_cache_dtype.startswith("fp8"):
+    if stores_fp8(base):
         return []
     sglang = d.engine is Engine.SGLANG
     names = ("fp8_e4m3", "fp8_e5m2") if sglang else ("fp8",)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from kvtier.engines.deployment import Engine
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
-from kvtier.ledger.advise import Option, fraction_flag, max_safe_fraction, variant
+from kvtier.ledger.advise import Option, fraction_flag, max_safe_fraction, stores_fp8, variant
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ def solve(
             Option(f"{flag} {f:.2f}", (flag, f"{f:.2f}"), led.kv_tokens, (), "raise the fraction"),
             f"{flag} {f:.2f} gives {led.kv_tokens:,} tokens (max safe {top:.2f})",
         )
-    to_fp8 = not p.deployment.kv_cache_dtype.startswith("fp8")
+    to_fp8 = not stores_fp8(base)
     if to_fp8:
         halved = variant(p, kv_cache_dtype=fp8)
         if halved is not None and halved.kv_tokens >= need:
