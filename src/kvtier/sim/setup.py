@@ -1,9 +1,11 @@
 """From a deployment to what the simulator runs: tier sizes in trace blocks, limits, timing.
 
-Device KV tokens come from the engine ledger (`kvtier.ledger.plan`) unless given; the host
-tier is sized as SGLang's HiCache sizes it (`kvtier.engines.sglang.hicache.host_tokens`); the
-running-request cap and chunk size follow SGLang's rules for the same deployment. Each figure
-records its source.
+Every scheduling figure is the ledger's (`kvtier.ledger.plan`), so plan and simulate never
+compute one thing two ways: device KV tokens (unless given), page size, chunk size, context
+length, the running-request limit (`pool.request_limits` over the device tokens, with the
+ledger's flag and state-slot cap) and the bytes of a host token; the host tier is sized as
+SGLang's HiCache sizes it (`kvtier.engines.sglang.hicache.host_tokens`). Each figure records its
+source.
 
 Granularity: the cache's page key is one trace block (512 tokens for Mooncake), so a tier of T
 tokens holds T // (ceil(512 / page_size) x page_size) blocks, and every block, a prompt's partial
@@ -261,7 +263,7 @@ def build_config(
         chunked_prefill_size=chunk,
         timing=timing_model,
         sources=tuple(sources),
-        context_length=inputs.context_length,
+        context_length=ledger.context_length,
         store_tokens=store_tokens,
         prefetch=rules,
         prefetch_capacity=capacity,
