@@ -45,6 +45,8 @@ SHARED = ROOT.parent / "shared" / "cases" / "dev-logs.json"
 EXPLAIN_TOLERANCE = 0.005
 PLAN_MEDIAN_GOAL = 0.02
 PLAN_RANGE_GOAL = 0.90
+# how explain says a log prints a count but not the figures to recompute it
+UNCHECKED_PREFIX = "the log lacks the figures to recompute it ("
 
 # What a log does not state, given as the flags a user would pass (as tests/test_logs_cases.py).
 FLAGS: dict[str, dict[str, object]] = {
@@ -79,6 +81,7 @@ class Row:
     explained: int | None
     explain_error: float | None
     memory_lines: bool  # the log prints the figures its pool is computed from
+    unchecked: str  # without them: why explain cannot recompute the count ("" with them)
     planned: int | None
     plan_range: tuple[int, int] | None
     plan_error: float | None
@@ -166,6 +169,7 @@ def measure(case: Case) -> Row | None:
         explained=explained,
         explain_error=(explained - observed) / observed if explained is not None else None,
         memory_lines=memory,
+        unchecked="" if memory else str(rec.unchecked),
     )
     if not e.inputs.model_known:
         return Row(**base, planned=None, plan_range=None, plan_error=None,
@@ -322,6 +326,16 @@ def summary(rows: list[Row]) -> tuple[list[str], bool]:
                 f"range holds {held * 100:.0f}% (goal >= 90%): {'met' if goal else 'NOT met'}"
             )
         out.append(line)
+        by_reason: dict[str, list[str]] = {}
+        for r in mine:
+            if not r.memory_lines:
+                reason = r.unchecked.removeprefix(UNCHECKED_PREFIX).removesuffix(")")
+                by_reason.setdefault(reason, []).append(r.id)
+        for reason, ids in by_reason.items():
+            out.append(
+                f"{engine}: count only, not recomputed ({reason}): {len(ids)} logs: "
+                + ", ".join(ids)
+            )
     return out, explain_ok
 
 
