@@ -47,14 +47,12 @@ EXPECTED = {
     "qwen3-next-80b-a3b-thinking": (12 * 2 * 512 * 2, 148.44),
     # 94 layers x 4 kv heads x (128 + 128) x 2 B = 192,512
     "qwen3-vl-235b-a22b-thinking": (94 * 4 * 256 * 2, 437.87),
+    # the MLA latent of 78 layers (the DSA indexer's key: ..._fixtures_families); read as bfloat16
+    "glm-5-fp8": (78 * 576 * 2, 1387.8),
 }
-# vendored files the catalog does not model: each load is refused with one line naming the
-# architecture (GLM-4.7-Flash's MLA variant, GLM-5's DSA variant)
-REFUSED = {
-    "glm-4.7-flash.json": "Glm4MoeLiteForCausalLM",
-    "glm-5-fp8.json": "GlmMoeDsaForCausalLM",
-    "glm-5-nvfp4": "GlmMoeDsaForCausalLM",
-}
+# vendored files kvtier does not model: each load is refused with one line naming the
+# architecture (GLM-4.7-Flash's MLA variant)
+REFUSED = {"glm-4.7-flash.json": "Glm4MoeLiteForCausalLM"}
 
 
 def _config(name: str) -> dict[str, Any]:
@@ -99,7 +97,12 @@ def _tp(spec: ModelSpec) -> int:
 CONTEXT = {"llama-4-scout": 131_072, "kimi-k2-thinking": 131_072}
 # 1.03 T parameters in FP8 (959 GiB) leave 8 x H200 no pool under vLLM's 0.9 utilisation; in
 # bfloat16 (1,913 GiB) they need 8 x 288 GB
-GPU = {"kimi-k2-instruct": "B200", "glm-4.7-fp8": "B200", "kimi-k2-thinking": "MI355X"}
+GPU = {
+    "kimi-k2-instruct": "B200",
+    "glm-4.7-fp8": "B200",
+    "kimi-k2-thinking": "MI355X",
+    "glm-5-fp8": "MI355X",
+}
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])

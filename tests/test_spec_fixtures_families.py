@@ -348,3 +348,69 @@ def test_glm4_moe_router_in_float32_and_half_rotary() -> None:
     assert groups[ROUTER_FP32].bytes_per_rank == 89 * (160 * 5120 + 160) * 4
     assert groups[ROPE_CACHE].bytes_per_rank == 202_752 * 64 * 2
     assert spec.kv.num_layers * spec.kv.elements_per_token_per_layer(1) * 2 == 92 * 8 * 256 * 2
+
+
+# GLM-5: 78 layers, kv_lora_rank 512 + qk_rope_head_dim 64, index_head_dim 128 (the vendored
+# GLM-5-FP8 file states no index_* fields: transformers' GlmMoeDsaConfig defaults supply them)
+GLM5_LAYERS = 78
+
+
+@pytest.mark.parametrize(
+    ("engine", "extra", "per_token"),
+    [
+        ("sglang", (), GLM5_LAYERS * (V32_LATENT * 2 + V32_INDEX)),  # 100,152
+        ("vllm", (), GLM5_LAYERS * (V32_LATENT * 2 + V32_INDEX)),
+        ("vllm", ("--kv-cache-dtype", "fp8"), GLM5_LAYERS * (656 + V32_INDEX)),  # 61,464
+    ],
+)
+def test_glm5_is_deepseek_sparse_attention(
+    engine: str, extra: tuple[str, ...], per_token: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = str(CONFIGS / "glm-5-fp8.json")
+    out = _plan(
+        capsys, "--engine", engine, "--model", model, "--gpu", "MI355X", "--tp", "8", *extra
+    )
+    assert out["kv_bytes_per_token"] == per_token
+
+
+def test_glm5_parameters_by_hand() -> None:
+    # MLA with q_lora 2048, 64 heads of nope 192 + rope 64 and v 256; the DSA indexer (32 heads
+    # of 128); 3 dense layers then 75 MoE layers of 256 experts + 1 shared, no router bias (the
+    # vendored file states no topk_method)
+    spec = resolve_model(str(CONFIGS / "glm-5-fp8.json"))
+    h, n, heads, q_lora, kv_lora, nope, rope, v = 6144, 78, 64, 2048, 512, 192, 64, 256
+    attn = (
+        h * q_lora
+        + h * (kv_lora + rope)  # q_a_proj, kv_a_proj_with_mqa
+        + q_lora * heads * (nope + rope)
+        + kv_lora * heads * (nope + v)
+        + heads * v * h
+        + q_lora * 32 * 128
+        + h * 128
+        + h * 32
+        + 2 * 128  # indexer wq_b, wk, weights_proj, k_norm
+        + q_lora
+        + kv_lora
+        + 2 * h  # q_a / kv_a layernorms, input / post-attention norms
+    )
+    dense, moe = 3 * h * 12288, 256 * 3 * h * 2048 + 3 * h * 2048 + 256 * h
+    total = n * attn + 3 * dense + 75 * moe + 2 * 154_880 * h + h
+    assert spec.total_params == total == 743_911_199_232
+
+
+@pytest.mark.parametrize(("engine", "per_token"), [("sglang", 100_152), ("vllm", 61_464)])
+def test_glm5_nvfp4_folder_plans_on_both_engines(
+    engine: str, per_token: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # config.json beside an hf_quant_config.json of NVFP4 weights and kv_cache_quant_algo FP8,
+    # which vLLM (from v0.19) applies to the pool: 78 x (656 + 132) B; SGLang keeps bf16 on an
+    # H200: 78 x (576 x 2 + 132) B
+    spec = resolve_model(str(CONFIGS / "glm-5-nvfp4"))
+    assert spec.quantization is not None and spec.quantization.method == "nvfp4"
+    folder = str(CONFIGS / "glm-5-nvfp4")
+    out = _plan(capsys, "--engine", engine, "--model", folder, "--gpu", "H200", "--tp", "8")
+    assert out["kv_bytes_per_token"] == per_token
+    assert per_token in (
+        GLM5_LAYERS * (656 + V32_INDEX),
+        GLM5_LAYERS * (V32_LATENT * 2 + V32_INDEX),
+    )

@@ -44,6 +44,7 @@ TEXT_ARCHITECTURES = frozenset(
         "Phi3ForCausalLM",
         "Qwen3NextForCausalLM",
         "Glm4MoeForCausalLM",
+        "GlmMoeDsaForCausalLM",
     }
 )
 # Multimodal wrappers -> checkpoint prefix of their text decoder's modules
@@ -65,9 +66,14 @@ _LAYER_TYPES = {
 }
 # DeepSeek sparse attention: a config of these families that states `index_topk` runs an
 # indexer with a key cache per MLA layer (SGLang configs/model_config.py is_deepseek_dsa,
-# v0.5.4 - v0.5.23; vLLM models/deepseek_v2.py `is_v32 = hasattr(config, "index_topk")`,
-# v0.20.0 - v0.21.0)
-_DSA_ARCHITECTURES = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"})
+# v0.5.4 - v0.5.23, GLM-5's GlmMoeDsaForCausalLM from v0.5.9; vLLM models/deepseek_v2.py
+# `is_v32 = hasattr(config, "index_topk")`, v0.20.0 - v0.21.0, where v0.21.0's
+# GlmMoeDsaForCausalLM is DeepseekV2ForCausalLM under another name)
+_DSA_ARCHITECTURES = frozenset(
+    {"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"}
+)
+# architectures that are DSA by definition: a config without `index_topk` is malformed
+_DSA_ONLY = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")
 # indexer layouts both engines size differently from one key per layer: refused, not guessed
 _DSA_LAYOUT_FIELDS = {"index_kpool": 1, "cli_factor": 1, "indexer_types": None}
 # tying for configs that state neither it nor a `model_type` (the catalog's condensed entries)
@@ -220,8 +226,8 @@ def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
 def _index_head_dim(arch: str, text: Mapping[str, Any]) -> int:
     """Width of the DSA indexer's key per token per layer; 0 for a model without an indexer."""
     if text.get("index_topk") is None:
-        if arch == "DeepseekV32ForCausalLM":
-            raise UnsupportedModel("DeepseekV32ForCausalLM config without `index_topk`")
+        if arch in _DSA_ONLY:
+            raise UnsupportedModel(f"{arch} config without `index_topk`")
         return 0
     if arch not in _DSA_ARCHITECTURES:
         raise UnsupportedModel(f"unsupported DSA indexer (`index_topk`) on {arch}")

@@ -76,7 +76,8 @@ def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int
     if top_k <= 0:
         raise UnsupportedModel("MoE config without num_experts_per_tok")
     shared = int(text.get("n_shared_experts") or 0)
-    if arch.startswith("Deepseek") or arch.startswith("KimiK"):
+    # GLM-5 (GlmMoeDsaForCausalLM) is built as DeepseekV2ForCausalLM by both engines
+    if arch.startswith(("Deepseek", "KimiK", "GlmMoeDsa")):
         first_dense = int(text.get("first_k_dense_replace", 0))
         freq = int(text.get("moe_layer_freq", 1))
         moe = [i >= first_dense and i % freq == 0 for i in range(n)]
@@ -214,7 +215,7 @@ def decoder_params(
             n_moe * (experts * h + router_bias),
             False,
             f"{layer}.{first_moe}.{mlp}.{router}",
-            linear=not arch.startswith(("Deepseek", "Kimi", "Glm4")),
+            linear=not arch.startswith(("Deepseek", "Kimi", "Glm")),
         )
     add(NORMS, norms, False, f"{prefix}model.norm", linear=False)
     if not text.get("tie_word_embeddings", False):
