@@ -62,6 +62,7 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "openai/gpt-oss-20b": {"sglang": ("A10G", 1), "vllm": ("A10G", 1)},
     "zai-org/GLM-4.7": {"sglang": ("H200", 8), "vllm": ("H200", 8)},
     "zai-org/GLM-5": {"sglang": ("MI355X", 8), "vllm": ("MI355X", 8)},
+    "zai-org/GLM-4.7-Flash": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
     "Qwen/Qwen3-VL-235B-A22B-Instruct": {"sglang": ("H200", 4), "vllm": ("H200", 4)},
 }
 

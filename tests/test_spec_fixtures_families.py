@@ -414,3 +414,44 @@ def test_glm5_nvfp4_folder_plans_on_both_engines(
         GLM5_LAYERS * (656 + V32_INDEX),
         GLM5_LAYERS * (V32_LATENT * 2 + V32_INDEX),
     )
+
+
+def test_glm47_flash_parameters_by_hand() -> None:
+    # DeepSeek-V2 MLA (q_lora 768, 20 heads of nope 192 + rope 64, v 256), one dense layer, then
+    # 46 MoE layers of 64 experts + 1 shared and GLM-4's float32 router with its correction bias
+    spec = _spec("glm-4.7-flash")
+    h, n, heads, q_lora, kv_lora, nope, rope, v = 2048, 47, 20, 768, 512, 192, 64, 256
+    attn = (
+        h * q_lora
+        + h * (kv_lora + rope)  # q_a_proj, kv_a_proj_with_mqa
+        + q_lora * heads * (nope + rope)
+        + kv_lora * heads * (nope + v)
+        + heads * v * h
+        + q_lora
+        + kv_lora
+        + 2 * h  # q_a / kv_a layernorms, input / post-attention norms
+    )
+    moe = 64 * 3 * h * 1536 + 3 * h * 1536 + (64 * h + 64)
+    total = n * attn + 3 * h * 10240 + 46 * moe + 2 * 154_880 * h + h
+    assert spec.total_params == total == 29_943_393_920
+    routers = {g.name: g for g in weight_bytes(spec, 1).groups}[ROUTER_FP32]
+    assert routers.bytes_per_rank == 46 * (64 * h + 64) * 4
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "named"),
+    [
+        ("glm-4.7-flash", lambda c: c.pop("first_k_dense_replace"), "first_k_dense_replace"),
+        ("glm-4.7-flash", lambda c: c.update(moe_layer_freq=2), "moe_layer_freq"),
+        (
+            "glm-5-fp8",
+            lambda c: c.update(architectures=["Glm5NextForConditionalGeneration"]),
+            "unsupported architectures entry 'Glm5NextForConditionalGeneration'",
+        ),
+    ],
+)
+def test_glm_shapes_kvtier_does_not_size_fail_closed(name: str, edit: Any, named: str) -> None:
+    config = _config(name)
+    edit(config)
+    with pytest.raises(KvtierError, match=named):
+        model_from_config(config, name)

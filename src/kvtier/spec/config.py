@@ -45,6 +45,7 @@ TEXT_ARCHITECTURES = frozenset(
         "Qwen3NextForCausalLM",
         "Glm4MoeForCausalLM",
         "GlmMoeDsaForCausalLM",
+        "Glm4MoeLiteForCausalLM",
     }
 )
 # Multimodal wrappers -> checkpoint prefix of their text decoder's modules

@@ -267,6 +267,30 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
             "index_topk": 2048,
         },
     ),
+    # the class keeps first_k_dense_replace as a per-layer list (mlp_layer_types): a file must
+    # state it
+    "glm4_moe_lite": Defaults(
+        "transformers.Glm4MoeLiteConfig",
+        {
+            "vocab_size": 154880,
+            "hidden_size": 2048,
+            "intermediate_size": 10240,
+            "moe_intermediate_size": 1536,
+            "num_hidden_layers": 47,
+            "num_attention_heads": 20,
+            "num_key_value_heads": 20,
+            "max_position_embeddings": 202752,
+            "tie_word_embeddings": False,
+            "n_routed_experts": 64,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 4,
+            "kv_lora_rank": 512,
+            "q_lora_rank": 768,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 192,
+            "v_head_dim": 256,
+        },
+    ),
     "glm_moe_dsa": Defaults(
         "transformers.GlmMoeDsaConfig",
         {

@@ -59,6 +59,12 @@ _QK_NORM = (
 # `first_k_dense_replace` layers dense, and a float32 router (Glm4MoeGate's weight and
 # e_score_correction_bias; vLLM's gate is an nn.Linear built in torch.float32)
 _GLM4_MOE = "Glm4MoeForCausalLM"
+# GLM-4.7-Flash: DeepSeek-V2 MLA attention with GLM-4's MoE (the same float32 router and
+# correction bias); MoE from `first_k_dense_replace` every `moe_layer_freq` layers, a field
+# SGLang forces to 1 (models/glm4_moe_lite.py v0.5.8 - v0.5.23) and vLLM reads
+# (models/glm4_moe_lite.py v0.21.0)
+_GLM4_MOE_LITE = "Glm4MoeLiteForCausalLM"
+_GLM_ROUTER = (_GLM4_MOE, _GLM4_MOE_LITE)
 
 
 def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int, int]:
@@ -83,6 +89,10 @@ def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int
         moe = [i >= first_dense and i % freq == 0 for i in range(n)]
     elif arch == _GLM4_MOE:
         moe = [i >= int(text.get("first_k_dense_replace", 0)) for i in range(n)]
+    elif arch == _GLM4_MOE_LITE:
+        if int(text.get("moe_layer_freq", 1)) != 1:
+            raise UnsupportedModel("unsupported Glm4MoeLite moe_layer_freq other than 1")
+        moe = [i >= int(text["first_k_dense_replace"]) for i in range(n)]
     elif arch in _QWEN3_MOE:
         step = int(text.get("decoder_sparse_step", 1))
         dense_only = set(text.get("mlp_only_layers") or [])
@@ -201,7 +211,7 @@ def decoder_params(
         )
         has_bias = (
             arch == "GptOssForCausalLM"
-            or arch == _GLM4_MOE
+            or arch in _GLM_ROUTER
             or text.get("topk_method") == "noaux_tc"
             or (arch == "MiniMaxM2ForCausalLM" and bool(text.get("use_routing_bias")))
         )
@@ -211,7 +221,7 @@ def decoder_params(
         )
         # DeepSeek's MoEGate is not an nn.Linear; the others' routers are
         add(
-            ROUTER_FP32 if arch == _GLM4_MOE else ROUTER,
+            ROUTER_FP32 if arch in _GLM_ROUTER else ROUTER,
             n_moe * (experts * h + router_bias),
             False,
             f"{layer}.{first_moe}.{mlp}.{router}",
