@@ -32,6 +32,7 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "Qwen/Qwen3-Next-80B-A3B-Instruct": {"sglang": ("B200", 1), "vllm": ("B200", 1)},
     "Qwen/Qwen3.5-27B": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
     "Qwen/Qwen3.5-35B-A3B": {"sglang": ("H200", 1), "vllm": ("H100", 1)},
+    "Qwen/Qwen3.5-397B-A17B": {"sglang": ("H200", 8), "vllm": ("H200", 8)},
     "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic": {
         "sglang": ("L40S", 2),
         "vllm": ("L40S", 2),

@@ -59,6 +59,7 @@ GEOMETRY = {
     "Qwen/Qwen3-Next-80B-A3B-Instruct": ("mha", 12, 2, 256, 12, None),
     "Qwen/Qwen3.5-27B": ("mha", 16, 4, 256, 16, None),
     "Qwen/Qwen3.5-35B-A3B": ("mha", 10, 2, 256, 10, None),
+    "Qwen/Qwen3.5-397B-A17B": ("mha", 15, 2, 256, 15, None),
     "moonshotai/Kimi-K2-Instruct": ("mla", 61, 1, 576, 61, None),
     "deepseek-ai/DeepSeek-V3.2": ("mla", 61, 1, 576, 61, None),
     "nvidia/DeepSeek-V3.1-NVFP4": ("mla", 61, 1, 576, 61, None),
@@ -67,6 +68,10 @@ GEOMETRY = {
     "MiniMaxAI/MiniMax-M2.5": ("mha", 62, 8, 128, 62, None),
     "MiniMaxAI/MiniMax-M2.7": ("mha", 62, 8, 128, 62, None),
     "nvidia/MiniMax-M2.5-NVFP4": ("mha", 62, 8, 128, 62, None),
+    "zai-org/GLM-4.7": ("mha", 92, 8, 128, 92, None),
+    "zai-org/GLM-4.7-Flash": ("mla", 47, 1, 576, 47, None),
+    "zai-org/GLM-5": ("mla", 78, 1, 576, 78, None),
+    "Qwen/Qwen3-VL-235B-A22B-Instruct": ("mha", 94, 4, 128, 94, None),
 }
 
 
