@@ -30,8 +30,9 @@ class Measured:
     `non_torch_gib` the non-torch increase, `cuda_graph_gib` the CUDA-graph estimate,
     `gpu_mem_gib` the device total the engine sees, `kv_available_gib` the KV budget the engine
     printed ('Available KV cache memory', V0 'the rest of the memory reserved for KV Cache') at
-    the utilization `kv_available_utilization`. `state_pool_gib` is SGLang's 'Mamba Cache is
-    allocated' conv + SSM state, taken out of the KV budget when the model's state is not known.
+    the utilization `kv_available_utilization`. `state_pool_gib` is the part of SGLang's 'Mamba
+    Cache is allocated' conv + SSM state that the release charges to the KV budget (without the
+    padding slot before v0.5.17), taken out of it when the model's state is not known.
     """
 
     free_before_load_gib: float | None = None

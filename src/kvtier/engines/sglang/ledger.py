@@ -352,7 +352,8 @@ def build(p: PlanInputs) -> Ledger:
             LedgerItem(
                 "linear-attention state (mamba pool)",
                 logged_state,
-                "measured: 'Mamba Cache is allocated' conv_state + ssm_state, out of rest",
+                "measured: 'Mamba Cache is allocated' conv_state + ssm_state, the slots the "
+                "release charges to rest (charged_state_gib)",
                 exact_mem,
             )
         )
