@@ -54,10 +54,11 @@ _QK_NORM = (
     "Gemma3ForConditionalGeneration",
     "Qwen3VLMoeForConditionalGeneration",
 )
-# GLM-4.5 / 4.6 / 4.7 (SGLang models/glm4_moe.py v0.5.x, vLLM models/glm4_moe.py v0.20.0 - v0.21.0):
-# qkv bias per `attention_bias` but none on o_proj, q/k RMSNorm per `use_qk_norm`, the first
-# `first_k_dense_replace` layers dense, and a float32 router (Glm4MoeGate's weight and
-# e_score_correction_bias; vLLM's gate is an nn.Linear built in torch.float32)
+# GLM-4.5 / 4.6 / 4.7 (SGLang models/glm4_moe.py v0.5.3 - v0.5.23, vLLM models/glm4_moe.py
+# v0.10.2 - v0.21.0): qkv bias per `attention_bias` but none on o_proj, q/k RMSNorm per
+# `use_qk_norm`, the first `first_k_dense_replace` layers dense, and a float32 router (vLLM's
+# gate is an nn.Linear built in torch.float32, SGLang's Glm4MoeGate from v0.5.19; before it
+# SGLang holds the weight in the model dtype: engines/sglang/router.py)
 _GLM4_MOE = "Glm4MoeForCausalLM"
 # GLM-4.7-Flash: DeepSeek-V2 MLA attention with GLM-4's MoE (the same float32 router and
 # correction bias); MoE from `first_k_dense_replace` every `moe_layer_freq` layers, a field

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from kvtier.engines.deployment import Engine
+from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.rules import EngineRules
-from kvtier.engines.sglang import ledger, log, pool, quantization
+from kvtier.engines.sglang import ledger, log, pool, quantization, router
 from kvtier.engines.sglang.flags import FLAGS
+from kvtier.spec.model import ModelSpec
+
+
+def _load_model(model: ModelSpec, d: Deployment) -> tuple[ModelSpec, str | None]:
+    """The checkpoint under `--quantization`, then GLM's router in the release's dtype."""
+    model, quantized = quantization.loaded_model(model, d.quantization)
+    model, routed = router.loaded_router(model, d.engine_version)
+    notes = [n for n in (quantized, routed) if n]
+    return model, "; ".join(notes) or None
+
 
 RULES = EngineRules(
     engine=Engine.SGLANG,
@@ -14,5 +24,5 @@ RULES = EngineRules(
     build_ledger=ledger.build,
     rounded_measures=ledger.rounded_measures,
     parse_startup=log.parse_sglang,
-    load_model=lambda model, d: quantization.loaded_model(model, d.quantization),
+    load_model=_load_model,
 )
