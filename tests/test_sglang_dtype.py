@@ -66,3 +66,55 @@ def test_a_bfloat16_config_and_explicit_flags_keep_their_rows(tmp_path: Path) ->
 def test_run_dtype_keeps_a_stated_half_dtype() -> None:
     spec = resolve_model("llama-3.1-8b")
     assert run_dtype(spec).name == spec.dtype == "bfloat16"
+
+
+CHECKPOINT_RULE = (
+    "auto -> fp8_e4m3: the checkpoint's kv_cache_quant_algo fp8 "
+    "(ModelRunner.configure_kv_cache_dtype, SGLang v0.5.3+)"
+)
+
+
+def _sglang_row(model: str, **values: object) -> tuple[str, str, int]:
+    d = Deployment(Engine.SGLANG, model, gpu="B200", tp=8, **values)  # type: ignore[arg-type]
+    ledger = plan(d)
+    (row,) = [i for i in ledger.inputs if i.name == "kv cache dtype"]
+    return row.value, row.origin, ledger.kv_bytes_per_token
+
+
+# DeepSeek-V3.1's MLA latent: 61 layers x (512 + 64) elements a token
+LATENT = 61 * (512 + 64)
+
+
+@pytest.mark.parametrize("version", [None, "0.5.3", "0.5.9", "0.5.23"])
+def test_a_modelopt_fp8_kv_checkpoint_stores_fp8_under_auto(version: str | None) -> None:
+    # nvidia/DeepSeek-V3.1-NVFP4 states {"quantization": {"kv_cache_quant_algo": "FP8"}}
+    assert _sglang_row("deepseek-v3.1-nvfp4", engine_version=version) == (
+        "fp8_e4m3",
+        CHECKPOINT_RULE,
+        LATENT,
+    )
+
+
+def test_the_checkpoint_rule_starts_in_v0_5_3_and_yields_to_the_flag() -> None:
+    assert _sglang_row("deepseek-v3.1-nvfp4", engine_version="0.5.2")[::2] == (
+        "bfloat16",
+        2 * LATENT,
+    )
+    assert _sglang_row("deepseek-v3.1-nvfp4", kv_cache_dtype="bfloat16")[::2] == (
+        "bfloat16",
+        2 * LATENT,
+    )
+
+
+def test_an_nvfp4_kv_checkpoint_keeps_the_run_dtype(tmp_path: Path) -> None:
+    # configure_kv_cache_dtype takes FP8 only: an NVFP4 KV format leaves `auto` the run dtype
+    config: dict[str, Any] = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4",
+    }  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert _kv_row(str(path))[::2] == ("bfloat16", LLAMA_CELL)
+    config["quantization_config"]["kv_cache_quant_algo"] = "FP8"
+    path.write_text(json.dumps(config))
+    assert _kv_row(str(path)) == ("fp8_e4m3", CHECKPOINT_RULE, LLAMA_CELL // 2)

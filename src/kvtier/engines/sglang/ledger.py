@@ -14,7 +14,7 @@ from kvtier.engines.sglang import hicache, mamba, weight_segments
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
-from kvtier.engines.sglang.dtype import run_dtype
+from kvtier.engines.sglang.dtype import checkpoint_kv_dtype, run_dtype
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
@@ -37,16 +37,24 @@ def _kv_dtype(p: PlanInputs) -> KVDtype:
         return p.kv_dtype()
     if p.model.kv.index_head_dim:
         return sglang.dsa_kv_dtype(_capability(d))
+    checkpoint = checkpoint_kv_dtype(sglang.era_for(d.engine_version).version, p.model)
+    if checkpoint is not None:
+        return resolve_kv_dtype(d.engine, checkpoint.name, p.model.dtype)
     if d.dtype == "auto":
         return resolve_kv_dtype(d.engine, "auto", run_dtype(p.model).name)
     return p.kv_dtype()
 
 
 def _kv_dtype_row(p: PlanInputs, dtype: KVDtype) -> Input | None:
-    """The 'kv cache dtype' input of a float32 config under `auto`, naming SGLang's downcast;
-    None: the common row says it."""
+    """The 'kv cache dtype' input of `auto` taken from a ModelOpt checkpoint, or of a float32
+    config, naming SGLang's rule; None: the common row says it."""
     d = p.deployment
-    if d.kv_cache_dtype != "auto" or d.dtype != "auto" or p.model.kv.index_head_dim:
+    if d.kv_cache_dtype != "auto" or p.model.kv.index_head_dim:
+        return None
+    checkpoint = checkpoint_kv_dtype(sglang.era_for(d.engine_version).version, p.model)
+    if checkpoint is not None:
+        return Input("kv cache dtype", dtype.name, checkpoint.rule)
+    if d.dtype != "auto":
         return None
     if p.model.config_dtype != "float32":
         return None
