@@ -4,6 +4,7 @@ calibrated baseline within the tolerances docs/simulate.md states."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,9 +13,11 @@ import pytest
 from kvtier.cli import main
 from kvtier.engines.sglang import serving
 from kvtier.engines.vllm import serving as vllm_serving
+from kvtier.errors import KvtierError
 from kvtier.observe.samples import read_samples
 from kvtier.observe.workload_fit import _spread, fit_workload
 from kvtier.sim import baseline
+from kvtier.sim.calibrate import refuse_unfittable
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "observe"
@@ -56,6 +59,7 @@ def test_queued_log_fits_sglangs_own_cumulative_hit_rate() -> None:
     assert round(100 * fit.reuse, 2) == 11.92
     # #new-seq 1+4+6+5+5+5+5 = 31, less one for each batch after a full 8,192-token chunk (5)
     assert sum(n for _, _, n in fit.arrivals) == 44  # 1, then 4 + 38 queued, then 1 more
+    assert fit.admitted == 26 and fit.accept_length is None
     assert fit.prompt_tokens == round((6928 + 2062 + 6 * 8192) / 26)
     assert fit.window.duration_s == 5.0  # 16:43:29 to 16:43:33, the last second included
     assert fit.window.queued == (0, 38, 34, 30, 26, 22, 18)
@@ -185,6 +189,16 @@ def test_minimum_requests_follow_from_the_poisson_error_and_the_tolerance() -> N
     n = baseline.MIN_REQUESTS
     assert n == 25
     assert n**-0.5 <= baseline.THROUGHPUT_SHARE < (n - 1) ** -0.5
+
+
+@pytest.mark.parametrize(("admitted", "refused"), [(25.0, False), (24.9, True), (24.0, True)])
+def test_the_request_floor_is_the_boundary_of_the_refusal(admitted: float, refused: bool) -> None:
+    fit = dataclasses.replace(_fit(QUEUED, output=256), admitted=admitted)
+    if not refused:
+        refuse_unfittable(fit)
+        return
+    with pytest.raises(KvtierError, match=r"at least 6 s \(25 requests"):  # 25 / (24 / 5 s) = 5.2
+        refuse_unfittable(fit)
 
 
 @pytest.mark.parametrize(
