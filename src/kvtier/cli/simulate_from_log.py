@@ -16,7 +16,8 @@ FROM_LOG_HELP = """\
 fit a workload to a SGLang or vLLM serving log's periodic lines (arrivals, prompt and output
 lengths, reuse), calibrate the timing model's efficiencies to the throughput the log shows, and
 print observed vs simulated (hit rate, throughput, queue); with --sweep, the options for that
-traffic"""
+traffic. Refused (exit 2, one line): a log with speculative decoding, or one admitting fewer than
+25 requests (the window a fit needs is said)"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
