@@ -269,16 +269,25 @@ def test_every_sglang_fixture_fits_within_tolerance_or_is_refused_in_one_line(
 
 
 @pytest.mark.parametrize("log", sorted(FIXTURES.glob("vllm-*.log")), ids=lambda p: p.stem)
-def test_every_vllm_fixture_runs_or_is_refused_in_one_line(
+def test_every_vllm_fixture_fits_within_tolerance_or_is_refused_in_one_line(
     log: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # vLLM counts no requests: the mean prompt length is assumed, so the fit is not judged
+    # vLLM counts no requests: the mean prompt length is assumed; what runs fits within the
+    # stated tolerances, and a log faster than the assumed deployment can be is refused
     argv = ["simulate", "--from-log", str(log), *DEPLOYMENT, "--mean-prompt-tokens", "2000"]
     code, out, err = _run([*argv, "--json"], capsys)
     if code == 0:
-        assert json.loads(out)["baseline"]
+        rows = json.loads(out)["baseline"]
+        assert rows and all(r["within"] for r in rows), rows
     else:
         assert code == 2 and err.count("\n") == 1 and str(log) in err
+
+
+def test_a_log_faster_than_the_deployment_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    mtp = FIXTURES / "vllm-2026-05-v1-mtp-kv-full.log"
+    argv = ["simulate", "--from-log", str(mtp), *DEPLOYMENT, "--mean-prompt-tokens", "2000"]
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and "decodes 1.20x faster than the given model can read its bytes" in err
 
 
 def test_fitted_trace_is_written_and_replays(

@@ -13,7 +13,12 @@ prefill  only a saturated server shows its prefill speed (the queue is never emp
 
 Refused before any of this (`refuse_unfittable`): a log that shows speculative decoding (the
 timing model makes one token per running request a decode step, and models no draft), and one
-that admits too few requests to estimate a rate from (baseline.MIN_REQUESTS).
+that admits too few requests to estimate a rate from (baseline.MIN_REQUESTS). Refused by the
+calibration: a log that decodes faster than the model's bytes allow at full HBM bandwidth (read
+in closed form from the lines), or admits prompts faster than peak compute by more than the 20%
+the prompt rate is judged within (the simulated rate at peak is bounded by the fitted arrivals,
+which scatter around the log's): an efficiency beyond 1 is another deployment, not a fit. Short
+of the log's rate by less than that, the compute efficiency is capped at 1 and the output says so.
 """
 
 from __future__ import annotations
@@ -62,11 +67,12 @@ def _hbm(fit: FittedWorkload, config: SimConfig) -> tuple[float | None, str]:
         return None, "no line gives a generation throughput with requests running"
     value = statistics.median(found)
     how = f"median of {len(found)} decode step(s): bytes read / (HBM x running / gen tokens/s)"
-    if value > _HIGHEST:
-        return (
-            _HIGHEST,
-            f"{how} = {value:.2f}, above 1: capped at 1 (the log decodes faster "
-            "than the model's bytes allow: speculative decoding, or another model)",
+    if value > _HIGHEST:  # read in closed form from the lines: above 1 is not this deployment
+        raise KvtierError(
+            f"{fit.source}: the log decodes {value:.2f}x faster than the given model can read "
+            f"its bytes at the GPU's full {timing.hw.hbm_gbps:,.0f} GB/s: it is not this "
+            "deployment (give the log's --model / --gpu / --tp), or it decodes several tokens a "
+            "step (speculative decoding) without printing an acceptance line; not fitted"
         )
     return value, how
 
@@ -110,9 +116,17 @@ def calibrate(
         config = config_for(dataclasses.replace(flags, compute_efficiency=eff))
         return run_window(fit, config)[1].prompt_tps
 
-    if rate(_HIGHEST) < target:
+    if (peak := rate(_HIGHEST)) < target * (1 - THROUGHPUT_SHARE):
+        raise KvtierError(
+            f"{fit.source}: the log admits {target:,.0f} prompt tokens/s, more than the "
+            f"{peak:,.0f} this deployment prefills at peak compute: it is not the log's "
+            "deployment (give its --model / --gpu / --tp, and --mean-prompt-tokens if assumed); "
+            "not fitted"
+        )
+    if peak < target:  # short of the log's rate by less than the bound it is judged by
         flags = dataclasses.replace(flags, compute_efficiency=_HIGHEST)
-        return Calibration(flags, "capped at 1: the log admits prompts faster than peak", hbm_how)
+        how = f"capped at 1: the log admits {target:,.0f} tokens/s, peak gives {peak:,.0f}"
+        return Calibration(flags, how, hbm_how)
     if rate(_LOWEST) >= target:
         flags = dataclasses.replace(flags, compute_efficiency=_LOWEST)
         return Calibration(flags, "floored at 0.01: the log admits prompts slower", hbm_how)
