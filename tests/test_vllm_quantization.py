@@ -215,3 +215,33 @@ def test_sglang_plan_takes_online_fp8(capsys: pytest.CaptureFixture[str]) -> Non
     assert fp8["kv_tokens"] > bf16["kv_tokens"]
     weights = next(i for i in fp8["ledger"] if i["item"] == "weights")
     assert "--quantization fp8" in weights["source"]
+
+
+def test_explain_resolves_an_unprinted_auto_kv_dtype_as_plan_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A vLLM 0.21 log of a ModelOpt NVFP4 checkpoint whose config states FP8 KV and whose lines
+    print no KV dtype: `auto` is fp8 for explain as for plan (35,136 B/token at TP8, not the
+    bfloat16 model dtype's 70,272), so the logged count is reproduced, not halved."""
+    log = tmp_path / "nvfp4.log"
+    log.write_text(
+        "INFO 01-05 10:00:00 [api_server.py:1] vLLM API server version 0.21.0\n"
+        "INFO 01-05 10:00:00 [utils.py:1] non-default args: {'model': "
+        "'nvidia/DeepSeek-V3.1-NVFP4', 'tensor_parallel_size': 8, 'max_model_len': 8192, "
+        "'gpu_memory_utilization': 0.9}\n"
+        "(Worker_TP0 pid=1) INFO 01-05 10:00:05 [gpu_worker.py:1] Available KV cache memory: "
+        "100.00 GiB\n"
+        "(EngineCore_DP0 pid=1) INFO 01-05 10:00:05 [kv_cache_utils.py:1] GPU KV cache size: "
+        "3,055,808 tokens\n",
+        encoding="utf-8",
+    )
+    out = run_json(capsys, ["explain", str(log), "--gpu", "B200", "--json"])
+    deployment = ["--model", "nvidia/DeepSeek-V3.1-NVFP4", "--gpu", "B200", "--tp", "8"]
+    planned = run_json(
+        capsys,
+        ["plan", "--engine", "vllm", *deployment, "--vllm-version", "0.21.0", "--json"],
+    )
+    assert out["kv_bytes_per_token"] == planned["kv_bytes_per_token"] == 35_136
+    row = next(i for i in out["inputs"] if i["name"] == "kv cache dtype")
+    assert row["value"] == "fp8_e4m3" and "kv_cache_quant_algo" in row["source"]["text"]
+    assert out["verdict"] == "match"

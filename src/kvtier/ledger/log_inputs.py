@@ -78,6 +78,7 @@ class LogInputs:
     attn_tp: Fact[int]
     kv_dtype: KVDtype
     kv_dtype_source: Fact[str]
+    kv_dtype_auto: bool  # `auto`, nothing printed: what it becomes is the engine builder's rule
     page_size: Fact[int]
     observed: Fact[int] | None  # None: a failed start that printed no count
     sglang: SGLangMemory | None
@@ -131,7 +132,7 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object], by_class: bool = 
     assert page is not None
     base = _model_dtype(settings, found)
     dsa = _dsa_auto_dtype(startup, found, settings, page.value, pp.value)
-    kv_dtype, kv_source = _kv_dtype(engine, startup, settings, base.value, dsa)
+    kv_dtype, kv_source, kv_auto = _kv_dtype(engine, startup, settings, base.value, dsa)
     geometry = from_log(startup, page.value, kv_dtype.element_bytes)
     model = found
     if model is None:
@@ -204,6 +205,7 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object], by_class: bool = 
         attn_tp=attn_tp,
         kv_dtype=kv_dtype,
         kv_dtype_source=kv_source,
+        kv_dtype_auto=kv_auto,
         page_size=page,
         observed=observed,
         sglang=memory,
@@ -366,9 +368,10 @@ def _kv_dtype(
     settings: Settings,
     base: str,
     dsa: Fact[KVDtype] | None = None,
-) -> tuple[KVDtype, Fact[str]]:
+) -> tuple[KVDtype, Fact[str], bool]:
     """The KV element type: the engine's own dtype line, else the argument, else the model's
-    (`dsa`: what `auto` becomes for a DSA model)."""
+    (`dsa`: what `auto` becomes for a DSA model); and whether it is an unprinted `auto` taken as
+    the model's dtype (the builder has the engine's full rule for what `auto` becomes)."""
     printed: Fact[str] | None = None
     if isinstance(startup, SGLangStartup):
         printed = startup.kv_dtype or _pool_dtype(startup)
@@ -389,12 +392,12 @@ def _kv_dtype(
     except KvtierError as exc:
         raise KvtierError(f"KV cache dtype {name!r} ({source.where}): {exc}") from None
     if plain == "auto" and dsa is not None:
-        return dsa.value, Fact(dsa.value.name, dsa.line, dsa.text, dsa.rank)
+        return dsa.value, Fact(dsa.value.name, dsa.line, dsa.text, dsa.rank), False
     if plain == "auto":  # say what "auto" resolved to
         how = f"auto = the model dtype ({source.where})"
         text = source.text if source.line is not None else how
-        return dtype, Fact(dtype.name, source.line, text, source.rank)
-    return dtype, source
+        return dtype, Fact(dtype.name, source.line, text, source.rank), True
+    return dtype, source, False
 
 
 def _tp_ranks_seen(startup: SGLangStartup | VllmStartup) -> int:

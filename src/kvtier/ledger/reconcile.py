@@ -312,10 +312,19 @@ def _common_rows(inp: LogInputs, ledger: Ledger) -> list[tuple[str, Fact[object]
     return [
         ("model", inp.model_source),
         ("tensor parallel (attention)", inp.attn_tp),
-        ("kv cache dtype", inp.kv_dtype_source),
+        ("kv cache dtype", _kv_dtype_row(inp, ledger)),
         ("page size" if inp.engine is Engine.SGLANG else "block size", inp.page_size),
         ("bytes per token per GPU", stated(ledger.kv_bytes_per_token, how)),
     ]
+
+
+def _kv_dtype_row(inp: LogInputs, ledger: Ledger) -> Fact[object]:
+    """The KV dtype as the log states it; an unprinted `auto` as the builder resolved it."""
+    if inp.kv_dtype_auto and inp.model_known:
+        row = next((i for i in ledger.inputs if i.name == "kv cache dtype"), None)
+        if row is not None:
+            return stated(row.value, row.origin)
+    return inp.kv_dtype_source
 
 
 def _input_origin(ledger: Ledger, name: str) -> str:
