@@ -34,12 +34,12 @@ from kvtier.engines.sglang.memory_settings import (
     MAX_PREFILL_TOKENS,
     memory_settings,
     prefill_capture_sizes,
+    tier,
 )
 from kvtier.engines.sglang.pool import (
     V0_4_9,
     V0_4_10,
     V0_5_2,
-    V0_5_5,
     V0_5_11,
     V0_5_13,
     FractionRule,
@@ -117,22 +117,6 @@ def _old_chunk_and_bs(rule: FractionRule, gpu: int | None, tp: int) -> tuple[int
     if small:
         return chunk, 8 if tp < 4 else 80
     return chunk, 160 if rule is FractionRule.TP_TABLE else None
-
-
-def _tier(gpu: int | None, tp: int, v: Version, rule: FractionRule) -> tuple[int, int]:
-    """_handle_gpu_memory_settings (v0.5.3+): chunked_prefill_size, cuda_graph_max_bs by card."""
-    big_tp = tp >= 4
-    if gpu is None:
-        return 4096, 160
-    if gpu < 20 * 1024:
-        return 2048, 8
-    if gpu < 35 * 1024:
-        return 2048, 80 if big_tp else (24 if v >= V0_5_5 else 16)
-    if gpu < 60 * 1024:
-        return 4096, 160 if big_tp else 32
-    if gpu < 160 * 1024:
-        return 8192, 512 if big_tp else 256
-    return 16384, 512
 
 
 def _piecewise_mib(d: Deployment, model: ModelSpec, chunk: int, v: Version) -> float:
@@ -240,7 +224,7 @@ def default_mem_fraction(
     elif rule is FractionRule.MEMORY_HOOK:
         value, text, chunk, max_bs = memory_settings(v, gpu, d, model)
     else:
-        tier_chunk, tier_bs = _tier(gpu, d.tp, v, rule)
+        tier_chunk, tier_bs = tier(gpu, d.tp, v)
         chunk = given_chunk if given_chunk is not None else tier_chunk
         max_bs = given_bs if given_bs is not None else tier_bs
         if gpu is None:

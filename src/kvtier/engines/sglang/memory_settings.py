@@ -20,6 +20,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from kvtier.engines.deployment import Deployment
+from kvtier.engines.sglang.pool import V0_5_5
 from kvtier.engines.version import Version
 from kvtier.spec.model import AttentionKind, ModelSpec
 
@@ -163,7 +164,8 @@ def _prefill_max_tokens(d: Deployment, model: ModelSpec, chunk: int, v: Version)
 
 
 def tier(gpu: int | None, tp: int, v: Version) -> tuple[int, int]:
-    """chunked_prefill_size and decode max_bs by GPU memory class (nvidia-smi MiB)."""
+    """chunked_prefill_size and decode max_bs by GPU memory class (nvidia-smi MiB):
+    _handle_gpu_memory_settings from v0.5.3 (handle_gpu_memory_settings from v0.5.14)."""
     big_tp = tp >= 4
     if gpu is None:
         return 4096, 160
@@ -172,7 +174,7 @@ def tier(gpu: int | None, tp: int, v: Version) -> tuple[int, int]:
     if gpu < 35 * 1024:
         if v >= V0_5_20:  # 32 GB Blackwell cards keep decode graphs past batch 24
             return 4096, 160 if big_tp else 48
-        return 2048, 80 if big_tp else 24
+        return 2048, 80 if big_tp else (24 if v >= V0_5_5 else 16)
     if gpu < 60 * 1024:
         return 4096, 160 if big_tp else 32
     if gpu < 160 * 1024:
