@@ -8,7 +8,7 @@ import pytest
 
 from kvtier.engines.sglang.prefetch import prefetch_era
 from kvtier.errors import KvtierError
-from kvtier.sim.engine.prefetch import PrefetchFlags, PrefetchPolicy
+from kvtier.sim.servers.prefetch import PrefetchFlags, PrefetchPolicy
 
 
 @pytest.mark.parametrize(

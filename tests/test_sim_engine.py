@@ -6,14 +6,14 @@ import pytest
 
 from kvtier.cache.storage import Tier
 from kvtier.engines.sglang.prefetch import ERA_0_5_3
-from kvtier.sim.engine.cacheport import TieredCachePort
-from kvtier.sim.engine.prefetch import PrefetchPolicy, PrefetchQueue, PrefetchRules
-from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
-from kvtier.sim.engine.simulator import Simulation
-from kvtier.sim.engine.store import AccountingStore
 from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.run import simulate
+from kvtier.sim.servers.hicache import TieredCachePort
+from kvtier.sim.servers.prefetch import PrefetchPolicy, PrefetchQueue, PrefetchRules
+from kvtier.sim.servers.sglang import EngineConfig, SGLangServer
+from kvtier.sim.servers.store import AccountingStore
 from kvtier.sim.setup import SimConfig
+from kvtier.sim.simulation import Simulation
 from kvtier.sim.timing import Hardware, ModelCost, TimingModel
 from kvtier.sim.trace import Trace, TraceRequest
 
@@ -133,7 +133,7 @@ def _store_run(rules: PrefetchRules) -> RequestRecord:
     port = TieredCachePort(5, 8, store_pages=100)
     # capacity int(0.8 x (8 - 5) x 512) = 1228 tokens: nothing in flight, so b's prefetch starts
     queue = PrefetchQueue(rules, TM.store_read_s(1), ERA_0_5_3.capacity_tokens(8 * 512, 5 * 512))
-    engine = ServerModel(port, TM, EngineConfig(512, 64, 8192), queue)
+    engine = SGLangServer(port, TM, EngineConfig(512, 64, 8192), queue)
     records = Simulation(Trace((a, c, d, b)), engine).run()
     assert port.evictions()["store"] == 0
     return records[3]
@@ -207,7 +207,7 @@ def test_a_prefetch_starts_only_behind_a_backed_up_device_prefix(
     port = TieredCachePort(6, 12, write_policy=policy, store_pages=100)
     rules = PrefetchRules(PrefetchPolicy.WAIT_COMPLETE)
     queue = PrefetchQueue(rules, TM.store_read_s(1), ERA_0_5_3.capacity_tokens(12 * 512, 6 * 512))
-    engine = ServerModel(port, TM, EngineConfig(512, 64, 8192), queue)
+    engine = SGLangServer(port, TM, EngineConfig(512, 64, 8192), queue)
     e = Simulation(Trace(tuple(rows)), engine).run()[-1]
     assert e.hit_tokens == {Tier.DEVICE: 512, Tier.HOST: 0, Tier.STORE: store_hit}
     assert queue.issued == (1 if store_hit else 0)

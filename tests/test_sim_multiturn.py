@@ -285,7 +285,7 @@ def test_flags_for_another_input_are_one_line(
 
 def test_the_cli_names_match_the_models() -> None:
     from kvtier.cli import simulate_hicache as cli
-    from kvtier.sim.engine import prefetch
+    from kvtier.sim.servers import prefetch
 
     assert cli.READY_QUEUES == READY_QUEUE_POLICIES
     assert cli.DEFAULTS == BENCHMARK_DEFAULTS

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kvtier.sim.engine.prefetch import Prefetch, PrefetchPolicy, PrefetchQueue, PrefetchRules
+from kvtier.sim.servers.prefetch import Prefetch, PrefetchPolicy, PrefetchQueue, PrefetchRules
 
 S = 0.001  # seconds a token: 1,000 tokens a second
 

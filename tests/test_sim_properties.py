@@ -19,8 +19,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvtier.sim.engine.prefetch import PrefetchPolicy, PrefetchRules
 from kvtier.sim.run import simulate
+from kvtier.sim.servers.prefetch import PrefetchPolicy, PrefetchRules
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.timing import Hardware, ModelCost, TimingModel
 from kvtier.sim.trace import Trace, TraceRequest

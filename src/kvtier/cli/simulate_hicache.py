@@ -11,7 +11,7 @@ from kvtier.errors import KvtierError
 
 MULTITURN = "multiturn"
 READY_QUEUES = ("random", "fifo")  # tests check these against kvtier.sim.multiturn
-PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")  # and sim.engine.prefetch
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")  # and sim.servers.prefetch
 MULTITURN_HELP = """\
 Each turn sends the client's whole history (earlier requests and answers) plus a new request; a
 sender pops the ready queue at Poisson times of --rate turns/s. Lines carry `round` (0 first), and
@@ -212,7 +212,7 @@ def with_policies(args: argparse.Namespace, deployment: Any) -> Any:
 
 def prefetch_flags(args: argparse.Namespace) -> Any:
     """The threshold and timeouts given (the policy travels in the deployment)."""
-    from kvtier.sim.engine.prefetch import PrefetchFlags
+    from kvtier.sim.servers.prefetch import PrefetchFlags
 
     return PrefetchFlags(
         None,

@@ -44,7 +44,7 @@ class ClientLoop:
 
 
 class Clients:
-    """The benchmark's clients as an arrival source for `kvtier.sim.engine.simulator`."""
+    """The benchmark's clients as an arrival source for `kvtier.sim.simulation`."""
 
     def __init__(self, spec: MultiturnSpec, seed: int, max_parallel: int) -> None:
         if max_parallel < 1:

@@ -1,19 +1,15 @@
-"""One timed simulation: a trace through the SGLang-like engine over kvtier's tiered cache."""
+"""One timed simulation: a trace through the server model of the deployment's engine."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvtier.engines.sglang.prefetch import ERA_0_5_3
 from kvtier.sim.clients import ClientLoop
-from kvtier.sim.engine.cacheport import TieredCachePort
-from kvtier.sim.engine.prefetch import PrefetchQueue
-from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
-from kvtier.sim.engine.simulator import Simulation
 from kvtier.sim.metrics import Concurrency, RequestRecord, SimResult, summarize
+from kvtier.sim.servers import build_server
 from kvtier.sim.setup import SimConfig
+from kvtier.sim.simulation import Simulation
 from kvtier.sim.trace import Trace
 
 
@@ -26,6 +22,7 @@ class Replay:
     pcie_busy_s: float
     evictions: dict[str, int]
     prefetches: dict[str, object] | None = None  # the store prefetch's policy and counts
+    preemptions: int = 0
 
 
 def replay(
@@ -35,52 +32,21 @@ def replay(
     `config` describes; `progress` gets settled requests."""
     if trace.block_size != config.block_size:
         raise ValueError("trace and config disagree on the block size")
-    port = TieredCachePort(
-        config.device_blocks, config.host_blocks, config.write_policy, config.store_blocks
-    )
-    prefetch = None
-    if config.store_blocks:
-        # HiCacheController: prefetch_threshold = max(prefetch_threshold, page_size)
-        rules = config.prefetch
-        rules = dataclasses.replace(
-            rules, threshold_tokens=max(rules.threshold_tokens, config.page_size)
-        )
-        capacity = config.prefetch_capacity
-        if capacity is None:
-            capacity = ERA_0_5_3.capacity_tokens(config.host_tokens, config.device_tokens)
-        prefetch = PrefetchQueue(rules, config.timing.store_read_s(1), capacity)
-    engine = ServerModel(
-        port,
-        config.timing,
-        EngineConfig(
-            config.block_size,
-            config.max_running_requests,
-            config.chunked_prefill_size,
-            config.context_length,
-        ),
-        prefetch,
-    )
+    server = build_server(config)
     clients = None
     if isinstance(trace, ClientLoop):
         clients = trace.start()
-        sim = Simulation(clients, engine)
+        sim = Simulation(clients, server)
     else:
-        sim = Simulation(trace, engine)
+        sim = Simulation(trace, server)
     records = sim.run(progress)
     settled = sum(1 for r in records if r.finished or r.rejected)
     if settled != len(records):
         raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
     if clients is not None and clients.left:
         raise RuntimeError(f"{clients.left} turns of the benchmark's clients were never sent")
-    prefetches: dict[str, object] | None = None
-    if prefetch is not None:
-        prefetches = {
-            "policy": prefetch.rules.policy.value,
-            "issued": prefetch.issued,
-            "completed": prefetch.completed,
-            "stopped_early": prefetch.partial,
-        }
-    return Replay(records, sim.concurrency, engine.pcie_busy_s, port.evictions(), prefetches)
+    c = server.counters()
+    return Replay(records, sim.concurrency, c.pcie_busy_s, c.evictions, c.prefetches, c.preemptions)
 
 
 def simulate(

@@ -25,7 +25,7 @@ from kvtier.engines.sglang.hicache import host_tokens
 from kvtier.engines.sglang.prefetch import prefetch_era
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
-from kvtier.sim.engine.prefetch import PrefetchFlags, PrefetchRules
+from kvtier.sim.servers.prefetch import PrefetchFlags, PrefetchRules
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
 from kvtier.spec.model import AttentionKind, ModelSpec
 from kvtier.spec.weights import weight_bytes
@@ -56,6 +56,7 @@ class SimConfig:
     store_tokens: int = 0  # L3 store capacity; 0: no store
     prefetch: PrefetchRules = field(default_factory=PrefetchRules)  # waiting for store hits
     prefetch_capacity: int | None = None  # tokens in prefetch at once; None: v0.5.3-v0.5.9 rule
+    engine: Engine = Engine.SGLANG  # whose server model runs it (`kvtier.sim.servers`)
 
     @property
     def block_tokens(self) -> int:
@@ -267,4 +268,5 @@ def build_config(
         store_tokens=store_tokens,
         prefetch=rules,
         prefetch_capacity=capacity,
+        engine=d.engine,
     )

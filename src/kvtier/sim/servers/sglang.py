@@ -13,24 +13,32 @@ unchanged batch are advanced together, up to the next finish or the next arrival
 time a waiting request's store prefetch may stop).
 
 With an L3 store, a request whose prompt continues in the store starts a prefetch when it arrives
-(`kvtier.sim.engine.prefetch`); the scheduler skips it until the prefetch policy lets the
+(`kvtier.sim.servers.prefetch`); the scheduler skips it until the prefetch policy lets the
 prefetch stop, and what arrived by then is loaded back with the host hit. A host (or prefetched)
 hit shorter than `LOAD_BACK_THRESHOLD` tokens is recomputed instead (`HiRadixCache.load_back`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvtier.cache.storage import Tier
-from kvtier.sim.engine.port import CachePort
-from kvtier.sim.engine.prefetch import Prefetch, PrefetchQueue
+from kvtier.engines.sglang.prefetch import ERA_0_5_3
 from kvtier.sim.metrics import RequestRecord
+from kvtier.sim.servers.base import ServerCounters
+from kvtier.sim.servers.cache_port import CachePort
+from kvtier.sim.servers.hicache import TieredCachePort
+from kvtier.sim.servers.prefetch import Prefetch, PrefetchQueue
 from kvtier.sim.timing import TimingModel
 from kvtier.sim.trace import TraceRequest
+
+if TYPE_CHECKING:
+    from kvtier.sim.setup import SimConfig
 
 # HiRadixCache.load_back (sglang v0.5.3-v0.5.18): a host hit of fewer tokens is recomputed instead
 LOAD_BACK_THRESHOLD = 10
@@ -57,8 +65,8 @@ class Live:
     fetched: tuple[int, int] = (0, 0)  # (first block, blocks) its store prefetch brought in
 
 
-class ServerModel:
-    """The simulated server: the scheduler the event loop drives; times in seconds."""
+class SGLangServer:
+    """The simulated SGLang server (`kvtier.sim.servers.base.ServerModel`); times in seconds."""
 
     def __init__(
         self,
@@ -92,6 +100,22 @@ class ServerModel:
     def running(self) -> int:
         return len(self.prefilling) + len(self.decoding)
 
+    @property
+    def queued(self) -> int:
+        return len(self.waiting)
+
+    def counters(self) -> ServerCounters:
+        q = self.prefetch
+        prefetches: dict[str, object] | None = None
+        if q is not None:
+            prefetches = {
+                "policy": q.rules.policy.value,
+                "issued": q.issued,
+                "completed": q.completed,
+                "stopped_early": q.partial,
+            }
+        return ServerCounters(self.cache.evictions(), self.pcie_busy_s, 0, prefetches)
+
     def pages_for(self, req: TraceRequest) -> tuple[int, int]:
         """(prompt blocks, private pages for the output) a request holds at its peak."""
         total = math.ceil((req.input_len + req.output_len) / self.config.block_size)
@@ -113,11 +137,10 @@ class ServerModel:
             )
         return ""
 
-    def arrive(self, live: Live, now: float) -> None:
-        self.waiting.append(live)
+    def arrive(self, req: TraceRequest, rec: RequestRecord, now: float) -> None:
+        self.waiting.append(Live(req, rec))
         if self.prefetch is None:
             return
-        req = live.req
         hit = self.cache.match(req.blocks)
         # the match must end at a node with a host copy (which node: the era's rule)
         backed_up = hit.backed_up or (self.prefetch.rules.start_after_host_hit and hit.host > 0)
@@ -291,3 +314,29 @@ class ServerModel:
         self.cache.release(live.req.rid)
         live.rec.finish_s = now
         return live.rec
+
+
+def build(config: SimConfig) -> SGLangServer:
+    """The SGLang server `config` describes: HiCache's tiers in trace blocks, and the store's
+    prefetch queue when there is a store."""
+    port = TieredCachePort(
+        config.device_blocks, config.host_blocks, config.write_policy, config.store_blocks
+    )
+    prefetch = None
+    if config.store_blocks:
+        # HiCacheController: prefetch_threshold = max(prefetch_threshold, page_size)
+        rules = config.prefetch
+        rules = dataclasses.replace(
+            rules, threshold_tokens=max(rules.threshold_tokens, config.page_size)
+        )
+        capacity = config.prefetch_capacity
+        if capacity is None:
+            capacity = ERA_0_5_3.capacity_tokens(config.host_tokens, config.device_tokens)
+        prefetch = PrefetchQueue(rules, config.timing.store_read_s(1), capacity)
+    limits = EngineConfig(
+        config.block_size,
+        config.max_running_requests,
+        config.chunked_prefill_size,
+        config.context_length,
+    )
+    return SGLangServer(port, config.timing, limits, prefetch)

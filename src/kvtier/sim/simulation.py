@@ -1,8 +1,8 @@
-"""The discrete-event loop: arrivals and engine steps on one clock (after Vidur's simulator).
+"""The discrete-event loop: arrivals and server steps on one clock (after Vidur's simulator).
 
 Pop the earliest event, let it act, push the events it causes. At equal times arrivals go
 first, so requests that arrive together are scheduled together; a step end then starts the
-next step at once, and an idle engine is woken by an arrival.
+next step at once, and an idle server is woken by an arrival.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
-from kvtier.sim.engine.scheduler import Live, ServerModel
 from kvtier.sim.metrics import Concurrency, RequestRecord
+from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.trace import Trace, TraceRequest
 
 ARRIVAL, STEP_END, WAKE = 0, 1, 2  # tie order at equal times
@@ -55,12 +55,12 @@ class TraceArrivals:
 
 
 class Simulation:
-    """Replays `source` (a trace, or any `Arrivals`) through `engine`; `run` returns every
+    """Replays `source` (a trace, or any `Arrivals`) through `server`; `run` returns every
     request's record in arrival order."""
 
-    def __init__(self, source: Trace | Arrivals, engine: ServerModel) -> None:
+    def __init__(self, source: Trace | Arrivals, server: ServerModel) -> None:
         self.arrivals = TraceArrivals(source) if isinstance(source, Trace) else source
-        self.engine = engine
+        self.server = server
         self.records: list[RequestRecord] = []
         self.concurrency = Concurrency()
         self._seq = 0
@@ -80,14 +80,14 @@ class Simulation:
             if kind == ARRIVAL:
                 self._arrive(now)
             elif kind == STEP_END:
-                done = self.engine.finish_step(now)
+                done = self.server.finish_step(now)
                 for rec in done:
                     self.arrivals.settled(rec.rid, True)
                 self._settled += len(done)
                 self._step(now)
-            elif not self.engine.busy:
+            elif not self.server.busy:
                 self._step(now)
-            self.concurrency.observe(now, self.engine.running, len(self.engine.waiting))
+            self.concurrency.observe(now, self.server.running, self.server.queued)
             if progress is not None and self._settled != reported:
                 reported = self._settled
                 progress(reported)
@@ -101,18 +101,18 @@ class Simulation:
             return
         rec = RequestRecord(req.rid, req.arrival_s, req.input_len, req.output_len, req.round)
         self.records.append(rec)
-        rec.rejected = self.engine.never_fits(req)
+        rec.rejected = self.server.never_fits(req)
         if rec.rejected:
             self._settled += 1
             self.arrivals.settled(req.rid, False)
             return
-        self.engine.arrive(Live(req, rec), now)
-        if not self.engine.busy:
+        self.server.arrive(req, rec, now)
+        if not self.server.busy:
             self._push(now, WAKE)
 
     def _step(self, now: float) -> None:
-        duration = self.engine.start_step(now, self.arrivals.next_time())
+        duration = self.server.start_step(now, self.arrivals.next_time())
         if duration is not None:
             self._push(now + duration, STEP_END)
-        elif now < (wake := self.engine.next_wake()) < math.inf:
+        elif now < (wake := self.server.next_wake()) < math.inf:
             self._push(wake, WAKE)  # a waiting request's prefetch may stop then

@@ -14,8 +14,8 @@ from kvtier.cache import request
 from kvtier.cache.hierarchy import TieredCache, WritePolicy
 from kvtier.cache.radix import MatchResult
 from kvtier.cache.storage import AccountingStorage, Tier
-from kvtier.sim.engine.port import PrefixHit
-from kvtier.sim.engine.store import AccountingStore
+from kvtier.sim.servers.cache_port import PrefixHit
+from kvtier.sim.servers.store import AccountingStore
 
 
 class TieredCachePort:
