@@ -1,42 +1,16 @@
-"""One interface over each engine's rules: `rules_for(Engine.SGLANG)` / `rules_for(Engine.VLLM)`.
+"""Each engine's rules behind one interface: `rules_for(Engine.SGLANG)` / `rules_for(Engine.VLLM)`.
 
-Everything engine-specific that plan, explain, advise and simulate need is reached through it:
-the version eras, the launch-flag table, the startup-log grammar and the ledger builder (which
-holds the pool formula and the default rules). Each engine implements it in one package,
-`engines/<engine>/`, and nothing outside that package computes an engine's number.
+Each engine implements `EngineRules` (engines/interface.py) in one package, `engines/<engine>/`,
+and nothing outside that package computes an engine's number.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
-from kvtier.engines.deployment import Deployment, Engine
-from kvtier.engines.flags import FlagTable
-from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.ledger import Ledger
-from kvtier.logs.lines import LogLine
-from kvtier.spec.model import ModelSpec
-
-
-@dataclass(frozen=True, slots=True)
-class EngineRules:
-    engine: Engine
-    flags: FlagTable  # launch flags: Deployment field, printed name, spellings
-    era_label: Callable[[str | None], str]  # the rule era a version falls in, as printed
-    build_ledger: Callable[[PlanInputs], Ledger]  # pool formula, default rules, ledger items
-    rounded_measures: Callable[[Deployment], tuple[str, ...]]  # printed figures the pool reads
-    parse_startup: Callable[[list[LogLine]], Any]  # the startup-log grammar
-    # the model as the engine loads it under the deployment's flags (--quantization), and why
-    load_model: Callable[[ModelSpec, Deployment], tuple[ModelSpec, str | None]]
+from kvtier.engines.deployment import Engine
+from kvtier.engines.interface import EngineRules
+from kvtier.engines.sglang.rules import RULES as SGLANG
+from kvtier.engines.vllm.rules import RULES as VLLM
 
 
 def rules_for(engine: Engine) -> EngineRules:
-    if engine is Engine.SGLANG:
-        from kvtier.engines.sglang.rules import RULES as SGLANG
-
-        return SGLANG
-    from kvtier.engines.vllm.rules import RULES as VLLM
-
-    return VLLM
+    return SGLANG if engine is Engine.SGLANG else VLLM

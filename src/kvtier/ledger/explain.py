@@ -8,14 +8,15 @@ from dataclasses import dataclass
 
 from kvtier.engines.deployment import Engine, Measured
 from kvtier.engines.detect import ParsedLog, parse_log
+from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation
 from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.log_geometry import stand_in, with_bytes
+from kvtier.engines.rules import rules_for
 from kvtier.ledger.log_deployment import log_deployment
-from kvtier.ledger.log_geometry import stand_in, with_bytes
-from kvtier.ledger.log_inputs import LogInputs, log_inputs
-from kvtier.ledger.log_ledger import LogLedger, build_ledger
+from kvtier.ledger.log_inputs import log_inputs
 from kvtier.ledger.options import LogOptions, log_options
 from kvtier.ledger.plan import resolve
-from kvtier.ledger.reconcile import Reconciliation, reconcile
+from kvtier.ledger.reconcile import reconcile
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,9 @@ def _explain(
     host_ram = flags.get("host_ram_gb")
     host = float(host_ram) if isinstance(host_ram, int | float) else None
     options = log_options(plan, rec.ledger, host) if rec.ledger is not None else None
-    ledger = build_ledger(inputs, rec, measured, rec.ledger)
+    ledger = rules_for(inputs.engine).explain.ledger(
+        inputs, rec, measured or Measured(), rec.ledger
+    )
     return Explanation(inputs, rec, ledger, options)
 
 

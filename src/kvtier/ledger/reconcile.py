@@ -12,94 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from dataclasses import dataclass
 
 from kvtier.engines.deployment import Engine, Measured
+from kvtier.engines.explain import LogInputs, Reconciliation
 from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Ledger
-from kvtier.engines.vllm.log import VllmStartup
+from kvtier.engines.rules import rules_for
 from kvtier.errors import KvtierError
-from kvtier.ledger.log_inputs import LogInputs
 from kvtier.ledger.plan import build_ledger, rounded_measures
 from kvtier.logs.facts import Fact, stated
-from kvtier.spec.model import ModelSpec
 from kvtier.units import GiB
 
 # Every GiB figure both engines print is formatted with two decimals (%.2f).
 PRINTED_HALF_UNIT = 0.005
-
-
-@dataclass(frozen=True, slots=True)
-class Reconciliation:
-    """Observed vs recomputed KV tokens of one logged start, with every input's provenance."""
-
-    engine: str
-    model: ModelSpec
-    model_source: Fact[str]
-    observed: Fact[int] | None  # None: a failed start that printed no count
-    predicted: int
-    predicted_low: int
-    predicted_high: int
-    kv_bytes_per_token: int  # one GPU (rank), all its layers
-    kv_dtype: KVDtype
-    page_size: int
-    inputs: tuple[tuple[str, Fact[object]], ...]
-    formula: str
-    warnings: tuple[str, ...]
-    notes: tuple[str, ...]
-    ledger: Ledger | None  # the builder's ledger from the log's figures; None: it cannot run
-    failure: Fact[str] | None = None  # the engine's refusal line
-    unchecked: str | None = None  # why the count is observed only (nothing to recompute from)
-    estimated: tuple[str, ...] = ()  # names of inputs that were estimated, not printed
-
-    @property
-    def difference(self) -> int:
-        return self.predicted - (self.observed.value if self.observed else 0)
-
-    @property
-    def relative_difference(self) -> float:
-        observed = self.observed.value if self.observed else 0
-        return self.difference / observed if observed else 0.0
-
-    @property
-    def matches(self) -> bool:
-        observed = self.observed.value if self.observed else 0
-        return self.predicted_low <= observed <= self.predicted_high
-
-    @property
-    def status(self) -> str:
-        """One of: failed, observed only, predicted only, match, mismatch."""
-        if self.failure is not None:
-            return "failed"
-        if self.unchecked is not None:
-            return "observed only"
-        if self.observed is None:
-            return "predicted only"
-        return "match" if self.matches else "mismatch"
-
-    @property
-    def verdict(self) -> str:
-        if self.failure is not None:
-            count = (
-                "the count it states is within the recomputed range"
-                if self.observed is not None and self.matches
-                else "no KV pool was allocated"
-                if self.observed is None
-                else f"the count it states is {self.relative_difference:+.2%} off"
-            )
-            return f"failed start ({self.failure.where}): {self.failure.value}; {count}"
-        if self.unchecked is not None:
-            return f"observed only: {self.unchecked}"
-        if self.observed is None:
-            return "predicted only: the log prints no KV token count to compare with"
-        widened = " and the estimated inputs" if self.estimated else ""
-        if self.matches:
-            return f"match: within the rounding of the printed figures{widened}"
-        return (
-            f"mismatch: {self.relative_difference:+.2%} outside the rounding of the printed "
-            f"figures{widened}"
-        )
 
 
 def token_range(plan: PlanInputs, halves: dict[str, float]) -> tuple[int, int]:
@@ -143,15 +68,13 @@ def reconcile(
     `variants` are the same deployment at the other ends of an uncertain input (a model's bytes
     per token read from the log); the range covers them too.
     """
+    rules = rules_for(inp.engine).explain
     if halves is None:
         halves = dict.fromkeys(rounded_measures(plan.deployment), PRINTED_HALF_UNIT)
-        if inp.sglang is not None and inp.sglang.card is not None:
-            halves["gpu_mem_gib"] = inp.sglang.card.half
-    startup = inp.parsed.startup
-    override = startup.blocks_override if isinstance(startup, VllmStartup) else None
-    if override is not None:  # vLLM took the count from the flag; no budget sized it
-        why = f"--num-gpu-blocks-override={override.value:,} set the block count ({override.where})"
-        return _unbuilt(inp, plan, why)
+        halves.update(rules.rounding(inp))
+    pinned = rules.pinned(inp)
+    if pinned is not None:  # a flag set the count; no budget sized it
+        return _unbuilt(inp, plan, pinned)
     try:
         ledger = _count_ledger(inp, plan)
     except KvtierError as exc:
@@ -280,20 +203,9 @@ def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
 
 
 def _memory_rows(inp: LogInputs, ledger: Ledger) -> list[tuple[str, Fact[object]]]:
-    if inp.sglang is not None:
-        s = inp.sglang
-        fraction: Fact[object] = (
-            s.fraction
-            if s.fraction is not None
-            else stated(ledger.mem_fraction, _input_origin(ledger, "mem_fraction_static"))
-        )
-        return [
-            ("free before load (GiB, min over ranks)", s.free_before),
-            ("free after load (GiB, min over ranks)", s.free_after),
-            ("mem_fraction_static", fraction),
-        ]
-    if inp.vllm is not None:
-        return [("available KV (GiB)", inp.vllm.available)]
+    rows = rules_for(inp.engine).explain.memory_rows(inp, ledger)
+    if rows:
+        return rows
     return [
         ("memory figures", stated("estimated", "estimated by kvtier plan: " + _estimates(ledger)))
     ]
@@ -327,8 +239,4 @@ def _kv_dtype_row(inp: LogInputs, ledger: Ledger) -> Fact[object]:
     return inp.kv_dtype_source
 
 
-def _input_origin(ledger: Ledger, name: str) -> str:
-    return next((i.origin for i in ledger.inputs if i.name == name), "default")
-
-
-__all__ = ["PRINTED_HALF_UNIT", "Measured", "Reconciliation", "reconcile", "token_range"]
+__all__ = ["PRINTED_HALF_UNIT", "Measured", "reconcile", "token_range"]

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from kvtier.engines.ledger import LedgerItem
+from kvtier.engines.sglang.explain import SGLangMemory
 from kvtier.engines.sglang.log import SGLangStartup
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import Explanation
@@ -166,7 +167,7 @@ def _free_at_pool_end(e: Explanation) -> Fact[float] | None:
 def reconcile_card(gpus: tuple[GpuMemory, ...], e: Explanation) -> CardReconciliation:
     """nvidia-smi's used on the fullest GPU, as the ledger's items plus a named remainder."""
     compared = _fullest(gpus)
-    sglang = e.inputs.sglang
+    sglang = e.inputs.memory if isinstance(e.inputs.memory, SGLangMemory) else None
     notes = [
         f"GPU {compared.index} is compared: the most used of {len(gpus)}; the log's figures are "
         "the minimum over ranks of free memory, so the fullest rank"

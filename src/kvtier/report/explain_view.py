@@ -13,9 +13,9 @@ from kvtier.report.json_text import json_text
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from kvtier.engines.explain import LogLedger
     from kvtier.engines.ledger import LedgerItem
     from kvtier.ledger.explain import Explanation
-    from kvtier.ledger.log_ledger import LogLedger
     from kvtier.logs.facts import Fact
     from kvtier.observe.nvidia_smi import CardReconciliation
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment, Engine
-from kvtier.engines.rules import EngineRules
-from kvtier.engines.sglang import ledger, log, pool, quantization, router
+from kvtier.engines.interface import EngineRules
+from kvtier.engines.sglang import explain, ledger, log, pool, quantization, router
 from kvtier.engines.sglang.flags import FLAGS
 from kvtier.spec.model import ModelSpec
 
@@ -25,4 +25,5 @@ RULES = EngineRules(
     rounded_measures=ledger.rounded_measures,
     parse_startup=log.parse_sglang,
     load_model=_load_model,
+    explain=explain.EXPLAIN,
 )

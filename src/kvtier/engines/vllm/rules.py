@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kvtier.engines.deployment import Engine
-from kvtier.engines.rules import EngineRules
-from kvtier.engines.vllm import ledger, log, pool, quantization
+from kvtier.engines.interface import EngineRules
+from kvtier.engines.vllm import explain, ledger, log, pool, quantization
 from kvtier.engines.vllm.flags import FLAGS
 
 RULES = EngineRules(
@@ -15,4 +15,5 @@ RULES = EngineRules(
     rounded_measures=ledger.rounded_measures,
     parse_startup=log.parse_vllm,
     load_model=lambda model, d: quantization.loaded_model(model, d.quantization),
+    explain=explain.EXPLAIN,
 )

@@ -1,66 +1,35 @@
-"""The per-GPU ledger a startup log itself shows, and the plain answer to "is memory left unused?".
+"""The per-GPU ledger an SGLang startup log itself shows, and the plain answer to "is memory left
+unused?".
 
-SGLang, one GPU (figures from the log's lines; the reserve is a fixed share of pre-load free):
+One GPU (figures from the log's lines; the reserve is a fixed share of pre-load free):
 
     |---- weights ----|---- KV pool ----|-- pool-time extras --|----------- reserve -----------|
      Load weight end    KV Cache is        free after load          free before load x (1 - f):
      mem usage          allocated          - KV - pool end          draft weights, draft KV,
                                                                     CUDA graphs, then free
-
-vLLM, one GPU: total x utilization is the budget; weights, activation peak and non-torch memory
-come out of it and the KV cache takes the rest; CUDA graphs (before v0.21) and whatever the
-engine did not request stay outside it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvtier.engines.deployment import Measured
+from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation, logged_item
 from kvtier.engines.ledger import Ledger, LedgerItem
 from kvtier.engines.sglang.log import SGLangStartup
-from kvtier.engines.vllm.log import VllmStartup
-from kvtier.ledger.log_inputs import LogInputs, budgeted_graphs
-from kvtier.ledger.reconcile import Reconciliation
-from kvtier.logs.facts import Fact, min_over_ranks
+from kvtier.logs.facts import Fact
 from kvtier.logs.lines import rank_order
 from kvtier.units import GiB
 
-_PREFIX_SPAN = 160
+if TYPE_CHECKING:
+    from kvtier.engines.sglang.explain import SGLangMemory
 
 
-@dataclass(frozen=True, slots=True)
-class LogLedger:
-    """Where one GPU's memory went, as far as the log shows, and what stayed free."""
-
-    items: tuple[LedgerItem, ...]  # taken before and by the KV pool
-    reserve: LedgerItem | None  # SGLang: what the fraction holds back for later allocations
-    reserve_uses: tuple[LedgerItem, ...]  # what the log shows came out of the reserve
-    free_end: LedgerItem | None
-    unlogged: tuple[tuple[str, str], ...]  # (consumer, why) for what the log does not size
-    answer: str
-
-
-def _item(name: str, fact: Fact[float]) -> LedgerItem:
-    return LedgerItem(name, fact.value, _cite(fact), True)
-
-
-def _cite(fact: Fact[object]) -> str:
-    """The log line a figure came from (number and message), or how it was derived."""
-    return fact.text if fact.line is None else f"{fact.where}: {message(fact.text)}"
-
-
-def message(text: str) -> str:
-    """A log line without its timestamp / rank / file prefix (up to the first '] ')."""
-    cut = text.find("] ", 0, _PREFIX_SPAN)
-    return text[cut + 2 :].strip() if cut >= 0 else text.strip()
-
-
-def build_ledger(
-    inputs: LogInputs,
+def log_ledger(
+    inputs: LogInputs[SGLangMemory],
     rec: Reconciliation,
-    measured: Measured | None = None,
-    plan: Ledger | None = None,
+    measured: Measured,
+    plan: Ledger | None,
 ) -> LogLedger:
     """The ledger of the logged start.
 
@@ -68,16 +37,18 @@ def build_ledger(
     ledger of the same deployment) and marked estimated, else listed as not in the log.
     """
     startup = inputs.parsed.startup
-    if isinstance(startup, SGLangStartup):
-        return _sglang(inputs, startup, rec, measured or Measured(), plan)
-    assert isinstance(startup, VllmStartup)
-    return _vllm(inputs, startup, rec)
+    assert isinstance(startup, SGLangStartup)
+    return _sglang(inputs, startup, rec, measured, plan)
 
 
 def _sglang(
-    inp: LogInputs, s: SGLangStartup, rec: Reconciliation, flags: Measured, plan: Ledger | None
+    inp: LogInputs[SGLangMemory],
+    s: SGLangStartup,
+    rec: Reconciliation,
+    flags: Measured,
+    plan: Ledger | None,
 ) -> LogLedger:
-    mem = inp.sglang
+    mem = inp.memory
     if mem is None:
         return _partial(inp, s, rec)
     fraction = rec.ledger.mem_fraction if rec.ledger is not None else None
@@ -87,8 +58,8 @@ def _sglang(
         return _partial(inp, s, rec)
     before, after = mem.free_before.value, mem.free_after.value
     items = [
-        _item("free before load (the fraction's base)", mem.free_before),
-        _item("target weights", mem.usage),
+        logged_item("free before load (the fraction's base)", mem.free_before),
+        logged_item("target weights", mem.usage),
     ]
     logged = _logged_pool(s)
     if logged is not None:
@@ -103,7 +74,7 @@ def _sglang(
     state = s.state_pools[0] if s.state_pools else None
     if state is not None:
         items.append(
-            _item(
+            logged_item(
                 f"linear-attention state ({state.slots} slots: conv + SSM)",
                 state.fact(state.total_gib),
             )
@@ -146,7 +117,7 @@ def _reserve_uses(
     speculative = bool(s.draft_pools or s.draft_weights or _spec_algorithm(s))
     draft_w = next((w for w in s.draft_weights if w.usage_gib is not None), None)
     if draft_w is not None and draft_w.usage_gib is not None:
-        uses.append(_item("draft weights", draft_w.fact(draft_w.usage_gib)))
+        uses.append(logged_item("draft weights", draft_w.fact(draft_w.usage_gib)))
     elif flags.draft_weights_gib is not None:
         given = flags.draft_weights_gib
         uses.append(LedgerItem("draft weights", given, "--draft-weights-gib", True))
@@ -154,7 +125,7 @@ def _reserve_uses(
         unlogged.append(("draft weights", "no 'Load weight end' line from the draft worker"))
     draft_pool = next((p for p in s.draft_pools if p.total_gib is not None), None)
     if draft_pool is not None and draft_pool.total_gib is not None:
-        uses.append(_item("draft KV pool", draft_pool.fact(draft_pool.total_gib)))
+        uses.append(logged_item("draft KV pool", draft_pool.fact(draft_pool.total_gib)))
     elif speculative:
         unlogged.append(("draft KV pool", "no second 'KV Cache is allocated' line"))
     for draft in (False, True):
@@ -164,7 +135,7 @@ def _reserve_uses(
             first = next(g for g in ends if g.rank == first_rank)
             total = sum(g.usage_gib or 0.0 for g in ends if g.rank == first_rank)
             name = "CUDA graphs (draft)" if draft else "CUDA graphs (target)"
-            uses.append(_item(name, first.fact(total)))
+            uses.append(logged_item(name, first.fact(total)))
         elif not draft and flags.cuda_graph_gib is not None:
             given = flags.cuda_graph_gib
             uses.append(LedgerItem("CUDA graphs (target)", given, "--cuda-graph-gib", True))
@@ -206,11 +177,11 @@ def _sglang_free_end(
 ) -> LedgerItem | None:
     if s.summary is not None and s.summary.available_gpu_mem_gib is not None:
         value = s.summary.available_gpu_mem_gib
-        return _item("free at end of startup", s.summary.fact(value))
+        return logged_item("free at end of startup", s.summary.fact(value))
     last = [g for g in s.graphs if g.avail_gib is not None]
     if last:
         value = last[-1].avail_gib or 0.0
-        return _item("free at end of startup", last[-1].fact(value))
+        return logged_item("free at end of startup", last[-1].fact(value))
     if pool_end is not None and uses:
         value = pool_end.value - sum(u.gib for u in uses)
         return LedgerItem(
@@ -223,7 +194,7 @@ def _sglang_free_end(
 
 
 def _sglang_answer(
-    inp: LogInputs,
+    inp: LogInputs[SGLangMemory],
     rec: Reconciliation,
     s: SGLangStartup,
     fraction: float,
@@ -233,7 +204,7 @@ def _sglang_answer(
     unlogged: list[tuple[str, str]],
     free_end: LedgerItem | None,
 ) -> str:
-    mem = inp.sglang
+    mem = inp.memory
     assert mem is not None
     lines = []
     if rec.failure is not None:
@@ -291,7 +262,7 @@ def _sglang_answer(
     return " ".join(lines)
 
 
-def _partial(inp: LogInputs, s: SGLangStartup, rec: Reconciliation) -> LogLedger:
+def _partial(inp: LogInputs[SGLangMemory], s: SGLangStartup, rec: Reconciliation) -> LogLedger:
     """An SGLang log without the weight-load lines: only what it prints."""
     items: list[LedgerItem] = []
     if (logged := _logged_pool(s)) is not None:
@@ -314,109 +285,8 @@ def _logged_pool(s: SGLangStartup) -> LedgerItem | None:
     if s.sliding_pools:
         both = s.sliding_pools[0]
         name = "KV cache pools (target: full + sliding-window layers)"
-        return _item(name, both.fact(both.gib))
+        return logged_item(name, both.fact(both.gib))
     pool = s.target_pools[0] if s.target_pools else None
     if pool is None or pool.total_gib is None:
         return None
-    return _item("KV cache pool (target)", pool.fact(pool.total_gib))
-
-
-def _linear_pool(inp: LogInputs, rec: Reconciliation) -> LedgerItem | None:
-    """The builder's KV pool item for a hybrid linear-attention model (None otherwise)."""
-    if inp.model.kv.linear is None or rec.ledger is None:
-        return None
-    return next((i for i in rec.ledger.items if i.item == "KV cache pool"), None)
-
-
-def _vllm(inp: LogInputs, v: VllmStartup, rec: Reconciliation) -> LogLedger:
-    mem = inp.vllm
-    items: list[LedgerItem] = []
-    total = min_over_ranks(v.total_gib)
-    requested = min_over_ranks(v.requested_gib)
-    if total is not None:
-        items.append(_item("device total (as CUDA reports it)", total))
-    if total is not None and requested is not None:
-        items.append(
-            LedgerItem(
-                "outside vLLM's budget: total x (1 - utilization)",
-                total.value - requested.value,
-                f"{total.value:.2f} - requested {requested.value:.2f} ({requested.where})",
-                True,
-            )
-        )
-    profile = v.profiles[0] if v.profiles else None
-    weights = min_over_ranks(v.weights_gib)
-    if weights is not None:
-        items.append(_item("weights", weights))
-    if profile is not None and profile.torch_peak_gib is not None:
-        items.append(_item("activation peak (profile run)", profile.fact(profile.torch_peak_gib)))
-    if profile is not None and profile.non_torch_gib is not None:
-        non_torch = profile.fact(profile.non_torch_gib)
-        items.append(_item("non-torch increase (NCCL, buffers)", non_torch))
-    if v.v0_activation_gib is not None:
-        items.append(_item("activation peak (profile run)", v.v0_activation_gib))
-    if v.v0_non_torch_gib is not None:
-        items.append(_item("non-torch memory", v.v0_non_torch_gib))
-    if v.graph_estimate_gib is not None:
-        budgeted = budgeted_graphs(v) > 0
-        items.append(
-            LedgerItem(
-                "CUDA-graph estimate" + (" (budgeted)" if budgeted else " (not subtracted)"),
-                v.graph_estimate_gib.value,
-                _cite(v.graph_estimate_gib),
-                True,
-            )
-        )
-    if mem is not None:
-        items.append(_item("KV cache budget", mem.available))
-    used = (rec.observed.value if rec.observed else 0) * rec.kv_bytes_per_token / GiB
-    pool = _linear_pool(inp, rec)
-    if pool is not None:
-        # hybrid linear attention: the blocks hold attention pages and state pages alike, so
-        # the logged token count times one token's KV is no measure of the pool
-        used = pool.gib
-        items.append(LedgerItem("KV cache blocks allocated", used, pool.source, pool.exact))
-    elif rec.observed is not None and rec.kv_bytes_per_token:
-        items.append(
-            LedgerItem(
-                "KV cache blocks allocated",
-                used,
-                f"{rec.observed.value:,} tokens x {rec.kv_bytes_per_token:,} B",
-                inp.model_known,
-            )
-        )
-    graphs = min_over_ranks(v.graph_gib)
-    if graphs is not None:
-        items.append(_item("CUDA graphs captured", graphs))
-    unlogged = [] if graphs is not None else [("CUDA graphs", "no 'Graph capturing finished' line")]
-    outside = total.value - requested.value if total is not None and requested else None
-    answer = (
-        "vLLM gives the KV cache what is left of total x gpu_memory_utilization after weights, "
-        "the activation peak and non-torch memory"
-        + (
-            f": {mem.available.value:.2f} GiB here, of which {used:.2f} GiB are whole blocks."
-            if mem is not None
-            else "; this log does not print that budget."
-        )
-    )
-    if rec.failure is not None:
-        answer = f"The start failed ({rec.failure.where}): {rec.failure.value}. " + answer
-    if graphs is not None and v.graph_estimate_gib is not None:
-        answer += (
-            f" CUDA graphs took {graphs.value:.2f} GiB as captured against the "
-            f"{v.graph_estimate_gib.value:.2f} GiB estimated ({v.graph_estimate_gib.where})."
-        )
-    if (pin := v.suggested_kv_bytes) is not None:
-        # gpu_worker.py compile_or_warm_up_model: requested - used - graphs - 150 MiB
-        answer += (
-            f" vLLM suggests --kv-cache-memory={pin.value} ({pin.value / GiB:.2f} GiB, "
-            f"{pin.where}) to fit the requested memory and skip profiling on the next start."
-        )
-    if outside is not None:
-        answer += (
-            f" {outside:.2f} GiB per GPU lies outside the budget (1 - utilization); CUDA graphs "
-            "captured after sizing come out of it"
-            + (f" ({graphs.value:.2f} GiB here)" if graphs is not None else "")
-            + ". Raise --gpu-memory-utilization to give the KV cache part of it."
-        )
-    return LogLedger(tuple(items), None, (), None, tuple(unlogged), answer)
+    return logged_item("KV cache pool (target)", pool.fact(pool.total_gib))

@@ -1,9 +1,11 @@
-"""Which model a startup log served: from `--model`, from the log's own arguments, or its class."""
+"""Which model a startup log served: from `--model`, from the log's own arguments, or its class.
+
+The engine reads its log (`engines/<engine>/explain.py`): the argument dumps it printed, and the
+model class it loaded when it prints one; the rules here are the same for every engine.
+"""
 
 from __future__ import annotations
 
-from kvtier.engines.sglang.log import SGLangStartup
-from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, stated
 from kvtier.logs.records import Args
@@ -15,7 +17,10 @@ _MODEL_KEYS = ("model_path", "model")
 
 
 def identify_model(
-    startup: SGLangStartup | VllmStartup, model_flag: str | None, by_class: bool = True
+    printed: list[Args],
+    architecture: Fact[str] | None,
+    model_flag: str | None,
+    by_class: bool = True,
 ) -> tuple[ModelSpec | None, Fact[str], list[str]]:
     """The model spec (None when kvtier cannot resolve it), where its name came from, and
     warnings (a model class or a model path that disagrees with `--model`).
@@ -24,7 +29,7 @@ def identify_model(
     of SGLang's `Load weight end. type=...` when exactly one catalog model has it (`by_class`).
     """
     warnings: list[str] = []
-    logged = _logged_name(startup)
+    logged = _logged_name(printed)
     if model_flag:
         spec, source = resolve_model(model_flag), stated(model_flag, "from --model")
         if logged is not None and not _same_model(logged.value, spec):
@@ -33,11 +38,11 @@ def identify_model(
                 "check --model"
             )
     else:
-        found, source = _from_log(startup, by_class)
+        found, source = _from_log(printed, architecture, by_class)
         if found is None:
             return None, source, warnings
         spec = found
-    arch = _architecture(startup)
+    arch = architecture
     if arch is not None and arch.value != spec.architecture:
         warnings.append(
             f"the log loaded {arch.value} ({arch.where}) but {spec.model_id} is "
@@ -46,9 +51,9 @@ def identify_model(
     return spec, source, warnings
 
 
-def _logged_name(startup: SGLangStartup | VllmStartup) -> Fact[str] | None:
+def _logged_name(printed: list[Args]) -> Fact[str] | None:
     """The model path or id the log's arguments name, if any."""
-    for args in _arg_sources(startup):
+    for args in printed:
         for key in _MODEL_KEYS:
             name = args.values.get(key)
             if isinstance(name, str) and name:
@@ -70,17 +75,19 @@ def _same_model(logged: str, spec: ModelSpec) -> bool:
     return last in names
 
 
-def named_by_class(startup: SGLangStartup | VllmStartup, model_flag: str | None) -> bool:
+def named_by_class(
+    printed: list[Args], architecture: Fact[str] | None, model_flag: str | None
+) -> bool:
     """Whether the model would be taken from the log's model class alone (no name anywhere)."""
-    return not model_flag and _logged_name(startup) is None and _architecture(startup) is not None
+    return not model_flag and _logged_name(printed) is None and architecture is not None
 
 
 def _from_log(
-    startup: SGLangStartup | VllmStartup, by_class: bool = True
+    printed: list[Args], arch: Fact[str] | None, by_class: bool = True
 ) -> tuple[ModelSpec | None, Fact[str]]:
     """The model the log names, or None with the name to show (the log's path, or why none)."""
     tried: list[str] = []
-    for args in _arg_sources(startup):
+    for args in printed:
         for key in _MODEL_KEYS:
             name = args.values.get(key)
             if not isinstance(name, str) or not name:
@@ -89,7 +96,6 @@ def _from_log(
                 return resolve_model(name), args.fact(name)
             except KvtierError as exc:
                 tried.append(f"{name!r} (line {args.line}): {exc}")
-    arch = _architecture(startup)
     if arch is not None:
         ids = model_for_architecture(arch.value)
         if len(ids) == 1 and by_class:
@@ -98,21 +104,8 @@ def _from_log(
             f"model class {arch.value} ({arch.where}) fits "
             + (", ".join(ids) if ids else "no catalog model")
         )
-    logged = _logged_name(startup)
+    logged = _logged_name(printed)
     detail = "; ".join(tried) if tried else "the log names no model path or model class"
     if logged is not None:
         return None, Fact(logged.value, logged.line, f"{logged.text}", logged.rank)
     return None, stated("unknown model", f"not resolved ({detail})")
-
-
-def _arg_sources(startup: SGLangStartup | VllmStartup) -> list[Args]:
-    printed = startup.server_args if isinstance(startup, SGLangStartup) else startup.args
-    return [a for a in (printed, startup.launch) if a is not None]
-
-
-def _architecture(startup: SGLangStartup | VllmStartup) -> Fact[str] | None:
-    if isinstance(startup, SGLangStartup):
-        for load in startup.target_weights:
-            if load.architecture:
-                return load.fact(load.architecture)
-    return None

@@ -1,0 +1,33 @@
+"""The interface each engine implements (`engines/<engine>/rules.py`), handed out by `rules_for`.
+
+Everything engine-specific that plan, explain, advise and simulate need is reached through it:
+the version eras, the launch-flag table, the startup-log grammar, the ledger builder (which holds
+the pool formula and the default rules) and the reading of a startup log (explain's engine half).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.explain import ExplainRules
+from kvtier.engines.flags import FlagTable
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.ledger import Ledger
+from kvtier.logs.lines import LogLine
+from kvtier.spec.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRules:
+    engine: Engine
+    flags: FlagTable  # launch flags: Deployment field, printed name, spellings
+    era_label: Callable[[str | None], str]  # the rule era a version falls in, as printed
+    build_ledger: Callable[[PlanInputs], Ledger]  # pool formula, default rules, ledger items
+    rounded_measures: Callable[[Deployment], tuple[str, ...]]  # printed figures the pool reads
+    parse_startup: Callable[[list[LogLine]], Any]  # the startup-log grammar
+    # the model as the engine loads it under the deployment's flags (--quantization), and why
+    load_model: Callable[[ModelSpec, Deployment], tuple[ModelSpec, str | None]]
+    explain: ExplainRules  # a parsed startup log read into inputs, a deployment and a ledger

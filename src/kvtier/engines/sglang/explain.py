@@ -1,0 +1,351 @@
+"""SGLang's half of `kvtier explain`: its startup log read into inputs, measured figures, a count.
+
+SGLang prints the free memory before and after the weights load (`Load weight begin/end`), the
+pool it allocated (`KV Cache is allocated. #tokens: N, K size: a GB, V size: b GB`) and, in its
+arguments, `mem_fraction_static`; the pool is `rest = free_after - free_before x (1 - f)` over the
+cell size (`profile_max_num_token`), so those figures are the builder's measured inputs. The
+ledger the log shows is `explain_ledger.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvtier.engines import estimate
+from kvtier.engines.deployment import Measured
+from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
+from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.ledger import Ledger
+from kvtier.engines.log_geometry import HALF, LogGeometry, pick
+from kvtier.engines.settings import Settings, to_fraction, to_int
+from kvtier.engines.sglang import mamba
+from kvtier.engines.sglang import pool as sglang_pool
+from kvtier.engines.sglang.explain_ledger import log_ledger
+from kvtier.engines.sglang.log import SGLangStartup
+from kvtier.engines.version import Version
+from kvtier.errors import KvtierError
+from kvtier.logs.facts import Fact, stated
+from kvtier.logs.records import Args, Printed
+from kvtier.spec.gpu import resolve_gpu
+from kvtier.spec.model import ModelSpec
+from kvtier.units import GiB
+
+
+@dataclass(frozen=True, slots=True)
+class CardEstimate:
+    """A card size estimated as free before load + the before-load overheads (estimate.py)."""
+
+    gib: float
+    half: float  # half the width of the overheads' stated range
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangMemory:
+    free_before: Fact[float]  # GiB, min over ranks
+    free_after: Fact[float]
+    usage: Fact[float]  # GiB the target weights took: printed, or before - after
+    before_inferred: bool
+    fraction: Fact[float] | None  # None: not printed, the engine's default rule applies
+    max_total_tokens: int | None
+    card: CardEstimate | None = None  # the card, estimated from free-before-load when needed
+
+
+class SGLangExplain:
+    """`ExplainRules` for SGLang's startup log."""
+
+    def require_memory_lines(self, startup: SGLangStartup) -> None:
+        if startup.failure is not None:
+            return
+        if startup.load_begin or startup.weights or startup.pools or startup.summary:
+            return
+        raise KvtierError(
+            "the log lacks the memory lines kvtier needs: one of "
+            "'Load weight end. ... avail mem=X GB, mem usage=Y GB.', "
+            "'KV Cache is allocated. #tokens: N, ...' or 'max_total_num_tokens=N, ...'. Paste the "
+            "whole startup log, from the launch to the first request"
+        )
+
+    def printed_args(self, startup: SGLangStartup) -> list[Args]:
+        return [a for a in (startup.server_args, startup.launch) if a is not None]
+
+    def architecture(self, startup: SGLangStartup) -> Fact[str] | None:
+        for load in startup.target_weights:
+            if load.architecture:
+                return load.fact(load.architecture)
+        return None
+
+    def ranks(self, startup: SGLangStartup) -> list[str]:
+        lines: list[Fact[float] | Printed] = [*startup.load_begin, *startup.weights]
+        lines += [*startup.pools, *startup.pool_end, *startup.graphs]
+        return [line.rank for line in lines if line.rank]
+
+    def page_size(self, startup: SGLangStartup, settings: Settings) -> Fact[int]:
+        page = settings.get("page_size", to_int, 1, "default page size 1")
+        assert page is not None
+        return page
+
+    def kv_dtype(
+        self,
+        startup: SGLangStartup,
+        model: ModelSpec | None,
+        settings: Settings,
+        page: int,
+        pp: int,
+    ) -> tuple[Fact[str] | None, Fact[KVDtype] | None]:
+        auto = _dsa_auto_dtype(startup, model, settings, page, pp)
+        return startup.kv_dtype or _pool_dtype(startup), auto
+
+    def geometry(self, startup: SGLangStartup, page: int, element_bytes: int) -> LogGeometry | None:
+        return _geometry(startup, page, element_bytes)
+
+    def context(self, startup: SGLangStartup) -> Fact[object] | None:
+        summary = startup.summary
+        if summary is not None and summary.context_len is not None:
+            return summary.fact(summary.context_len)
+        return None
+
+    def printed_count(self, startup: SGLangStartup) -> Fact[int] | None:
+        return _observed(startup)
+
+    def memory(
+        self, startup: SGLangStartup, settings: Settings, parallel: int, page: Fact[int]
+    ) -> LogMemory[SGLangMemory]:
+        memory = _memory(startup, settings, parallel)
+        notes: tuple[str, ...] = ()
+        estimated: tuple[tuple[str, Fact[object]], ...] = ()
+        if memory is not None and memory.card is not None:
+            card = memory.card
+            estimated = (("card memory (GiB)", stated(round(card.gib, 2), card.source)),)
+            implied = implied_fraction(startup, memory.free_before.value, memory.free_after.value)
+            if implied is not None:
+                notes = (
+                    "mem_fraction_static is not printed; the engine's default rule is applied to "
+                    f"the estimated card, and the fraction that reproduces the logged pool is "
+                    f"about {implied:.3f}",
+                )
+        return LogMemory(memory, _observed(startup), notes, estimated)
+
+    def plan_settings(self, startup: SGLangStartup, settings: Settings, known: set[str]) -> Rows:
+        return []
+
+    def measured(self, inputs: LogInputs[SGLangMemory], flags: Measured) -> tuple[Measured, Rows]:
+        startup = inputs.parsed.startup
+        assert isinstance(startup, SGLangStartup)
+        mem = inputs.memory
+        rows: Rows = []
+        if mem is not None and mem.fraction is not None:
+            rows.append(("mem_fraction", mem.fraction))
+        return _measured(inputs, startup, flags), rows
+
+    def rounding(self, inputs: LogInputs[SGLangMemory]) -> dict[str, float]:
+        mem = inputs.memory
+        return {"gpu_mem_gib": mem.card.half} if mem is not None and mem.card is not None else {}
+
+    def pinned(self, inputs: LogInputs[SGLangMemory]) -> str | None:
+        return None
+
+    def memory_rows(self, inputs: LogInputs[SGLangMemory], ledger: Ledger) -> Rows:
+        s = inputs.memory
+        if s is None:
+            return []
+        fraction: Fact[object] = (
+            s.fraction
+            if s.fraction is not None
+            else stated(ledger.mem_fraction, _input_origin(ledger, "mem_fraction_static"))
+        )
+        return [
+            ("free before load (GiB, min over ranks)", s.free_before),
+            ("free after load (GiB, min over ranks)", s.free_after),
+            ("mem_fraction_static", fraction),
+        ]
+
+    def ledger(
+        self,
+        inputs: LogInputs[SGLangMemory],
+        rec: Reconciliation,
+        flags: Measured,
+        plan: Ledger | None,
+    ) -> LogLedger:
+        return log_ledger(inputs, rec, flags, plan)
+
+
+def _input_origin(ledger: Ledger, name: str) -> str:
+    return next((i.origin for i in ledger.inputs if i.name == name), "default")
+
+
+def _geometry(s: SGLangStartup, page: int, element_bytes: int) -> LogGeometry | None:
+    """The buffers hold (N + page) x cell bytes (memory_pool.py), each size to 2 decimals."""
+    pools = [p for p in s.target_pools if p.tokens and p.total_gib is not None]
+    if not pools:
+        return None
+    pool = min(pools, key=lambda p: p.tokens or 0)
+    assert pool.tokens is not None and pool.total_gib is not None
+    half = HALF if pool.kv_gib is not None else 2 * HALF  # K and V rounded apart
+    cells = pool.tokens + page
+    low = math.ceil(max(pool.total_gib - half, 0.0) * GiB / cells)
+    high = math.floor((pool.total_gib + half) * GiB / cells)
+    how = f"KV size {pool.total_gib:.2f} GiB / (#tokens {pool.tokens:,} + page {page})"
+    return pick(low, high, element_bytes, pool.fact(pool.tokens), how)
+
+
+def _dsa_auto_dtype(
+    startup: SGLangStartup,
+    model: ModelSpec | None,
+    settings: Settings,
+    page: int,
+    pp: int,
+) -> Fact[KVDtype] | None:
+    """What SGLang's `--kv-cache-dtype auto` becomes for a DSA model (server_args, v0.5.4+):
+    fp8_e4m3 from compute capability 10.0 (`dsa_kv_dtype`). The card is --gpu's; without it,
+    fp8 when the printed KV size per token is the fp8 pool layout (`dsa_pool_cell`)."""
+    if model is None or not model.kv.index_head_dim:
+        return None
+    gpu = settings.flags.get("gpu")
+    if isinstance(gpu, str):
+        try:
+            card = resolve_gpu(gpu)
+        except KvtierError:
+            card = None
+        if card is not None:
+            dtype = sglang_pool.dsa_kv_dtype(card.compute_capability)
+            cc = card.compute_capability
+            how = f"compute capability {cc[0]}.{cc[1]}" if cc else "no CUDA compute capability"
+            return stated(dtype, f"DSA auto rule: {dtype.name} on {card.name} ({how})")
+    fp8 = sglang_pool.dsa_kv_dtype(sglang_pool.DSA_FP8_CAPABILITY)
+    layers = sglang_pool.stage_layers(model.kv.num_layers, pp)
+    cell = sglang_pool.dsa_pool_cell(model.kv, layers, fp8)
+    geometry = _geometry(startup, page, 1)
+    if geometry is None or not geometry.fits(cell):
+        return None
+    line = geometry.line
+    how = f"DSA auto rule: {fp8.name}, the layout of {cell:,} B/token that {geometry.how} holds"
+    return Fact(fp8, line.line, how if line.line is None else line.text, line.rank)
+
+
+def _pool_dtype(startup: SGLangStartup) -> Fact[str] | None:
+    """The dtype the target pool's `KV Cache is allocated. dtype: ...` line prints (2026 form)."""
+    pool = next((p for p in startup.target_pools if p.dtype is not None), None)
+    return pool.fact(pool.dtype) if pool is not None and pool.dtype is not None else None
+
+
+def _memory(startup: SGLangStartup, settings: Settings, parallel: int) -> SGLangMemory | None:
+    loads = [w for w in startup.target_weights if w.avail_gib is not None]
+    if not loads:
+        return None
+    after_load = min(loads, key=lambda w: w.avail_gib or 0.0)
+    assert after_load.avail_gib is not None
+    free_after = after_load.fact(after_load.avail_gib)
+    for load in loads:
+        if load.avail_gib is not None and load.avail_gib < 0:
+            raise KvtierError(
+                f"line {load.line}: avail mem={load.avail_gib:.2f} GB is negative; SGLang "
+                "prints the free memory, never below 0"
+            )
+    begin = startup.free_before_load()
+    sums = [w for w in loads if w.usage_gib is not None]
+    if begin is not None:
+        free_before, inferred = begin, False
+        usage = stated(begin.value - free_after.value, "free before - free after load")
+    elif sums:
+        # the engine's MIN over ranks of the free memory before load, rank by rank
+        load = min(sums, key=lambda w: (w.avail_gib or 0.0) + (w.usage_gib or 0.0))
+        assert load.usage_gib is not None and load.avail_gib is not None
+        usage = load.fact(load.usage_gib)
+        free_before = stated(
+            round(load.avail_gib + load.usage_gib, 2),
+            f"inferred: avail mem {load.avail_gib:.2f} + mem usage "
+            f"{load.usage_gib:.2f} GiB (line {load.line})",
+        )
+        inferred = True
+    else:
+        return None
+    if free_before.value <= 0:
+        raise KvtierError(
+            f"free memory before load is {free_before.value:.2f} GiB ({free_before.where}); "
+            "the log is cut or mangled"
+        )
+    fraction = settings.get("mem_fraction", to_fraction)
+    card = None
+    if fraction is None and not isinstance(settings.flags.get("gpu"), str):
+        card = _card_from_free(free_before.value, parallel)
+    cap = settings.get("max_total_tokens", to_int)
+    return SGLangMemory(
+        free_before, free_after, usage, inferred, fraction, cap.value if cap else None, card
+    )
+
+
+def _card_from_free(free_before: float, parallel: int) -> CardEstimate:
+    """The card the default-fraction rule reads, as free before load + what was taken before
+    it: driver reserve, CUDA context and, under TP/PP, NCCL buffers (estimate.py ranges)."""
+    parts = [estimate.DRIVER_RESERVED_GIB, estimate.CUDA_CONTEXT_GIB]
+    if parallel > 1:
+        parts.append(estimate.COMM_BUFFERS_GIB)
+    low = free_before + sum(p[1] for p in parts)
+    high = free_before + sum(p[2] for p in parts)
+    value = free_before + sum(p[0] for p in parts)
+    return CardEstimate(
+        value,
+        (high - low) / 2,
+        f"estimated: free before load {free_before:.2f} + driver, CUDA context"
+        + (", NCCL" if parallel > 1 else "")
+        + f" ({low:.2f}-{high:.2f} GiB); no server_args line states mem_fraction_static",
+    )
+
+
+def implied_fraction(startup: SGLangStartup, before: float, after: float) -> float | None:
+    """The fraction that gives the logged pool: solves rest = after - before x (1 - f), with the
+    pool's bytes from its own 'KV size' figure (two decimals of GB, so about three digits)."""
+    observed = _observed(startup)
+    pools = [p for p in startup.target_pools if p.total_gib is not None and p.tokens]
+    if observed is None or before <= 0 or not pools:
+        return None
+    pool = min(pools, key=lambda p: p.tokens or 0)
+    assert pool.total_gib is not None and pool.tokens
+    rest = pool.total_gib * observed.value / pool.tokens
+    return 1.0 - (after - rest) / before
+
+
+def _observed(startup: SGLangStartup) -> Fact[int] | None:
+    counted = [p for p in startup.target_pools if p.tokens is not None]
+    if counted:
+        pool = min(counted, key=lambda p: p.tokens or 0)
+        assert pool.tokens is not None
+        return pool.fact(pool.tokens)
+    if startup.summary is not None:
+        return startup.summary.fact(startup.summary.max_total_num_tokens)
+    return None
+
+
+def _measured(inp: LogInputs[SGLangMemory], s: SGLangStartup, flags: Measured) -> Measured:
+    mem = inp.memory
+    if mem is None:  # no weight-load lines: the builder estimates from the card and the spec
+        return flags
+    card = mem.card.gib if mem.card is not None else None
+    target_graphs = [g.usage_gib for g in s.graphs if not g.draft and g.usage_gib is not None]
+    draft = next((w.usage_gib for w in s.draft_weights if w.usage_gib is not None), None)
+    final = s.summary.available_gpu_mem_gib if s.summary is not None else None
+    return Measured(
+        free_before_load_gib=None if mem.before_inferred else mem.free_before.value,
+        free_after_load_gib=mem.free_after.value,
+        weights_gib=mem.usage.value,
+        cuda_graph_gib=target_graphs[0] if target_graphs else flags.cuda_graph_gib,
+        draft_weights_gib=draft if draft is not None else flags.draft_weights_gib,
+        free_end_gib=final if final is not None else flags.free_end_gib,
+        gpu_mem_gib=flags.gpu_mem_gib if flags.gpu_mem_gib is not None else card,
+        state_pool_gib=_charged_state_gib(inp, s),
+    )
+
+
+def _charged_state_gib(inp: LogInputs[SGLangMemory], s: SGLangStartup) -> float | None:
+    """The printed state pool less the padding slot the release does not charge the budget."""
+    pool = max(s.state_pools, key=lambda p: p.total_gib, default=None)
+    if pool is None:
+        return None
+    flag = inp.settings.flags.get("engine_version")
+    version = Version.parse(flag, "SGLang") if isinstance(flag, str) else None
+    return mamba.charged_state_gib(pool.total_gib, pool.slots, version)
+
+
+EXPLAIN = SGLangExplain()

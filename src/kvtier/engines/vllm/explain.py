@@ -1,0 +1,256 @@
+"""vLLM's half of `kvtier explain`: its startup log read into inputs, measured figures, a count.
+
+vLLM prints the memory profile (`Memory profiling takes ...`: weights, activation peak, non-torch
+memory), the KV budget it left (`Available KV cache memory: A GiB`) and the count it made of it
+(`GPU KV cache size: N tokens`, or V0's `# GPU blocks: B`); total x utilization is the budget
+(`determine_available_memory`), so those figures are the builder's measured inputs. The ledger
+the log shows is `explain_ledger.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvtier.engines.deployment import Measured
+from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
+from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.launch import speculative_config
+from kvtier.engines.ledger import Ledger
+from kvtier.engines.log_geometry import HALF, LogGeometry, pick
+from kvtier.engines.settings import Settings, to_fraction, to_int
+from kvtier.engines.vllm import pool as vllm_budget
+from kvtier.engines.vllm.explain_ledger import budgeted_graphs, log_ledger
+from kvtier.engines.vllm.log import VllmStartup
+from kvtier.errors import KvtierError
+from kvtier.logs.facts import Fact, min_over_ranks, stated
+from kvtier.logs.records import Args
+from kvtier.spec.model import ModelSpec
+from kvtier.units import GiB
+
+
+@dataclass(frozen=True, slots=True)
+class VllmMemory:
+    available: Fact[float]  # GiB for the KV cache on the smallest worker
+
+
+class VllmExplain:
+    """`ExplainRules` for vLLM's startup log."""
+
+    def require_memory_lines(self, startup: VllmStartup) -> None:
+        if startup.failure is not None:
+            return
+        if (
+            startup.available_kv_gib
+            or startup.kv_memory_override_gib
+            or startup.requested_gib
+            or startup.kv_tokens is not None
+            or startup.gpu_blocks is not None
+        ):
+            return
+        raise KvtierError(
+            "the log lacks the memory lines kvtier needs: one of "
+            "'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' "
+            "(or V0 '# GPU blocks: N' / 'Memory profiling results: ...'). Paste the whole "
+            "startup log, from the launch to the first request"
+        )
+
+    def printed_args(self, startup: VllmStartup) -> list[Args]:
+        return [a for a in (startup.args, startup.launch) if a is not None]
+
+    def architecture(self, startup: VllmStartup) -> Fact[str] | None:
+        return None
+
+    def ranks(self, startup: VllmStartup) -> list[str]:
+        lines = [*startup.available_kv_gib, *startup.weights_gib, *startup.init_free_gib]
+        tags = [f.rank for f in [*lines, *startup.total_gib]]
+        return [tag for tag in [*tags, *(p.rank for p in startup.profiles)] if tag]
+
+    def page_size(self, startup: VllmStartup, settings: Settings) -> Fact[int]:
+        device = startup.kv_device.value if startup.kv_device is not None else None
+        page = settings.get(
+            "page_size",
+            to_int,
+            vllm_budget.default_block_size(device),
+            f"{device or 'CUDA'} default (CacheConfig block_size)",
+        )
+        assert page is not None
+        return page
+
+    def kv_dtype(
+        self, startup: VllmStartup, model: ModelSpec | None, settings: Settings, page: int, pp: int
+    ) -> tuple[Fact[str] | None, Fact[KVDtype] | None]:
+        return startup.fp8_kv, None
+
+    def geometry(self, startup: VllmStartup, page: int, element_bytes: int) -> LogGeometry | None:
+        return _geometry(startup, page, element_bytes)
+
+    def context(self, startup: VllmStartup) -> Fact[object] | None:
+        return startup.max_model_len
+
+    def printed_count(self, startup: VllmStartup) -> Fact[int] | None:
+        return startup.kv_tokens or startup.capacity_tokens
+
+    def memory(
+        self, startup: VllmStartup, settings: Settings, parallel: int, page: Fact[int]
+    ) -> LogMemory[VllmMemory]:
+        memory, notes = _memory(startup)
+        return LogMemory(memory, _observed(startup, page), tuple(notes))
+
+    def plan_settings(self, startup: VllmStartup, settings: Settings, known: set[str]) -> Rows:
+        """vLLM prints speculative decoding as one `speculative_config` dict in its arguments."""
+        for args in settings.printed:
+            config = args.values.get("speculative_config")
+            if not isinstance(config, dict):
+                continue
+            try:
+                values = speculative_config(config)
+            except KvtierError as exc:
+                settings.warnings.append(f"line {args.line}: speculative_config not read ({exc})")
+                return []
+            return [(k, args.fact(v)) for k, v in values.items() if k not in known]
+        return []
+
+    def measured(self, inputs: LogInputs[VllmMemory], flags: Measured) -> tuple[Measured, Rows]:
+        startup = inputs.parsed.startup
+        assert isinstance(startup, VllmStartup)
+        utilization = startup.utilization or inputs.settings.get("mem_fraction", to_fraction)
+        measured = _measured(
+            startup,
+            flags,
+            inputs.memory.available.value if inputs.memory is not None else None,
+            utilization.value
+            if utilization is not None
+            else vllm_budget.DEFAULT_GPU_MEMORY_UTILIZATION,
+        )
+        rows: Rows = []
+        if utilization is not None:
+            rows.append(("mem_fraction", utilization))
+        if startup.version is not None:
+            rows.append(("engine_version", startup.version))
+        return measured, rows
+
+    def rounding(self, inputs: LogInputs[VllmMemory]) -> dict[str, float]:
+        return {}
+
+    def pinned(self, inputs: LogInputs[VllmMemory]) -> str | None:
+        startup = inputs.parsed.startup
+        assert isinstance(startup, VllmStartup)
+        override = startup.blocks_override
+        if override is None:
+            return None
+        return (
+            f"--num-gpu-blocks-override={override.value:,} set the block count ({override.where})"
+        )
+
+    def memory_rows(self, inputs: LogInputs[VllmMemory], ledger: Ledger) -> Rows:
+        if inputs.memory is None:
+            return []
+        return [("available KV (GiB)", inputs.memory.available)]
+
+    def ledger(
+        self,
+        inputs: LogInputs[VllmMemory],
+        rec: Reconciliation,
+        flags: Measured,
+        plan: Ledger | None,
+    ) -> LogLedger:
+        return log_ledger(inputs, rec)
+
+
+def _geometry(v: VllmStartup, block: int, element_bytes: int) -> LogGeometry | None:
+    """N is whole blocks, N x cell <= A x 2^30 < (N + block) x cell (get_num_blocks); or the
+    refusal '(X GiB KV cache is needed' for max_model_len L: cdiv(L, block) blocks
+    (max_memory_usage_bytes)."""
+    if v.needed_kv is not None:
+        length, needed, half = v.needed_kv.value
+        tokens = -(-length // block) * block
+        low = math.ceil((needed - half) * GiB / tokens)
+        high = math.floor((needed + half) * GiB / tokens)
+        how = f"{needed:.2f} GiB needed for max_model_len {length:,} ({tokens:,} tokens in blocks)"
+        return pick(low, high, element_bytes, v.needed_kv, how)
+    available = v.available_kv()
+    count = v.kv_tokens
+    if count is None and v.gpu_blocks is not None:
+        count = Fact(v.gpu_blocks.value * block, v.gpu_blocks.line, v.gpu_blocks.text)
+    if available is None or count is None or count.value <= 0:
+        return None
+    low = math.ceil((available.value - HALF) * GiB / (count.value + block))
+    high = math.floor((available.value + HALF) * GiB / count.value)
+    how = f"available {available.value:.2f} GiB / {count.value:,} tokens (whole blocks of {block})"
+    return pick(low, high, element_bytes, count, how)
+
+
+def _memory(startup: VllmStartup) -> tuple[VllmMemory | None, list[str]]:
+    notes: list[str] = []
+    if (blocks := startup.blocks_override) is not None:
+        notes.append(
+            f"the KV block count was set with --num-gpu-blocks-override={blocks.value:,} "
+            f"({blocks.where}): the memory figures did not size the pool"
+        )
+    if startup.kv_memory_override_gib is not None:
+        return VllmMemory(startup.kv_memory_override_gib), [
+            *notes,
+            "the KV cache size was set with --kv-cache-memory-bytes; memory profiling was skipped",
+        ]
+    printed = startup.available_kv()
+    requested = min_over_ranks(startup.requested_gib)
+    profile = next((p for p in startup.profiles if p.non_kv_gib is not None), None)
+    chain: float | None = None
+    if requested is not None and profile is not None and profile.non_kv_gib is not None:
+        graphs = budgeted_graphs(startup)
+        chain = requested.value - profile.non_kv_gib - graphs
+        how = (
+            f"requested {requested.value:.2f} ({requested.where}) - non-KV "
+            f"{profile.non_kv_gib:.2f} (line {profile.line})"
+            + (f" - CUDA-graph estimate {graphs:.2f}" if graphs else "")
+        )
+        if printed is not None:
+            notes.append(f"available KV {printed.value:.2f} GiB = {how} = {chain:.2f} GiB")
+        else:
+            return VllmMemory(stated(round(chain, 2), f"computed: {how}")), notes
+    return (VllmMemory(printed) if printed is not None else None), notes
+
+
+def _observed(startup: VllmStartup, block: Fact[int]) -> Fact[int] | None:
+    if startup.kv_tokens is not None:
+        return startup.kv_tokens
+    blocks = startup.gpu_blocks
+    if blocks is None:
+        return startup.capacity_tokens  # a refusal that states the capacity
+    return Fact(
+        blocks.value * block.value,
+        blocks.line,
+        f"derived: # GPU blocks {blocks.value} x block size {block.value} ({block.where}): "
+        + blocks.text,
+        blocks.rank,
+    )
+
+
+def _value(fact: Fact[float] | None) -> float | None:
+    return fact.value if fact is not None else None
+
+
+def _measured(
+    v: VllmStartup, flags: Measured, available_gib: float | None, utilization: float
+) -> Measured:
+    profile = next((p for p in v.profiles if p.torch_peak_gib is not None), None)
+    weights = _value(min_over_ranks(v.weights_gib))
+    activation = profile.torch_peak_gib if profile else _value(v.v0_activation_gib)
+    peak = _value(v.v0_torch_peak_gib)
+    if activation is None and peak is not None and weights is not None:
+        activation = round(peak - weights, 2)  # V0 prints the peak with the weights in it
+    non_torch = profile.non_torch_gib if profile else _value(v.v0_non_torch_gib)
+    graphs = _value(v.graph_estimate_gib)
+    return Measured(
+        weights_gib=weights,
+        activation_gib=activation,
+        non_torch_gib=non_torch,
+        cuda_graph_gib=graphs if graphs is not None else flags.cuda_graph_gib,
+        gpu_mem_gib=_value(min_over_ranks(v.total_gib)) or flags.gpu_mem_gib,
+        kv_available_gib=available_gib,
+        kv_available_utilization=utilization if available_gib is not None else None,
+    )
+
+
+EXPLAIN = VllmExplain()
