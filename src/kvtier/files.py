@@ -45,6 +45,24 @@ def open_input(path: str, what: str, limit: int) -> BinaryIO:
         raise
 
 
+# the first bytes of the compressed formats logs are shipped in, and how to read each
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "zcat"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstdcat"),
+    (b"\xfd7zXZ\x00", "xz", "xzcat"),
+    (b"BZh", "bzip2", "bzcat"),
+)
+
+
+def refuse_compressed(head: bytes, path: str) -> None:
+    """Refuse, naming its format, a file that starts as a compressed file does."""
+    for magic, name, tool in _COMPRESSED:
+        if head.startswith(magic) and (name != "bzip2" or head[3:4].isdigit()):
+            raise KvtierError(
+                f"{path} is {name}-compressed: decompress it first ({tool} {path} | kvtier ... -)"
+            )
+
+
 def read_input(path: str, what: str, limit: int = MAX_LOG_BYTES) -> bytes:
     """The bytes of `path` (`-`: standard input), at most `limit` of them."""
     if path == "-":
@@ -57,6 +75,7 @@ def read_input(path: str, what: str, limit: int = MAX_LOG_BYTES) -> bytes:
                 raise KvtierError(f"cannot read {path} ({what}): {exc.strerror or exc}") from None
     if len(data) > limit:
         raise KvtierError(f"cannot read {path} ({what}): over the {limit:,}-byte bound")
+    refuse_compressed(data[:8], path)
     return data
 
 

@@ -116,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
         _read_file(Path(source), observer, args)
     result = observer.result()
     if result.samples == 0 and result.preemptions == 0:
+        if result.skipped:
+            first = result.skipped_lines[0].line if result.skipped_lines else None
+            where = "" if first is None else f" (the first: line {first})"
+            raise KvtierError(
+                f"{source}: no serving line could be read: {result.skipped} line(s) of a known "
+                f"format carried values no engine prints or could not be parsed{where}"
+            )
         raise KvtierError(
             f"{source}: no serving lines found (SGLang `Decode batch` / `Prefill batch`, "
             "vLLM `Avg prompt throughput`) and no engine metrics"
@@ -142,17 +149,16 @@ def _card(gpus: tuple[GpuMemory, ...], source: str, is_url: bool) -> CardReconci
 
 
 def _read_file(path: Path, observer: Observer, args: argparse.Namespace) -> None:
+    from kvtier.files import MAX_TRACE_BYTES, open_input, refuse_compressed
     from kvtier.observe.metrics import is_metrics_text, observe_scrapes, parse_scrape
 
-    try:
-        stream = path.open("rb")
-    except OSError as exc:
-        raise KvtierError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with stream:
+    # a log is read as a stream, bounded like a trace; --follow reads past the bound as it grows
+    with open_input(str(path), "serving log", MAX_TRACE_BYTES) as stream:
         try:
             head = stream.read(_HEAD)
         except OSError as exc:
             raise KvtierError(f"cannot read {path}: {exc.strerror or exc}") from None
+        refuse_compressed(head, str(path))
         text = head.decode("utf-8", errors="replace")
         if not args.follow and is_metrics_text(text):
             rest = stream.read(_METRICS_MAX)
@@ -161,14 +167,16 @@ def _read_file(path: Path, observer: Observer, args: argparse.Namespace) -> None
             observe_scrapes([scrape], observer)
             return
         stream.seek(0)
-        _read_log(stream, observer, args)
+        _read_log(stream, observer, args, str(path))
 
 
-def _read_log(stream: BinaryIO, observer: Observer, args: argparse.Namespace) -> None:
+def _read_log(
+    stream: BinaryIO, observer: Observer, args: argparse.Namespace, path: str | None = None
+) -> None:
     from kvtier.observe.logread import read_stream
 
     try:
-        read_stream(stream, observer, follow=args.follow, idle_exit=args.idle_exit)
+        read_stream(stream, observer, follow=args.follow, idle_exit=args.idle_exit, path=path)
     except KeyboardInterrupt:
         if not args.follow:
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import TypeVar
@@ -50,13 +51,17 @@ def as_int(raw: str | None) -> int | None:
     return int(raw.replace(",", "")) if raw is not None else None
 
 
-# A figure after a `label: ` in the engines' periodic lines ("token usage: 0.45").
-_LABELLED_NUM = re.compile(r"\s{0,4}(\d{1,15}(?:\.\d{1,12})?)")
+# A figure after a `label: ` in the engines' periodic lines ("token usage: 0.45"): a plain
+# decimal, never cut to its first digits (a longer number, or one in scientific notation, which
+# the engines do not print, does not match).
+_LABELLED_NUM = re.compile(r"\s{0,4}(\d{1,15}(?:\.\d{1,12})?)(?!\d|\.\d|[eE][+-]?\d)")
 
 
 def labelled_numbers(body: str, labels: dict[str, tuple[str, float]]) -> dict[str, float]:
     """`label: number` pairs of a comma-separated line, for the labels known: each stored under
-    its field name, divided by its scale (a percentage's 100)."""
+    its field name, divided by its scale (a percentage's 100). A known label whose value is not
+    a plain decimal is stored as NaN, so the reader refuses the line rather than read it without
+    that field."""
     fields: dict[str, float] = {}
     for part in body.split(", "):
         label, sep, raw = part.partition(": ")
@@ -66,6 +71,5 @@ def labelled_numbers(body: str, labels: dict[str, tuple[str, float]]) -> dict[st
         if known is None:
             continue
         match = _LABELLED_NUM.match(raw)
-        if match:
-            fields[known[0]] = float(match.group(1)) / known[1]
+        fields[known[0]] = float(match.group(1)) / known[1] if match else math.nan
     return fields

@@ -12,6 +12,7 @@ printed by several ranks at one time count once.
 
 from __future__ import annotations
 
+import os
 import re
 import time as clock
 from collections.abc import Callable
@@ -23,6 +24,9 @@ from kvtier.logs.lines import rank_of
 from kvtier.observe.observer import Observer
 
 CHUNK = 1 << 20
+# The longest line read: an engine's serving line is a few hundred bytes; a longer one (a prompt
+# logged whole, a binary file) is skipped and counted, never held.
+MAX_LINE = 1 << 20
 _DIRTY = re.compile("[\x1b\r\x00]")
 _ANSI = re.compile(r"\x1b\[[0-?]{0,32}[ -/]{0,8}[@-~]|\x1b[@-_]")
 _TITLES = [m for m in sglang.MARKERS + vllm.MARKERS if m != sglang.UNTITLED]
@@ -163,16 +167,26 @@ class LogReader:
         self.observer = observer
         self.lines = 0
         self._rest: list[bytes] = []
+        self._held = 0  # bytes in _rest
+        self._dropping = False  # inside a line over MAX_LINE, skipped to its end
+        self.reopened = 0  # times a followed file was truncated or rotated
         self._prefixes = _Prefixes()
         # a fast message's prefix, as bytes: its text, time and rank, or () when it is not plain
         # ASCII or holds what `read_line` would clean
         self._heads: dict[bytes, tuple[str, str | None, str | None] | tuple[()]] = {}
 
     def feed(self, data: bytes) -> None:
+        if self._dropping:
+            end = data.find(b"\n")
+            if end < 0:
+                return
+            self._dropping = False
+            self.lines += 1
+            data = data[end + 1 :]
         cut = data.rfind(b"\n") + 1
         if not cut:
             if data:
-                self._rest.append(data)
+                self._hold(data)
             return
         if self._rest:
             self._rest.append(data[:cut])
@@ -180,10 +194,19 @@ class LogReader:
             self._rest = []
         else:
             block = data[:cut] if cut < len(data) else data
+        self._held = 0
         if cut < len(data):
-            self._rest.append(data[cut:])
+            self._hold(data[cut:])
         self._read(block)
         self.lines += block.count(b"\n")
+
+    def _hold(self, part: bytes) -> None:
+        """Keep the unfinished line's bytes, or drop the line once it runs past MAX_LINE."""
+        self._rest.append(part)
+        self._held += len(part)
+        if self._held > MAX_LINE:
+            self._rest, self._held, self._dropping = [], 0, True
+            self.observer.skip(self.lines + 1, f"a line over {MAX_LINE:,} bytes")
 
     def _head(self, head: bytes) -> tuple[str, str | None, str | None] | tuple[()]:
         if len(self._heads) >= _HEADS_KEPT:
@@ -241,6 +264,9 @@ class LogReader:
                 read_line(observer, number, line, self._prefixes, found)
 
     def close(self) -> None:
+        if self._dropping:
+            self._dropping = False
+            self.lines += 1
         if self._rest:
             rest = b"".join(self._rest)
             self._rest = []
@@ -256,19 +282,53 @@ def read_stream(
     idle_exit: float | None = None,
     poll: float = 0.5,
     stop: Callable[[], bool] = lambda: False,
+    path: str | None = None,
 ) -> LogReader:
     """Read `stream` to its end; with `follow`, keep reading what is appended until `idle_exit`
-    seconds pass with nothing new (or forever, until interrupted)."""
+    seconds pass with nothing new (or forever, until interrupted).
+
+    Following the file at `path` survives what `tail -F` survives: a file truncated in place is
+    read again from its start, and a file rotated away (a new file at `path`) is opened anew;
+    each is counted in `reader.reopened`."""
     reader = LogReader(observer)
     idle_since = clock.monotonic()
-    while not stop():
-        data = stream.read(CHUNK)
-        if data:
-            reader.feed(data)
-            idle_since = clock.monotonic()
-            continue
-        if not follow or (idle_exit is not None and clock.monotonic() - idle_since >= idle_exit):
-            break
-        clock.sleep(poll)
-    reader.close()
+    try:
+        while not stop():
+            data = stream.read(CHUNK)
+            if data:
+                reader.feed(data)
+                idle_since = clock.monotonic()
+                continue
+            if not follow:
+                break
+            if idle_exit is not None and clock.monotonic() - idle_since >= idle_exit:
+                break
+            if path is not None:
+                stream = _reopened(stream, path, reader)
+            clock.sleep(poll)
+    finally:
+        reader.close()
     return reader
+
+
+def _reopened(stream: BinaryIO, path: str, reader: LogReader) -> BinaryIO:
+    """`stream`, or the file now at `path` when it was rotated; rewound when truncated."""
+    try:
+        now = os.stat(path)
+        held = os.fstat(stream.fileno())
+    except OSError:
+        return stream  # rotated away and not yet created again: wait for it
+    if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        try:
+            fresh = open(path, "rb")  # noqa: SIM115 (closed when rotated again or by the caller)
+        except OSError:
+            return stream
+        reader.reopened += 1
+        reader.close()
+        stream.close()
+        return fresh
+    if held.st_size < stream.tell():
+        stream.seek(0)
+        reader.reopened += 1
+        reader.close()
+    return stream

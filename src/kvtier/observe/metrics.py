@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time as clock
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
@@ -88,9 +88,14 @@ def parse_scrape(text: str, source: str, seconds: float, when: str) -> Scrape:
 
     by_name: dict[str, list[float]] = {}
     pool: list[float] = []
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
+                series = (s.name, tuple(sorted(s.labels.items())))
+                if series in seen:
+                    raise KvtierError(f"{source}: the series {s.name} appears twice in one scrape")
+                seen.add(series)
                 if s.name.endswith("_created") or not 0 <= s.value < math.inf:
                     continue
                 name = s.name.removesuffix("_total")
@@ -100,13 +105,20 @@ def parse_scrape(text: str, source: str, seconds: float, when: str) -> Scrape:
                     size = _number(s.labels.get("block_size"))
                     if blocks is not None and size is not None:
                         pool.append(blocks * size)
+    except KvtierError:
+        raise
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on bad text
         raise KvtierError(f"{source}: not Prometheus metrics text ({exc})"[:300]) from None
+    if not any(n.startswith(("vllm:", "sglang:")) for n in by_name):
+        raise KvtierError(f"{source}: no vllm: or sglang: metric in the scrape (not an engine's)")
     values: dict[str, float] = {}
     for field, names in _SUMMED.items():
         found = next((n for n in names if n in by_name), None)
         if found is not None:
-            values[field] = sum(by_name[found])
+            total = sum(by_name[found])
+            if not math.isfinite(total):
+                raise KvtierError(f"{source}: {found} sums to {total} over its series")
+            values[field] = total
     for field, names in _LARGEST.items():
         found = next((n for n in names if n in by_name), None)
         if found is not None:
@@ -196,14 +208,39 @@ def _window_hit_rate(scrapes: list[Scrape], observer: Observer) -> None:
         observer.add_counter_hit_rate(last.values["hit_gauge"])
 
 
+MAX_SCRAPE_BYTES = 64 << 20
+
+
 def fetch(url: str, timeout: float = 10.0) -> str:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            body: bytes = response.read(64 << 20)
-            return body.decode("utf-8", errors="replace")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    """The text at `url`, read whole within `timeout` seconds from the first byte sent to the
+    last received (a server that drips its answer is cut off); any failure is one line."""
+    done: list[str | BaseException] = []
+
+    def get() -> None:
+        try:
+            done.append(_get(url, timeout))
+        except BaseException as exc:  # handed to the caller's thread
+            done.append(exc)
+
+    worker = threading.Thread(target=get, name="kvtier-scrape", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not done:
+        raise KvtierError(f"cannot read {url}: no whole answer within {timeout:g} s")
+    if isinstance(done[0], BaseException):
+        exc = done[0]
         reason = getattr(exc, "reason", None) or exc
-        raise KvtierError(f"cannot read {url}: {reason}") from None
+        text = str(reason).splitlines()[0][:200] if str(reason) else type(exc).__name__
+        raise KvtierError(f"cannot read {url}: {text}") from None
+    return done[0]
+
+
+def _get(url: str, timeout: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        body: bytes = response.read(MAX_SCRAPE_BYTES + 1)
+    if len(body) > MAX_SCRAPE_BYTES:
+        raise ValueError(f"over the {MAX_SCRAPE_BYTES:,}-byte bound of a scrape")
+    return body.decode("utf-8", errors="replace")
 
 
 def poll(url: str, samples: int, interval: float) -> list[Scrape]:

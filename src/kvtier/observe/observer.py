@@ -17,6 +17,41 @@ _TEXT_KEPT = 400
 _SEEN_KEPT = 4096
 SAMPLE_KINDS = frozenset({"decode", "prefill", "fill", "stats", "metrics"})
 _EVENTS = frozenset({"retracted", "preemptions", "preempted_total"})
+_SHARE = (0.0, 1.0, False)
+_COUNT = (0.0, 1e9, True)  # requests or events: more than a server can hold or see in a day
+_TOKENS = (0.0, 1e11, True)  # tokens in one batch line, a pool, or since start
+_RATE = (0.0, 1e9, False)  # tokens/s: far above any node's throughput
+# field -> (lowest, highest, whole): the values an engine can print for each field (the grammars'
+# field names; SGLang's and vLLM's serving modules). A reading outside them is not data: its line
+# is skipped and counted, never read.
+FIELD_RANGES: dict[str, tuple[float, float, bool]] = {
+    "kv_usage": _SHARE,
+    "hit_rate": _SHARE,
+    "external_hit_rate": _SHARE,
+    "running": _COUNT,
+    "queued": _COUNT,
+    "swapped": _COUNT,
+    "new_seqs": _COUNT,
+    "retracted": _COUNT,
+    "preemptions": _COUNT,
+    "preempted_total": (0.0, 1e11, True),
+    "new_tokens": _TOKENS,
+    "cached_tokens": _TOKENS,
+    "pool_tokens": _TOKENS,
+    "gen_tps": _RATE,
+    "prompt_tps": _RATE,
+    "accept_len": (1.0, 64.0, False),  # the bonus token included; no engine drafts 64 deep
+}
+
+
+def out_of_range(fields: dict[str, float]) -> str | None:
+    """The first field whose value no engine prints (not finite, negative, fractional where the
+    engine prints a whole number, or past its range), as `name=value`; None when all are valid."""
+    for name, value in fields.items():
+        low, high, whole = FIELD_RANGES.get(name, (0.0, math.inf, False))
+        if not (math.isfinite(value) and low <= value <= high) or (whole and value != int(value)):
+            return f"{name}={value:g}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +145,10 @@ class Observer:
     ) -> None:
         """One reading of a grammar (see the engines' serving modules for kinds and fields).
 
-        Values must be finite and not negative: the grammars read unsigned decimals, and scrapes
-        drop the rest."""
+        A reading with a value outside FIELD_RANGES is skipped and counted, not read."""
+        if out_of_range(fields) is not None:
+            self.skip(line, text)
+            return
         if self.engine is None:
             self.engine = engine
         if kind in SAMPLE_KINDS and fields.keys().isdisjoint(_EVENTS):

@@ -49,8 +49,10 @@ class ServingSamples:
     accept_lengths: tuple[float, ...] = ()
 
 
-def _absolute(stamp: str) -> tuple[float, bool, bool]:
-    """Seconds of `stamp` on its own scale, whether it carries a date, whether a fraction."""
+def _absolute(stamp: str, years: int = 0) -> tuple[float, bool, bool]:
+    """Seconds of `stamp` on its own scale, whether it carries a date, whether a fraction.
+
+    A month-day stamp without a year (vLLM's) is placed `years` after a leap year."""
     found = _STAMP.search(stamp)
     if found is None:
         raise ValueError(stamp)
@@ -59,8 +61,13 @@ def _absolute(stamp: str) -> tuple[float, bool, bool]:
     clock = int(g("h")) * 3600 + int(g("m")) * 60 + int(g("s")) + float(f"0.{frac or 0}")
     if g("month") is None:
         return clock, False, frac is not None
-    day = datetime(int(g("year") or 2000), int(g("month")), int(g("day")))
+    day = datetime(int(g("year") or 2000 + years), int(g("month")), int(g("day")))
     return day.timestamp() + clock, True, frac is not None
+
+
+def _yearless(stamp: str) -> bool:
+    found = _STAMP.search(stamp)
+    return found is not None and found.group("month") is not None and found.group("year") is None
 
 
 class SampleRecorder(Observer):
@@ -97,26 +104,38 @@ class SampleRecorder(Observer):
             raise KvtierError(f"{self.source}: no periodic serving line with a time in the log")
         samples: list[Sample] = []
         origin: float | None = None
-        previous = 0.0
-        days = 0.0
+        previous, before = 0.0, ""
+        days, years = 0.0, 0
         fractional = False
         for kind, fields, stamp, line in self.kept:
-            try:
-                value, dated, frac = _absolute(stamp)
-            except ValueError:
-                raise KvtierError(
-                    f"{self.source}: line {line}: unreadable time {stamp!r}"
-                ) from None
+            value, dated, frac = self._seconds(stamp, line, years)
             fractional = fractional or frac
             if not dated and value + days < previous - 1.0:
                 days += _DAY  # a clock without a date went past midnight
+            elif dated and value < previous - 1.0 and _yearless(stamp):
+                # a month-day clock that went past New Year (12-31 -> 01-01)
+                later = self._seconds(stamp, line, years + 1)[0]
+                if previous - 1.0 <= later <= previous + 2 * _DAY:
+                    years, value = years + 1, later
             value += days
-            previous = value
+            if origin is not None and value < previous - 1.0:
+                raise KvtierError(
+                    f"{self.source}: line {line}: the time goes back from {before} to {stamp} "
+                    "(lines out of order, or a log joined with itself); give one run of the "
+                    "server's log, in the order it was written"
+                )
+            previous, before = max(previous, value), stamp
             origin = value if origin is None else origin
-            samples.append(Sample(kind, fields, value - origin, line))
+            samples.append(Sample(kind, fields, max(value, previous) - origin, line))
         return ServingSamples(
             self.engine, tuple(samples), fractional, self.result(), tuple(self.accept_lengths)
         )
+
+    def _seconds(self, stamp: str, line: int | None, years: int) -> tuple[float, bool, bool]:
+        try:
+            return _absolute(stamp, years)
+        except ValueError:  # no time, or a date no calendar has (02-30)
+            raise KvtierError(f"{self.source}: line {line}: unreadable time {stamp!r}") from None
 
 
 def read_samples(stream: BinaryIO, source: str) -> ServingSamples:

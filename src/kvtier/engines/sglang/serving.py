@@ -55,7 +55,7 @@ SUMMARY = "max_total_num_tokens="
 UNTITLED = "#running-req: "
 MARKERS = (DECODE, PREFILL, FILL, RETRACT, DECODE_OOM, POOL, SUMMARY, UNTITLED)
 
-_FILL_PAIR = re.compile(r"(#?[a-z_]{1,30}): (\d{1,15}(?:\.\d{1,12})?)")
+_FILL_PAIR = re.compile(r"(#?[a-z_]{1,30}): (\d{1,15}(?:\.\d{1,12})?)(?!\d|\.\d|[eE][+-]?\d)")
 _RETRACTED = re.compile(r"#retracted_reqs: (\d{1,9})")
 _POOL_TOKENS = re.compile(r"#tokens: " + GROUPED_INT)
 _SUMMARY_TOKENS = re.compile(r"max_total_num_tokens=(\d{1,15})")
