@@ -15,7 +15,7 @@ def test_vllm_items_divide_the_device_total() -> None:
     ledger = plan(
         Deployment(Engine.VLLM, "Qwen/Qwen3-8B", gpu="H100", mem_fraction=0.9, context_length=32768)
     )
-    total = ledger.figure("total_gib")
+    total = ledger.figures.total_gib
     assert sum(i.gib for i in ledger.items) == pytest.approx(total)
     assert ledger.kv_tokens_range is not None
     assert ledger.kv_tokens_range[0] <= ledger.kv_tokens <= ledger.kv_tokens_range[1]
@@ -52,7 +52,7 @@ def test_vllm_hybrid_reports_concurrency_times_max_model_len() -> None:
             ),
         )
     )
-    blocks = ledger.figure("num_blocks")
+    blocks = ledger.figures.num_blocks
     per_request = 2048 + 6 * 577
     assert ledger.kv_tokens == int(blocks / per_request * 32768)
     pool = ledger.item("KV cache pool").gib
@@ -78,11 +78,11 @@ def test_mtp_draft_uses_the_target_layer_and_v0_5_14_prices_it_in() -> None:
         )
 
     era_b, era_c = ledger("0.5.9"), ledger("main")
-    assert era_b.figure("draft_cell_bytes") == 1152
-    assert era_c.figure("cell_bytes") == int(70_272 * (1 + 1 / 61))
-    assert ledger("0.5.14").figure("cell_bytes") == era_c.figure("cell_bytes")
-    assert ledger("0.5.13").figure("cell_bytes") == 70_272  # Era C pool, draft from the reserve
-    assert era_b.figure("rest_gib") == era_c.figure("rest_gib")
+    assert era_b.figures.draft_cell_bytes == 1152
+    assert era_c.figures.cell_bytes == int(70_272 * (1 + 1 / 61))
+    assert ledger("0.5.14").figures.cell_bytes == era_c.figures.cell_bytes
+    assert ledger("0.5.13").figures.cell_bytes == 70_272  # Era C pool, draft from the reserve
+    assert era_b.figures.rest_gib == era_c.figures.rest_gib
     assert era_c.kv_tokens == pytest.approx(era_b.kv_tokens * 61 / 62, rel=1e-4)
     draft = era_b.item("draft KV pool")
     assert draft.exact is False  # the budget itself is estimated here
@@ -103,7 +103,7 @@ def test_eagle_draft_from_the_catalog_is_exact() -> None:
         )
     )
     # draft: 32 layers x 2 heads per rank x 256 x 2 B
-    assert ledger.figure("draft_cell_bytes") == 32 * 2 * 256 * 2
+    assert ledger.figures.draft_cell_bytes == 32 * 2 * 256 * 2
     assert ledger.item("draft KV pool").exact
     assert ledger.item("draft weights").gib > 3.0
 
@@ -162,9 +162,9 @@ def test_multimodal_budget_keeps_the_embedding_cache_from_v0_5_18() -> None:
     figures = Measured(free_before_load_gib=94.04, free_after_load_gib=21.71)
     before = plan(kimi(figures, engine_version="0.5.17"))
     after = plan(kimi(figures, engine_version="0.5.18"))
-    cell = after.figure("cell_bytes")
-    assert before.figure("cell_bytes") == cell
-    assert after.figure("rest_gib") == pytest.approx(before.figure("rest_gib") - 100 / 1024)
+    cell = after.figures.cell_bytes
+    assert before.figures.cell_bytes == cell
+    assert after.figures.rest_gib == pytest.approx(before.figures.rest_gib - 100 / 1024)
     assert before.kv_tokens - after.kv_tokens in (100 * 2**20 // cell, 100 * 2**20 // cell + 1)
     text_only = plan(
         Deployment(
@@ -172,4 +172,4 @@ def test_multimodal_budget_keeps_the_embedding_cache_from_v0_5_18() -> None:
             measured=Measured(free_before_load_gib=78.5, free_after_load_gib=63.0),
         )
     )  # fmt: skip
-    assert text_only.figure("rest_gib") == pytest.approx(63.0 - 78.5 * 0.2)
+    assert text_only.figures.rest_gib == pytest.approx(63.0 - 78.5 * 0.2)

@@ -162,7 +162,7 @@ def _render_vllm(case: Case, ledger: Ledger) -> str:
         f"'gpu_memory_utilization': {d.mem_fraction}{kv_dtype}}}",
     ]
     if ledger.era.startswith("vLLM 0.6"):
-        blocks = int(ledger.figure("num_blocks"))
+        blocks = int(ledger.figures.num_blocks)
         lines += [
             "INFO 01-05 10:00:05 [worker.py:1] Memory profiling results: ... the rest of the "
             f"memory reserved for KV Cache is {m.kv_available_gib:.2f}GiB.",

@@ -166,7 +166,7 @@ def kvtier(case: dict[str, Any], version: str) -> Kvtier:
     ours = vllm.hybrid_layout(full, 0 if chunked else kv.num_local_layers)
     layout = Layout(ours.full_groups, ours.local_groups, ours.group_size, ours.padding_layers)
     (conc,) = [c.requests for c in ledger.concurrency if c.context == case["max_model_len"]]
-    return Kvtier(layout, int(dict(ledger.extra)["num_blocks"]), conc, ledger.kv_tokens, None)
+    return Kvtier(layout, ledger.figures.num_blocks, conc, ledger.kv_tokens, None)
 
 
 def differences(engine: dict[str, Any], ours: Kvtier) -> list[str]:

@@ -133,7 +133,7 @@ def kvtier(case: dict[str, Any], version: str) -> dict[str, Any]:
     (conc,) = [c.requests for c in ledger.concurrency if c.context == case["max_model_len"]]
     return {
         "block_size": ledger.page_size,
-        "num_blocks": int(dict(ledger.extra)["num_blocks"]),
+        "num_blocks": ledger.figures.num_blocks,
         "concurrency": conc,
         "tokens": ledger.kv_tokens,
         "groups": [line for line in ledger.notes if line.startswith("hybrid linear attention")],

@@ -19,7 +19,7 @@ def _both(**values: object) -> tuple[int, int, int]:
     config = build_config(d, 512)
     assert config.device_tokens == ledger.kv_tokens
     assert config.page_size == ledger.page_size
-    assert config.chunked_prefill_size == ledger.figure("chunked_prefill_size")
+    assert config.chunked_prefill_size == ledger.figures.chunked_prefill_size
     assert ledger.max_running_requests is not None
     return ledger.max_running_requests, config.max_running_requests, ledger.kv_tokens
 

@@ -21,8 +21,10 @@ Items are per GPU in GiB (2**30 bytes), as both engines print them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from kvtier.engines.figures import EngineFigures
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +81,9 @@ class Ledger:
     max_running_requests: int | None
     concurrency: tuple[Concurrency, ...]
     inputs: tuple[Input, ...]
+    figures: EngineFigures  # what advise and the simulator re-read, per engine
     notes: tuple[str, ...] = ()
     host_pool: HostPool | None = None
-    extra: tuple[tuple[str, float], ...] = field(default=())  # engine-specific figures
     pool_formula: str = ""  # the pool formula with this ledger's numbers in it
 
     @property
@@ -93,9 +95,6 @@ class Ledger:
             if it.item == name:
                 return it
         raise KeyError(name)
-
-    def figure(self, name: str) -> float:
-        return dict(self.extra)[name]
 
     def to_json(self) -> dict[str, Any]:
         return {

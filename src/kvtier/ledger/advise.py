@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from kvtier.engines.deployment import Engine
+from kvtier.engines.figures import SGLangFigures, VllmFigures
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.sglang import hicache
@@ -86,18 +87,19 @@ def _kv_gib(ledger: Ledger) -> float:
 def free_at_end(base: Ledger) -> float:
     """What stays free on one GPU at the end of startup: SGLang's reserve left after the draft,
     request table and graphs; vLLM's share outside the budget less unbudgeted CUDA graphs."""
-    return base.figure("free_end_gib")
+    return base.figures.free_end_gib
 
 
 def max_safe_fraction(p: PlanInputs, base: Ledger, margin_gib: float) -> float:
     """Highest fraction (2 decimals) keeping `margin_gib` free at the end of startup."""
     free = free_at_end(base)
-    if base.engine == "sglang":
-        pre = base.figure("free_before_load_gib")
-        grow = 1 + base.figure("draft_cell_bytes") / base.figure("cell_bytes")  # draft pool follows
+    f = base.figures
+    if isinstance(f, SGLangFigures):
+        pre = f.free_before_load_gib
+        grow = 1 + f.draft_cell_bytes / f.cell_bytes  # the draft pool follows
         top = base.mem_fraction + (free - margin_gib) / (pre * grow)
     else:
-        total = base.figure("total_gib")
+        total = f.total_gib
         top = base.mem_fraction + (free - margin_gib) / total if total else base.mem_fraction
     return math.floor(min(top, 0.99) * 100) / 100
 
@@ -181,7 +183,8 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
     d = p.deployment
     if d.engine is Engine.VLLM:
         return _vllm_offload_options(p, base)
-    per_token = int(base.figure("host_bytes_per_token"))  # in the pool's own KV dtype
+    assert isinstance(base.figures, SGLangFigures)  # vLLM returned above
+    per_token = base.figures.host_bytes_per_token  # in the pool's own KV dtype
     sizes: list[tuple[str, tuple[str, ...], float | None, float | None]] = [
         (f"ratio {r:g}", ("--hicache-ratio", f"{r:g}"), r, None) for r in HOST_RATIOS
     ]
@@ -296,12 +299,15 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
                     (("freed_gib", freed),),
                 )
             )
-    sglang = d.engine is Engine.SGLANG
-    if not sglang and not base.figure("chunked_prefill"):
+    f = base.figures
+    if isinstance(f, VllmFigures) and not f.chunked_prefill:
         options += _v0_chunked_prefill_option(p, base)
-    in_force = base.figure("chunked_prefill_size" if sglang else "max_num_batched_tokens")
-    chunk = d.chunked_prefill_size or int(in_force)
-    if chunk and (sglang or base.figure("chunked_prefill")):
+    if isinstance(f, SGLangFigures):
+        in_force, chunking = f.chunked_prefill_size, True
+    else:
+        in_force, chunking = f.max_num_batched_tokens, f.chunked_prefill
+    chunk = d.chunked_prefill_size or in_force
+    if chunk and chunking:
         led = variant(p, chunked_prefill_size=chunk // 2)
         flag = "--chunked-prefill-size" if d.engine is Engine.SGLANG else "--max-num-batched-tokens"
         if led is not None:
@@ -314,7 +320,7 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
                     "smaller activation peak; long prompts prefill in more steps (higher TTFT)",
                 )
             )
-    max_bs = int(base.figure("cuda_graph_max_bs")) if sglang else 0
+    max_bs = f.cuda_graph_max_bs if isinstance(f, SGLangFigures) else 0
     if max_bs > 1:
         led = variant(p, cuda_graph_max_bs=max_bs // 2)
         if led is not None:
@@ -337,8 +343,9 @@ def _v0_chunked_prefill_option(p: PlanInputs, base: Ledger) -> list[Option]:
     led = variant(p, enable_chunked_prefill=True)
     if led is None:
         return []
-    batch = int(led.figure("max_num_batched_tokens"))
-    was = int(base.figure("max_num_batched_tokens"))
+    assert isinstance(led.figures, VllmFigures) and isinstance(base.figures, VllmFigures)
+    batch = led.figures.max_num_batched_tokens
+    was = base.figures.max_num_batched_tokens
     if batch >= was:  # --max-num-batched-tokens set, or max_model_len below the chunk
         return []
     return [

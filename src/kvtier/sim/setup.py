@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.figures import SGLangFigures
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang.hicache import host_tokens
@@ -119,11 +120,11 @@ def running_limit(ledger: Ledger, device_tokens: int) -> tuple[int, str]:
     """The running-request limit and its source: the ledger's own over its pool, else the same
     rule (`pool.request_limits`) over `device_tokens` with the ledger's flag, DP-attention size
     and state-slot cap."""
-    flag = int(ledger.figure("max_running_requests_flag")) or None
-    extra = dict(ledger.extra)
-    slot_cap = int(extra["state_slot_request_cap"]) if "state_slot_request_cap" in extra else None
+    figures = _sglang_figures(ledger)
+    flag = figures.max_running_requests_flag or None
+    slot_cap = figures.state_slot_request_cap
     slots = f", state slots allow {slot_cap:,}" if slot_cap is not None else ""
-    dp = int(ledger.figure("dp_attention_size"))
+    dp = figures.dp_attention_size
     rule = f"max_running_requests {flag} // DP-attention size {dp}" if flag else "tokens // 2"
     if device_tokens == ledger.kv_tokens and ledger.max_running_requests is not None:
         limit = ledger.max_running_requests
@@ -134,6 +135,12 @@ def running_limit(ledger: Ledger, device_tokens: int) -> tuple[int, str]:
         ).running
         where = f"the ledger's rule over {device_tokens:,} device tokens"
     return limit, f"{limit:,} from {where} (min({rule}, request rows{slots}); model_runner)"
+
+
+def _sglang_figures(ledger: Ledger) -> SGLangFigures:
+    if not isinstance(ledger.figures, SGLangFigures):
+        raise KvtierError("simulate models SGLang's scheduler: the ledger is not SGLang's")
+    return ledger.figures
 
 
 def build_config(
@@ -183,7 +190,7 @@ def build_config(
     host = 0
     rules, capacity = PrefetchRules(), 0
     if d.enable_hierarchical_cache or d.hicache_ratio is not None or d.hicache_size_gb:
-        per_token = int(ledger.figure("host_bytes_per_token"))
+        per_token = _sglang_figures(ledger).host_bytes_per_token
         host = host_tokens(device_tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)
         sources.append(("host tokens", "HostKVCache sizing (--hicache-size / --hicache-ratio)"))
         default = f"{write_policy} (SGLang's default)"
@@ -219,7 +226,7 @@ def build_config(
         )
     max_running, text = running_limit(ledger, device_tokens)
     sources.append(("max running requests", text))
-    chunk = int(ledger.figure("chunked_prefill_size"))
+    chunk = _sglang_figures(ledger).chunked_prefill_size
     how = "--chunked-prefill-size" if d.chunked_prefill_size is not None else "the GPU's default"
     sources.append(("chunked prefill size", f"{chunk:,} from the ledger ({how}, server_args)"))
     pcie = flags.pcie_gbps or gpu.pcie_gbps

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
+from kvtier.engines.figures import SGLangFigures
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
@@ -534,20 +535,19 @@ def build(p: PlanInputs) -> Ledger:
         notes=tuple(notes),
         host_pool=host_pool,
         pool_formula=formula,
-        extra=(
-            ("free_before_load_gib", nominal_pre),
-            ("free_after_load_gib", nominal_after),
-            ("rest_gib", rest.value),
-            ("cell_bytes", float(cell)),
-            ("draft_cell_bytes", float(draft.cell if draft else 0)),
-            ("free_end_gib", m.free_end_gib if m.free_end_gib is not None else free),
-            ("chunked_prefill_size", float(chunk or 0)),
-            ("cuda_graph_max_bs", float(max_bs or 0)),
-            # what `request_limits` needs to find the limit over another pool size
-            ("max_running_requests_flag", float(flag or 0)),
-            ("dp_attention_size", float(attn_dp)),
-            ("host_bytes_per_token", float(host_per_token)),  # HostKVCache.get_size_per_token
-            *((("state_slot_request_cap", float(slot_cap)),) if slot_cap is not None else ()),
+        figures=SGLangFigures(
+            free_before_load_gib=nominal_pre,
+            free_after_load_gib=nominal_after,
+            rest_gib=rest.value,
+            cell_bytes=cell,
+            draft_cell_bytes=draft.cell if draft else 0,
+            free_end_gib=m.free_end_gib if m.free_end_gib is not None else free,
+            chunked_prefill_size=chunk or 0,
+            cuda_graph_max_bs=max_bs or 0,
+            max_running_requests_flag=flag or 0,
+            dp_attention_size=attn_dp,
+            host_bytes_per_token=host_per_token,
+            state_slot_request_cap=slot_cap,
         ),
     )
 

@@ -7,6 +7,7 @@ from typing import NamedTuple
 from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
+from kvtier.engines.figures import VllmFigures
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.kvdtype import resolve_kv_dtype
 from kvtier.engines.ledger import (
@@ -530,13 +531,12 @@ def build(p: PlanInputs) -> Ledger:
         notes=tuple(notes),
         host_pool=host_pool,
         pool_formula=_pool_formula(era, pool, blocks, per_req, ctx, available.value, page),
-        extra=(
-            ("num_blocks", float(blocks)),
-            ("available_kv_gib", available.value),
-            ("total_gib", nominal.get("total", 0.0)),
-            ("free_end_gib", free_end),
-            ("max_num_batched_tokens", float(batch.tokens)),
-            # V1 always schedules in chunks; V0 only with chunked prefill on
-            ("chunked_prefill", float(era.worker is not vllm.Worker.V0 or chunked[0])),
+        figures=VllmFigures(
+            num_blocks=blocks,
+            available_kv_gib=available.value,
+            total_gib=nominal.get("total", 0.0),
+            free_end_gib=free_end,
+            max_num_batched_tokens=batch.tokens,
+            chunked_prefill=era.worker is not vllm.Worker.V0 or chunked[0],
         ),
     )
