@@ -99,7 +99,7 @@ def test_the_queue_waits_for_device_pages() -> None:
     first = TM.prefill_s(1000, 0) + TM.decode_steps_s(599, 1001, 1)
     assert result.queue_s is not None
     assert result.queue_s.p50 == pytest.approx(first / 2, rel=1e-9)  # b waits all of a; a none
-    assert result.concurrency_max == 1
+    assert result.concurrency.max == 1
 
 
 def test_decode_batches_every_running_request() -> None:
@@ -109,7 +109,7 @@ def test_decode_batches_every_running_request() -> None:
     prefill = TM.prefill_s(512, 0) * 2  # one batch of two 512-token chunks
     decode = TM.decode_steps_s(99, 2 * 513, 2)
     assert result.duration_s == pytest.approx(prefill + decode, rel=1e-12)
-    assert result.concurrency_max == 2
+    assert result.concurrency.max == 2
 
 
 def test_requests_past_the_context_length_are_rejected() -> None:

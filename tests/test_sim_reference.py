@@ -120,7 +120,7 @@ def test_warmup_fraction_measures_only_the_later_requests() -> None:
     trace = Trace(generate("chat", 400, seed=2))
     later = Trace(trace.requests[200:])
     result = unbounded(trace, warmup_fraction=0.5)
-    assert result.measured == 200
+    assert result.measured_requests == 200
     assert result.input_tokens == later.input_tokens
     assert result.hit_rate > unbounded(trace).hit_rate  # the warm cache hits more
 

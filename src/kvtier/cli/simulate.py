@@ -225,7 +225,8 @@ def _run(args: argparse.Namespace, progress: Progress) -> int:
 def _reference(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
     from kvtier.report.sim_view import quiet_lines, run_table, sweep_quiet_lines, sweep_table
     from kvtier.sim import reference
-    from kvtier.sim.sweep import Sweep, sweep_json
+    from kvtier.sim.payload import SimulatePayload
+    from kvtier.sim.sweep import Sweep, sweep_result
 
     capacities: list[int | None] = [reference.UNBOUNDED] if args.unbounded else []
     capacities += args.lru_tokens or []
@@ -245,7 +246,7 @@ def _reference(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
         else:
             title = f"single-tier LRU of {capacities[0]:,} tokens (whole blocks, no clock)"
         if args.json:
-            print(json_text(results[0].to_json()))
+            print(json_text(results[0]))
         elif args.quiet:
             print("\n".join(quiet_lines(results[0])))
         else:
@@ -253,7 +254,7 @@ def _reference(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
         return 0
     sweep = Sweep("lru-tokens", tuple("unbounded" if c is None else str(c) for c in capacities))
     if args.json:
-        print(json_text({"sweep": sweep_json(sweep, results)}))
+        print(json_text(SimulatePayload(sweep=sweep_result(sweep, results))))
     elif args.quiet:
         print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
     else:
@@ -270,9 +271,10 @@ def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
         sweep_quiet_lines,
         sweep_table,
     )
+    from kvtier.sim.payload import SimulatePayload
     from kvtier.sim.run import simulate
     from kvtier.sim.setup import build_config
-    from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_json
+    from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_result
     from kvtier.sim.timing import TimingFlags
 
     deployment = simulate_hicache.with_policies(args, deployment_from_args(args))
@@ -329,7 +331,8 @@ def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
         results = run_sweep(sweep, deployment, flags, run_one)
         progress.done()
         if args.json:
-            print(json_text({"sweep": sweep_json(sweep, results), "notes": notes}))
+            payload = SimulatePayload(sweep=sweep_result(sweep, results), notes=tuple(notes))
+            print(json_text(payload))
             return 0
         if args.quiet:
             print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
@@ -340,7 +343,7 @@ def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
         result = run_one(deployment, flags, {"time_scale": args.time_scale})
         progress.done()
         if args.json:
-            print(json_text({**result.to_json(), "notes": notes}))
+            print(json_text(SimulatePayload(run=result, notes=tuple(notes))))
             return 0
         if args.quiet:
             print("\n".join(quiet_lines(result)))

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtier.cli.values import count
 from kvtier.errors import KvtierError
 from kvtier.files import MAX_LOG_BYTES, check_output, open_input
 from kvtier.report.json_text import json_text
+
+if TYPE_CHECKING:
+    from kvtier.sim.sweep import SweepResult
 
 FROM_LOG_HELP = """\
 fit a workload to a SGLang or vLLM serving log's periodic lines (arrivals, prompt and output
@@ -40,14 +43,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
     from kvtier.observe.samples import read_samples
     from kvtier.observe.workload_fit import fit_workload
-    from kvtier.report.fit_view import baseline_json, baseline_tables, quiet_lines
+    from kvtier.report.fit_view import baseline_tables, log_baseline, quiet_lines
     from kvtier.report.sim_view import sweep_table
     from kvtier.sim.baseline import compare
     from kvtier.sim.calibrate import calibrate, run_window
     from kvtier.sim.from_log import FIT_BLOCK_TOKENS, fitted_trace
+    from kvtier.sim.payload import SimulatePayload
     from kvtier.sim.run import simulate
     from kvtier.sim.setup import build_config
-    from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_json
+    from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_result
 
     if args.trace or args.generate:
         raise KvtierError("--from-log fits its own trace: give no TRACE and no --generate")
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
         n = write_trace(fitted.trace.requests, args.output)
         replay = f"replay with --block-tokens {FIT_BLOCK_TOKENS}"
         print(f"wrote the fitted trace, {n} requests ({replay}), to {args.output}", file=sys.stderr)
-    sweep_payload: dict[str, object] | None = None
+    sweep_payload: SweepResult | None = None
     sweep_view = None
     if args.sweep:
         sweep = parse_sweep(args.sweep)
@@ -91,13 +95,11 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
             return simulate(trace.trace, config, warmup, None, params)
 
         results = run_sweep(sweep, deployment, calibration.flags, run_one)
-        sweep_payload = sweep_json(sweep, results)
+        sweep_payload = sweep_result(sweep, results)
         sweep_view = sweep_table(sweep.param, sweep.values, results)
     if args.json:
-        payload = baseline_json(fit, calibration, fitted, rows)
-        if sweep_payload is not None:
-            payload["sweep"] = sweep_payload
-        print(json_text(payload))
+        baseline = log_baseline(fit, calibration, fitted, rows)
+        print(json_text(SimulatePayload(from_log=baseline, sweep=sweep_payload)))
         return 0
     if args.quiet:
         print("\n".join(quiet_lines(calibration, rows)))

@@ -9,6 +9,12 @@ from kvtier.observe.workload_fit import FittedWorkload
 from kvtier.sim.baseline import Comparison
 from kvtier.sim.calibrate import Calibration
 from kvtier.sim.from_log import FittedTrace
+from kvtier.sim.payload import (
+    CalibrationSummary,
+    FitSummary,
+    FittedTraceSummary,
+    LogBaseline,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -68,46 +74,37 @@ def quiet_lines(calibration: Calibration, rows: tuple[Comparison, ...]) -> list[
     return out
 
 
-def baseline_json(
+def log_baseline(
     fit: FittedWorkload,
     calibration: Calibration,
     fitted: FittedTrace,
     rows: tuple[Comparison, ...],
-) -> dict[str, object]:
+) -> LogBaseline:
     flags = calibration.flags
-    return {
-        "source": fit.source,
-        "engine": fit.engine,
-        "fit": {
-            "window_s": fit.window.duration_s,
-            "requests": fit.requests,
-            "running_at_start": fit.running_at_start,
-            "prompt_tokens": fit.prompt_tokens,
-            "output_tokens": fit.output_tokens,
-            "reuse": fit.reuse,
-            "pool_tokens": fit.pool_tokens,
-            "inferred": [{"name": n.name, "value": n.value, "how": n.how} for n in fit.inferences],
-        },
-        "calibration": {
-            "compute_efficiency": flags.compute_efficiency,
-            "compute_how": calibration.compute_how,
-            "hbm_efficiency": flags.hbm_efficiency,
-            "hbm_how": calibration.hbm_how,
-        },
-        "trace": {
-            "requests": len(fitted.trace.requests),
-            "before_window": fitted.before,
-            "window_opens_s": fitted.offset_s,
-            "block_tokens": fitted.trace.block_size,
-        },
-        "baseline": [
-            {
-                "metric": r.metric,
-                "observed": r.observed,
-                "simulated": r.simulated,
-                "tolerance": r.tolerance,
-                "within": r.within,
-            }
-            for r in rows
-        ],
-    }
+    return LogBaseline(
+        source=fit.source,
+        engine=fit.engine,
+        fit=FitSummary(
+            window_s=fit.window.duration_s,
+            requests=fit.requests,
+            running_at_start=fit.running_at_start,
+            prompt_tokens=fit.prompt_tokens,
+            output_tokens=fit.output_tokens,
+            reuse=fit.reuse,
+            pool_tokens=fit.pool_tokens,
+            inferred=fit.inferences,
+        ),
+        calibration=CalibrationSummary(
+            compute_efficiency=flags.compute_efficiency,
+            compute_how=calibration.compute_how,
+            hbm_efficiency=flags.hbm_efficiency,
+            hbm_how=calibration.hbm_how,
+        ),
+        trace=FittedTraceSummary(
+            requests=len(fitted.trace.requests),
+            before_window=fitted.before,
+            window_opens_s=fitted.offset_s,
+            block_tokens=fitted.trace.block_size,
+        ),
+        baseline=rows,
+    )

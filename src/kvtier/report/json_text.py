@@ -7,10 +7,13 @@ import math
 from typing import Any
 
 from kvtier.errors import KvtierError
+from kvtier.payload import to_json
 
 
 def json_text(data: Any) -> str:
-    """`data` as indented JSON; NaN or Infinity (which JSON has no spelling for) is an error."""
+    """`data` (a payload dataclass, or JSON-ready data) as indented JSON; NaN or Infinity
+    (which JSON has no spelling for) is an error."""
+    data = to_json(data)
     try:
         return json.dumps(data, indent=2, allow_nan=False)
     except ValueError:

@@ -44,7 +44,11 @@ def run_table(result: SimResult, title: str) -> Table:
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    warm = "" if result.measured == result.requests else f" (last {result.measured:,})"
+    warm = (
+        ""
+        if result.measured_requests == result.requests
+        else f" (last {result.measured_requests:,})"
+    )
     table.add_row("requests", f"{result.requests:,}{warm}")
     table.add_row("finished / rejected", f"{result.finished:,} / {result.rejected:,}")
     table.add_row("token hit rate, all tiers", _pct(result.hit_rate))
@@ -70,7 +74,7 @@ def run_table(result: SimResult, title: str) -> Table:
         table.add_row("simulated time (s)", f"{result.duration_s:,.1f}")
         table.add_row(
             "running requests max / mean",
-            f"{result.concurrency_max:,} / {result.concurrency_mean:,.1f}",
+            f"{result.concurrency.max:,} / {result.concurrency.mean:,.1f}",
         )
         table.add_row("PCIe busy (host->device loads)", _pct(result.pcie_busy_fraction))
     for tier, n in result.evictions.items():

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kvtier.cache.storage import Tier
+from kvtier.payload import Amount, Share
 
 TIERS = (Tier.DEVICE, Tier.HOST, Tier.STORE)
 MAX_SERIES_POINTS = 200  # concurrency samples kept for charts
@@ -50,75 +51,50 @@ class Percentiles(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class SimResult:
-    """Summary of one run; `timed` is False for the reference modes, which have no clock."""
+class ConcurrencySummary:
+    """Running requests: the most at once, the time-weighted mean, and (time, running, waiting)
+    samples at every change, thinned to `MAX_SERIES_POINTS`."""
 
+    max: int
+    mean: float
+    series: tuple[tuple[float, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Summary of one run; `timed` is False for the reference modes, which have no clock.
+
+    It is the `--json` payload of a run as it stands (`kvtier.payload.to_json`): keys are the
+    field names in this order, so a new figure is one field here, placed where its key goes.
+    """
+
+    params: dict[str, object]
     requests: int
-    measured: int  # requests after the warm-up fraction, over which hit rates are taken
+    measured_requests: int  # requests after the warm-up fraction, over which hit rates are taken
     finished: int
     rejected: int
     rejected_ids: tuple[int, ...]
     input_tokens: int  # prompt tokens of the measured requests
+    hit_rate: Share
+    hit_rate_by_tier: dict[str, Share]
+    hit_rate_by_round: tuple[float | None, ...] | None  # None: the trace has no rounds
+    ttft_mean_s_by_round: tuple[float | None, ...] | None  # timed runs with rounds only
     hit_tokens_by_tier: dict[str, int]
     prefill_tokens_saved: int  # over all requests that ran
     timed: bool
     ttft_s: Percentiles | None
     queue_s: Percentiles | None
-    throughput_tok_s: float
+    throughput_tok_s: Amount
     duration_s: float
-    concurrency_max: int
-    concurrency_mean: float
-    concurrency_series: tuple[tuple[float, int, int], ...]  # (time, running, waiting)
+    concurrency: ConcurrencySummary
     evictions: dict[str, int]
     pcie_busy_fraction: float
-    params: dict[str, object] = field(default_factory=dict)
-    hit_rate_by_round: tuple[float | None, ...] | None = None  # None: the trace has no rounds
-    ttft_mean_s_by_round: tuple[float | None, ...] | None = None  # timed runs with rounds only
 
-    @property
-    def hit_rate(self) -> float:
-        hits = sum(self.hit_tokens_by_tier.values())
-        return hits / self.input_tokens if self.input_tokens else 0.0
 
-    @property
-    def hit_rate_by_tier(self) -> dict[str, float]:
-        n = self.input_tokens
-        return {t: (v / n if n else 0.0) for t, v in self.hit_tokens_by_tier.items()}
-
-    def to_json(self) -> dict[str, object]:
-        """The `--json` contract: requests, hit_rate, hit_rate_by_tier, ttft_s, throughput_tok_s,
-        rejected, plus everything else measured."""
-        return {
-            "params": self.params,
-            "requests": self.requests,
-            "measured_requests": self.measured,
-            "finished": self.finished,
-            "rejected": self.rejected,
-            "rejected_ids": list(self.rejected_ids),
-            "input_tokens": self.input_tokens,
-            "hit_rate": self.hit_rate,
-            "hit_rate_by_tier": self.hit_rate_by_tier,
-            "hit_rate_by_round": (
-                None if self.hit_rate_by_round is None else list(self.hit_rate_by_round)
-            ),
-            "ttft_mean_s_by_round": (
-                None if self.ttft_mean_s_by_round is None else list(self.ttft_mean_s_by_round)
-            ),
-            "hit_tokens_by_tier": self.hit_tokens_by_tier,
-            "prefill_tokens_saved": self.prefill_tokens_saved,
-            "timed": self.timed,
-            "ttft_s": self.ttft_s._asdict() if self.ttft_s else None,
-            "queue_s": self.queue_s._asdict() if self.queue_s else None,
-            "throughput_tok_s": self.throughput_tok_s,
-            "duration_s": self.duration_s,
-            "concurrency": {
-                "max": self.concurrency_max,
-                "mean": self.concurrency_mean,
-                "series": [list(p) for p in self.concurrency_series],
-            },
-            "evictions": self.evictions,
-            "pcie_busy_fraction": self.pcie_busy_fraction,
-        }
+def hit_rates(hit_tokens_by_tier: dict[str, int], input_tokens: int) -> dict[str, float]:
+    """Each tier's hit tokens over the prompt tokens (0 when there are none)."""
+    n = input_tokens
+    return {t: (v / n if n else 0.0) for t, v in hit_tokens_by_tier.items()}
 
 
 def by_round(
@@ -195,13 +171,20 @@ def summarize_untimed(
     skip = math.floor(warmup_fraction * len(input_lens))
     hits = {t.value: 0 for t in TIERS}
     hits[Tier.DEVICE.value] = sum(device_hits[skip:])
+    input_tokens = sum(input_lens[skip:])
+    by_tier = hit_rates(hits, input_tokens)
     return SimResult(
+        params=params or {},
         requests=len(input_lens),
-        measured=len(input_lens) - skip,
+        measured_requests=len(input_lens) - skip,
         finished=len(input_lens),
         rejected=0,
         rejected_ids=(),
-        input_tokens=sum(input_lens[skip:]),
+        input_tokens=input_tokens,
+        hit_rate=sum(hits.values()) / input_tokens if input_tokens else 0.0,
+        hit_rate_by_tier=by_tier,
+        hit_rate_by_round=by_round(rounds[skip:], input_lens[skip:], device_hits[skip:]),
+        ttft_mean_s_by_round=None,
         hit_tokens_by_tier=hits,
         prefill_tokens_saved=sum(device_hits),
         timed=False,
@@ -209,13 +192,9 @@ def summarize_untimed(
         queue_s=percentiles([]),
         throughput_tok_s=0.0,
         duration_s=0.0,
-        concurrency_max=0,
-        concurrency_mean=0.0,
-        concurrency_series=(),
+        concurrency=ConcurrencySummary(0, 0.0, ()),
         evictions=evictions,
         pcie_busy_fraction=0.0,
-        params=params or {},
-        hit_rate_by_round=by_round(rounds[skip:], input_lens[skip:], device_hits[skip:]),
     )
 
 
@@ -239,26 +218,17 @@ def summarize(
     end = max((r.finish_s for r in done), default=start) if timed else start
     duration = end - start
     rejected = tuple(r.rid for r in records if r.rejected)
+    input_tokens = sum(r.input_len for r in measured)
     return SimResult(
+        params=params or {},
         requests=len(records),
-        measured=len(measured),
+        measured_requests=len(measured),
         finished=len(done),
         rejected=len(rejected),
         rejected_ids=rejected,
-        input_tokens=sum(r.input_len for r in measured),
-        hit_tokens_by_tier=hits,
-        prefill_tokens_saved=sum(sum(r.hit_tokens.values()) for r in ran),
-        timed=timed,
-        ttft_s=percentiles([r.first_token_s - r.arrival_s for r in timed_done]),
-        queue_s=percentiles([r.admit_s - r.arrival_s for r in timed_done]),
-        throughput_tok_s=sum(r.output_len for r in done) / duration if duration > 0 else 0.0,
-        duration_s=duration,
-        concurrency_max=concurrency.max_running if concurrency else 0,
-        concurrency_mean=concurrency.mean(start, end) if concurrency else 0.0,
-        concurrency_series=concurrency.series() if concurrency else (),
-        evictions=evictions,
-        pcie_busy_fraction=pcie_busy_s / duration if duration > 0 else 0.0,
-        params=params or {},
+        input_tokens=input_tokens,
+        hit_rate=sum(hits.values()) / input_tokens if input_tokens else 0.0,
+        hit_rate_by_tier=hit_rates(hits, input_tokens),
         hit_rate_by_round=by_round(
             [r.round for r in measured],
             [r.input_len for r in measured],
@@ -269,4 +239,18 @@ def summarize(
             [1.0] * len(timed_done),
             [r.first_token_s - r.arrival_s for r in timed_done],
         ),
+        hit_tokens_by_tier=hits,
+        prefill_tokens_saved=sum(sum(r.hit_tokens.values()) for r in ran),
+        timed=timed,
+        ttft_s=percentiles([r.first_token_s - r.arrival_s for r in timed_done]),
+        queue_s=percentiles([r.admit_s - r.arrival_s for r in timed_done]),
+        throughput_tok_s=sum(r.output_len for r in done) / duration if duration > 0 else 0.0,
+        duration_s=duration,
+        concurrency=ConcurrencySummary(
+            concurrency.max_running if concurrency else 0,
+            concurrency.mean(start, end) if concurrency else 0.0,
+            concurrency.series() if concurrency else (),
+        ),
+        evictions=evictions,
+        pcie_busy_fraction=pcie_busy_s / duration if duration > 0 else 0.0,
     )

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from kvtier.errors import KvtierError
+from kvtier.payload import INLINE, Name
+from kvtier.sim.metrics import SimResult
 
 if TYPE_CHECKING:
     from kvtier.engines.deployment import Deployment
-    from kvtier.sim.metrics import SimResult
     from kvtier.sim.timing import TimingFlags
 
 
@@ -100,9 +102,19 @@ def run_sweep(
     return results
 
 
-def sweep_json(sweep: Sweep, results: list[SimResult]) -> dict[str, object]:
+@dataclass(frozen=True, slots=True)
+class SweepRun:
+    value: str | None  # the swept value; None only in a saved file whose params carry it
+    run: SimResult = field(metadata=INLINE)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    param: Name
+    runs: tuple[SweepRun, ...]
+
+
+def sweep_result(sweep: Sweep, results: list[SimResult]) -> SweepResult:
     """Chartable sweep data: the parameter and one entry per run with its metrics."""
-    return {
-        "param": sweep.param,
-        "runs": [{"value": v, **r.to_json()} for v, r in zip(sweep.values, results, strict=True)],
-    }
+    runs = tuple(SweepRun(v, r) for v, r in zip(sweep.values, results, strict=True))
+    return SweepResult(sweep.param, runs)
