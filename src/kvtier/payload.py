@@ -208,7 +208,7 @@ def _read_named_tuple(tp: Any, value: Any, where: str) -> Any:
         at = f"{where}.{name}" if where else name
         if value.get(name) is None and not _nullable(hints[name]):
             raise KvtierError(f"no `{at}`")
-        fields[name] = _read(hints[name], value[name], at)
+        fields[name] = _read(hints[name], value.get(name), at)
     return tp(**fields)
 
 
@@ -227,7 +227,7 @@ def _read_object(cls: Any, value: Any, where: str) -> Any:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise KvtierError(f"no `{at}`")
             continue
-        fields[f.name] = _read(tp, value[f.name], at)
+        fields[f.name] = _read(tp, value.get(f.name), at)
     return cls(**fields)
 
 
