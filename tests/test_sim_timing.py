@@ -103,7 +103,10 @@ def test_flags_override_the_catalog() -> None:
 @pytest.mark.parametrize(
     ("deployment", "message"),
     [
-        (Deployment(Engine.VLLM, "kimi-k2.5", tp=8, gpu="RTX PRO 6000"), "SGLang"),
+        (
+            Deployment(Engine.VLLM, "llama-3.1-8b", gpu="h100", hicache_ratio=2.0),
+            "--hicache-ratio is an SGLang HiCache flag",
+        ),
         (Deployment(Engine.SGLANG, "kimi-k2.5", tp=8), "needs the GPU"),
         (Deployment(Engine.SGLANG, "kimi-k2.5", tp=4, pp=2, gpu="RTX PRO 6000"), "--pp"),
     ],

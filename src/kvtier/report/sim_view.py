@@ -77,6 +77,8 @@ def run_table(result: SimResult, title: str) -> Table:
             f"{result.concurrency.max:,} / {result.concurrency.mean:,.1f}",
         )
         table.add_row("PCIe busy (host->device loads)", _pct(result.pcie_busy_fraction))
+    if isinstance(preempted := result.params.get("preemptions"), int):
+        table.add_row("preemptions (recomputed)", f"{preempted:,}")
     for tier, n in result.evictions.items():
         table.add_row(f"pages evicted from {tier}", f"{n:,}")
     return table
@@ -151,6 +153,8 @@ def quiet_lines(result: SimResult, suffix: str = "") -> list[str]:
             f"ttft_p99_s{suffix} {t.p99:.3f}",
             f"throughput_tok_s{suffix} {result.throughput_tok_s:.1f}",
         ]
+    if isinstance(preempted := result.params.get("preemptions"), int):
+        lines.append(f"preemptions{suffix} {preempted}")
     return lines
 
 

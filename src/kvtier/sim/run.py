@@ -22,7 +22,7 @@ class Replay:
     pcie_busy_s: float
     evictions: dict[str, int]
     prefetches: dict[str, object] | None = None  # the store prefetch's policy and counts
-    preemptions: int = 0
+    preemptions: int | None = None  # None: the server model never preempts
 
 
 def replay(
@@ -76,6 +76,8 @@ def simulate(
     }
     if run.prefetches is not None:
         run_params["prefetches"] = run.prefetches
+    if run.preemptions is not None:
+        run_params["preemptions"] = run.preemptions
     return summarize(
         run.records,
         warmup_fraction,

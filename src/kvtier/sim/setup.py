@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.figures import SGLangFigures
@@ -27,6 +29,7 @@ from kvtier.engines.sglang.prefetch import prefetch_era
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.sim.servers.prefetch import PrefetchFlags, PrefetchRules
+from kvtier.sim.setup_vllm import vllm_part
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
 from kvtier.spec.model import AttentionKind, ModelSpec
 from kvtier.spec.weights import weight_bytes
@@ -37,6 +40,12 @@ GRANULARITY_NOTE = (
     "cache pages are whole trace blocks: each block, a prompt's partial last block included, "
     "takes {block_tokens} tokens of capacity (ceil({block}/page_size) x page_size); hits count "
     "each matched block at its real size"
+)
+
+VLLM_GRANULARITY_NOTE = (
+    "the block pool counts {engine}-token engine blocks; a trace names prefixes per {block} "
+    "tokens, so the full engine blocks ending in one trace block are cached, hit and evicted "
+    "together, and a hit counts whole engine blocks (at most the prompt less one token)"
 )
 
 
@@ -58,6 +67,8 @@ class SimConfig:
     prefetch: PrefetchRules = field(default_factory=PrefetchRules)  # waiting for store hits
     prefetch_capacity: int | None = None  # tokens in prefetch at once; None: v0.5.3-v0.5.9 rule
     engine: Engine = Engine.SGLANG  # whose server model runs it (`kvtier.sim.servers`)
+    prefix_caching: bool = True  # vLLM --enable-prefix-caching (SGLang: the radix cache is on)
+    scheduling_policy: str = "fcfs"  # vLLM --scheduling-policy
 
     @property
     def block_tokens(self) -> int:
@@ -77,7 +88,12 @@ class SimConfig:
         return self.store_tokens // self.block_tokens
 
     def notes(self) -> list[str]:
-        return [GRANULARITY_NOTE.format(block_tokens=self.block_tokens, block=self.block_size)]
+        note = VLLM_GRANULARITY_NOTE if self.engine is Engine.VLLM else GRANULARITY_NOTE
+        return [
+            note.format(
+                block_tokens=self.block_tokens, block=self.block_size, engine=self.page_size
+            )
+        ]
 
 
 def attention_dim(model: ModelSpec) -> int:
@@ -155,10 +171,6 @@ def build_config(
     HiCache write and prefetch policies are the deployment's (a launch command's or kvtier's
     flag), the threshold and timeouts `prefetch`'s."""
     d = deployment
-    if d.engine is not Engine.SGLANG:
-        raise KvtierError(
-            "simulate models SGLang's scheduler and HiCache; use an SGLang deployment"
-        )
     if d.pp > 1 or d.enable_dp_attention:
         raise KvtierError(
             "simulate models one tensor-parallel group: --pp and DP attention are not modelled"
@@ -185,13 +197,68 @@ def build_config(
         sources.append(("device tokens", "--device-tokens"))
     if device_tokens < 1:
         raise KvtierError(f"device KV tokens must be positive, got {device_tokens}")
-    page = ledger.page_size
+    part = _PARTS[d.engine](d, ledger, device_tokens, store_tokens, prefetch, sources)
+    pcie = flags.pcie_gbps or gpu.pcie_gbps
+    tflops = flags.bf16_tflops or gpu.bf16_dense_tflops
+    hbm = flags.hbm_gbps or gpu.hbm_gbps
+    missing = [
+        n
+        for n, v in (("--pcie-gbps", pcie), ("--bf16-tflops", tflops), ("--hbm-gbps", hbm))
+        if not v
+    ]
+    if missing:
+        raise KvtierError(
+            f"the GPU catalog has no figure for {gpu.name}: pass {', '.join(missing)}"
+        )
+    assert pcie and tflops and hbm
+    gpus_per_node = flags.gpus_per_node or d.gpus
+    hw = Hardware(
+        tflops,
+        hbm,
+        pcie,
+        flags.host_gbps or default_host_gbps(pcie, gpus_per_node),
+        gpus_per_node,
+        flags.store_gbps,
+    )
+    cost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
+    sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
+    timing_model = TimingModel(cost, hw, d.tp, flags.compute_efficiency, flags.hbm_efficiency)
+    timing_text = (
+        f"prefill at {flags.compute_efficiency} x {tflops:g} TFLOPS x {d.tp} GPUs; "
+        f"decode at {flags.hbm_efficiency} x {hbm:g} GB/s; "
+        f"loads at {timing_model.load_gbps:g} GB/s per GPU (link {pcie:g}, "
+        f"host side {hw.host_gbps:g} over {min(d.tp, gpus_per_node)} GPUs)"
+    )
+    sources.append(("timing", timing_text))
+    return SimConfig(
+        device_tokens=device_tokens,
+        page_size=ledger.page_size,
+        block_size=block_size,
+        timing=timing_model,
+        sources=tuple(sources),
+        context_length=ledger.context_length,
+        engine=d.engine,
+        **part,
+    )
+
+
+def _sglang_part(
+    d: Deployment,
+    ledger: Ledger,
+    device_tokens: int,
+    store_tokens: int,
+    prefetch: PrefetchFlags | None,
+    sources: list[tuple[str, str]],
+) -> dict[str, Any]:
+    """SGLang's scheduling figures and HiCache tiers (host, store, prefetch) from the ledger."""
     write_policy = d.hicache_write_policy or DEFAULT_WRITE_POLICY
     host = 0
     rules, capacity = PrefetchRules(), 0
     if d.enable_hierarchical_cache or d.hicache_ratio is not None or d.hicache_size_gb:
         per_token = _sglang_figures(ledger).host_bytes_per_token
-        host = host_tokens(device_tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)
+        host = host_tokens(
+            device_tokens, ledger.page_size, per_token, d.hicache_ratio, d.hicache_size_gb
+        )
         sources.append(("host tokens", "HostKVCache sizing (--hicache-size / --hicache-ratio)"))
         default = f"{write_policy} (SGLang's default)"
         sources.append(("write policy", _policy_source(d, "hicache_write_policy", default)))
@@ -229,51 +296,18 @@ def build_config(
     chunk = _sglang_figures(ledger).chunked_prefill_size
     how = "--chunked-prefill-size" if d.chunked_prefill_size is not None else "the GPU's default"
     sources.append(("chunked prefill size", f"{chunk:,} from the ledger ({how}, server_args)"))
-    pcie = flags.pcie_gbps or gpu.pcie_gbps
-    tflops = flags.bf16_tflops or gpu.bf16_dense_tflops
-    hbm = flags.hbm_gbps or gpu.hbm_gbps
-    missing = [
-        n
-        for n, v in (("--pcie-gbps", pcie), ("--bf16-tflops", tflops), ("--hbm-gbps", hbm))
-        if not v
-    ]
-    if missing:
-        raise KvtierError(
-            f"the GPU catalog has no figure for {gpu.name}: pass {', '.join(missing)}"
-        )
-    assert pcie and tflops and hbm
-    gpus_per_node = flags.gpus_per_node or d.gpus
-    hw = Hardware(
-        tflops,
-        hbm,
-        pcie,
-        flags.host_gbps or default_host_gbps(pcie, gpus_per_node),
-        gpus_per_node,
-        flags.store_gbps,
-    )
-    cost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
-    sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
-    timing_model = TimingModel(cost, hw, d.tp, flags.compute_efficiency, flags.hbm_efficiency)
-    timing_text = (
-        f"prefill at {flags.compute_efficiency} x {tflops:g} TFLOPS x {d.tp} GPUs; "
-        f"decode at {flags.hbm_efficiency} x {hbm:g} GB/s; "
-        f"loads at {timing_model.load_gbps:g} GB/s per GPU (link {pcie:g}, "
-        f"host side {hw.host_gbps:g} over {min(d.tp, gpus_per_node)} GPUs)"
-    )
-    sources.append(("timing", timing_text))
-    return SimConfig(
-        device_tokens=device_tokens,
-        host_tokens=host,
-        page_size=page,
-        block_size=block_size,
-        write_policy=write_policy,
-        max_running_requests=max_running,
-        chunked_prefill_size=chunk,
-        timing=timing_model,
-        sources=tuple(sources),
-        context_length=ledger.context_length,
-        store_tokens=store_tokens,
-        prefetch=rules,
-        prefetch_capacity=capacity,
-        engine=d.engine,
-    )
+    return {
+        "host_tokens": host,
+        "write_policy": write_policy,
+        "max_running_requests": max_running,
+        "chunked_prefill_size": chunk,
+        "store_tokens": store_tokens,
+        "prefetch": rules,
+        "prefetch_capacity": capacity,
+    }
+
+
+_PARTS: dict[Engine, Callable[..., dict[str, Any]]] = {
+    Engine.SGLANG: _sglang_part,
+    Engine.VLLM: vllm_part,
+}

@@ -6,13 +6,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kvtier.engines.deployment import Engine
-from kvtier.sim.servers import sglang
+from kvtier.sim.servers import sglang, vllm
 from kvtier.sim.servers.base import ServerModel
 
 if TYPE_CHECKING:
     from kvtier.sim.setup import SimConfig
 
-BUILDERS: dict[Engine, Callable[[SimConfig], ServerModel]] = {Engine.SGLANG: sglang.build}
+BUILDERS: dict[Engine, Callable[[SimConfig], ServerModel]] = {
+    Engine.SGLANG: sglang.build,
+    Engine.VLLM: vllm.build,
+}
 
 
 def build_server(config: SimConfig) -> ServerModel:

@@ -28,7 +28,8 @@ class ServerCounters:
 
     evictions: dict[str, int]  # pages (trace blocks, or engine blocks) evicted per tier name
     pcie_busy_s: float  # seconds host->device loads kept the link busy
-    preemptions: int = 0  # running requests sent back to waiting (vLLM's num_preemptions)
+    preemptions: int | None = None  # requests sent back to waiting (vLLM's num_preemptions);
+    # None: the model never preempts
     prefetches: dict[str, object] | None = None  # an L3 prefetch's policy and counts
 
 

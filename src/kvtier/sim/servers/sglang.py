@@ -114,7 +114,7 @@ class SGLangServer:
                 "completed": q.completed,
                 "stopped_early": q.partial,
             }
-        return ServerCounters(self.cache.evictions(), self.pcie_busy_s, 0, prefetches)
+        return ServerCounters(self.cache.evictions(), self.pcie_busy_s, None, prefetches)
 
     def pages_for(self, req: TraceRequest) -> tuple[int, int]:
         """(prompt blocks, private pages for the output) a request holds at its peak."""

@@ -1,0 +1,355 @@
+"""One vLLM V1 server as the simulator sees it: `Scheduler.schedule()` over the block pool.
+
+Mirrors vllm/v1/core/sched/scheduler.py (read in v0.32.0; the same loop since v0.11):
+  * every step has a budget of `max_num_batched_tokens` tokens shared by decode and chunked
+    prefill (V1 always chunks). The running requests go first, in order, each taking what it
+    still has to compute (one token when decoding), cut to the budget left;
+  * a running request that cannot get its blocks preempts the last running request (FCFS; under
+    `priority` the latest arrival, the trace giving every request one priority), freeing its
+    blocks, resetting its progress and putting it back at the front of waiting (by arrival under
+    `priority`), counted as `num_preemptions`; when it must preempt itself the running pass stops;
+  * then, only if nobody was preempted this step, waiting requests in order while the budget
+    lasts and fewer than `max_num_seqs` run: a prefix-cache lookup (first admission and every
+    readmission; only the first counts in vllm:prefix_cache_queries / _hits), the connector's
+    host hit after it, then `allocate_slots` for the hit and the chunk; a request that does not
+    fit stops the pass (head of line);
+  * a step's time is its prefill chunks' compute plus one decode step of its decoding requests,
+    plus the host->device load of the host hits admitted in it. Consecutive decode-only steps
+    with no admission possible are advanced together, up to the next finish, the next arrival,
+    or the last step whose new blocks the free queue still holds.
+
+The CPU offloading connector (`--kv-offloading-size`): a unit is stored to the host LRU when the
+step computing it is scheduled; a lookup continues past the device hit into the host units
+(loaded with the step); hits stop one token short of the prompt as on the device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvtier.cache.storage import Tier
+from kvtier.sim.metrics import RequestRecord
+from kvtier.sim.servers.base import ServerCounters
+from kvtier.sim.servers.vllm_blocks import BlockPool, HostLRU, Key, Unit, own_key, prompt_units
+from kvtier.sim.timing import TimingModel
+from kvtier.sim.trace import TraceRequest
+
+if TYPE_CHECKING:
+    from kvtier.sim.setup import SimConfig
+
+FCFS, PRIORITY = "fcfs", "priority"
+
+
+@dataclass(frozen=True, slots=True)
+class VllmLimits:
+    """The scheduler's settings, as vLLM's flags set them."""
+
+    block_size: int  # vLLM --block-size: tokens per engine block
+    trace_block: int  # trace tokens per hash id
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int | None = None
+    policy: str = FCFS
+
+
+@dataclass(slots=True, eq=False)
+class VReq:
+    """A request between arrival and finish."""
+
+    req: TraceRequest
+    rec: RequestRecord
+    units: tuple[tuple[Key, int], ...]  # the prompt's units (shared keys)
+    computed: int = 0  # num_computed_tokens
+    generated: int = 0  # output tokens produced
+    held: list[Unit] = field(default_factory=list)  # cached units it holds, in order
+    blocks: int = 0  # engine blocks it holds, held units included
+    next_unit: int = 0  # its first unit not yet cached by it (or found cached)
+    unit_blocks: int = 0  # engine blocks up to next_unit
+    preempted: int = 0
+    load_tokens: int = 0  # host hit to load in the step that admits it
+
+    @property
+    def num_tokens(self) -> int:
+        return self.req.input_len + self.generated
+
+
+class VllmServer:
+    """The simulated vLLM V1 server (`kvtier.sim.servers.base.ServerModel`)."""
+
+    def __init__(
+        self, pool: BlockPool, timing: TimingModel, limits: VllmLimits, host: HostLRU | None = None
+    ) -> None:
+        self.pool = pool
+        self.timing = timing
+        self.limits = limits
+        self.host = host
+        self.waiting: deque[VReq] = deque()
+        self.run: list[VReq] = []
+        self.busy = False
+        self.pcie_busy_s = 0.0
+        self.preemptions = 0
+        self._plan: list[tuple[VReq, int]] = []
+        self._steps = 1  # decode steps the step in flight covers (1 unless advanced together)
+
+    @property
+    def running(self) -> int:
+        return len(self.run)
+
+    @property
+    def queued(self) -> int:
+        return len(self.waiting)
+
+    def counters(self) -> ServerCounters:
+        evictions = {Tier.DEVICE.value: self.pool.evicted}
+        if self.host is not None:
+            evictions[Tier.HOST.value] = self.host.evicted
+        return ServerCounters(evictions, self.pcie_busy_s, self.preemptions)
+
+    def never_fits(self, req: TraceRequest) -> str:
+        limit = self.limits.max_model_len
+        total = req.input_len + req.output_len
+        if limit is not None and total > limit:
+            return f"prompt and output take {total} tokens; max_model_len is {limit}"
+        need = math.ceil(total / self.limits.block_size)
+        if need > self.pool.num_blocks:
+            held = self.pool.num_blocks
+            return f"needs {need} KV blocks for prompt and output; the pool holds {held}"
+        return ""
+
+    def arrive(self, req: TraceRequest, rec: RequestRecord, now: float) -> None:
+        lim = self.limits
+        units = prompt_units(req.blocks, req.input_len, lim.trace_block, lim.block_size)
+        self._enqueue(VReq(req, rec, units))
+
+    def _enqueue(self, r: VReq, front: bool = False) -> None:
+        if self.limits.policy == PRIORITY:
+            # a heap of (priority, arrival): one priority, so arrival order
+            i = 0
+            while i < len(self.waiting) and self.waiting[i].req.rid < r.req.rid:
+                i += 1
+            self.waiting.insert(i, r)
+        elif front:
+            self.waiting.appendleft(r)
+        else:
+            self.waiting.append(r)
+
+    def next_wake(self) -> float:
+        return math.inf
+
+    def start_step(self, now: float, horizon: float) -> float | None:
+        self._plan = []
+        self._steps = 1
+        budget, preempted = self._schedule_running(self.limits.max_num_batched_tokens)
+        load = 0 if preempted else self._schedule_waiting(budget, now)
+        if not self._plan:
+            self.busy = False
+            return None
+        self.busy = True
+        decode = [r for r, _ in self._plan if r.computed == r.num_tokens - 1]
+        if len(decode) == len(self._plan) and not preempted:
+            # nothing can be admitted before a finish: waiting is empty or its head failed
+            self._steps = self._decode_run(math.inf if self.waiting else horizon, now)
+        compute = sum(
+            self.timing.prefill_s(n, r.computed)
+            for r, n in self._plan
+            if r.computed != r.num_tokens - 1
+        )
+        if decode:
+            kv = sum(r.num_tokens for r in decode)
+            compute += self.timing.decode_steps_s(self._steps, kv, len(decode))
+        load_s = self.timing.load_s(load)
+        self.pcie_busy_s += load_s
+        return compute + load_s
+
+    def _schedule_running(self, budget: int) -> tuple[int, bool]:
+        preempted = False
+        i = 0
+        while i < len(self.run) and budget > 0:
+            r = self.run[i]
+            n = min(r.num_tokens - r.computed, budget)
+            while not self._allocate(r, r.computed + n):
+                victim = self._victim()
+                if self.run.index(victim) < i:
+                    i -= 1
+                budget += self._unplan(victim)
+                self._preempt(victim)
+                preempted = True
+                if victim is r:
+                    return budget, preempted
+            self._plan.append((r, n))
+            budget -= n
+            i += 1
+        return budget, preempted
+
+    def _unplan(self, victim: VReq) -> int:
+        """Take `victim` out of this step's plan; the tokens it had (priority preempts a
+        request scheduled earlier in the step, and gets its budget back)."""
+        for k, (r, n) in enumerate(self._plan):
+            if r is victim:
+                del self._plan[k]
+                return n
+        return 0
+
+    def _victim(self) -> VReq:
+        if self.limits.policy == PRIORITY:
+            return max(self.run, key=lambda r: r.req.rid)  # (priority, arrival): one priority
+        return self.run[-1]
+
+    def _preempt(self, r: VReq) -> None:
+        self.run.remove(r)
+        self._free(r)
+        r.computed = 0
+        r.preempted += 1
+        self.preemptions += 1
+        self._enqueue(r, front=True)
+
+    def _free(self, r: VReq) -> None:
+        self.pool.release(r.held, r.blocks - sum(u.blocks for u in r.held))
+        r.held = []
+        r.blocks = r.next_unit = r.unit_blocks = 0
+
+    def _allocate(self, r: VReq, tokens: int) -> bool:
+        """allocate_slots for `r` up to `tokens` computed tokens; False when the pool lacks
+        blocks. Caches the units those tokens complete."""
+        need = -(-tokens // self.limits.block_size) - r.blocks
+        if need > self.pool.free:
+            return False
+        if need > 0:
+            self.pool.take(need)
+            r.blocks += need
+        self._cache_upto(r, min(tokens, r.num_tokens))
+        return True
+
+    def _cache_upto(self, r: VReq, tokens: int) -> None:
+        full = tokens // self.limits.block_size
+        units = r.units
+        while r.next_unit < len(units) and r.unit_blocks + units[r.next_unit][1] <= full:
+            key, n = units[r.next_unit]
+            unit = self.pool.cache(key, n)
+            if unit is not None:
+                r.held.append(unit)
+            if self.host is not None:
+                self.host.store(key, n)
+            r.next_unit += 1
+            r.unit_blocks += n
+        if r.next_unit < len(units):
+            return
+        # past the prompt's units: the request's own blocks, by position
+        while r.unit_blocks < full:
+            unit = self.pool.cache(own_key(r.req.rid, r.unit_blocks), 1)
+            if unit is not None:
+                r.held.append(unit)
+            r.unit_blocks += 1
+
+    def _lookup(self, r: VReq) -> tuple[list[Unit], int]:
+        """The device hit (units) and the host hit (engine blocks) past it."""
+        size = self.limits.block_size
+        limit = (r.num_tokens - 1) // size
+        units = r.units if not r.preempted else self._own_units(r)
+        hit = self.pool.match(units, limit)
+        host = 0
+        if self.host is not None:
+            host = self.host.match(units[len(hit) :], limit - sum(u.blocks for u in hit))
+        return hit, host
+
+    def _own_units(self, r: VReq) -> tuple[tuple[Key, int], ...]:
+        """A preempted request's units: its prompt's, then its own blocks so far."""
+        done = sum(n for _, n in r.units)
+        full = r.num_tokens // self.limits.block_size
+        own = tuple((own_key(r.req.rid, b), 1) for b in range(done, full))
+        return r.units + own
+
+    def _schedule_waiting(self, budget: int, now: float) -> int:
+        """Admit waiting requests; returns the host tokens their admission loads."""
+        size = self.limits.block_size
+        load = 0
+        while budget > 0 and self.waiting and len(self.run) < self.limits.max_num_seqs:
+            r = self.waiting[0]
+            hit, host = self._lookup(r)
+            local = sum(u.blocks for u in hit)
+            cached = (local + host) * size
+            n = min(r.num_tokens - cached, budget)
+            need = -(-(cached + n) // size) - local + self.pool.free_in(hit)
+            if need > self.pool.free:
+                break
+            self.waiting.popleft()
+            self.pool.touch(hit)
+            r.held = list(hit)
+            r.blocks = local
+            r.next_unit, r.unit_blocks = len(hit), local
+            r.computed = cached
+            self._allocate(r, cached + n)
+            if not r.preempted:
+                r.rec.hit_tokens = {Tier.DEVICE: local * size, Tier.HOST: host * size}
+                r.rec.admit_s = now
+            load += host * size
+            self.run.append(r)
+            self._plan.append((r, n))
+            budget -= n
+        return load
+
+    def _decode_run(self, horizon: float, now: float) -> int:
+        """Decode steps the current all-decode batch may take at once (>= 1)."""
+        batch = [r for r, _ in self._plan]
+        steps = min(r.req.output_len - r.generated for r in batch)
+        kv = sum(r.num_tokens for r in batch)
+        if now < horizon < math.inf:
+            steps = min(steps, self.timing.decode_steps_before(horizon - now, kv, len(batch)))
+        size = self.limits.block_size
+
+        def new_blocks(k: int) -> int:
+            return sum(max(0, -(-(r.computed + k) // size) - r.blocks) for r in batch)
+
+        if steps <= 1 or new_blocks(steps) <= self.pool.free:
+            return max(1, steps)
+        lo, hi = 1, steps  # the first step's blocks are allocated already
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if new_blocks(mid) <= self.pool.free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def finish_step(self, now: float) -> list[RequestRecord]:
+        self.busy = False
+        done: list[RequestRecord] = []
+        steps = self._steps
+        for r, n in self._plan:
+            if steps > 1:  # decode steps advanced together: their blocks, then their tokens
+                r.computed += steps
+                r.generated += steps
+                self._allocate(r, r.computed)
+            else:
+                r.computed += n
+                if r.computed < r.num_tokens:
+                    continue  # a prefill chunk short of the prompt's end
+                r.generated += 1
+            if math.isnan(r.rec.first_token_s):
+                r.rec.first_token_s = now
+            if r.generated >= r.req.output_len:
+                self.run.remove(r)
+                self._free(r)
+                r.rec.finish_s = now
+                done.append(r.rec)
+        self._plan = []
+        return done
+
+
+def build(config: SimConfig) -> VllmServer:
+    """The vLLM server `config` describes: its pool in engine blocks, less the null block."""
+    size = config.page_size
+    pool = BlockPool(config.device_tokens // size - 1, config.prefix_caching)
+    host = HostLRU(config.host_tokens // size) if config.host_tokens else None
+    limits = VllmLimits(
+        size,
+        config.block_size,
+        config.max_running_requests,
+        config.chunked_prefill_size,
+        config.context_length,
+        config.scheduling_policy,
+    )
+    return VllmServer(pool, config.timing, limits, host)

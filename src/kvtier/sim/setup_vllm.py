@@ -1,0 +1,92 @@
+"""A vLLM deployment's scheduling figures and host tier for the simulator, from the vLLM ledger.
+
+  block size             the ledger's block_size (--block-size, else the platform's default)
+  max_num_batched_tokens the ledger's (the flag, else the release's rule per GPU)
+  max_num_seqs           the ledger's (the flag, else the release's rule per GPU)
+  prefix caching         --enable-prefix-caching / --no-enable-prefix-caching (V1: on)
+  host tier              the native CPU offloading connector's blocks (--kv-offloading-size,
+                         CPUOffloadingSpec in the ledger's host pool)
+SGLang's HiCache flags and kvtier's L3 store model SGLang only and are refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvtier.engines.deployment import Deployment
+from kvtier.engines.figures import VllmFigures
+from kvtier.engines.ledger import Ledger
+from kvtier.errors import KvtierError
+from kvtier.sim.servers.prefetch import PrefetchFlags
+
+# Deployment fields that only SGLang reads, and the flag that sets each
+_SGLANG_ONLY = (
+    ("hicache_ratio", "--hicache-ratio"),
+    ("hicache_size_gb", "--hicache-size"),
+    ("enable_hierarchical_cache", "--enable-hierarchical-cache"),
+    ("hicache_write_policy", "--hicache-write-policy"),
+    ("hicache_storage_prefetch_policy", "--hicache-storage-prefetch-policy"),
+)
+
+
+def _refuse_sglang_flags(d: Deployment, store_tokens: int, prefetch: PrefetchFlags | None) -> None:
+    for name, flag in _SGLANG_ONLY:
+        if getattr(d, name):
+            raise KvtierError(
+                f"{flag} is an SGLang HiCache flag; a vLLM deployment's host tier is "
+                "--kv-offloading-size"
+            )
+    if store_tokens:
+        raise KvtierError(
+            "--store-tokens models SGLang HiCache's L3 store; it does not apply to --engine vllm"
+        )
+    if prefetch is not None and prefetch != PrefetchFlags():
+        raise KvtierError("the --prefetch-* flags set SGLang HiCache's L3 prefetch, not vLLM's")
+
+
+def _input(ledger: Ledger, name: str) -> tuple[int, str]:
+    for row in ledger.inputs:
+        if row.name == name:
+            return int(row.value), row.origin
+    raise KvtierError(f"the vLLM ledger states no {name}")
+
+
+def vllm_part(
+    d: Deployment,
+    ledger: Ledger,
+    device_tokens: int,
+    store_tokens: int,
+    prefetch: PrefetchFlags | None,
+    sources: list[tuple[str, str]],
+) -> dict[str, Any]:
+    """SimConfig's vLLM figures; each appends its source to `sources`."""
+    _refuse_sglang_flags(d, store_tokens, prefetch)
+    host = 0
+    if ledger.host_pool is not None:
+        host = ledger.host_pool.tokens
+        sources.append(("host tokens", f"{host:,}: {ledger.host_pool.source}"))
+    seqs, seqs_from = _input(ledger, "max_num_seqs")
+    sources.append(("max_num_seqs", f"{seqs:,} ({seqs_from})"))
+    if not isinstance(ledger.figures, VllmFigures):
+        raise KvtierError(f"simulate needs the vLLM ledger's figures, got {ledger.engine}'s")
+    batched = ledger.figures.max_num_batched_tokens
+    _, batched_from = _input(ledger, "max_num_batched_tokens")
+    sources.append(("max_num_batched_tokens", f"{batched:,} ({batched_from})"))
+    caching = d.enable_prefix_caching is not False
+    given = "--enable-prefix-caching" if d.enable_prefix_caching is not None else "V1's default"
+    sources.append(("prefix caching", f"{'on' if caching else 'off'} ({given})"))
+    blocks = device_tokens // ledger.page_size
+    sources.append(
+        (
+            "block pool",
+            f"{blocks:,} blocks of {ledger.page_size} tokens, one the null block "
+            "(BlockPool.__init__)",
+        )
+    )
+    return {
+        "host_tokens": host,
+        "write_policy": "",
+        "max_running_requests": seqs,
+        "chunked_prefill_size": batched,
+        "prefix_caching": caching,
+    }

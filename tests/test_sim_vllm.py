@@ -1,0 +1,155 @@
+"""The simulated vLLM V1 server on hand-sized scenarios: block counts and hits derived by hand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import require_shared
+from kvtier.engines.deployment import Engine
+from kvtier.sim.run import simulate
+from kvtier.sim.servers.vllm_blocks import BlockPool, prompt_units
+from kvtier.sim.setup import SimConfig
+from kvtier.sim.timing import Hardware, ModelCost, TimingModel
+from kvtier.sim.trace import Trace, TraceRequest
+
+COST = ModelCost(8_000_000_000, 16e9, 131_072, 32, 8192)
+TM = TimingModel(COST, Hardware(989.0, 3350.0, 25.0, 100.0, 8), 1)
+
+
+def config(
+    blocks: int, block: int = 16, seqs: int = 256, batched: int = 8192, caching: bool = True
+) -> SimConfig:
+    """A vLLM pool of `blocks` engine blocks plus the null block, over 512-token trace blocks."""
+    return SimConfig(
+        (blocks + 1) * block,
+        0,
+        block,
+        512,
+        "",
+        seqs,
+        batched,
+        TM,
+        (),
+        engine=Engine.VLLM,
+        prefix_caching=caching,
+    )
+
+
+def req(rid: int, t: float, n: int, out: int, blocks: tuple[int, ...]) -> TraceRequest:
+    return TraceRequest(rid, t, n, out, blocks)
+
+
+def test_units_name_engine_blocks_by_their_trace_block() -> None:
+    # 1500 tokens: 512 + 512 + 476; 16-token blocks: 32 + 32 + 29 full ones (476 // 16)
+    assert prompt_units((7, 8, 9), 1500, 512, 16) == ((7, 32), (8, 32), (9, 29))
+    # 128-token engine blocks over 64-token trace blocks: each named by its second trace block
+    assert prompt_units((1, 2, 3, 4, 5), 300, 64, 128) == ((2, 1), (4, 1))
+
+
+def test_a_repeated_prompt_hits_all_but_its_last_token_in_whole_blocks() -> None:
+    a = req(0, 0.0, 1500, 4, (1, 2, 3))
+    b = req(1, 100.0, 1500, 4, (1, 2, 3))
+    result = simulate(Trace((a, b)), config(1000))
+    # (1500 - 1) // 16 = 93 blocks may hit; all 93 are cached: 1,488 tokens
+    assert result.hit_tokens_by_tier["device"] == 1488
+    assert result.params["preemptions"] == 0
+
+
+def test_prefix_caching_off_hits_nothing() -> None:
+    a = req(0, 0.0, 1500, 4, (1, 2, 3))
+    b = req(1, 100.0, 1500, 4, (1, 2, 3))
+    assert simulate(Trace((a, b)), config(1000, caching=False)).hit_rate == 0
+
+
+def test_the_free_queue_evicts_the_least_recently_used_unit() -> None:
+    pool = BlockPool(64)
+    pool.take(32)
+    a = pool.cache(1, 32)
+    assert a is not None
+    pool.release([a], 0)  # unit 1 free, cached
+    pool.take(32)
+    b = pool.cache(2, 32)
+    assert b is not None
+    pool.release([b], 0)  # unit 2 free, cached, more recent
+    assert pool.match(((1, 32),), 99) == [a]
+    pool.take(1)  # no plain block is left: the least recently freed unit goes, whole
+    assert pool.match(((1, 32),), 99) == [] and pool.match(((2, 32),), 99) == [b]
+    assert pool.evicted == 32 and pool.free == 31 + 32
+
+
+def test_a_running_unit_is_pinned() -> None:
+    pool = BlockPool(40)
+    pool.take(32)
+    unit = pool.cache(1, 32)
+    assert unit is not None
+    with pytest.raises(ValueError):
+        pool.take(9)  # 8 free: the held unit cannot be evicted
+    pool.release([unit], 0)
+    pool.take(9)
+    assert pool.match(((1, 32),), 99) == []
+
+
+def test_blocks_running_out_preempt_the_last_request_and_it_recomputes() -> None:
+    # 40 blocks of 16 tokens: two 256-token prompts (16 blocks each) decode 200 tokens each;
+    # together they need 2 x 29 blocks, so the later one is preempted and runs after
+    a = req(0, 0.0, 256, 200, (1,))
+    b = req(1, 0.0, 256, 200, (2,))
+    result = simulate(Trace((a, b)), config(40))
+    assert result.finished == 2
+    assert result.params["preemptions"] >= 1
+    # a preempted request's lookup is not a first lookup: the hit counters stay at zero
+    assert result.hit_tokens_by_tier["device"] == 0
+
+
+def test_the_token_budget_chunks_a_long_prompt() -> None:
+    r = req(0, 0.0, 5000, 1, tuple(range(10)))
+    result = simulate(Trace((r,)), config(1000, batched=2048))
+    chunks = TM.prefill_s(2048, 0) + TM.prefill_s(2048, 2048) + TM.prefill_s(904, 4096)
+    assert result.ttft_s is not None
+    assert result.ttft_s.p50 == pytest.approx(chunks, rel=1e-12)
+
+
+def _kvtier(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvtier", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_light_load_matches_the_lru_reference() -> None:
+    trace = str(require_shared("traces/mooncake-conversation.jsonl"))
+    timed = _kvtier(
+        "simulate", trace, "--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100",
+        "--time-scale", "20", "--device-tokens", "5120000", "--json",
+    )  # fmt: skip
+    assert timed.returncode == 0, timed.stderr
+    lru = _kvtier("simulate", trace, "--lru-tokens", "5120000", "--json")
+    assert lru.returncode == 0, lru.stderr
+    got, want = json.loads(timed.stdout)["hit_rate"], json.loads(lru.stdout)["hit_rate"]
+    assert got == pytest.approx(want, abs=0.005)
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--hicache-ratio", "2"), "--hicache-ratio"),
+        (("--store-tokens", "100000"), "--store-tokens"),
+    ],
+)
+def test_sglang_flags_on_vllm_exit_2_naming_them(
+    tmp_path: Path, flags: tuple[str, ...], named: str
+) -> None:
+    out = tmp_path / "t.jsonl"
+    gen = _kvtier(
+        "simulate", "--generate", "chat", "--seed", "1", "--requests", "20", "-o", str(out)
+    )
+    assert gen.returncode == 0, gen.stderr
+    base = ("simulate", str(out), "--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100")
+    result = _kvtier(*base, *flags)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], result.stderr
