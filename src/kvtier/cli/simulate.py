@@ -28,7 +28,7 @@ from kvtier.report.json_text import json_text
 
 # Names and defaults the help text states; kvtier.sim is imported only when a simulation runs
 # (tests check these against kvtier.sim.workload.GENERATORS, sim.sweep.SWEEPABLE, sim.timing).
-WORKLOADS = ("chat", "system-prompt", "agent", "doc-qa", "multiturn")
+WORKLOADS = ("chat", "system-prompt", "agent", "doc-qa", "multiturn", "shared-prefix")
 SWEEPS = ("hicache-ratio", "mem-fraction-static", "kv-cache-dtype", "pcie-gbps")
 
 DESCRIPTION = """\
@@ -135,11 +135,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="multiply arrival times by F (2: the same trace at half the load)",
     )
     s.add_argument(
-        "--sweep", metavar="NAME=V1,V2", help=f"one run per value; NAME one of {', '.join(SWEEPS)}"
+        "--sweep",
+        metavar="NAME=V1,V2",
+        help=f"one run per value; NAME one of {', '.join(SWEEPS)}, or (a fleet) router, replicas",
     )
     from kvtier.cli import simulate_hicache
 
     simulate_hicache.add_arguments(p, s)
+    from kvtier.cli import simulate_fleet
+
+    simulate_fleet.add_arguments(p)
     t = p.add_argument_group("timing model (defaults: see the end of this help)")
     t.add_argument(
         "--compute-efficiency", type=FRACTION, help="share of dense bf16 peak prefill reaches"
@@ -180,11 +185,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, progress: Progress) -> int:
-    from kvtier.cli import simulate_hicache
+    from kvtier.cli import simulate_fleet, simulate_hicache
     from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace, read_trace, scale_time, write_trace
     from kvtier.sim.workload import generate
 
     simulate_hicache.check(args)
+    simulate_fleet.check(args)
     if args.from_log:
         return _timed(args, None, progress)
     trace_path = args.trace
@@ -197,6 +203,8 @@ def _run(args: argparse.Namespace, progress: Progress) -> int:
             check_output(args.output, [args.model])
         if args.generate == simulate_hicache.MULTITURN:
             trace = simulate_hicache.generate(args)
+        elif args.generate == simulate_fleet.SHARED_PREFIX:
+            trace = simulate_fleet.generate(args)
         else:
             requests = generate(args.generate, args.requests or 1000, args.seed, args.rate)
             trace = Trace(requests, source=f"generated {args.generate} seed {args.seed}")
@@ -300,6 +308,10 @@ def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
 
         progress.done()
         return simulate_from_log.run(args, flags, deployment)
+    from kvtier.cli import simulate_fleet
+
+    if simulate_fleet.active(args):
+        return simulate_fleet.run(args, trace, deployment, flags, progress)
     notes: list[str] = []
     sources: list[tuple[str, str]] = []
 

@@ -10,6 +10,7 @@ from kvtier.cli.values import MAX_REQUESTS, SECONDS, count
 from kvtier.errors import KvtierError
 
 MULTITURN = "multiturn"
+SHARED_PREFIX = "shared-prefix"  # kvtier.cli.simulate_fleet's generator, which also asks O tokens
 READY_QUEUES = ("random", "fifo")  # tests check these against kvtier.sim.multiturn
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")  # and sim.servers.prefetch
 MULTITURN_HELP = """\
@@ -124,6 +125,8 @@ def add_arguments(p: argparse.ArgumentParser, store: Any) -> None:
 def check(args: argparse.Namespace) -> None:
     """Refuse generator flags that the chosen input does not use."""
     given = [f"--{f.replace('_', '-')}" for f in MULTITURN_FLAGS if getattr(args, f) is not None]
+    if args.generate == SHARED_PREFIX and args.output_tokens is not None:
+        given.remove("--output-tokens")  # the shared-prefix generator asks it too
     if args.round_barrier:
         given.append("--round-barrier")
     if args.generate == MULTITURN:
@@ -141,12 +144,17 @@ def check(args: argparse.Namespace) -> None:
         if args.time_scale != 1.0:
             raise KvtierError("the clients send at --rate: drop --time-scale")
     prefetch = [f"--{f.replace('_', '-')}" for f in PREFETCH_FLAGS if getattr(args, f) is not None]
-    if prefetch and not args.store_tokens:
+    if prefetch and not _has_store(args):
         raise KvtierError(f"{', '.join(prefetch)} apply to an L3 store: give --store-tokens")
-    if args.block_tokens is not None and args.generate not in (None, MULTITURN):
+    if args.block_tokens is not None and args.generate not in (None, MULTITURN, SHARED_PREFIX):
         raise KvtierError(
             f"--generate {args.generate} hashes 512-token blocks: drop --block-tokens"
         )
+
+
+def _has_store(args: argparse.Namespace) -> bool:
+    """An L3 store: one per replica (--store-tokens) or the fleet's (--shared-store-tokens)."""
+    return bool(args.store_tokens or getattr(args, "shared_store_tokens", None))
 
 
 def generate(args: argparse.Namespace) -> Any:
@@ -202,7 +210,7 @@ def with_policies(args: argparse.Namespace, deployment: Any) -> Any:
         if mine is not None:
             given[name] = mine
     policy = deployment.hicache_storage_prefetch_policy
-    if policy is not None and not args.store_tokens:
+    if policy is not None and not _has_store(args):
         raise KvtierError(
             f"--hicache-storage-prefetch-policy {policy} ({deployment.origin(POLICY_FLAGS[1])}) "
             "applies to an L3 store: give --store-tokens"

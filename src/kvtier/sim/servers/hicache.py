@@ -20,7 +20,8 @@ from kvtier.sim.servers.store import AccountingStore
 
 class TieredCachePort:
     """`CachePort` over a `TieredCache` with `device_pages` device and `host_pages` host pages,
-    and an L3 store of `store_pages` when that is positive (it needs a host tier)."""
+    and an L3 store of `store_pages` when that is positive (it needs a host tier), or `store`,
+    one that other servers share."""
 
     def __init__(
         self,
@@ -28,10 +29,13 @@ class TieredCachePort:
         host_pages: int = 0,
         write_policy: WritePolicy | str = WritePolicy.WRITE_THROUGH,
         store_pages: int = 0,
+        store: AccountingStore | None = None,
     ) -> None:
         self.device_pages = device_pages
         host = AccountingStorage(Tier.HOST, host_pages) if host_pages > 0 else None
-        self.store = AccountingStore(store_pages) if store_pages > 0 else None
+        if store is None and store_pages > 0:
+            store = AccountingStore(store_pages)
+        self.store = store
         self.cache = TieredCache(
             AccountingStorage(Tier.DEVICE, device_pages),
             host,

@@ -1,0 +1,264 @@
+"""`kvtier simulate` flags for a fleet (replicas behind a router, an L3 store they share) and
+for inference-perf's shared-prefix workload (`--generate shared-prefix`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from kvtier.cli.values import GBPS, MAX_REQUESTS, MAX_TOKENS, count, number
+from kvtier.errors import KvtierError
+from kvtier.report.json_text import json_text
+
+SHARED_PREFIX = "shared-prefix"
+MAX_REPLICAS = 4096  # tests check it against kvtier.sim.fleet.run.MAX_REPLICAS
+# the CLI's policy names (tests check them against kvtier.sim.fleet.registry.NAMES)
+ROUTERS = (
+    "round-robin",
+    "random",
+    "least-load",
+    "power-of-two",
+    "session-affinity",
+    "sglang-cache-aware",
+)
+DEFAULT_ROUTER = "sglang-cache-aware"  # sglang-router's own default policy, cache_aware
+FLEET_SWEEPS = ("router", "replicas")
+GENERATOR_FLAGS = ("groups", "prompts_per_group", "system_tokens", "question_tokens")
+FLEET_HELP = f"""\
+N identical replicas (each sized by the ledger as one server is) behind a router that sees only
+its own counters (and, for power-of-two, the replicas' /get_load polls). Policies:
+{", ".join(ROUTERS)} (default {DEFAULT_ROUTER}).
+--router-opt KEY=VALUE sets a policy's option (see docs/fleet.md).
+--sweep router=a,b,c or --sweep replicas=2,4,8 runs one fleet per value.
+  kvtier simulate --generate shared-prefix --groups 16 --prompts-per-group 5 \\
+      --system-tokens 6000 --question-tokens 1200 --output-tokens 256 --rate 4 \\
+      --requests 800 --seed 1 -o sp.jsonl
+  kvtier simulate sp.jsonl --engine sglang --model qwen3-32b --gpu h100 --tp 2 \\
+      --replicas 4 --sweep router=round-robin,sglang-cache-aware --json"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    f = p.add_argument_group("fleet: replicas behind a router", FLEET_HELP)
+    f.add_argument(
+        "--replicas", type=count(1, MAX_REPLICAS), metavar="N", help="identical servers (1)"
+    )
+    f.add_argument("--router", metavar="POLICY", help=f"routing policy: {', '.join(ROUTERS)}")
+    f.add_argument(
+        "--router-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the policy (repeatable), e.g. cache-threshold=0.5",
+    )
+    f.add_argument(
+        "--shared-store-tokens",
+        type=count(1, MAX_TOKENS),
+        metavar="N",
+        help="one L3 store of N tokens that every replica writes to and reads from",
+    )
+    f.add_argument("--shared-store-gbps", type=GBPS, metavar="G", help="its read GB/s, shared")
+    f.add_argument(
+        "--shared-store-latency-ms",
+        type=number(0.0, 1e6),
+        metavar="MS",
+        help="time to a read's first byte (default 0)",
+    )
+    g = p.add_argument_group(
+        "--generate shared-prefix: inference-perf's shared_prefix data",
+        "G groups of P prompts: a group's S-token system prompt, then a Q-token question of the "
+        "prompt's own; the G x P prompts shuffled once and sent in that order again and again, "
+        "at Poisson times of --rate, --requests in all, each asking --output-tokens.",
+    )
+    g.add_argument("--groups", type=count(1, MAX_REQUESTS), metavar="G")
+    g.add_argument("--prompts-per-group", type=count(1, MAX_REQUESTS), metavar="P")
+    g.add_argument("--system-tokens", type=count(0, 1 << 27), metavar="S")
+    g.add_argument("--question-tokens", type=count(1, 1 << 27), metavar="Q")
+
+
+def _sweep_name(args: argparse.Namespace) -> str | None:
+    if not args.sweep:
+        return None
+    name = args.sweep.partition("=")[0].strip()
+    return name if name in FLEET_SWEEPS else None
+
+
+def active(args: argparse.Namespace) -> bool:
+    """Whether the run is a fleet's: more than one replica, a shared store, or a sweep over
+    router or replicas. One replica without them is today's single server, printed as before
+    (a router in front of one server sends it everything)."""
+    return (
+        (args.replicas or 1) > 1
+        or args.shared_store_tokens is not None
+        or _sweep_name(args) is not None
+    )
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse fleet and generator flags the run cannot use, one line each."""
+    if args.generate != SHARED_PREFIX:
+        given = [
+            f"--{f.replace('_', '-')}" for f in GENERATOR_FLAGS if getattr(args, f) is not None
+        ]
+        if given:
+            raise KvtierError(f"{', '.join(given)} apply to --generate {SHARED_PREFIX}")
+    else:
+        missing = [f"--{f.replace('_', '-')}" for f in GENERATOR_FLAGS if getattr(args, f) is None]
+        if missing:
+            raise KvtierError(f"--generate {SHARED_PREFIX} needs {', '.join(missing)}")
+    store = args.shared_store_gbps is not None or args.shared_store_latency_ms is not None
+    if store and args.shared_store_tokens is None:
+        raise KvtierError(
+            "--shared-store-gbps / --shared-store-latency-ms describe a shared store: "
+            "give --shared-store-tokens"
+        )
+    if args.shared_store_tokens is not None and args.store_tokens:
+        raise KvtierError("give --store-tokens (one store per replica) or --shared-store-tokens")
+    if args.shared_store_gbps is not None and args.store_gbps is not None:
+        raise KvtierError("give --store-gbps or --shared-store-gbps, not both")
+    if args.router is not None or args.router_opt:
+        from kvtier.sim.fleet.policy import parse_options
+        from kvtier.sim.fleet.registry import lookup
+
+        name = args.router or DEFAULT_ROUTER
+        parse_options(name, lookup(name, 512), args.router_opt)
+    if not active(args):
+        return
+    for flag, used in (
+        ("--unbounded / --lru-tokens", args.unbounded or args.lru_tokens is not None),
+        ("--from-log", bool(args.from_log)),
+        ("--max-parallel", args.max_parallel is not None),
+    ):
+        if used:
+            raise KvtierError(f"{flag} runs one server: drop the fleet flags")
+
+
+def generate(args: argparse.Namespace) -> Any:
+    from kvtier.sim.shared_prefix import SharedPrefixSpec, shared_prefix
+    from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace
+
+    spec = SharedPrefixSpec(
+        args.groups,
+        args.prompts_per_group,
+        args.system_tokens,
+        args.question_tokens,
+        args.output_tokens or 256,
+        args.rate,
+        args.requests or 1000,
+        args.block_tokens or MOONCAKE_BLOCK_TOKENS,
+    )
+    requests = shared_prefix(spec, args.seed)
+    return Trace(requests, spec.block_tokens, f"generated {SHARED_PREFIX} seed {args.seed}")
+
+
+def _spec(args: argparse.Namespace, replicas: int | None = None, router: str | None = None) -> Any:
+    from kvtier.sim.fleet.run import FleetSpec
+
+    return FleetSpec(
+        replicas=replicas if replicas is not None else args.replicas or 1,
+        router=router or args.router or DEFAULT_ROUTER,
+        router_options=tuple(args.router_opt),
+        seed=args.seed,
+        shared_store=args.shared_store_tokens is not None,
+        store_latency_s=(args.shared_store_latency_ms or 0.0) / 1e3,
+    )
+
+
+def _points(args: argparse.Namespace) -> tuple[str, list[tuple[str, Any]]]:
+    """The sweep's parameter and (value, FleetSpec) per point; one point without a sweep."""
+    name = _sweep_name(args)
+    if name is None:
+        return "", [("", _spec(args))]
+    values = [v.strip() for v in args.sweep.partition("=")[2].split(",") if v.strip()]
+    if not values:
+        raise KvtierError(f"--sweep {name}: no values given")
+    points = []
+    for v in values:
+        if name == "router":
+            points.append((v, _spec(args, router=v)))
+            continue
+        try:
+            n = int(v)
+        except ValueError:
+            raise KvtierError(f"--sweep replicas: {v!r} is not a whole number") from None
+        points.append((v, _spec(args, replicas=n)))
+    for _, spec in points:
+        spec.check()
+    return name, points
+
+
+def run(args: argparse.Namespace, trace: Any, deployment: Any, flags: Any, progress: Any) -> int:
+    """Simulate the fleet (or a sweep of fleets) and print it."""
+    from kvtier.cli import simulate_hicache
+    from kvtier.sim.fleet.policy import parse_options
+    from kvtier.sim.fleet.registry import lookup
+    from kvtier.sim.fleet.run import simulate_fleet
+    from kvtier.sim.setup import build_config
+
+    if args.shared_store_gbps is not None:
+        flags = dataclasses.replace(flags, store_gbps=args.shared_store_gbps)
+    store = args.shared_store_tokens or args.store_tokens
+    config = build_config(
+        deployment,
+        trace.block_size,
+        args.device_tokens,
+        flags,
+        store,
+        simulate_hicache.prefetch_flags(args),
+    )
+    if args.shared_store_tokens is not None and not config.store_blocks:
+        raise KvtierError(
+            f"--shared-store-tokens {args.shared_store_tokens:,} holds no whole block "
+            f"({config.block_tokens:,} tokens)"
+        )
+    param, points = _points(args)
+    for _, spec in points:  # every point's policy and options, before the first run
+        parse_options(spec.router, lookup(spec.router, trace.block_size), spec.router_options)
+    runs = []
+    for value, spec in points:
+        label = f"simulating {spec.replicas} replicas, {spec.router}"
+        bar = progress.bar(label, len(trace.requests))
+        extra = {"time_scale": args.time_scale}
+        if param:
+            extra |= {"sweep_param": param, "sweep_value": value}
+        runs.append(simulate_fleet(trace, config, spec, args.warmup_fraction, bar, extra))
+    progress.done()
+    _print(args, deployment, config, param, [v for v, _ in points], runs)
+    return 0
+
+
+def _print(
+    args: argparse.Namespace,
+    deployment: Any,
+    config: Any,
+    param: str,
+    values: list[str],
+    runs: list[Any],
+) -> None:
+    from kvtier.report.fleet_view import fleet_sweep_table, fleet_table, replica_table
+    from kvtier.report.ledger_view import terminal
+
+    notes = config.notes()
+    if args.json:
+        if param:
+            body = [{"value": v, **r.to_json()} for v, r in zip(values, runs, strict=True)]
+            print(json_text({"sweep": {"param": param, "runs": body}, "notes": notes}))
+        else:
+            print(json_text({**runs[0].to_json(), "notes": notes}))
+        return
+    if args.quiet:
+        for v, r in zip(values, runs, strict=True):
+            prefix = f"{param}={v} " if param else ""
+            print(f"{prefix}hit_rate={r.result.hit_rate:.4f} imbalance={r.imbalance:.3f}")
+        return
+    console = terminal()
+    if param:
+        console.print(fleet_sweep_table(param, values, runs))
+    else:
+        title = f"{deployment.model} on {deployment.tp} x {deployment.gpu}, fleet"
+        console.print(fleet_table(runs[0], title))
+        console.print(replica_table(runs[0]))
+    for line in notes:
+        print(f"note: {line}")
+    for name, source in config.sources:
+        print(f"source: {name}: {source}")

@@ -1,0 +1,126 @@
+"""The fleet's discrete-event loop: one clock, N servers, a router in front.
+
+The single-server loop (`kvtier.sim.engine.simulator`) with a replica on every event: an arrival
+is routed when it arrives and joins that replica's queue; a step end or a wake-up belongs to one
+replica; the router's own timers (a load poll, a tree eviction) are events too, first at equal
+times, then arrivals, then step ends, then wake-ups. A response completes, for the router, when
+the request finishes on its replica (or is refused there at arrival).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kvtier.sim.engine.scheduler import Live, ServerModel
+from kvtier.sim.fleet.policy import Router
+from kvtier.sim.metrics import Concurrency, RequestRecord
+from kvtier.sim.trace import Trace
+
+TICK, ARRIVAL, STEP_END, WAKE = -1, 0, 1, 2
+
+
+@dataclass(slots=True)
+class ReplicaLog:
+    """What one replica did: its requests, busy time and queue over time."""
+
+    rids: list[int] = field(default_factory=list)
+    busy_s: float = 0.0
+    concurrency: Concurrency = field(default_factory=Concurrency)
+
+
+class FleetLoop:
+    def __init__(self, trace: Trace, engines: Sequence[ServerModel], router: Router) -> None:
+        self.requests = trace.requests
+        self.engines = list(engines)
+        self.router = router
+        self.records: list[RequestRecord] = []
+        self.replica_of: list[int] = []
+        self.logs = [ReplicaLog() for _ in engines]
+        self.concurrency = Concurrency()
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._seq = 0
+        self._next = 0
+        self._settled = 0
+
+    def _push(self, time: float, kind: int, replica: int = -1) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (time, kind, self._seq, replica))
+
+    def _next_arrival(self) -> float:
+        reqs = self.requests
+        return reqs[self._next].arrival_s if self._next < len(reqs) else math.inf
+
+    def run(self, progress: Callable[[int], None] | None = None) -> list[RequestRecord]:
+        if self.requests:
+            self._push(self.requests[0].arrival_s, ARRIVAL)
+        self._schedule_tick(0.0)
+        reported = 0
+        while self._heap:
+            now, kind, _, r = heapq.heappop(self._heap)
+            if kind == TICK:
+                if self._settled < len(self.requests):
+                    self.router.tick(now)
+                    self._schedule_tick(now)
+                continue
+            if kind == ARRIVAL:
+                r = self._arrive(now)
+            elif kind == STEP_END:
+                self._finish_step(now, r)
+            elif not self.engines[r].busy:
+                self._step(now, r)
+            if r >= 0:
+                self._observe(now, r)
+            if progress is not None and self._settled != reported:
+                reported = self._settled
+                progress(reported)
+        return self.records
+
+    def _schedule_tick(self, now: float) -> None:
+        t = self.router.next_tick(now)
+        if t < math.inf:
+            self._push(max(t, now), TICK)
+
+    def _observe(self, now: float, r: int) -> None:
+        e = self.engines[r]
+        self.logs[r].concurrency.observe(now, e.running, len(e.waiting))
+        running = sum(x.running for x in self.engines)
+        self.concurrency.observe(now, running, sum(len(x.waiting) for x in self.engines))
+
+    def _arrive(self, now: float) -> int:
+        req = self.requests[self._next]
+        self._next += 1
+        if (after := self._next_arrival()) < math.inf:
+            self._push(after, ARRIVAL)
+        r = self.router.route(req, now)
+        engine = self.engines[r]
+        rec = RequestRecord(req.rid, req.arrival_s, req.input_len, req.output_len, req.round)
+        self.records.append(rec)
+        self.replica_of.append(r)
+        self.logs[r].rids.append(req.rid)
+        rec.rejected = engine.never_fits(req)
+        if rec.rejected:
+            self._settled += 1
+            self.router.finished(r, req, now)
+            return r
+        engine.arrive(Live(req, rec), now)
+        if not engine.busy:
+            self._push(now, WAKE, r)
+        return r
+
+    def _finish_step(self, now: float, r: int) -> None:
+        for rec in self.engines[r].finish_step(now):
+            self._settled += 1
+            self.router.finished(r, self.requests[rec.rid], now)
+        self._step(now, r)
+
+    def _step(self, now: float, r: int) -> None:
+        engine = self.engines[r]
+        duration = engine.start_step(now, self._next_arrival())
+        if duration is not None:
+            self.logs[r].busy_s += duration
+            self._push(now + duration, STEP_END, r)
+        elif now < (wake := engine.next_wake()) < math.inf:
+            self._push(wake, WAKE, r)

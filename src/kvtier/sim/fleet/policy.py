@@ -1,0 +1,91 @@
+"""What a simulated router is, and the policies by name.
+
+A router sees what the real one sees: the requests it routed and when they finished (its own
+counters), and, for policies that poll the servers, what a server's load endpoint reports at the
+poll. It never reads the simulator's caches. Each policy family has its own module, with the
+router's source, file and release in its docstring; `POLICIES` maps the CLI names to them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kvtier.errors import KvtierError
+from kvtier.sim.trace import TraceRequest
+
+Probe = Callable[[], Sequence[int]]  # each replica's load as its /get_load reports it, in tokens
+
+
+class Router(Protocol):
+    """Picks a replica for each arriving request."""
+
+    def route(self, req: TraceRequest, now: float) -> int:
+        """The replica (0-based) `req` goes to; the router counts it in flight there."""
+        ...
+
+    def finished(self, replica: int, req: TraceRequest, now: float) -> None:
+        """`req`'s response on `replica` completed (or the server refused it)."""
+        ...
+
+    def next_tick(self, now: float) -> float:
+        """When the router next acts on its own (a load poll, a tree eviction); inf: never."""
+        ...
+
+    def tick(self, now: float) -> None:
+        """Act on its own at `now`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One `--router-opt` key: its parser (raises ValueError with a reason) and default."""
+
+    parse: Callable[[str], float]
+    default: float
+    help: str
+
+
+def number(lo: float, hi: float, integer: bool = False) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = int(raw) if integer else float(raw)
+        except ValueError:
+            kind = "an integer" if integer else "a number"
+            raise ValueError(f"{raw!r} is not {kind}") from None
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise ValueError(f"{raw} is outside [{lo:g}, {hi:g}]")
+        return value
+
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A routing policy: its options and how to build it for `replicas` servers."""
+
+    options: dict[str, Option]
+    build: Callable[[int, dict[str, float], int, Probe], Router]
+    source: str  # the router, file and release it is modelled from
+
+
+def parse_options(name: str, policy: Policy, given: Sequence[str]) -> dict[str, float]:
+    """`KEY=VALUE` strings into the policy's options, defaults filled in; one line per refusal."""
+    values = {k: o.default for k, o in policy.options.items()}
+    for item in given:
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise KvtierError(f"--router-opt {item!r}: expected KEY=VALUE")
+        if key not in policy.options:
+            known = ", ".join(policy.options) or "none"
+            raise KvtierError(
+                f"--router-opt {key}: not an option of --router {name} (its options: {known})"
+            )
+        try:
+            values[key] = policy.options[key].parse(raw.strip())
+        except ValueError as exc:
+            raise KvtierError(f"--router-opt {key}: {exc}") from None
+    return values

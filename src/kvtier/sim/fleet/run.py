@@ -1,0 +1,228 @@
+"""A fleet run: N identical servers, each sized by the ledger as one server is, behind a router.
+
+Each replica is the single-server model (`kvtier.sim.engine.scheduler.ServerModel` over its own
+`TieredCachePort`), with the deployment's `SimConfig`: same device, host and (per-replica)
+store tiers, same limits and timing. With a shared store, the replicas' caches save to and read
+from one `AccountingStore` through one reader (`kvtier.sim.fleet.shared_store`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kvtier.engines.sglang.prefetch import ERA_0_5_3
+from kvtier.errors import KvtierError
+from kvtier.sim.engine.cacheport import TieredCachePort
+from kvtier.sim.engine.prefetch import PrefetchQueue
+from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
+from kvtier.sim.engine.store import AccountingStore
+from kvtier.sim.fleet.loop import FleetLoop, ReplicaLog
+from kvtier.sim.fleet.registry import make_router
+from kvtier.sim.fleet.result import FleetResult, ReplicaStats
+from kvtier.sim.fleet.shared_store import SharedStoreQueue
+from kvtier.sim.metrics import Concurrency, RequestRecord, summarize
+from kvtier.sim.setup import SimConfig
+from kvtier.sim.trace import Trace
+
+MAX_REPLICAS = 4096  # beyond any fleet one router fronts; each replica holds its own caches
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    replicas: int
+    router: str
+    router_options: tuple[str, ...] = ()
+    seed: int = 0
+    shared_store: bool = False  # config.store_tokens is then the fleet's one store
+    store_latency_s: float = 0.0
+
+    def check(self) -> None:
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise KvtierError(f"--replicas must be from 1 to {MAX_REPLICAS}, got {self.replicas}")
+        if not (math.isfinite(self.store_latency_s) and self.store_latency_s >= 0):
+            raise KvtierError(
+                f"--shared-store-latency-ms must be >= 0, got {self.store_latency_s * 1e3}"
+            )
+
+
+def _prefetch(config: SimConfig, latency_s: float | None, share: int) -> PrefetchQueue:
+    rules = dataclasses.replace(
+        config.prefetch, threshold_tokens=max(config.prefetch.threshold_tokens, config.page_size)
+    )
+    capacity = config.prefetch_capacity
+    if capacity is None:
+        capacity = ERA_0_5_3.capacity_tokens(config.host_tokens, config.device_tokens)
+    s_per_token = config.timing.store_read_s(1)
+    if latency_s is None:
+        return PrefetchQueue(rules, s_per_token, capacity)
+    return SharedStoreQueue(rules, s_per_token, capacity * share, latency_s)
+
+
+def build_engines(config: SimConfig, spec: FleetSpec) -> list[ServerModel]:
+    """The replicas, each as `kvtier.sim.run.replay` builds its one server."""
+    limits = EngineConfig(
+        config.block_size,
+        config.max_running_requests,
+        config.chunked_prefill_size,
+        config.context_length,
+    )
+    shared = shared_queue = None
+    if spec.shared_store and config.store_blocks:
+        shared = AccountingStore(config.store_blocks)
+        shared_queue = _prefetch(config, spec.store_latency_s, spec.replicas)
+    engines = []
+    for _ in range(spec.replicas):
+        port = TieredCachePort(
+            config.device_blocks,
+            config.host_blocks,
+            config.write_policy,
+            0 if shared else config.store_blocks,
+            shared,
+        )
+        queue = shared_queue
+        if queue is None and config.store_blocks:
+            queue = _prefetch(config, None, 1)
+        engines.append(ServerModel(port, config.timing, limits, queue))
+    return engines
+
+
+def token_loads(engines: Sequence[ServerModel], block_tokens: int) -> Callable[[], list[int]]:
+    """What SGLang's /get_load reports per replica: tokens held by running requests (device
+    pages neither free nor evictable) plus the prompts waiting."""
+
+    def probe() -> list[int]:
+        return [
+            (e.cache.device_pages - e.cache.room()) * block_tokens
+            + sum(live.req.input_len for live in e.waiting)
+            for e in engines
+        ]
+
+    return probe
+
+
+def simulate_fleet(
+    trace: Trace,
+    config: SimConfig,
+    spec: FleetSpec,
+    warmup_fraction: float = 0.0,
+    progress: Callable[[int], None] | None = None,
+    params: dict[str, object] | None = None,
+) -> FleetResult:
+    spec.check()
+    if trace.block_size != config.block_size:
+        raise ValueError("trace and config disagree on the block size")
+    engines = build_engines(config, spec)
+    router, opts = make_router(
+        spec.router,
+        spec.replicas,
+        spec.router_options,
+        spec.seed,
+        token_loads(engines, config.block_size),
+        config.block_size,
+    )
+    loop = FleetLoop(trace, engines, router)
+    records = loop.run(progress)
+    settled = sum(1 for r in records if r.finished or r.rejected)
+    if settled != len(records):
+        raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
+    result = summarize(
+        records,
+        warmup_fraction,
+        True,
+        _evictions(engines, spec.shared_store),
+        loop.concurrency,
+        sum(e.pcie_busy_s for e in engines) / len(engines),
+        _params(config, spec, warmup_fraction, params),
+    )
+    start, end = result_span(records)
+    replicas = tuple(_replica(log, records, warmup_fraction, start, end) for log in loop.logs)
+    waits = [r.first_token_s - r.arrival_s for r in _measured(records, warmup_fraction)]
+    waits = [w for w in waits if not math.isnan(w)]
+    mean, peak = queue_stats(loop.concurrency, start, end)
+    return FleetResult(
+        result=result,
+        replicas=replicas,
+        router=spec.router,
+        router_options=opts,
+        ttft_mean_s=sum(waits) / len(waits) if waits else None,
+        queue_mean=mean,
+        queue_max=peak,
+        shared_store=spec.shared_store and bool(config.store_blocks),
+        decisions=dict(getattr(router, "decisions", {})),
+    )
+
+
+def _params(
+    config: SimConfig, spec: FleetSpec, warmup: float, extra: dict[str, object] | None
+) -> dict[str, object]:
+    return {
+        "mode": "timed",
+        "replicas": spec.replicas,
+        "router": spec.router,
+        "device_tokens": config.device_tokens,
+        "host_tokens": config.host_tokens,
+        "store_tokens": config.store_tokens,
+        "shared_store": spec.shared_store,
+        "page_size": config.page_size,
+        "write_policy": config.write_policy,
+        "max_running_requests": config.max_running_requests,
+        "chunked_prefill_size": config.chunked_prefill_size,
+        "warmup_fraction": warmup,
+        "sources": dict(config.sources),
+        **(extra or {}),
+    }
+
+
+def _evictions(engines: Sequence[ServerModel], shared: bool) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for e in engines:
+        for tier, n in e.cache.evictions().items():
+            total[tier] = total.get(tier, 0) + n
+    if shared and "store" in total:
+        total["store"] //= len(engines)  # one store, counted by every replica's port
+    return total
+
+
+def _measured(records: Sequence[RequestRecord], warmup: float) -> Sequence[RequestRecord]:
+    return records[math.floor(warmup * len(records)) :]
+
+
+def result_span(records: Sequence[RequestRecord]) -> tuple[float, float]:
+    start = min((r.arrival_s for r in records), default=0.0)
+    end = max((r.finish_s for r in records if r.finished), default=start)
+    return start, end
+
+
+def queue_stats(c: Concurrency, start: float, end: float) -> tuple[float, int]:
+    """Time-weighted mean and maximum of the waiting requests between `start` and `end`."""
+    samples = c.samples
+    area = 0.0
+    for (t0, _, waiting), (t1, _, _) in itertools.pairwise(samples):
+        area += waiting * (t1 - t0)
+    peak = max((w for _, _, w in samples), default=0)
+    return (area / (end - start) if end > start else 0.0), peak
+
+
+def _replica(
+    log: ReplicaLog,
+    records: Sequence[RequestRecord],
+    warmup: float,
+    start: float,
+    end: float,
+) -> ReplicaStats:
+    skip = math.floor(warmup * len(records))
+    mine = [records[rid] for rid in log.rids if rid >= skip]
+    tokens = sum(r.input_len for r in mine)
+    hits = sum(sum(r.hit_tokens.values()) for r in mine)
+    mean, peak = queue_stats(log.concurrency, start, end)
+    return ReplicaStats(
+        requests=len(log.rids),
+        hit_rate=hits / tokens if tokens else 0.0,
+        busy_fraction=log.busy_s / (end - start) if end > start else 0.0,
+        queue_mean=mean,
+        queue_max=peak,
+    )

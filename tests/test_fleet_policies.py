@@ -1,0 +1,148 @@
+"""The routing policies, each against what its router's source does."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvtier.errors import KvtierError
+from kvtier.sim.fleet.approx_tree import ApproxTree
+from kvtier.sim.fleet.cache_aware import OPTIONS, CacheAware, f32
+from kvtier.sim.fleet.load import LeastLoad, PowerOfTwo
+from kvtier.sim.fleet.registry import NAMES, make_router, policies
+from kvtier.sim.fleet.rotation import RoundRobin, Uniform
+from kvtier.sim.fleet.session import SessionAffinity
+from kvtier.sim.trace import TraceRequest
+
+DEFAULTS = {k: o.default for k, o in OPTIONS.items()}
+
+
+def req(rid: int, blocks: tuple[int, ...], tokens: int | None = None) -> TraceRequest:
+    n = tokens if tokens is not None else 512 * len(blocks)
+    return TraceRequest(rid, float(rid), n, 16, blocks)
+
+
+def test_names_are_the_cli_names() -> None:
+    from kvtier.cli.simulate_fleet import ROUTERS
+
+    assert NAMES == ROUTERS == tuple(policies(512))
+
+
+def test_round_robin_cycles_and_random_is_seeded() -> None:
+    rr = RoundRobin(3)
+    assert [rr.route(req(i, (i,)), 0.0) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    a, b = Uniform(8, seed=5), Uniform(8, seed=5)
+    picks = [a.route(req(i, (i,)), 0.0) for i in range(400)]
+    assert picks == [b.route(req(i, (i,)), 0.0) for i in range(400)]
+    assert set(picks) == set(range(8))
+    assert picks != [Uniform(8, seed=6).route(req(i, (i,)), 0.0) for i in range(400)]
+
+
+def test_least_load_subtracts_the_oldest_pending_load() -> None:
+    # least_load.rs: pending loads leave in FIFO order, whichever request completed
+    ll = LeastLoad(2)
+    assert ll.route(req(0, (0,), 1000), 0.0) == 0
+    assert ll.route(req(1, (1,), 100), 0.0) == 1
+    assert ll.route(req(2, (2,), 50), 0.0) == 1  # 150 on replica 1 after this
+    ll.finished(1, req(2, (2,), 50), 1.0)  # removes 100, the oldest on replica 1, not 50
+    assert ll.load == [1000, 50]
+
+
+def test_power_of_two_compares_the_last_poll_only() -> None:
+    loads = [0, 0]
+    p2 = PowerOfTwo(2, 5.0, seed=1, probe=lambda: loads)
+    p2.tick(0.0)
+    assert p2.next_tick(0.0) == 5.0
+    loads[:] = [10_000, 0]  # not seen until the next poll
+    first = [p2.route(req(i, (i,)), 1.0) for i in range(50)]
+    p2.tick(5.0)
+    after = [p2.route(req(i, (i,)), 6.0) for i in range(50)]
+    assert set(first) == {0, 1}  # ties go to the first draw, itself uniform
+    assert after == [1] * 50
+
+
+def test_session_affinity_keeps_a_key_on_one_replica_and_spreads_keys() -> None:
+    s = SessionAffinity(8)
+    for key in range(50):
+        assert len({s.route(req(i, (key, 1000 + i)), 0.0) for i in range(5)}) == 1
+    spread = [s.route(req(k, (k,)), 0.0) for k in range(4000)]
+    counts = [spread.count(r) for r in range(8)]
+    assert min(counts) > 250  # 500 each on average; 150 virtual nodes keep it near even
+
+
+def test_tree_names_the_creator_of_the_node_the_match_ends_in() -> None:
+    t = ApproxTree()
+    t.insert((1, 2, 3), (10, 10, 10), tenant=0)
+    t.insert((1, 2, 4), (10, 10, 10), tenant=1)  # splits (1,2,3) at 2: (1,2) keeps tenant 0
+    m = t.match((1, 2, 5), (10, 10, 10))
+    assert m == (0, 20, 30)
+    assert t.match((1, 2, 4, 9), (10, 10, 10, 10)) == (1, 30, 40)
+    assert t.char_count == {0: 30, 1: 10 + 20}
+
+
+def test_tree_eviction_trims_each_tenant_oldest_leaf_first() -> None:
+    t = ApproxTree()
+    t.insert((1, 2), (100, 100), tenant=0)
+    t.insert((1, 3), (100, 100), tenant=0)  # newer leaf
+    t.insert((7,), (50,), tenant=1)
+    t.evict(max_size=250)
+    assert t.char_count == {0: 200, 1: 50}
+    assert t.match((1, 2), (100, 100)).matched_chars == 100  # leaf (2) went, (3) stayed
+    assert t.match((1, 3), (100, 100)).matched_chars == 200
+
+
+def test_cache_aware_follows_the_tree_while_balanced() -> None:
+    ca = CacheAware(2, DEFAULTS, 512)
+    a, b = (1, 2, 3, 4), (9, 10, 11, 12)
+    assert ca.route(req(0, a), 0.0) == 0  # nothing matches: the least loaded, first of equals
+    assert ca.route(req(1, b), 0.0) == 1  # nothing matches: replica 1 has the fewer in flight
+    assert ca.route(req(2, (1, 2, 3, 99)), 0.0) == 0  # 3/4 > 0.3 of its text is replica 0's
+    assert ca.route(req(3, (1, 98, 97, 96)), 0.0) == 1  # 1/4 <= 0.3: least loaded (2 vs 1)
+    assert ca.decisions == {"imbalanced": 0, "cache_hit": 1, "min_load": 3}
+
+
+def test_cache_aware_balances_only_when_both_thresholds_hold() -> None:
+    opts = dict(DEFAULTS, **{"balance-abs-threshold": 2, "balance-rel-threshold": 1.5})
+    ca = CacheAware(2, opts, 512)
+    prefix = (5, 6, 7)
+    picks = [ca.route(req(i, (*prefix, 100 + i)), 0.0) for i in range(6)]
+    # 0 first; then the prefix keeps it on 0 until 3 - 0 > 2 and 3 > 0 x 1.5: then 1
+    assert picks == [0, 0, 0, 1, 0, 1]
+    assert ca.load == [4, 2]
+
+
+def test_f32_comparisons_are_the_routers() -> None:
+    assert f32(0.3) != 0.3 and f32(0.3) == pytest.approx(0.3, rel=1e-7)
+    ca = CacheAware(2, dict(DEFAULTS, **{"cache-threshold": 0.25}), 512)
+    ca.route(req(0, (1, 2, 3, 4)), 0.0)
+    ca.route(req(1, (50,)), 0.0)
+    assert ca.route(req(2, (1, 2, 3, 4, 5)), 0.0) == 0  # in flight: 2 and 1
+    # exactly 1/4 matched: 0.25 > 0.25 is false in f32 as in f64: the least loaded wins
+    assert ca.route(req(3, (1, 7, 8, 9)), 0.0) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "opts", "message"),
+    [
+        ("nope", [], "--router 'nope': unknown policy"),
+        ("round-robin", ["cache-threshold=0.5"], "not an option of --router round-robin"),
+        ("sglang-cache-aware", ["cache-threshold=nan"], "--router-opt cache-threshold"),
+        ("sglang-cache-aware", ["cache-threshold=-1"], "--router-opt cache-threshold"),
+        ("sglang-cache-aware", ["balance-abs-threshold=-3"], "--router-opt balance-abs"),
+        ("sglang-cache-aware", ["balance-rel-threshold=inf"], "--router-opt balance-rel"),
+        ("sglang-cache-aware", ["max-tree-size"], "expected KEY=VALUE"),
+        ("power-of-two", ["load-check-interval-secs=0"], "load-check-interval-secs"),
+    ],
+)
+def test_bad_policy_or_option_is_refused_by_name(name: str, opts: list[str], message: str) -> None:
+    with pytest.raises(KvtierError, match=message.replace("(", r"\(")):
+        make_router(name, 2, opts, 0, lambda: [0, 0], 512)
+
+
+def test_options_parse_with_defaults() -> None:
+    router, opts = make_router("sglang-cache-aware", 3, ["cache-threshold=0.5"], 0, list, 512)
+    assert opts["cache-threshold"] == 0.5 and opts["balance-abs-threshold"] == 64
+    assert router.next_tick(0.0) == 60 and math.isinf(
+        make_router("random", 3, [], 0, list, 512)[0].next_tick(0.0)
+    )

@@ -1,0 +1,206 @@
+"""`kvtier simulate --replicas N --router POLICY`: a fleet end to end, its shared store, its
+output, the shared-prefix generator, and the refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_support import error_line, run_json
+from kvtier.cli import main
+from kvtier.sim.shared_prefix import SharedPrefixSpec, shared_prefix
+
+SMALL = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
+GEN = [
+    "--generate",
+    "shared-prefix",
+    "--groups",
+    "12",
+    "--prompts-per-group",
+    "4",
+    "--system-tokens",
+    "3000",
+    "--question-tokens",
+    "600",
+    "--output-tokens",
+    "64",
+    "--rate",
+    "8",
+    "--requests",
+    "240",
+    "--seed",
+    "2",
+]
+
+
+@pytest.fixture(scope="module")
+def sp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("fleet") / "sp.jsonl"
+    assert main(["simulate", *GEN, "-o", str(path)]) == 0
+    return path
+
+
+def test_shared_prefix_ids_by_hand() -> None:
+    spec = SharedPrefixSpec(2, 3, 1100, 300, 8, 1.0, 12, 512)
+    reqs = shared_prefix(spec, seed=0)
+    prompts = {r.blocks for r in reqs}
+    assert len(prompts) == 6 and all(r.input_len == 1400 and r.output_len == 8 for r in reqs)
+    # 1100 // 512 = 2 whole system blocks shared by a group; ceil(1400 / 512) - 2 = 1 of its own
+    groups = {b[:2] for b in prompts}
+    assert groups == {(0, 1), (3, 4)} or groups == {(0, 1), (5, 6)}
+    assert all(len(b) == 3 for b in prompts)
+    # the shuffled 6 prompts, sent twice in the same order
+    assert [r.blocks for r in reqs[:6]] == [r.blocks for r in reqs[6:]]
+    assert reqs == shared_prefix(spec, seed=0) and reqs != shared_prefix(spec, seed=1)
+
+
+def _out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--quiet"]])
+def test_one_replica_prints_what_one_server_does(
+    sp: Path, capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    base = ["simulate", str(sp), *SMALL, "--device-tokens", "60000", *extra]
+    today = _out(capsys, base)
+    assert _out(capsys, [*base, "--replicas", "1"]) == today
+    assert _out(capsys, [*base, "--replicas", "1", "--router", "round-robin"]) == today
+
+
+def test_fleet_json_carries_the_fleet_figures(sp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(
+        capsys,
+        ["simulate", str(sp), *SMALL, "--device-tokens", "60000", "--replicas", "3", "--json"],
+    )
+    assert out["fleet"]["replicas"] == 3 and out["fleet"]["router"] == "sglang-cache-aware"
+    assert set(out["ttft_s"]) == {"mean", "p50", "p90", "p99"}
+    reps = out["replicas"]
+    assert sum(r["requests"] for r in reps) == out["requests"] == 240
+    assert out["finished"] + out["rejected"] == 240
+    loads = [r["requests"] for r in reps]
+    assert out["imbalance"] == pytest.approx(max(loads) / (sum(loads) / 3))
+    assert all(0 < r["busy_fraction"] <= 1 for r in reps)
+    assert out["fleet"]["preemptions"] == 0
+    decisions = out["fleet"]["router_decisions"]
+    assert sum(decisions.values()) == 240 and decisions["cache_hit"] > 150
+
+
+def test_cache_aware_keeps_groups_together_and_beats_round_robin(
+    sp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = run_json(
+        capsys,
+        [
+            "simulate",
+            str(sp),
+            *SMALL,
+            "--device-tokens",
+            "20000",
+            "--replicas",
+            "4",
+            "--sweep",
+            "router=random,sglang-cache-aware",
+            "--json",
+        ],
+    )
+    runs = {r["value"]: r for r in out["sweep"]["runs"]}
+    assert out["sweep"]["param"] == "router"
+    # 12 groups of 3,600 tokens do not fit one 20,000-token replica, but do fit four
+    assert runs["sglang-cache-aware"]["hit_rate"] > runs["random"]["hit_rate"] + 0.1
+
+
+def test_replica_sweep_and_rates(sp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(
+        capsys,
+        [
+            "simulate",
+            str(sp),
+            *SMALL,
+            "--device-tokens",
+            "20000",
+            "--router",
+            "round-robin",
+            "--sweep",
+            "replicas=2,4",
+            "--json",
+        ],
+    )
+    runs = out["sweep"]["runs"]
+    assert [r["fleet"]["replicas"] for r in runs] == [2, 4]
+    assert [len(r["replicas"]) for r in runs] == [2, 4]
+    assert all(r["imbalance"] == pytest.approx(1.0) for r in runs)  # 240 split evenly
+
+
+def test_shared_store_serves_one_replicas_prefix_to_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # one long prompt, then other prompts that push it out of device and host, then it again
+    # on the other replica (round-robin, 2 replicas: request 21 goes to replica 1): only the
+    # shared store can hit it. Replica 0 writes 11 x 8 blocks through a 64-block host tier.
+    lines = [(0, list(range(0, 8)))]
+    lines += [(1000 + 500 * i, list(range(100 + 10 * i, 108 + 10 * i))) for i in range(1, 21)]
+    lines.append((20_000, list(range(0, 8))))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": t, "input_length": 4096, "output_length": 4, "hash_ids": ids})
+            + "\n"
+            for t, ids in lines
+        )
+    )
+    argv = ["simulate", str(trace), *SMALL, "--device-tokens", "16384", "--hicache-ratio", "2"]
+    argv += ["--replicas", "2", "--router", "round-robin", "--json"]
+    out = run_json(
+        capsys,
+        [
+            *argv,
+            "--shared-store-tokens",
+            "1000000",
+            "--shared-store-gbps",
+            "50",
+            "--hicache-storage-prefetch-policy",
+            "wait_complete",
+        ],
+    )
+    assert set(out["hit_rate_by_tier"]) == {"device", "host", "shared"}
+    assert out["hit_tokens_by_tier"]["store"] == 4096  # the last request, whole, from the store
+    assert out["fleet"]["shared_store"] is True
+    without = run_json(capsys, argv)
+    assert without["hit_tokens_by_tier"]["store"] == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--replicas", "0"], "argument --replicas: must be a whole number from 1 to 4,096"),
+        (["--replicas", "100000"], "argument --replicas"),
+        (["--replicas", "2", "--router", "magic"], "--router 'magic': unknown policy"),
+        (["--router-opt", "nope=1"], "--router-opt nope: not an option"),
+        (["--router-opt", "balance-rel-threshold=-1"], "--router-opt balance-rel-threshold"),
+        (["--router-opt", "cache-threshold=nan"], "--router-opt cache-threshold"),
+        (["--replicas", "2", "--sweep", "router=random,magic"], "--router 'magic'"),
+        (["--replicas", "2", "--sweep", "replicas=2,0"], "--replicas must be from 1 to 4096"),
+        (["--replicas", "2", "--sweep", "replicas=2,x"], "--sweep replicas: 'x'"),
+        (["--shared-store-gbps", "4"], "give --shared-store-tokens"),
+        (
+            ["--replicas", "2", "--shared-store-tokens", "100", "--hicache-ratio", "2"],
+            "holds no whole block",
+        ),
+        (["--replicas", "2", "--unbounded"], "--unbounded / --lru-tokens runs one server"),
+        (["--groups", "3"], "--groups apply to --generate shared-prefix"),
+    ],
+)
+def test_bad_fleet_input_is_one_line(
+    sp: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    err = error_line(capsys, ["simulate", str(sp), *SMALL, "--device-tokens", "60000", *extra])
+    assert message in err
+
+
+def test_generator_needs_its_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_line(capsys, ["simulate", "--generate", "shared-prefix", "--groups", "2"])
+    assert "needs --prompts-per-group, --system-tokens, --question-tokens" in err
