@@ -222,8 +222,8 @@ def test_help_states_the_simulator_names_and_defaults() -> None:
     from kvtier.cli import simulate as cli
     from kvtier.cli.simulate_fleet import MAX_REPLICAS, SHARED_PREFIX
     from kvtier.cli.simulate_hicache import MULTITURN
-    from kvtier.sim.fleet import run as fleet_run
     from kvtier.sim import timing
+    from kvtier.sim.fleet import run as fleet_run
     from kvtier.sim.sweep import SWEEPABLE
     from kvtier.sim.workload import GENERATORS
 

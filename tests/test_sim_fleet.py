@@ -84,9 +84,16 @@ def test_fleet_json_carries_the_fleet_figures(sp: Path, capsys: pytest.CaptureFi
     loads = [r["requests"] for r in reps]
     assert out["imbalance"] == pytest.approx(max(loads) / (sum(loads) / 3))
     assert all(0 < r["busy_fraction"] <= 1 for r in reps)
-    assert out["fleet"]["preemptions"] == 0
+    assert out["fleet"]["preemptions"] is None  # SGLang's model reserves the whole output
     decisions = out["fleet"]["router_decisions"]
     assert sum(decisions.values()) == 240 and decisions["cache_hit"] > 150
+
+
+def test_a_vllm_fleet_counts_its_preemptions(sp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", str(sp), "--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100"]
+    out = run_json(capsys, [*argv, "--replicas", "2", "--router", "power-of-two", "--json"])
+    assert isinstance(out["fleet"]["preemptions"], int)
+    assert sum(r["requests"] for r in out["replicas"]) == 240
 
 
 def test_cache_aware_keeps_groups_together_and_beats_round_robin(

@@ -27,7 +27,8 @@ def fleet_table(fleet: FleetResult, title: str) -> Table:
         table.add_row("TTFT mean (s)", seconds(fleet.ttft_mean_s))
     table.add_row("waiting requests mean / max", f"{fleet.queue_mean:,.1f} / {fleet.queue_max:,}")
     table.add_row("imbalance (max / mean requests)", f"{fleet.imbalance:.3f}")
-    table.add_row("preemptions", f"{fleet.preemptions:,}")
+    if fleet.preemptions is not None:
+        table.add_row("preemptions", f"{fleet.preemptions:,}")
     return table
 
 

@@ -1,6 +1,6 @@
 """The fleet's discrete-event loop: one clock, N servers, a router in front.
 
-The single-server loop (`kvtier.sim.engine.simulator`) with a replica on every event: an arrival
+The single-server loop (`kvtier.sim.simulation`) with a replica on every event: an arrival
 is routed when it arrives and joins that replica's queue; a step end or a wake-up belongs to one
 replica; the router's own timers (a load poll, a tree eviction) are events too, first at equal
 times, then arrivals, then step ends, then wake-ups. A response completes, for the router, when
@@ -14,9 +14,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from kvtier.sim.engine.scheduler import Live, ServerModel
 from kvtier.sim.fleet.policy import Router
 from kvtier.sim.metrics import Concurrency, RequestRecord
+from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.trace import Trace
 
 TICK, ARRIVAL, STEP_END, WAKE = -1, 0, 1, 2
@@ -85,9 +85,9 @@ class FleetLoop:
 
     def _observe(self, now: float, r: int) -> None:
         e = self.engines[r]
-        self.logs[r].concurrency.observe(now, e.running, len(e.waiting))
+        self.logs[r].concurrency.observe(now, e.running, e.queued)
         running = sum(x.running for x in self.engines)
-        self.concurrency.observe(now, running, sum(len(x.waiting) for x in self.engines))
+        self.concurrency.observe(now, running, sum(x.queued for x in self.engines))
 
     def _arrive(self, now: float) -> int:
         req = self.requests[self._next]
@@ -105,7 +105,7 @@ class FleetLoop:
             self._settled += 1
             self.router.finished(r, req, now)
             return r
-        engine.arrive(Live(req, rec), now)
+        engine.arrive(req, rec, now)
         if not engine.busy:
             self._push(now, WAKE, r)
         return r

@@ -4,15 +4,16 @@ The fleet's figures are `kvtier.sim.metrics.summarize` over every request of eve
 trace order), so hit rates, TTFT and throughput mean what they mean for one server. A replica's
 load is the requests routed to it; `imbalance` = max / mean of that over the replicas (1.0:
 even). Busy fraction: the time a replica spent in steps over the run's duration. Queue: the
-requests waiting on the replica, time-weighted mean and maximum. The server model reserves each
-request's whole output at admission, so nothing is ever preempted (`preemptions` is 0 and says
-so rather than being left out).
+requests waiting on the replica, time-weighted mean and maximum. `preemptions` sums the
+replicas' (vLLM's model preempts by recompute); None for SGLang's model, which reserves each
+request's whole output at admission and never preempts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvtier.payload import to_json
 from kvtier.sim.metrics import SimResult
 
 
@@ -44,7 +45,7 @@ class FleetResult:
     queue_max: int
     shared_store: bool
     decisions: dict[str, int] = field(default_factory=dict)  # a policy's branch counts
-    preemptions: int = 0
+    preemptions: int | None = None
 
     @property
     def imbalance(self) -> float:
@@ -60,7 +61,7 @@ class FleetResult:
         return rates
 
     def to_json(self) -> dict[str, object]:
-        out = self.result.to_json()
+        out: dict[str, object] = to_json(self.result)
         ttft = out["ttft_s"]
         if isinstance(ttft, dict):
             out["ttft_s"] = {"mean": self.ttft_mean_s, **ttft}

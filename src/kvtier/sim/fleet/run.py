@@ -1,9 +1,9 @@
 """A fleet run: N identical servers, each sized by the ledger as one server is, behind a router.
 
-Each replica is the single-server model (`kvtier.sim.engine.scheduler.ServerModel` over its own
-`TieredCachePort`), with the deployment's `SimConfig`: same device, host and (per-replica)
-store tiers, same limits and timing. With a shared store, the replicas' caches save to and read
-from one `AccountingStore` through one reader (`kvtier.sim.fleet.shared_store`).
+Each replica is the engine's single-server model (`kvtier.sim.servers.build_server`), with the
+deployment's `SimConfig`: same tiers, limits and timing. With a shared store (SGLang's HiCache
+L3), the replicas' caches save to and read from one `AccountingStore` through one reader
+(`kvtier.sim.fleet.shared_store`).
 """
 
 from __future__ import annotations
@@ -14,17 +14,19 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kvtier.engines.deployment import Engine
 from kvtier.engines.sglang.prefetch import ERA_0_5_3
 from kvtier.errors import KvtierError
-from kvtier.sim.engine.cacheport import TieredCachePort
-from kvtier.sim.engine.prefetch import PrefetchQueue
-from kvtier.sim.engine.scheduler import EngineConfig, ServerModel
-from kvtier.sim.engine.store import AccountingStore
 from kvtier.sim.fleet.loop import FleetLoop, ReplicaLog
 from kvtier.sim.fleet.registry import make_router
 from kvtier.sim.fleet.result import FleetResult, ReplicaStats
 from kvtier.sim.fleet.shared_store import SharedStoreQueue
 from kvtier.sim.metrics import Concurrency, RequestRecord, summarize
+from kvtier.sim.servers import build_server
+from kvtier.sim.servers.base import ServerModel
+from kvtier.sim.servers.hicache import TieredCachePort
+from kvtier.sim.servers.sglang import EngineConfig, SGLangServer
+from kvtier.sim.servers.store import AccountingStore
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.trace import Trace
 
@@ -49,7 +51,8 @@ class FleetSpec:
             )
 
 
-def _prefetch(config: SimConfig, latency_s: float | None, share: int) -> PrefetchQueue:
+def _shared_queue(config: SimConfig, spec: FleetSpec) -> SharedStoreQueue:
+    # HiCacheController: prefetch_threshold = max(prefetch_threshold, page_size)
     rules = dataclasses.replace(
         config.prefetch, threshold_tokens=max(config.prefetch.threshold_tokens, config.page_size)
     )
@@ -57,49 +60,46 @@ def _prefetch(config: SimConfig, latency_s: float | None, share: int) -> Prefetc
     if capacity is None:
         capacity = ERA_0_5_3.capacity_tokens(config.host_tokens, config.device_tokens)
     s_per_token = config.timing.store_read_s(1)
-    if latency_s is None:
-        return PrefetchQueue(rules, s_per_token, capacity)
-    return SharedStoreQueue(rules, s_per_token, capacity * share, latency_s)
+    return SharedStoreQueue(rules, s_per_token, capacity * spec.replicas, spec.store_latency_s)
 
 
-def build_engines(config: SimConfig, spec: FleetSpec) -> list[ServerModel]:
-    """The replicas, each as `kvtier.sim.run.replay` builds its one server."""
+def build_servers(config: SimConfig, spec: FleetSpec) -> list[ServerModel]:
+    """The replicas: the engine's own server N times, or SGLang servers over one store."""
+    if not (spec.shared_store and config.store_blocks):
+        return [build_server(config) for _ in range(spec.replicas)]
+    if config.engine is not Engine.SGLANG:
+        raise KvtierError("a shared store is modelled as SGLang's HiCache L3: use --engine sglang")
     limits = EngineConfig(
         config.block_size,
         config.max_running_requests,
         config.chunked_prefill_size,
         config.context_length,
     )
-    shared = shared_queue = None
-    if spec.shared_store and config.store_blocks:
-        shared = AccountingStore(config.store_blocks)
-        shared_queue = _prefetch(config, spec.store_latency_s, spec.replicas)
-    engines = []
+    store = AccountingStore(config.store_blocks)
+    queue = _shared_queue(config, spec)
+    servers: list[ServerModel] = []
     for _ in range(spec.replicas):
         port = TieredCachePort(
-            config.device_blocks,
-            config.host_blocks,
-            config.write_policy,
-            0 if shared else config.store_blocks,
-            shared,
+            config.device_blocks, config.host_blocks, config.write_policy, 0, store
         )
-        queue = shared_queue
-        if queue is None and config.store_blocks:
-            queue = _prefetch(config, None, 1)
-        engines.append(ServerModel(port, config.timing, limits, queue))
-    return engines
+        servers.append(SGLangServer(port, config.timing, limits, queue))
+    return servers
 
 
-def token_loads(engines: Sequence[ServerModel], block_tokens: int) -> Callable[[], list[int]]:
-    """What SGLang's /get_load reports per replica: tokens held by running requests (device
-    pages neither free nor evictable) plus the prompts waiting."""
+def token_loads(servers: Sequence[ServerModel], block_tokens: int) -> Callable[[], list[int]]:
+    """What each replica's /get_load reports to the router, summed over its `num_tokens`:
+    SGLang's tokens held by running requests (device pages neither free nor evictable) plus the
+    prompts waiting; -1, the router's value for a failed poll, for a server without that
+    endpoint (vLLM)."""
+
+    def load(s: ServerModel) -> int:
+        if not isinstance(s, SGLangServer):
+            return -1
+        held = (s.cache.device_pages - s.cache.room()) * block_tokens
+        return held + sum(live.req.input_len for live in s.waiting)
 
     def probe() -> list[int]:
-        return [
-            (e.cache.device_pages - e.cache.room()) * block_tokens
-            + sum(live.req.input_len for live in e.waiting)
-            for e in engines
-        ]
+        return [load(s) for s in servers]
 
     return probe
 
@@ -115,7 +115,7 @@ def simulate_fleet(
     spec.check()
     if trace.block_size != config.block_size:
         raise ValueError("trace and config disagree on the block size")
-    engines = build_engines(config, spec)
+    engines = build_servers(config, spec)
     router, opts = make_router(
         spec.router,
         spec.replicas,
@@ -129,13 +129,15 @@ def simulate_fleet(
     settled = sum(1 for r in records if r.finished or r.rejected)
     if settled != len(records):
         raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
+    counters = [e.counters() for e in engines]
+    preempted = [c.preemptions for c in counters if c.preemptions is not None]
     result = summarize(
         records,
         warmup_fraction,
         True,
-        _evictions(engines, spec.shared_store),
+        _evictions([c.evictions for c in counters], spec.shared_store),
         loop.concurrency,
-        sum(e.pcie_busy_s for e in engines) / len(engines),
+        sum(c.pcie_busy_s for c in counters) / len(counters),
         _params(config, spec, warmup_fraction, params),
     )
     start, end = result_span(records)
@@ -153,6 +155,7 @@ def simulate_fleet(
         queue_max=peak,
         shared_store=spec.shared_store and bool(config.store_blocks),
         decisions=dict(getattr(router, "decisions", {})),
+        preemptions=sum(preempted) if preempted else None,
     )
 
 
@@ -177,13 +180,13 @@ def _params(
     }
 
 
-def _evictions(engines: Sequence[ServerModel], shared: bool) -> dict[str, int]:
+def _evictions(per_server: Sequence[dict[str, int]], shared: bool) -> dict[str, int]:
     total: dict[str, int] = {}
-    for e in engines:
-        for tier, n in e.cache.evictions().items():
+    for evictions in per_server:
+        for tier, n in evictions.items():
             total[tier] = total.get(tier, 0) + n
     if shared and "store" in total:
-        total["store"] //= len(engines)  # one store, counted by every replica's port
+        total["store"] //= len(per_server)  # one store, counted by every replica's port
     return total
 
 

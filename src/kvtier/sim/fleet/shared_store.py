@@ -12,7 +12,7 @@ replicas' `prefetch_capacity_limit`s (each replica's own cap is not enforced apa
 
 from __future__ import annotations
 
-from kvtier.sim.engine.prefetch import Prefetch, PrefetchPolicy, PrefetchQueue, PrefetchRules
+from kvtier.sim.servers.prefetch import Prefetch, PrefetchPolicy, PrefetchQueue, PrefetchRules
 
 
 class SharedStoreQueue(PrefetchQueue):
