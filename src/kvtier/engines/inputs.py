@@ -12,6 +12,11 @@ from kvtier.spec.model import ModelSpec
 from kvtier.units import GiB, MiB
 
 
+def stage_layers(num_layers: int, pp: int) -> int:
+    """Layers on the largest pipeline stage; its pool is the smallest and PP takes the MIN."""
+    return -(-num_layers // pp)
+
+
 def card_memory(mib: int) -> str:
     """A card's memory as GiB and as the MiB nvidia-smi prints: '95.59 GiB (97,887 MiB)'."""
     return f"{mib * MiB / GiB:.2f} GiB ({mib:,} MiB)"

@@ -2,7 +2,8 @@
 
 Everything engine-specific that plan, explain, advise and simulate need is reached through it:
 the version eras, the launch-flag table, the startup-log grammar, the ledger builder (which holds
-the pool formula and the default rules) and the reading of a startup log (explain's engine half).
+the pool formula and the default rules), the reading of a startup log (explain's engine half) and
+the host-RAM tier advise prices.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.explain import ExplainRules
 from kvtier.engines.flags import FlagTable
+from kvtier.engines.host import HostTier
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
 from kvtier.logs.lines import LogLine
@@ -31,3 +33,4 @@ class EngineRules:
     # the model as the engine loads it under the deployment's flags (--quantization), and why
     load_model: Callable[[ModelSpec, Deployment], tuple[ModelSpec, str | None]]
     explain: ExplainRules  # a parsed startup log read into inputs, a deployment and a ledger
+    host_tier: HostTier | None = None  # a host-RAM KV tier the engine sizes by flags (HiCache)

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from kvtier.engines.deployment import Engine
 from kvtier.engines.figures import SGLangFigures, VllmFigures
+from kvtier.engines.host import load_seconds
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
-from kvtier.engines.sglang import hicache
+from kvtier.engines.rules import rules_for
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger
 from kvtier.units import GB, GiB
@@ -183,7 +184,8 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
     d = p.deployment
     if d.engine is Engine.VLLM:
         return _vllm_offload_options(p, base)
-    assert isinstance(base.figures, SGLangFigures)  # vLLM returned above
+    tier = rules_for(d.engine).host_tier
+    assert tier is not None and isinstance(base.figures, SGLangFigures)  # vLLM returned above
     per_token = base.figures.host_bytes_per_token  # in the pool's own KV dtype
     sizes: list[tuple[str, tuple[str, ...], float | None, float | None]] = [
         (f"ratio {r:g}", ("--hicache-ratio", f"{r:g}"), r, None) for r in HOST_RATIOS
@@ -199,7 +201,7 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
         )
     options = []
     for label, flags, ratio, size in sizes:
-        tokens = hicache.host_tokens(base.kv_tokens, base.page_size, per_token, ratio, size)
+        tokens = tier.tokens(base.kv_tokens, base.page_size, per_token, ratio, size)
         per_rank = tokens * per_token
         figures = [
             ("host_tokens", float(tokens)),
@@ -211,16 +213,14 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
             f"{per_rank * d.gpus / GB:.1f} GB per node"
         )
         if host.ram_available_gb is not None:
-            check = hicache.check_host_ram(per_rank, d.gpus, int(host.ram_available_gb * GB))
+            check = tier.check_ram(per_rank, d.gpus, int(host.ram_available_gb * GB))
             cost += f"; {check.message}"
             figures += [
                 ("engine_check_ok", float(check.engine_ok)),
                 ("node_check_ok", float(check.node_ok)),
             ]
         if p.pcie_gbps:
-            secs = hicache.load_seconds(
-                host.load_tokens, per_token, p.pcie_gbps, d.gpus, host.node_gbps
-            )
+            secs = load_seconds(host.load_tokens, per_token, p.pcie_gbps, d.gpus, host.node_gbps)
             share = "" if host.node_gbps is None else f", node {host.node_gbps:g} GB/s shared"
             cost += (
                 f"; reloading {host.load_tokens:,} tokens takes {secs * 1000:.0f} ms per GPU "

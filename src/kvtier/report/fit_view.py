@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvtier.observe.workload_fit import FittedWorkload
+from kvtier.logs.workload import FittedWorkload
 from kvtier.sim.baseline import Comparison
 from kvtier.sim.calibrate import Calibration
 from kvtier.sim.from_log import FittedTrace

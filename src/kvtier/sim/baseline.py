@@ -21,7 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from kvtier.observe.workload_fit import ObservedWindow
+from kvtier.logs.workload import ObservedWindow
 from kvtier.sim.from_log import SimulatedWindow
 
 HIT_RATE_POINTS = 0.05

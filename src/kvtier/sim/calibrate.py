@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvtier.errors import KvtierError
-from kvtier.observe.workload_fit import FittedWorkload
+from kvtier.logs.workload import FittedWorkload
 from kvtier.sim.baseline import MIN_REQUESTS, THROUGHPUT_SHARE
 from kvtier.sim.from_log import FittedTrace, SimulatedWindow, fitted_trace, measure
 from kvtier.sim.run import replay

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvtier.observe.workload_fit import FittedWorkload, ObservedWindow
+from kvtier.logs.workload import FittedWorkload, ObservedWindow
 from kvtier.sim.run import Replay, replay
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.trace import Trace, TraceRequest

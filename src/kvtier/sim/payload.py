@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvtier.errors import KvtierError
-from kvtier.observe.workload_fit import Inference
+from kvtier.logs.workload import Inference
 from kvtier.payload import INLINE, OMITTED
 from kvtier.sim.baseline import Comparison
 from kvtier.sim.metrics import SimResult

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from kvtier.engines import estimate
 from kvtier.engines.deployment import Measured
 from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
+from kvtier.engines.inputs import stage_layers
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.log_geometry import HALF, LogGeometry, pick
@@ -214,7 +215,7 @@ def _dsa_auto_dtype(
             how = f"compute capability {cc[0]}.{cc[1]}" if cc else "no CUDA compute capability"
             return stated(dtype, f"DSA auto rule: {dtype.name} on {card.name} ({how})")
     fp8 = sglang_pool.dsa_kv_dtype(sglang_pool.DSA_FP8_CAPABILITY)
-    layers = sglang_pool.stage_layers(model.kv.num_layers, pp)
+    layers = stage_layers(model.kv.num_layers, pp)
     cell = sglang_pool.dsa_pool_cell(model.kv, layers, fp8)
     geometry = _geometry(startup, page, 1)
     if geometry is None or not geometry.fits(cell):

@@ -8,8 +8,7 @@ node of N ranks needs N pools at once: kvtier checks the whole node too.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from kvtier.engines.host import HostCheck
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.sglang.pool import dsa_indexer_bytes
 from kvtier.spec.model import AttentionKind, KVGeometry
@@ -45,14 +44,6 @@ def host_tokens(
     return (size // page_size + 1) * page_size
 
 
-class HostCheck(NamedTuple):
-    per_rank_bytes: int
-    node_bytes: int
-    engine_ok: bool  # the engine's own per-rank check (each rank alone, minus the 10 GiB reserve)
-    node_ok: bool  # every rank of the node at once, minus the reserve
-    message: str
-
-
 def check_host_ram(per_rank_bytes: int, ranks: int, available_bytes: int) -> HostCheck:
     """Both checks against `available_bytes` (psutil's available memory of the node)."""
     usable = available_bytes - HOST_MEMORY_RESERVE_BYTES
@@ -72,15 +63,3 @@ def check_host_ram(per_rank_bytes: int, ranks: int, available_bytes: int) -> Hos
     else:
         message = f"{node / GB:.1f} GB for {ranks} ranks fits in {usable / GB:.1f} GB usable"
     return HostCheck(per_rank_bytes, node, engine_ok, node_ok, message)
-
-
-def load_seconds(
-    tokens: int, per_token: int, link_gbps: float, gpus: int, node_gbps: float | None
-) -> float:
-    """Seconds to bring `tokens` back from host on each GPU when all `gpus` load at once.
-
-    Each rank moves its own copy (MLA latents are replicated across TP ranks). A GPU gets its own
-    link's rate, or its share of the node's host-to-device bandwidth when that is lower.
-    """
-    rate = link_gbps if node_gbps is None else min(link_gbps, node_gbps / gpus)
-    return tokens * per_token / (rate * GB)

@@ -8,7 +8,7 @@ from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.figures import SGLangFigures
-from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.inputs import PlanInputs, stage_layers
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
 from kvtier.engines.sglang import hicache, mamba, weight_segments
@@ -237,7 +237,7 @@ def build(p: PlanInputs) -> Ledger:
     sglang.check_layers(kv, d.pp, swa_pool)
     dtype = _kv_dtype(p)
     page = d.page_size or (sglang.DSA_PAGE_SIZE if kv.index_head_dim else 1)
-    layers = sglang.stage_layers(kv.num_layers, d.pp)
+    layers = stage_layers(kv.num_layers, d.pp)
     target_cell = sglang.cell_size(kv, p.attn_tp, layers, dtype)
     pool_cell = sglang.dsa_pool_cell(kv, layers, dtype) if kv.index_head_dim else target_cell
     if sglang.prices_dsa_layout(era.version):

@@ -207,11 +207,6 @@ def multimodal_reserve_gib(era: Era, multimodal: bool) -> float:
     return VLM_CACHE_MIB / 1024
 
 
-def stage_layers(num_layers: int, pp: int) -> int:
-    """Layers on the largest pipeline stage; its pool is the smallest and PP takes the MIN."""
-    return -(-num_layers // pp)
-
-
 def rest_gib(free_before_gib: float, free_after_gib: float, mem_fraction: float) -> float:
     """profile_max_num_token: rest = available_now - free_before_load * (1 - mem_fraction_static).
 

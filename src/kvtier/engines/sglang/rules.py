@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.host import HostTier
 from kvtier.engines.interface import EngineRules
-from kvtier.engines.sglang import explain, ledger, log, pool, quantization, router
+from kvtier.engines.sglang import explain, hicache, ledger, log, pool, quantization, router
 from kvtier.engines.sglang.flags import FLAGS
 from kvtier.spec.model import ModelSpec
 
@@ -26,4 +27,5 @@ RULES = EngineRules(
     parse_startup=log.parse_sglang,
     load_model=_load_model,
     explain=explain.EXPLAIN,
+    host_tier=HostTier(hicache.host_tokens, hicache.check_host_ram),
 )

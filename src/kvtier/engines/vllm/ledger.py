@@ -8,7 +8,7 @@ from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.figures import VllmFigures
-from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.inputs import PlanInputs, stage_layers
 from kvtier.engines.kvdtype import resolve_kv_dtype
 from kvtier.engines.ledger import (
     Concurrency,
@@ -18,7 +18,6 @@ from kvtier.engines.ledger import (
     LedgerItem,
     context_lengths,
 )
-from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import mamba, profile
 from kvtier.engines.vllm import pool as vllm
@@ -167,7 +166,7 @@ class _Pool:
         d, kv = p.deployment, p.model.kv
         self.block = block
         self.era = era
-        self.layers = sglang.stage_layers(kv.num_layers, d.pp)
+        self.layers = stage_layers(kv.num_layers, d.pp)
         self.layout: vllm.HybridLayout | None = None
         self.linear_blocks = 0  # blocks one request holds per linear-attention group
         self.notes: tuple[str, ...] = ()
@@ -333,7 +332,7 @@ def build(p: PlanInputs) -> Ledger:
     )
     batched = batch.tokens
     block = d.page_size or vllm.DEFAULT_BLOCK_SIZE
-    layers = sglang.stage_layers(kv.num_layers, d.pp)
+    layers = stage_layers(kv.num_layers, d.pp)
     state_note = None
     if kv.linear is not None:
         conv = run_dtype or p.model.dtype

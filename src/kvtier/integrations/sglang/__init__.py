@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvtier.integrations.sglang.config import BackendOptions, page_hash
-
-# SGLang releases this backend is run against (tests, benchmarks); another loads with a warning
-# when its HiCacheStorage has the calls used, and fails naming what is missing otherwise.
-TESTED_SGLANG_VERSIONS = ("0.5.23",)
-MODULE_PATH = "kvtier.integrations.sglang"
-CLASS_NAME = "KvtierHiCacheStorage"
+from kvtier.integrations.sglang.config import (
+    CLASS_NAME,
+    MODULE_PATH,
+    TESTED_SGLANG_VERSIONS,
+    BackendOptions,
+    page_hash,
+)
 
 __all__ = [
     "CLASS_NAME",

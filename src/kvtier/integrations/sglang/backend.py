@@ -30,8 +30,9 @@ from typing import Any
 import torch
 
 from kvtier.errors import KvtierError
-from kvtier.integrations.sglang import CLASS_NAME, TESTED_SGLANG_VERSIONS
 from kvtier.integrations.sglang.config import (
+    CLASS_NAME,
+    TESTED_SGLANG_VERSIONS,
     BackendOptions,
     PoolShape,
     StorageScope,

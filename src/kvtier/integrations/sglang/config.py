@@ -24,6 +24,12 @@ from kvtier.store import StoreFingerprint
 
 logger = logging.getLogger(__name__)
 
+# SGLang releases this backend is run against (tests, benchmarks); another loads with a warning
+# when its HiCacheStorage has the calls used, and fails naming what is missing otherwise.
+TESTED_SGLANG_VERSIONS = ("0.5.23",)
+MODULE_PATH = "kvtier.integrations.sglang"
+CLASS_NAME = "KvtierHiCacheStorage"
+
 # Keys of --hicache-storage-backend-extra-config that are SGLang's (the dynamic loader's, its
 # controller's, other backends'): accepted and ignored here.
 SGLANG_KEYS = frozenset(
