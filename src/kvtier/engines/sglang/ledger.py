@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
@@ -10,8 +11,8 @@ from kvtier.engines.estimate import Term
 from kvtier.engines.figures import SGLangFigures
 from kvtier.engines.inputs import PlanInputs, stage_layers
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
-from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, LedgerItem, context_lengths
-from kvtier.engines.sglang import hicache, mamba, weight_segments
+from kvtier.engines.ledger import Concurrency, Ledger, context_lengths
+from kvtier.engines.sglang import hicache, ledger_items, mamba, weight_segments
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
@@ -44,24 +45,6 @@ def _kv_dtype(p: PlanInputs) -> KVDtype:
     if d.dtype == "auto":
         return resolve_kv_dtype(d.engine, "auto", run_dtype(p.model).name)
     return p.kv_dtype()
-
-
-def _kv_dtype_row(p: PlanInputs, dtype: KVDtype) -> Input | None:
-    """The 'kv cache dtype' input of `auto` taken from a ModelOpt checkpoint, or of a float32
-    config, naming SGLang's rule; None: the common row says it."""
-    d = p.deployment
-    if d.kv_cache_dtype != "auto" or p.model.kv.index_head_dim:
-        return None
-    checkpoint = checkpoint_kv_dtype(sglang.era_for(d.engine_version).version, p.model)
-    if checkpoint is not None:
-        return Input("kv cache dtype", dtype.name, checkpoint.rule)
-    if d.dtype != "auto":
-        return None
-    if p.model.config_dtype != "float32":
-        return None
-    return Input(
-        "kv cache dtype", dtype.name, f"auto: the model's dtype; {run_dtype(p.model).rule}"
-    )
 
 
 class _LinearState:
@@ -228,326 +211,229 @@ def rounded_measures(d: Deployment) -> tuple[str, ...]:
     return ("free_after_load_gib", "weights_gib")
 
 
-def build(p: PlanInputs) -> Ledger:
-    """The ledger SGLang's profile_max_num_token / init_memory_pool produce for `p`."""
-    d = p.deployment
+@dataclass(frozen=True)
+class Cells:
+    """What a token costs on one rank, in bytes (memory_pool.py's cell sizes)."""
+
+    era: sglang.Era
+    dtype: KVDtype
+    page: int
+    layers: int  # this pipeline stage's layers
+    target: int  # the target model's KV per token (the DSA pool layout where the release prices it)
+    pool: int  # what memory_pool.py allocates per token
+    profiled: int  # what profile_max_num_token divides by: the draft's share inside from v0.5.14
+    draft: sglang.DraftCell | None
+    swa_pool: bool
+
+
+def _cells(p: PlanInputs) -> Cells:
+    d, kv = p.deployment, p.model.kv
     era = sglang.era_for(d.engine_version)
-    kv = p.model.kv
     swa_pool = sliding.uses_swa_pool(p.model, era.version, _capability(d))
     sglang.check_layers(kv, d.pp, swa_pool)
     dtype = _kv_dtype(p)
     page = d.page_size or (sglang.DSA_PAGE_SIZE if kv.index_head_dim else 1)
     layers = stage_layers(kv.num_layers, d.pp)
-    target_cell = sglang.cell_size(kv, p.attn_tp, layers, dtype)
-    pool_cell = sglang.dsa_pool_cell(kv, layers, dtype) if kv.index_head_dim else target_cell
+    target = sglang.cell_size(kv, p.attn_tp, layers, dtype)
+    pool = sglang.dsa_pool_cell(kv, layers, dtype) if kv.index_head_dim else target
     if sglang.prices_dsa_layout(era.version):
-        target_cell = pool_cell
+        target = pool
     draft = _draft_cell(p)
-    cell = target_cell
+    profiled = target
     if draft is not None and sglang.draft_in_cell(era):
-        cell = int(target_cell * (1 + draft.layers / layers))
-    row = _kv_dtype_row(p, dtype)
-    inputs = [row if row is not None and i.name == row.name else i for i in p.base_inputs()]
-    if kv.index_head_dim:
-        inputs = [i for i in inputs if i.name != "kv cache dtype"]
-        dsa_rule = "default: DSA rule, fp8_e4m3 from compute capability 10.0, else bfloat16"
-        origin = d.origin("kv_cache_dtype") if d.kv_cache_dtype != "auto" else dsa_rule
-        inputs.append(Input("kv cache dtype", dtype.name, origin))
-        if d.page_size is None:
-            inputs.append(Input("page size", str(page), "default: 64 for a DSA model"))
+        profiled = int(target * (1 + draft.layers / layers))
+    return Cells(era, dtype, page, layers, target, pool, profiled, draft, swa_pool)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The memory profile_max_num_token sizes the pools from, GiB per GPU."""
+
+    fraction: float
+    fraction_rule: str  # how SGLang picks the default fraction, with its arithmetic
+    chunk: int | None  # chunked_prefill_size (the engine's tier pick, or the flag)
+    max_bs: int | None  # cuda_graph_max_bs, likewise
+    terms: Mapping[str, Term]
+    mm_reserve: float  # kept for the multimodal embedding cache
+    rest: Term  # the KV budget (and state slots), with its range
+    pre: float  # nominal free before load
+    after: float  # nominal free after load
+    linear: _LinearState | None
+    logged_state: float | None  # a state pool the log printed, for a model kvtier cannot size
+
+
+def _budget(p: PlanInputs, cells: Cells) -> Budget:
+    d, era = p.deployment, cells.era
     # The engine picks chunked_prefill_size and cuda_graph_max_bs by GPU tier either way.
     rule = default_mem_fraction(era.version, p.gpu_mem_mib, d, p.model)
     chunk, max_bs = rule.chunked_prefill_size, rule.cuda_graph_max_bs
     if p.gpu_mem_mib is None:  # the engine's tiers need the card: only the flags are known
         chunk, max_bs = d.chunked_prefill_size, d.cuda_graph_max_bs
-    if d.mem_fraction is not None:
-        fraction = d.mem_fraction
-        inputs.append(Input("mem_fraction_static", f"{fraction}", d.origin("mem_fraction")))
-    else:
-        fraction = rule.value
-        inputs.append(Input("mem_fraction_static", f"{fraction}", f"default: {rule.rule}"))
-    inputs.append(Input("version era", era.label, d.origin("engine_version")))
-
+    fraction = d.mem_fraction if d.mem_fraction is not None else rule.value
     terms = _memory_terms(p)
     mm_reserve = sglang.multimodal_reserve_gib(era, p.model.multimodal)
     rest = estimate.spread(
         terms, lambda v: sglang.rest_gib(v["pre"], _after(v), fraction) - mm_reserve
     )
-    nominal_pre = terms["pre"].value
-    nominal_after = _after({k: t.value for k, t in terms.items()})
+    pre = terms["pre"].value
+    after = _after({k: t.value for k, t in terms.items()})
     if rest.value <= 0:
-        raise sglang.not_enough_memory(nominal_pre, nominal_after)
-
-    linear = _LinearState(p, era.version) if kv.linear is not None else None
+        raise sglang.not_enough_memory(pre, after)
+    linear = _LinearState(p, era.version) if p.model.kv.linear is not None else None
     logged_state = d.measured.state_pool_gib if linear is None else None
+    return Budget(
+        fraction,
+        rule.rule,
+        chunk,
+        max_bs,
+        terms,
+        mm_reserve,
+        rest,
+        pre,
+        after,
+        linear,
+        logged_state,
+    )
 
-    def pools_for(rest_gib: float) -> tuple[int, int]:
-        """(full-layer tokens, sliding-window tokens) for a budget of `rest_gib`."""
-        if linear is not None and rest_gib > 0:
-            rest_gib = linear.split(rest_gib).rest_gib
-        elif logged_state:  # the state pool the log printed, for a model kvtier cannot size
-            rest_gib -= logged_state
-        if rest_gib <= 0:
-            return 0, 0
-        profiled = sglang.profile_tokens(rest_gib, cell, page, d.max_total_tokens)
-        if not swa_pool:
-            return profiled, 0
-        ratio = sglang.SWA_FULL_TOKENS_RATIO
-        split = sliding.split_tokens(
-            era, rest_gib, profiled, kv, p.attn_tp, dtype, page, ratio, d.max_total_tokens
-        )
-        return split.full_tokens, split.swa_tokens
 
-    tokens, swa = pools_for(rest.value)
+def _pools(p: PlanInputs, cells: Cells, budget: Budget, rest_gib: float) -> tuple[int, int]:
+    """(full-layer tokens, sliding-window tokens) for a budget of `rest_gib`."""
+    d = p.deployment
+    if budget.linear is not None and rest_gib > 0:
+        rest_gib = budget.linear.split(rest_gib).rest_gib
+    elif budget.logged_state:
+        rest_gib -= budget.logged_state
+    if rest_gib <= 0:
+        return 0, 0
+    profiled = sglang.profile_tokens(rest_gib, cells.profiled, cells.page, d.max_total_tokens)
+    if not cells.swa_pool:
+        return profiled, 0
+    ratio = sglang.SWA_FULL_TOKENS_RATIO
+    split = sliding.split_tokens(
+        cells.era,
+        rest_gib,
+        profiled,
+        p.model.kv,
+        p.attn_tp,
+        cells.dtype,
+        cells.page,
+        ratio,
+        d.max_total_tokens,
+    )
+    return split.full_tokens, split.swa_tokens
+
+
+@dataclass(frozen=True)
+class Split:
+    """The budget divided into tokens: full-attention and sliding-window pools, state slots."""
+
+    tokens: int
+    swa: int
+    token_range: tuple[int, int] | None
+    kv_bytes: int  # the KV pool as memory_pool.py allocates it
+    state: mamba.MambaSplit | None
+
+
+def _split(p: PlanInputs, cells: Cells, budget: Budget) -> Split:
+    rest, linear, kv, page = budget.rest, budget.linear, p.model.kv, cells.page
+    tokens, swa = _pools(p, cells, budget, rest.value)
     if linear is not None and tokens <= 0:
         raise linear.no_room(rest.value)
     if tokens <= 0:
-        raise sglang.not_enough_memory(nominal_pre, nominal_after)
-    token_range = None if rest.exact else (pools_for(rest.low)[0], pools_for(rest.high)[0])
-    notes: list[str] = []
-    ctx = p.context_length
-    kv_bytes = sglang.kv_size_bytes(tokens, page, pool_cell)
-    if swa_pool:
-        per_layer = target_cell // layers
+        raise sglang.not_enough_memory(budget.pre, budget.after)
+    token_range = None
+    if not rest.exact:
+        token_range = (
+            _pools(p, cells, budget, rest.low)[0],
+            _pools(p, cells, budget, rest.high)[0],
+        )
+    kv_bytes = sglang.kv_size_bytes(tokens, page, cells.pool)
+    if cells.swa_pool:
+        per_layer = cells.target // cells.layers
         kv_bytes = sglang.kv_size_bytes(tokens, page, per_layer * kv.num_full_layers)
         kv_bytes += sglang.kv_size_bytes(swa, page, per_layer * kv.num_local_layers)
-        notes.append(
-            f"hybrid SWA pools: {tokens:,} tokens for the {kv.num_full_layers} global layers, "
-            f"{swa:,} for the {kv.num_local_layers} local ones "
-            f"(swa_full_tokens_ratio {sglang.SWA_FULL_TOKENS_RATIO})"
-        )
-    elif kv.is_hybrid:
-        notes.append(
-            f"the {kv.num_local_layers} sliding-window / chunked layers keep every token: "
-            "this SGLang release gives this model no separate SWA pool"
-        )
+    state = linear.split(rest.value) if linear is not None else None
+    return Split(tokens, swa, token_range, kv_bytes, state)
 
-    exact_mem = rest.exact
-    card_gib = p.gpu_mem_mib * MiB / GiB if p.gpu_mem_mib is not None else None
-    weights_gib = nominal_pre - nominal_after
-    items: list[LedgerItem] = []
-    if card_gib is not None:
-        items.append(
-            LedgerItem(
-                "before load: driver, CUDA context, NCCL",
-                card_gib - nominal_pre,
-                "card (nvidia-smi) - free before load"
-                if terms["pre"].exact
-                else terms["pre"].source,
-                terms["pre"].exact,
-            )
-        )
-    w_term = terms.get("weights")
-    items.append(
-        LedgerItem(
-            "weights",
-            weights_gib,
-            w_term.source if w_term else "free before load - free after load ('mem usage')",
-            w_term.exact if w_term else True,
-        )
-    )
-    rest_text = (
-        f"rest = free_after - free_before x (1 - {fraction})"
-        f"{' - the VLM embedding cache' if mm_reserve else ''} (profile_max_num_token)"
-    )
-    pool_text = f"(tokens + page) x {pool_cell:,} B; tokens = int(rest x 2^30) // {cell:,}"
-    if swa_pool:
-        pool_text = sliding.split_text(era, kv, target_cell // layers, tokens, swa)
-    pool_item = LedgerItem("KV cache pool", kv_bytes / GiB, f"{pool_text}, {rest_text}", exact_mem)
-    items.append(pool_item)
 
-    if logged_state:
-        items.append(
-            LedgerItem(
-                "linear-attention state (mamba pool)",
-                logged_state,
-                "measured: 'Mamba Cache is allocated' conv_state + ssm_state, the slots the "
-                "release charges to rest (charged_state_gib)",
-                exact_mem,
-            )
-        )
-    if linear is not None:
-        split = linear.split(rest.value)
-        items.append(
-            LedgerItem(
-                "linear-attention state (mamba pool)",
-                split.state_gib,
-                f"{split.formula}; {linear.source} (handle_max_mamba_cache)",
-                exact_mem,
-            )
-        )
-        notes.append(
-            f"hybrid linear attention: {len(linear.state.layer_ids)} Gated DeltaNet layers keep "
-            f"{split.state_bytes:,} B of state per request slot ({split.slots:,} slots); "
-            f"KV for the {kv.num_layers} full-attention layers only"
-        )
-        if split.slots <= 0:
-            notes.append(
-                "no state slot fits the budget: this release starts and runs no request "
-                "(v0.5.13+ refuse to start)"
-            )
+@dataclass(frozen=True)
+class Requests:
+    """The request table and the running-request limit over the pool (init_memory_pool)."""
 
-    draft_kv_gib = 0.0
-    if draft is not None:
-        m = d.measured
-        if m.draft_weights_gib is not None:
-            items.append(LedgerItem("draft weights", m.draft_weights_gib, "measured", True))
-        elif p.draft_weights_bytes is not None:
-            items.append(
-                LedgerItem(
-                    "draft weights",
-                    p.draft_weights_bytes / GiB,
-                    f"spec weights of {d.draft_model}",
-                    False,
-                )
-            )
-        else:
-            notes.append("draft weights unknown (pass --draft-weights-gib): counted in 'free'")
-        draft_kv_gib = sglang.kv_size_bytes(tokens, page, draft.cell) / GiB
-        inside = sglang.draft_in_cell(era)
-        where = "inside the budget (v0.5.14+)" if inside else "from the reserve (before v0.5.14)"
-        items.append(
-            LedgerItem(
-                "draft KV pool",
-                draft_kv_gib,
-                f"(tokens + page) x {draft.cell:,} B, {draft.source}; {where}",
-                draft.exact and exact_mem,
-            )
-        )
-        if era.pool is PoolEra.A:
-            notes.append(
-                "Era A also inflates the pool by max_num_reqs x (steps x topk + draft "
-                "tokens) + 100 for speculative decoding; not included"
-            )
+    flag: int | None  # --max-running-requests, else the speculative default
+    slot_cap: int | None  # the rows the state slots allow
+    capped_by_slots: bool
+    extra_buffer: bool  # mamba extra_buffer: more state slots a request
+    attn_dp: int
+    limits: sglang.RequestLimits
+    draft_tokens: int  # extra req_to_token columns for speculative decoding (Era B)
+    table_bytes: int
 
+
+def _requests(p: PlanInputs, cells: Cells, budget: Budget, split: Split) -> Requests:
+    d, era, ctx, linear = p.deployment, cells.era, p.context_length, budget.linear
     flag = d.max_running_requests
-    rows_from = "--max-running-requests"
     if flag is None:
         flag = sglang.speculative_max_running_requests(d.speculative_algorithm, era)
-        rows_from = (
-            "speculative default (server_args)" if flag else "clamp(tokens/ctx x 512, 2048, 4096)"
-        )
-    slot_cap = None
+    slot_cap, capped = None, False
     if linear is not None:
-        slots = linear.split(rest.value).slots
+        assert split.state is not None
         slot_cap = mamba.slot_request_cap(
-            linear.rule, slots, d.disable_radix_cache, linear.extra, linear.checked
+            linear.rule, split.state.slots, d.disable_radix_cache, linear.extra, linear.checked
         )
-        if linear.extra:
-            notes.append(
-                "mamba radix cache strategy extra_buffer (auto, with the overlap schedule): "
-                f"{mamba.SLOTS_PER_REQUEST + mamba.EXTRA_BUFFER_SLOTS} state slots a request"
-            )
-        if slot_cap < sglang.max_num_reqs(tokens, ctx, flag):
-            notes.append(f"running requests capped at {slot_cap} by the state slots")
+        capped = slot_cap < sglang.max_num_reqs(split.tokens, ctx, flag)
     attn_dp = d.dp if d.enable_dp_attention else 1
-    reqs, running = sglang.request_limits(tokens, ctx, flag, attn_dp, slot_cap)
+    limits = sglang.request_limits(split.tokens, ctx, flag, attn_dp, slot_cap)
     draft_tokens = (d.speculative_num_draft_tokens or 0) if era.pool is PoolEra.B else 0
-    table = sglang.req_to_token_bytes(reqs, ctx, draft_tokens)
-    items.append(
-        LedgerItem(
-            "request table (req_to_token)",
-            table / GiB,
-            f"int32 {reqs} x ({ctx} + {sglang.REQ_TO_TOKEN_EXTRA + draft_tokens}); "
-            f"rows = {rows_from}",
-            d.max_running_requests is not None,
-        )
+    table = sglang.req_to_token_bytes(limits.rows, ctx, draft_tokens)
+    extra = linear is not None and linear.extra
+    return Requests(flag, slot_cap, capped, extra, attn_dp, limits, draft_tokens, table)
+
+
+def build(p: PlanInputs) -> Ledger:
+    """The ledger SGLang's profile_max_num_token / init_memory_pool produce for `p`:
+    cells -> budget -> token split -> request table -> items and notes."""
+    d = p.deployment
+    cells = _cells(p)
+    budget = _budget(p, cells)
+    split = _split(p, cells, budget)
+    requests = _requests(p, cells, budget, split)
+    text = ledger_items.describe(p, cells, budget, split, requests)
+    host_per_token = hicache.host_bytes_per_token(p.model.kv, p.attn_tp, cells.layers, cells.dtype)
+    host_pool = (
+        ledger_items.host_pool(p, split.tokens, cells.page, host_per_token)
+        if d.enable_hierarchical_cache
+        else None
     )
     m = d.measured
-    if m.cuda_graph_gib is not None:
-        graphs = LedgerItem(
-            "CUDA graphs", m.cuda_graph_gib, "measured: 'Capture cuda graph end'", True
-        )
-    elif max_bs:
-        graphs = LedgerItem(
-            "CUDA graphs",
-            max_bs * 2 * MiB / GiB,
-            f"estimated: cuda_graph_max_bs {max_bs} x 2 MiB (server_args reserve rule)",
-            False,
-        )
-    else:
-        graphs = None
-        notes.append("CUDA graphs not estimated (pass --cuda-graph-gib): counted in 'free'")
-    if graphs is not None:
-        items.append(graphs)
-    used = sum(i.gib for i in items[1 if card_gib is not None else 0 :])
-    free = nominal_pre - used
-    if free < 0 and m.free_end_gib is None:
-        notes.append(
-            f"the items above exceed the memory free before load by {-free:.2f} GiB: SGLang "
-            "would run out of memory after sizing the pool (the request table is "
-            f"{table / GiB:.2f} GiB at context {ctx:,}; --context-length or "
-            "--max-running-requests shrinks it)"
-        )
-    if m.free_end_gib is not None:
-        items.append(
-            LedgerItem(
-                "unattributed",
-                free - m.free_end_gib,
-                "reserve - listed items - measured free at end",
-                True,
-            )
-        )
-        items.append(
-            LedgerItem(
-                "free at end of startup", m.free_end_gib, "measured: 'available_gpu_mem'", True
-            )
-        )
-    else:
-        items.append(
-            LedgerItem(
-                "free at end of startup",
-                free,
-                "reserve left: runtime activations (chunked prefill) draw from it",
-                all(i.exact for i in items),
-            )
-        )
-    if chunk:
-        notes.append(
-            f"the default-fraction rule budgets {max(chunk, 2048) * 1.5 / 1024:.2f} GiB for "
-            f"prefill activations (max(chunked_prefill_size {chunk}, 2048) x 1.5 MiB)"
-        )
-
-    reserve = f" - {mm_reserve:.4f}" if mm_reserve else ""
-    formula = (
-        f"int(({nominal_after:.2f} - {nominal_pre:.2f} x (1 - {fraction}){reserve}) GiB x 2^30) "
-        f"// {cell} B/token, aligned down to page {page}"
-    )
-    if mm_reserve:
-        notes.append(
-            f"{sglang.VLM_CACHE_MIB} MiB of the budget kept for the multimodal embedding cache "
-            "(mm_runtime_reservation_gb, v0.5.18+)"
-        )
-    host_per_token = hicache.host_bytes_per_token(p.model.kv, p.attn_tp, layers, dtype)
-    host_pool = _host_pool(p, tokens, page, host_per_token) if d.enable_hierarchical_cache else None
     return p.ledger(
-        era=era.label,
-        items=tuple(items),
-        kv_tokens=tokens,
-        kv_tokens_range=token_range,
-        kv_bytes_per_token=target_cell,
-        page_size=page,
-        context_length=ctx,
-        mem_fraction=fraction,
-        max_running_requests=running,
-        concurrency=_concurrency(p, tokens, token_range),
-        inputs=tuple(inputs),
-        notes=tuple(notes),
+        era=cells.era.label,
+        items=text.items,
+        kv_tokens=split.tokens,
+        kv_tokens_range=split.token_range,
+        kv_bytes_per_token=cells.target,
+        page_size=cells.page,
+        context_length=p.context_length,
+        mem_fraction=budget.fraction,
+        max_running_requests=requests.limits.running,
+        concurrency=_concurrency(p, split.tokens, split.token_range),
+        inputs=text.inputs,
+        notes=text.notes,
         host_pool=host_pool,
-        pool_formula=formula,
+        pool_formula=text.pool_formula,
         figures=SGLangFigures(
-            free_before_load_gib=nominal_pre,
-            free_after_load_gib=nominal_after,
-            rest_gib=rest.value,
-            cell_bytes=cell,
-            draft_cell_bytes=draft.cell if draft else 0,
-            free_end_gib=m.free_end_gib if m.free_end_gib is not None else free,
-            chunked_prefill_size=chunk or 0,
-            cuda_graph_max_bs=max_bs or 0,
-            max_running_requests_flag=flag or 0,
-            dp_attention_size=attn_dp,
+            free_before_load_gib=budget.pre,
+            free_after_load_gib=budget.after,
+            rest_gib=budget.rest.value,
+            cell_bytes=cells.profiled,
+            draft_cell_bytes=cells.draft.cell if cells.draft else 0,
+            free_end_gib=m.free_end_gib if m.free_end_gib is not None else text.free,
+            chunked_prefill_size=budget.chunk or 0,
+            cuda_graph_max_bs=budget.max_bs or 0,
+            max_running_requests_flag=requests.flag or 0,
+            dp_attention_size=requests.attn_dp,
             host_bytes_per_token=host_per_token,
-            state_slot_request_cap=slot_cap,
+            state_slot_request_cap=requests.slot_cap,
         ),
     )
 
@@ -560,17 +446,3 @@ def _concurrency(
         low, high = (rng[0] / ctx, rng[1] / ctx) if rng else (None, None)
         rows.append(Concurrency(ctx, tokens / ctx, low, high))
     return tuple(rows)
-
-
-def _host_pool(p: PlanInputs, tokens: int, page: int, per_token: int) -> HostPool:
-    d = p.deployment
-    host = hicache.host_tokens(tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)
-    per_rank = host * per_token
-    how = (
-        f"--hicache-size {d.hicache_size_gb} GB"
-        if d.hicache_size_gb
-        else f"device tokens x {d.hicache_ratio or hicache.DEFAULT_HICACHE_RATIO}"
-    )
-    return HostPool(
-        host, per_rank, per_rank * d.gpus, f"HostKVCache: {how}, + 1 page; {per_token:,} B/token"
-    )

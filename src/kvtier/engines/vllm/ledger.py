@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from kvtier.engines import estimate
@@ -9,17 +11,14 @@ from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.figures import VllmFigures
 from kvtier.engines.inputs import PlanInputs, stage_layers
-from kvtier.engines.kvdtype import resolve_kv_dtype
+from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import (
     Concurrency,
-    HostPool,
-    Input,
     Ledger,
-    LedgerItem,
     context_lengths,
 )
 from kvtier.engines.version import Version
-from kvtier.engines.vllm import mamba, profile
+from kvtier.engines.vllm import ledger_items, mamba, profile
 from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
 from kvtier.spec.gpu import resolve_gpu
@@ -57,7 +56,7 @@ def _device(p: PlanInputs) -> _Device:
 
 
 # vllm/utils/torch_utils.py MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP (v0.19.0 - v0.21.0)
-_MODELOPT_KV = {"fp8": "fp8_e4m3"}
+MODELOPT_KV = {"fp8": "fp8_e4m3"}
 V0_19 = Version.release_of(0, 19)
 
 
@@ -72,24 +71,19 @@ def _run_dtype(p: PlanInputs, era: vllm.Era, device: _Device) -> str:
     )
 
 
-def _kv_cache_dtype(p: PlanInputs, version: Version | None) -> tuple[str, str | None]:
+def _kv_cache_dtype(p: PlanInputs, version: Version | None) -> str:
     """--kv-cache-dtype, with `auto` resolved from a ModelOpt checkpoint's KV format from v0.19
-    (EngineArgs.create_engine_config -> resolve_kv_cache_dtype_string); and why, when it was."""
+    (EngineArgs.create_engine_config -> resolve_kv_cache_dtype_string)."""
     d = p.deployment
     algo = p.model.kv_cache_quant_algo
     if d.kv_cache_dtype != "auto" or algo is None or (version is not None and version < V0_19):
-        return d.kv_cache_dtype, None
+        return d.kv_cache_dtype
     if algo == "nvfp4":
         raise KvtierError(
             f"{p.model.model_id}: the checkpoint's kv_cache_quant_algo nvfp4 (an NVFP4 KV cache) "
             "is not modelled; pass --kv-cache-dtype"
         )
-    if algo not in _MODELOPT_KV:  # vLLM warns and keeps `auto`
-        return d.kv_cache_dtype, None
-    return _MODELOPT_KV[algo], (
-        f"auto -> {_MODELOPT_KV[algo]}: the checkpoint's kv_cache_quant_algo {algo} "
-        "(resolve_kv_cache_dtype_string, vLLM v0.19+)"
-    )
+    return MODELOPT_KV.get(algo, d.kv_cache_dtype)  # an unknown one: vLLM warns, keeps `auto`
 
 
 def _activation(p: PlanInputs, era: vllm.Era, batch: profile.ProfileBatch, run_dtype: str) -> Term:
@@ -284,33 +278,31 @@ def rounded_measures(d: Deployment) -> tuple[str, ...]:
     return ("kv_available_gib",) if d.kv_cache_memory_bytes is None else ()
 
 
-def _pool_formula(
-    era: vllm.Era, pool: _Pool, blocks: int, per_req: int, ctx: int, gib: float, page: int
-) -> str:
-    if era.logs_concurrency_tokens:
-        return (
-            f"int({blocks} blocks / {per_req} blocks per request x {ctx}) "
-            "(max_concurrency x max_model_len)"
-        )
-    block = pool.block
-    if pool.layout is None:
-        return (
-            f"floor({gib:.2f} GiB x 2^30 / ({block} x {page * pool.layers // block} "
-            f"B/token)) x {block}"
-        )
-    groups = pool.layout.full_groups + pool.layout.local_groups
-    return f"{blocks} blocks // {groups} KV cache groups x {block} (num_blocks // groups x block)"
+@dataclass(frozen=True)
+class Setup:
+    """What vLLM resolves before it profiles: the era, dtypes, the profile batch, the block."""
+
+    era: vllm.Era
+    version: Version | None
+    run_dtype: str  # the dtype the model runs in
+    kv_cache_dtype: str  # --kv-cache-dtype, `auto` resolved from a ModelOpt checkpoint
+    dtype: KVDtype  # the pool's element type
+    chunked: tuple[bool, str]  # V0 chunked prefill, and why
+    batch: profile.ProfileBatch
+    block: int  # tokens a block (padded to the state page on a linear-attention model)
+    layers: int  # this pipeline stage's layers
+    state: tuple[int, str, str] | None  # linear-attention state page: bytes, conv, SSM dtype
+    page: int  # bytes of one layer's block
+    util: float  # gpu_memory_utilization
 
 
-def build(p: PlanInputs) -> Ledger:
-    """The ledger vLLM's determine_available_memory / get_num_blocks produce for `p`."""
-    d = p.deployment
+def _setup(p: PlanInputs) -> Setup:
+    d, kv = p.deployment, p.model.kv
     era = vllm.era_for(d.engine_version)
     version = None if d.engine_version is None else Version.parse(d.engine_version, "vLLM")
-    kv = p.model.kv
     device = _device(p)
     run_dtype = _run_dtype(p, era, device)
-    kv_cache_dtype, kv_note = _kv_cache_dtype(p, version)
+    kv_cache_dtype = _kv_cache_dtype(p, version)
     dtype = resolve_kv_dtype(d.engine, kv_cache_dtype, run_dtype)
     chunked = profile.v0_chunked_prefill(
         d.enable_chunked_prefill,
@@ -330,84 +322,80 @@ def build(p: PlanInputs) -> Ledger:
         device_gib=device.gib,
         device_name=device.name,
     )
-    batched = batch.tokens
     block = d.page_size or vllm.DEFAULT_BLOCK_SIZE
-    layers = stage_layers(kv.num_layers, d.pp)
-    state_note = None
+    state = None
     if kv.linear is not None:
         conv = run_dtype or p.model.dtype
         ssm = mamba.ssm_dtype(d.mamba_ssm_dtype, p.model.architecture, kv.linear, conv)
-        state = mamba.state_page_bytes(kv.linear, d.tp, conv, ssm)
-        block = mamba.attention_block_size(state, vllm.page_bytes(kv, d.tp, 1, dtype), block)
-        state_note = (
-            f"linear-attention state page {state:,} B (conv {conv}, SSM {ssm}) padded to the "
-            f"attention page of {block} tokens (_align_hybrid_block_size)"
-        )
+        state_bytes = mamba.state_page_bytes(kv.linear, d.tp, conv, ssm)
+        block = mamba.attention_block_size(state_bytes, vllm.page_bytes(kv, d.tp, 1, dtype), block)
+        state = (state_bytes, conv, ssm)
+    layers = stage_layers(kv.num_layers, d.pp)
     page = vllm.page_bytes(kv, d.tp, block, dtype)
     util = d.mem_fraction or vllm.DEFAULT_GPU_MEMORY_UTILIZATION
-    # the pool's own element type, and why: a ModelOpt checkpoint's, or the dtype the model runs in
-    kv_origin = kv_note or d.origin("kv_cache_dtype")
-    inputs = [
-        Input(i.name, dtype.name, kv_origin) if i.name == "kv cache dtype" else i
-        for i in p.base_inputs()
-    ]
-    inputs.append(
-        Input(
-            "gpu_memory_utilization",
-            f"{util}",
-            d.origin("mem_fraction") if d.mem_fraction else "default 0.9",
-        )
+    return Setup(
+        era,
+        version,
+        run_dtype,
+        kv_cache_dtype,
+        dtype,
+        chunked,
+        batch,
+        block,
+        layers,
+        state,
+        page,
+        util,
     )
-    inputs.append(
-        Input(
-            "block size", str(block), d.origin("page_size") if d.page_size else "default 16 (CUDA)"
-        )
-    )
-    inputs.append(Input("version era", era.label, d.origin("engine_version")))
-    inputs.append(
-        Input(
-            "model dtype",
-            run_dtype,
-            f"--dtype {d.dtype}: {p.model.dtype_source}"
-            if d.dtype == "auto"
-            else d.origin("dtype"),
-        )
-    )
-    inputs.append(
-        Input(
-            "max_num_batched_tokens",
-            str(batch.tokens),
-            d.origin("chunked_prefill_size") if d.chunked_prefill_size else batch.tokens_rule,
-        )
-    )
-    inputs.append(
-        Input(
-            "max_num_seqs",
-            str(batch.seqs),
-            d.origin("max_running_requests") if d.max_running_requests else batch.seqs_rule,
-        )
-    )
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The KV budget (determine_available_memory) and the terms it was found from."""
+
+    terms: Mapping[str, Term]
+    available: Term
+
+
+def _budget(p: PlanInputs, setup: Setup) -> Budget:
+    d, era, batch = p.deployment, setup.era, setup.batch
     terms: dict[str, Term] = {}
     if d.kv_cache_memory_bytes is not None:
         available = Term.known(d.kv_cache_memory_bytes / GiB, "--kv-cache-memory-bytes")
     elif d.measured.kv_available_gib is not None:
-        terms = _terms(p, era, batch, run_dtype) if _total_known(p) else {}
-        available = _measured_available(d, util, terms)
+        terms = _terms(p, era, batch, setup.run_dtype) if _total_known(p) else {}
+        available = _measured_available(d, setup.util, terms)
     else:
-        terms = _terms(p, era, batch, run_dtype)
+        terms = _terms(p, era, batch, setup.run_dtype)
         available = estimate.spread(
             terms,
             lambda v: vllm.available_gib(
                 v["total"],
-                util,
+                setup.util,
                 v["weights"],
                 v["activation"],
                 v["non_torch"],
                 v.get("graphs", 0.0),
             ),
         )
+    return Budget(terms, available)
 
-    pool = _Pool(p, block, era, batched)
+
+@dataclass(frozen=True)
+class Split:
+    """The budget in blocks, and the tokens vLLM logs for them."""
+
+    pool: _Pool
+    blocks: int
+    per_request: int  # blocks one request of the context length holds
+    tokens: int
+    range_blocks: tuple[int, int] | None
+    token_range: tuple[int, int] | None
+
+
+def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
+    era, block, page, available = setup.era, setup.block, setup.page, budget.available
+    pool = _Pool(p, block, era, setup.batch.tokens)
 
     def blocks_for(gib: float) -> int:
         return vllm.blocks_in_gib(gib, page, pool.layers)
@@ -432,56 +420,15 @@ def build(p: PlanInputs) -> Ledger:
         fits = max(c for c in range(block, ctx + 1, block) if pool.blocks_per_request(c) <= blocks)
         need = per_req * page * pool.layers / GiB
         raise vllm.too_short_error(ctx, need, available.value, fits, tokens, rng)
-    block_bytes = page * pool.layers
-    items: list[LedgerItem] = []
-    nominal = {k: t.value for k, t in terms.items()}
-    for key, name in (
-        ("weights", "weights"),
-        ("activation", "activation peak (profile_run)"),
-        ("non_torch", "non-torch memory (NCCL, backend)"),
-        ("graphs", "CUDA graphs (budgeted estimate)"),
-    ):
-        if key in terms:
-            items.append(LedgerItem(name, terms[key].value, terms[key].source, terms[key].exact))
-    kv_gib = blocks * block_bytes / GiB
-    items.append(
-        LedgerItem(
-            "KV cache pool",
-            kv_gib,
-            f"{blocks:,} blocks x {block_bytes:,} B; blocks = available // (page x layers) "
-            "(get_num_blocks)",
-            available.exact,
-        )
-    )
-    items.append(
-        LedgerItem(
-            "unused (block rounding)",
-            available.value - kv_gib,
-            "available - KV pool",
-            available.exact,
-        )
-    )
-    free_end = 0.0
-    if "total" in terms:
-        outside = nominal["total"] * (1 - util)
-        graphs = (
-            0.0
-            if era.budgets_cuda_graphs
-            else (
-                d.measured.cuda_graph_gib
-                if d.measured.cuda_graph_gib is not None
-                else estimate.VLLM_CUDA_GRAPH_GIB[0]
-            )
-        )
-        free_end = outside - graphs
-        source = "total x (1 - gpu_memory_utilization)" + (
-            "" if era.budgets_cuda_graphs else "; CUDA graphs are captured from it"
-        )
-        items.append(LedgerItem("outside the budget", outside, source, terms["total"].exact))
-    conc = tuple(
+    return Split(pool, blocks, per_req, tokens, rng_blocks, rng)
+
+
+def _concurrency(p: PlanInputs, split: Split) -> tuple[Concurrency, ...]:
+    pool, rng_blocks = split.pool, split.range_blocks
+    return tuple(
         Concurrency(
             c,
-            blocks / pool.blocks_per_request(c),
+            split.blocks / pool.blocks_per_request(c),
             *(
                 (
                     rng_blocks[0] / pool.blocks_per_request(c),
@@ -493,49 +440,37 @@ def build(p: PlanInputs) -> Ledger:
         )
         for c in context_lengths(p.contexts, p.context_length)
     )
-    notes = list(pool.notes) + ([state_note] if state_note else [])
-    if era.worker is vllm.Worker.V0:
-        notes.append(f"V0 logs '# GPU blocks: {blocks}'")
-    else:
-        notes.append(
-            f"logs 'GPU KV cache size: {tokens:,} tokens' and 'Maximum concurrency for "
-            f"{ctx:,} tokens per request: {blocks / per_req:.2f}x'"
-        )
-    host_pool = None
-    if d.kv_offloading_size_gib:
-        # CPUOffloadingSpec: blocks = cpu_bytes_to_use // (page x layers x world_size); the size
-        # is GiB summed over all TP x PP ranks (vllm/config/vllm.py, native backend)
-        world = d.tp * d.pp
-        cpu_bytes = int(d.kv_offloading_size_gib * GiB)
-        host_tokens = cpu_bytes // (page * layers * world) * block
-        host_pool = HostPool(
-            host_tokens,
-            cpu_bytes // world,
-            cpu_bytes * d.gpus // world,
-            f"--kv-offloading-size {d.kv_offloading_size_gib:g} GiB over {world} ranks "
-            "(CPUOffloadingSpec)",
-        )
+
+
+def build(p: PlanInputs) -> Ledger:
+    """The ledger vLLM's determine_available_memory / get_num_blocks produce for `p`:
+    setup -> budget -> blocks and tokens -> items and notes."""
+    setup = _setup(p)
+    budget = _budget(p, setup)
+    split = _split(p, setup, budget)
+    text = ledger_items.describe(p, setup, budget, split)
+    nominal_total = budget.terms["total"].value if "total" in budget.terms else 0.0
     return p.ledger(
-        era=era.label,
-        items=tuple(items),
-        kv_tokens=tokens,
-        kv_tokens_range=rng,
-        kv_bytes_per_token=page * layers // block,
-        page_size=block,
-        context_length=ctx,
-        mem_fraction=util,
-        max_running_requests=d.max_running_requests,
-        concurrency=conc,
-        inputs=tuple(inputs),
-        notes=tuple(notes),
-        host_pool=host_pool,
-        pool_formula=_pool_formula(era, pool, blocks, per_req, ctx, available.value, page),
+        era=setup.era.label,
+        items=text.items,
+        kv_tokens=split.tokens,
+        kv_tokens_range=split.token_range,
+        kv_bytes_per_token=setup.page * setup.layers // setup.block,
+        page_size=setup.block,
+        context_length=p.context_length,
+        mem_fraction=setup.util,
+        max_running_requests=p.deployment.max_running_requests,
+        concurrency=_concurrency(p, split),
+        inputs=text.inputs,
+        notes=text.notes,
+        host_pool=ledger_items.host_pool(p, setup),
+        pool_formula=text.pool_formula,
         figures=VllmFigures(
-            num_blocks=blocks,
-            available_kv_gib=available.value,
-            total_gib=nominal.get("total", 0.0),
-            free_end_gib=free_end,
-            max_num_batched_tokens=batch.tokens,
-            chunked_prefill=era.worker is not vllm.Worker.V0 or chunked[0],
+            num_blocks=split.blocks,
+            available_kv_gib=budget.available.value,
+            total_gib=nominal_total,
+            free_end_gib=text.free_end,
+            max_num_batched_tokens=setup.batch.tokens,
+            chunked_prefill=setup.era.worker is not vllm.Worker.V0 or setup.chunked[0],
         ),
     )

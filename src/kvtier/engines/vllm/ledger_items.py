@@ -1,0 +1,169 @@
+"""The words of a vLLM ledger: its inputs, items, notes and pool formula, from the figures
+`ledger.build` computed (setup -> budget -> blocks and tokens)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvtier.engines import estimate
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.ledger import HostPool, Input, LedgerItem
+from kvtier.engines.vllm import pool as vllm
+from kvtier.units import GiB
+
+if TYPE_CHECKING:
+    from kvtier.engines.vllm.ledger import Budget, Setup, Split
+
+
+@dataclass(frozen=True)
+class Description:
+    inputs: tuple[Input, ...]
+    items: tuple[LedgerItem, ...]
+    notes: tuple[str, ...]
+    free_end: float  # what stays free outside the budget once CUDA graphs are captured
+    pool_formula: str
+
+
+def describe(p: PlanInputs, setup: Setup, budget: Budget, split: Split) -> Description:
+    items, free_end = _items(p, setup, budget, split)
+    return Description(
+        _inputs(p, setup),
+        items,
+        _notes(p, setup, split),
+        free_end,
+        _formula(p, setup, budget, split),
+    )
+
+
+def _kv_origin(p: PlanInputs, setup: Setup) -> str:
+    """Why the pool has its element type: a ModelOpt checkpoint's KV format, or the flag."""
+    d = p.deployment
+    if setup.kv_cache_dtype == d.kv_cache_dtype:
+        return d.origin("kv_cache_dtype")
+    return (
+        f"auto -> {setup.kv_cache_dtype}: the checkpoint's kv_cache_quant_algo "
+        f"{p.model.kv_cache_quant_algo} (resolve_kv_cache_dtype_string, vLLM v0.19+)"
+    )
+
+
+def _inputs(p: PlanInputs, setup: Setup) -> tuple[Input, ...]:
+    d, batch = p.deployment, setup.batch
+    kv_origin = _kv_origin(p, setup)
+    inputs = [
+        Input(i.name, setup.dtype.name, kv_origin) if i.name == "kv cache dtype" else i
+        for i in p.base_inputs()
+    ]
+    util_origin = d.origin("mem_fraction") if d.mem_fraction else "default 0.9"
+    inputs.append(Input("gpu_memory_utilization", f"{setup.util}", util_origin))
+    block_origin = d.origin("page_size") if d.page_size else "default 16 (CUDA)"
+    inputs.append(Input("block size", str(setup.block), block_origin))
+    inputs.append(Input("version era", setup.era.label, d.origin("engine_version")))
+    dtype_origin = (
+        f"--dtype {d.dtype}: {p.model.dtype_source}" if d.dtype == "auto" else d.origin("dtype")
+    )
+    inputs.append(Input("model dtype", setup.run_dtype, dtype_origin))
+    tokens_origin = (
+        d.origin("chunked_prefill_size") if d.chunked_prefill_size else batch.tokens_rule
+    )
+    inputs.append(Input("max_num_batched_tokens", str(batch.tokens), tokens_origin))
+    seqs_origin = d.origin("max_running_requests") if d.max_running_requests else batch.seqs_rule
+    inputs.append(Input("max_num_seqs", str(batch.seqs), seqs_origin))
+    return tuple(inputs)
+
+
+_TERM_ITEMS = (
+    ("weights", "weights"),
+    ("activation", "activation peak (profile_run)"),
+    ("non_torch", "non-torch memory (NCCL, backend)"),
+    ("graphs", "CUDA graphs (budgeted estimate)"),
+)
+
+
+def _items(
+    p: PlanInputs, setup: Setup, budget: Budget, split: Split
+) -> tuple[tuple[LedgerItem, ...], float]:
+    """The items, and what stays free outside the budget."""
+    d, era, terms, available = p.deployment, setup.era, budget.terms, budget.available
+    items: list[LedgerItem] = []
+    for key, name in _TERM_ITEMS:
+        if key in terms:
+            items.append(LedgerItem(name, terms[key].value, terms[key].source, terms[key].exact))
+    block_bytes = setup.page * split.pool.layers
+    kv_gib = split.blocks * block_bytes / GiB
+    source = (
+        f"{split.blocks:,} blocks x {block_bytes:,} B; blocks = available // (page x layers) "
+        "(get_num_blocks)"
+    )
+    items.append(LedgerItem("KV cache pool", kv_gib, source, available.exact))
+    unused = available.value - kv_gib
+    items.append(
+        LedgerItem("unused (block rounding)", unused, "available - KV pool", available.exact)
+    )
+    if "total" not in terms:
+        return tuple(items), 0.0
+    outside = terms["total"].value * (1 - setup.util)
+    graphs = 0.0
+    if not era.budgets_cuda_graphs:
+        measured = d.measured.cuda_graph_gib
+        graphs = measured if measured is not None else estimate.VLLM_CUDA_GRAPH_GIB[0]
+    source = "total x (1 - gpu_memory_utilization)" + (
+        "" if era.budgets_cuda_graphs else "; CUDA graphs are captured from it"
+    )
+    items.append(LedgerItem("outside the budget", outside, source, terms["total"].exact))
+    return tuple(items), outside - graphs
+
+
+def _notes(p: PlanInputs, setup: Setup, split: Split) -> tuple[str, ...]:
+    notes = list(split.pool.notes)
+    if setup.state is not None:
+        state, conv, ssm = setup.state
+        notes.append(
+            f"linear-attention state page {state:,} B (conv {conv}, SSM {ssm}) padded to the "
+            f"attention page of {setup.block} tokens (_align_hybrid_block_size)"
+        )
+    if setup.era.worker is vllm.Worker.V0:
+        notes.append(f"V0 logs '# GPU blocks: {split.blocks}'")
+    else:
+        notes.append(
+            f"logs 'GPU KV cache size: {split.tokens:,} tokens' and 'Maximum concurrency for "
+            f"{p.context_length:,} tokens per request: {split.blocks / split.per_request:.2f}x'"
+        )
+    return tuple(notes)
+
+
+def _formula(p: PlanInputs, setup: Setup, budget: Budget, split: Split) -> str:
+    blocks, per_req, ctx, pool = split.blocks, split.per_request, p.context_length, split.pool
+    if setup.era.logs_concurrency_tokens:
+        return (
+            f"int({blocks} blocks / {per_req} blocks per request x {ctx}) "
+            "(max_concurrency x max_model_len)"
+        )
+    block, page = pool.block, setup.page
+    if pool.layout is None:
+        gib = budget.available.value
+        return (
+            f"floor({gib:.2f} GiB x 2^30 / ({block} x {page * pool.layers // block} "
+            f"B/token)) x {block}"
+        )
+    groups = pool.layout.full_groups + pool.layout.local_groups
+    return f"{blocks} blocks // {groups} KV cache groups x {block} (num_blocks // groups x block)"
+
+
+def host_pool(p: PlanInputs, setup: Setup) -> HostPool | None:
+    """The CPU offloading pool: blocks = cpu_bytes_to_use // (page x layers x world_size); the
+    size is GiB summed over all TP x PP ranks (CPUOffloadingSpec, vllm/config/vllm.py, native
+    backend)."""
+    d = p.deployment
+    if not d.kv_offloading_size_gib:
+        return None
+    world = d.tp * d.pp
+    cpu_bytes = int(d.kv_offloading_size_gib * GiB)
+    host_tokens = cpu_bytes // (setup.page * setup.layers * world) * setup.block
+    return HostPool(
+        host_tokens,
+        cpu_bytes // world,
+        cpu_bytes * d.gpus // world,
+        f"--kv-offloading-size {d.kv_offloading_size_gib:g} GiB over {world} ranks "
+        "(CPUOffloadingSpec)",
+    )
