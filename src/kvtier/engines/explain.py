@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from kvtier.engines.deployment import Engine, Measured
+from kvtier.engines.deployment import Deployment, Engine, Measured
 from kvtier.engines.detect import ParsedLog
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Ledger, LedgerItem
@@ -172,6 +172,9 @@ class LogMemory(Generic[M]):
 class ExplainRules(Protocol):
     """An engine's reading of its own startup log (`startup` is the engine's parsed record)."""
 
+    page_name: str  # what the engine calls its KV page: "page size", "block size"
+    cell_rule: str  # how it sizes one token's KV on one GPU (the upstream function)
+
     def require_memory_lines(self, startup: Any) -> None:
         """Refuse, naming the lines to paste, a log with no KV count, memory or refusal line."""
 
@@ -210,6 +213,10 @@ class ExplainRules(Protocol):
 
     def measured(self, inputs: LogInputs, flags: Measured) -> tuple[Measured, Rows]:
         """The log's figures as the builder's measured inputs, and the settings they imply."""
+
+    def candidate_versions(self, deployment: Deployment) -> tuple[str, ...]:
+        """Releases whose rules the pool may have been sized under, when the log states too
+        little to tell (each a variant the predicted range covers)."""
 
     def rounding(self, inputs: LogInputs) -> dict[str, float]:
         """Half widths of estimated measured figures beyond the printed two decimals."""

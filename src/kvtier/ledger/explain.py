@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvtier.engines.deployment import Engine, Measured
+from kvtier.engines.deployment import Measured
 from kvtier.engines.detect import ParsedLog, parse_log
 from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation
 from kvtier.engines.inputs import PlanInputs
@@ -87,30 +87,13 @@ def _explain(
     return Explanation(inputs, rec, ledger, options)
 
 
-# SGLang versions spanning every default-fraction rule (engines/sglang/defaults.py): the TP
-# table, the reserve table, the heuristics and main's memory hook, with each boundary's sides.
-_SGLANG_RULE_VERSIONS = (
-    "0.3.0",
-    "0.4.0",
-    "0.4.6",
-    "0.4.9",
-    "0.5.0",
-    "0.5.3",
-    "0.5.4",
-    "0.5.10",
-    "main",
-)
-
-
 def _era_variants(inputs: LogInputs, plan: PlanInputs) -> tuple[PlanInputs, ...]:
-    """An SGLang log that states neither the fraction nor the version: the default rule of
-    every era is a candidate, so the range covers each."""
+    """The plan under each release the engine may have run when the log does not say which, so
+    the range covers each release's rule."""
     d = plan.deployment
-    if inputs.engine is not Engine.SGLANG or d.mem_fraction is not None or d.engine_version:
-        return ()
     return tuple(
         dataclasses.replace(plan, deployment=d.with_values("candidate era", engine_version=v))
-        for v in _SGLANG_RULE_VERSIONS
+        for v in rules_for(inputs.engine).explain.candidate_versions(d)
     )
 
 

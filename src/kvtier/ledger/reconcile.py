@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from kvtier.engines.deployment import Engine, Measured
+from kvtier.engines.deployment import Measured
 from kvtier.engines.explain import LogInputs, Reconciliation
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
@@ -179,7 +179,7 @@ def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
     geometry = inp.geometry
     cell = geometry.bytes_per_token if geometry is not None else 0
     rows: list[tuple[str, Fact[object]]] = [("model", inp.model_source)]
-    rows += [("page size" if inp.engine is Engine.SGLANG else "block size", inp.page_size)]
+    rows += [(rules_for(inp.engine).explain.page_name, inp.page_size)]
     return Reconciliation(
         engine=inp.engine.value,
         model=inp.model,
@@ -216,17 +216,13 @@ def _estimates(ledger: Ledger) -> str:
 
 
 def _common_rows(inp: LogInputs, ledger: Ledger) -> list[tuple[str, Fact[object]]]:
-    how = (
-        "SGLang cell size (get_cell_size_per_token)"
-        if inp.engine is Engine.SGLANG
-        else "vLLM page bytes (real_page_size_bytes) x layers / block size"
-    )
+    rules = rules_for(inp.engine).explain
     return [
         ("model", inp.model_source),
         ("tensor parallel (attention)", inp.attn_tp),
         ("kv cache dtype", _kv_dtype_row(inp, ledger)),
-        ("page size" if inp.engine is Engine.SGLANG else "block size", inp.page_size),
-        ("bytes per token per GPU", stated(ledger.kv_bytes_per_token, how)),
+        (rules.page_name, inp.page_size),
+        ("bytes per token per GPU", stated(ledger.kv_bytes_per_token, rules.cell_rule)),
     ]
 
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from kvtier.engines import estimate
-from kvtier.engines.deployment import Measured
+from kvtier.engines.deployment import Deployment, Measured
 from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
 from kvtier.engines.inputs import stage_layers
 from kvtier.engines.kvdtype import KVDtype
@@ -53,8 +53,26 @@ class SGLangMemory:
     card: CardEstimate | None = None  # the card, estimated from free-before-load when needed
 
 
+# Versions spanning every default-fraction rule (defaults.py): the TP
+# table, the reserve table, the heuristics and main's memory hook, with each boundary's sides.
+_FRACTION_RULE_VERSIONS = (
+    "0.3.0",
+    "0.4.0",
+    "0.4.6",
+    "0.4.9",
+    "0.5.0",
+    "0.5.3",
+    "0.5.4",
+    "0.5.10",
+    "main",
+)
+
+
 class SGLangExplain:
     """`ExplainRules` for SGLang's startup log."""
+
+    page_name = "page size"
+    cell_rule = "SGLang cell size (get_cell_size_per_token)"
 
     def require_memory_lines(self, startup: SGLangStartup) -> None:
         if startup.failure is not None:
@@ -139,6 +157,13 @@ class SGLangExplain:
         if mem is not None and mem.fraction is not None:
             rows.append(("mem_fraction", mem.fraction))
         return _measured(inputs, startup, flags), rows
+
+    def candidate_versions(self, deployment: Deployment) -> tuple[str, ...]:
+        """A log that states neither the fraction nor the version: the default rule of every
+        era is a candidate."""
+        if deployment.mem_fraction is not None or deployment.engine_version:
+            return ()
+        return _FRACTION_RULE_VERSIONS
 
     def rounding(self, inputs: LogInputs[SGLangMemory]) -> dict[str, float]:
         mem = inputs.memory

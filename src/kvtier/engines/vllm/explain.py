@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvtier.engines.deployment import Measured
+from kvtier.engines.deployment import Deployment, Measured
 from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.launch import speculative_config
@@ -36,6 +36,9 @@ class VllmMemory:
 
 class VllmExplain:
     """`ExplainRules` for vLLM's startup log."""
+
+    page_name = "block size"
+    cell_rule = "vLLM page bytes (real_page_size_bytes) x layers / block size"
 
     def require_memory_lines(self, startup: VllmStartup) -> None:
         if startup.failure is not None:
@@ -129,6 +132,9 @@ class VllmExplain:
         if startup.version is not None:
             rows.append(("engine_version", startup.version))
         return measured, rows
+
+    def candidate_versions(self, deployment: Deployment) -> tuple[str, ...]:
+        return ()
 
     def rounding(self, inputs: LogInputs[VllmMemory]) -> dict[str, float]:
         return {}
