@@ -58,21 +58,27 @@ class CacheAware:
         return min(range(len(self.load)), key=self.load.__getitem__)
 
     def route(self, req: TraceRequest, now: float) -> int:
-        lo, hi = min(self.load), max(self.load)
-        chars = self._chars(req)
-        if hi - lo > self.abs_threshold and f32(hi) > f32(f32(lo) * self.rel_threshold):
-            choice, why = self._least_loaded(), "imbalanced"
-        else:
-            m = self.tree.match(req.blocks, chars)
-            rate = f32(f32(m.matched_chars) / f32(m.input_chars)) if m.input_chars else 0.0
-            if rate > self.threshold and m.tenant is not None:
-                choice, why = m.tenant, "cache_hit"
-            else:
-                choice, why = self._least_loaded(), "min_load"
-        self.decisions[why] += 1
-        self.tree.insert(req.blocks, chars, choice)
-        self.load[choice] += 1
+        choice, why = self.decide(req)
+        self.commit(req, choice, why)
         return choice
+
+    def decide(self, req: TraceRequest) -> tuple[int, str]:
+        """The worker `select_worker` picks, and which branch picked it; the tree and loads are
+        left as they were (but for the match's access time, as the router's)."""
+        lo, hi = min(self.load), max(self.load)
+        if hi - lo > self.abs_threshold and f32(hi) > f32(f32(lo) * self.rel_threshold):
+            return self._least_loaded(), "imbalanced"
+        m = self.tree.match(req.blocks, self._chars(req))
+        rate = f32(f32(m.matched_chars) / f32(m.input_chars)) if m.input_chars else 0.0
+        if rate > self.threshold and m.tenant is not None:
+            return m.tenant, "cache_hit"
+        return self._least_loaded(), "min_load"
+
+    def commit(self, req: TraceRequest, choice: int, why: str) -> None:
+        """Record `req` as routed to `choice`: the tree insert and the load guard."""
+        self.decisions[why] += 1
+        self.tree.insert(req.blocks, self._chars(req), choice)
+        self.load[choice] += 1
 
     def finished(self, replica: int, req: TraceRequest, now: float) -> None:
         self.load[replica] -= 1
