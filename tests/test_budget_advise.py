@@ -15,6 +15,8 @@ from kvtier.ledger.advise import (
 )
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.ledger.target import solve, tokens_needed
+from kvtier.payload import to_json
+from kvtier.report.plan_payload import option_payload
 from kvtier.units import GiB
 
 FOUNDING = kimi(Measured(free_before_load_gib=94.04, free_after_load_gib=21.71, free_end_gib=7.90))
@@ -52,7 +54,7 @@ def test_every_option_states_flags_and_cost() -> None:
     assert len({o.name for o in options}) == len(options)
     for opt in options:
         assert opt.flags and opt.cost
-        assert set(opt.to_json()) >= {"name", "flags", "kv_tokens"}
+        assert set(to_json(option_payload(opt))) >= {"name", "flags", "kv_tokens"}
 
 
 def test_host_reload_time_uses_the_shared_link() -> None:

@@ -8,6 +8,8 @@ from budget_support import kimi
 from kvtier.engines.deployment import Deployment, Engine, Measured
 from kvtier.engines.vllm import pool as vllm
 from kvtier.ledger.plan import plan
+from kvtier.payload import to_json
+from kvtier.report.plan_payload import plan_payload
 from kvtier.units import GiB
 
 
@@ -123,7 +125,7 @@ def test_hicache_pool_in_the_ledger() -> None:
 
 def test_json_contract() -> None:
     ledger = plan(Deployment(Engine.SGLANG, "Qwen/Qwen3-8B", gpu="RTX 4090"))
-    data = ledger.to_json()
+    data = to_json(plan_payload(ledger))
     for key in (
         "engine",
         "model",

@@ -21,7 +21,7 @@ from kvtier.engines.ledger import Ledger
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import Explanation, explain_log
 from kvtier.ledger.plan import plan
-from kvtier.report.explain_view import explanation_json
+from kvtier.report.explain_payload import explain_payload
 from kvtier.spec.catalog import resolve_model
 
 ROUND_TRIPS = 1200  # examples per run, CI included
@@ -204,8 +204,8 @@ def _round_trip(case: Case) -> bool:
     assert rec.kv_bytes_per_token == ledger.kv_bytes_per_token
     assert rec.ledger.mem_fraction == ledger.mem_fraction
     assert rec.matches
-    out = explanation_json(e)
-    assert out["options_priced_at_kv_tokens"] == out["predicted"]["kv_tokens"]
+    out = explain_payload(e)
+    assert out.options_priced_at_kv_tokens == out.predicted.kv_tokens
     return True
 
 
@@ -218,8 +218,8 @@ def _off_grid(case: Case) -> bool:
     rec = e.reconciliation
     assert rec.predicted_low <= ledger.kv_tokens <= rec.predicted_high
     assert rec.matches
-    out = explanation_json(e)
-    assert out["options_priced_at_kv_tokens"] == out["predicted"]["kv_tokens"]
+    out = explain_payload(e)
+    assert out.options_priced_at_kv_tokens == out.predicted.kv_tokens
     return True
 
 

@@ -21,7 +21,8 @@ from kvtier.errors import KvtierError
 from kvtier.observe.logread import LogReader
 from kvtier.observe.metrics import observe_scrapes, parse_scrape
 from kvtier.observe.observer import Observer
-from kvtier.report.observe_view import observation_json
+from kvtier.payload import to_json
+from kvtier.report.observe_payload import observe_payload
 from observe_support import FIXTURES
 
 LINES_PER_ROUND = 5_000
@@ -167,7 +168,7 @@ def test_mangled_logs_never_raise(round_: int) -> None:
             reader.feed(data[at : at + step])
             at += step
         reader.close()
-        json.dumps(observation_json(observer.result()), allow_nan=False)
+        json.dumps(to_json(observe_payload(observer.result())), allow_nan=False)
     except Exception as exc:  # pragma: no cover - the failure report
         raise AssertionError(f"seed {SEED}, round {round_}: {exc!r}") from exc
 
@@ -188,4 +189,4 @@ def test_mangled_metrics_raise_only_kvtier_errors() -> None:
             continue
         except Exception as exc:  # pragma: no cover - the failure report
             raise AssertionError(f"seed {SEED}: {exc!r} on {mangled[:300]!r}") from exc
-        json.dumps(observation_json(observer.result()), allow_nan=False)
+        json.dumps(to_json(observe_payload(observer.result())), allow_nan=False)

@@ -22,7 +22,6 @@ Items are per GPU in GiB (2**30 bytes), as both engines print them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kvtier.engines.figures import EngineFigures
 
@@ -95,52 +94,6 @@ class Ledger:
             if it.item == name:
                 return it
         raise KeyError(name)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "model": self.model,
-            "gpu": self.gpu,
-            "gpus": self.gpus,
-            "tp": self.tp,
-            "pp": self.pp,
-            "era": self.era,
-            "units": "GiB (2**30 bytes) per GPU",
-            "kv_tokens": self.kv_tokens,
-            "kv_tokens_range": list(self.kv_tokens_range) if self.kv_tokens_range else None,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "page_size": self.page_size,
-            "context_length": self.context_length,
-            "mem_fraction": self.mem_fraction,
-            "max_running_requests": self.max_running_requests,
-            "ledger": [
-                {"item": i.item, "gib": round(i.gib, 4), "source": i.source, "exact": i.exact}
-                for i in self.items
-            ],
-            "concurrency": [
-                {
-                    "context": c.context,
-                    "requests": round(c.requests, 2),
-                    "low": _r(c.low),
-                    "high": _r(c.high),
-                }
-                for c in self.concurrency
-            ],
-            "host_pool": None
-            if self.host_pool is None
-            else {
-                "tokens": self.host_pool.tokens,
-                "bytes_per_rank": self.host_pool.bytes_per_rank,
-                "bytes_per_node": self.host_pool.bytes_per_node,
-                "source": self.host_pool.source,
-            },
-            "inputs": [{"name": i.name, "value": i.value, "origin": i.origin} for i in self.inputs],
-            "notes": list(self.notes),
-        }
-
-
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 2)
 
 
 DEFAULT_CONTEXTS = (8192, 32768, 131072)

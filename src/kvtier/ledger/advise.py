@@ -38,16 +38,6 @@ class Option:
     cost: str
     figures: tuple[tuple[str, float], ...] = ()  # option-specific numbers (GB, seconds, ...)
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "flags": list(self.flags),
-            "kv_tokens": self.kv_tokens,
-            "concurrency": {str(c): round(r, 2) for c, r in self.concurrency},
-            "cost": self.cost,
-            **{k: round(v, 3) for k, v in self.figures},
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class HostSetup:

@@ -19,15 +19,6 @@ class TargetAnswer:
     option: Option | None  # None: nothing within the margin reaches it
     reason: str
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "requests": self.requests,
-            "context": self.context,
-            "tokens_needed": self.tokens_needed,
-            "reason": self.reason,
-            "option": self.option.to_json() if self.option else None,
-        }
-
 
 def tokens_needed(base: Ledger, requests: int, context: int) -> int:
     """KV tokens N requests of L tokens occupy (vLLM: whole blocks per request)."""

@@ -8,6 +8,9 @@ merged and the stride doubles, so a day-long log and a minute-long one both end 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
+
+from kvtier.payload import Amount, Bounds, Count, Share
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,14 +22,14 @@ class Point:
     """
 
     time: str | None
-    kv_usage: float | None
-    running: int | None
-    queued: int | None
-    prompt_tps: float | None
-    gen_tps: float | None
-    hit_rate: float | None
-    samples: int
-    line: int | None
+    kv_usage: Share | None
+    running: Count | None
+    queued: Count | None
+    prompt_tps: Amount | None
+    gen_tps: Amount | None
+    hit_rate: Share | None
+    samples: Annotated[int, Bounds(1)]
+    line: Count | None
 
 
 def _peak(a: float | None, b: float | None) -> float | None:

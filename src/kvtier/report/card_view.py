@@ -5,7 +5,8 @@ Each figure shows in MiB, as nvidia-smi prints it, beside GiB (2^30 bytes), as t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvtier.observe.nvidia_smi import MiB
 from kvtier.units import GiB
@@ -13,46 +14,70 @@ from kvtier.units import GiB
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvtier.observe.nvidia_smi import CardReconciliation, GpuMemory
+    from kvtier.observe.nvidia_smi import CardReconciliation
 
 
 def _mib(gib: float) -> float:
     return gib * GiB / MiB
 
 
-def _gpu_json(g: GpuMemory) -> dict[str, Any]:
-    return {
-        "index": g.index,
-        "used_mib": g.used_mib,
-        "total_mib": g.total_mib,
-        "used_gib": round(g.used_gib, 4),
-        "total_gib": round(g.total_gib, 4),
-        "line": g.line,
-    }
+@dataclass(frozen=True, slots=True)
+class CardGpu:
+    index: int
+    used_mib: int
+    total_mib: int
+    used_gib: float
+    total_gib: float
+    line: int
 
 
-def card_json(c: CardReconciliation) -> dict[str, Any]:
-    """The reconciliation as strict-JSON-ready values (MiB rounded to 1, GiB to 4 decimals)."""
-    rows = [*c.items, c.remainder]
-    return {
-        "units": "MiB (2**20 bytes) as nvidia-smi prints; GiB (2**30 bytes)",
-        "gpus": [_gpu_json(g) for g in c.gpus],
-        "compared_gpu": c.compared.index,
-        "used_mib": c.compared.used_mib,
-        "items": [
-            {
-                "item": i.item,
-                "mib": round(_mib(i.gib), 1),
-                "gib": round(i.gib, 4),
-                "source": i.source,
-                "exact": i.exact,
-            }
-            for i in rows
-        ],
-        "remainder_gib": round(c.remainder.gib, 4),
-        "unsized": list(c.unsized),
-        "notes": list(c.notes),
-    }
+@dataclass(frozen=True, slots=True)
+class CardItem:
+    item: str
+    mib: float
+    gib: float
+    source: str
+    exact: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CardPayload:
+    """The reconciliation as `--json` prints it (MiB rounded to 1, GiB to 4 decimals)."""
+
+    units: str
+    gpus: tuple[CardGpu, ...]
+    compared_gpu: int
+    used_mib: int
+    items: tuple[CardItem, ...]
+    remainder_gib: float
+    unsized: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def card_payload(c: CardReconciliation) -> CardPayload:
+    return CardPayload(
+        units="MiB (2**20 bytes) as nvidia-smi prints; GiB (2**30 bytes)",
+        gpus=tuple(
+            CardGpu(
+                g.index,
+                g.used_mib,
+                g.total_mib,
+                round(g.used_gib, 4),
+                round(g.total_gib, 4),
+                g.line,
+            )
+            for g in c.gpus
+        ),
+        compared_gpu=c.compared.index,
+        used_mib=c.compared.used_mib,
+        items=tuple(
+            CardItem(i.item, round(_mib(i.gib), 1), round(i.gib, 4), i.source, i.exact)
+            for i in (*c.items, c.remainder)
+        ),
+        remainder_gib=round(c.remainder.gib, 4),
+        unsized=tuple(c.unsized),
+        notes=tuple(c.notes),
+    )
 
 
 def card_quiet(c: CardReconciliation) -> list[str]:

@@ -6,93 +6,16 @@ per GPU, as the engines print them; host RAM is decimal GB, as SGLang sizes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kvtier.report.explain_payload import explain_payload, log_rows
 from kvtier.report.json_text import json_text
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvtier.engines.explain import LogLedger
-    from kvtier.engines.ledger import LedgerItem
     from kvtier.ledger.explain import Explanation
-    from kvtier.logs.facts import Fact
     from kvtier.observe.nvidia_smi import CardReconciliation
-
-
-def explanation_json(e: Explanation) -> dict[str, Any]:
-    """The machine-readable explanation (stable keys: engine, model, observed, predicted, ...)."""
-    rec, ledger = e.reconciliation, e.ledger
-    base = e.options.base if e.options is not None else None
-    observed = rec.observed
-    return {
-        "engine": e.engine,
-        "model": {
-            "id": rec.model.model_id,
-            "source": _where(rec.model_source),
-            "geometry": "catalog or config.json" if e.inputs.model_known else "from the log",
-        },
-        "units": "GiB (2**30 bytes) per GPU; host RAM in decimal GB",
-        "observed": {
-            "kv_tokens": observed.value if observed is not None else None,
-            "source": _where(observed) if observed is not None else None,
-        },
-        "failed": None
-        if rec.failure is None
-        else {"reason": rec.failure.value, "source": _where(rec.failure)},
-        "predicted": {
-            "kv_tokens": rec.predicted,
-            "range": [rec.predicted_low, rec.predicted_high],
-            "formula": rec.formula,
-        },
-        "difference": rec.difference,
-        "relative_difference": round(rec.relative_difference, 6),
-        "verdict": rec.status,
-        "verdict_text": rec.verdict,
-        "kv_bytes_per_token": rec.kv_bytes_per_token,
-        "kv_cache_dtype": rec.kv_dtype.name,
-        "page_size": rec.page_size,
-        "inputs": [
-            {
-                "name": name,
-                "value": fact.value,
-                "source": _where(fact),
-                "estimated": name in rec.estimated,
-            }
-            for name, fact in rec.inputs
-        ],
-        "ledger": [
-            {
-                "item": i.item,
-                "gib": round(i.gib, 4),
-                "source": i.source,
-                "exact": i.exact,
-                "part": part,
-            }
-            for part, i in _rows(ledger)
-        ],
-        "reserve_gib": round(ledger.reserve.gib, 4) if ledger.reserve else None,
-        "free_end_gib": round(ledger.free_end.gib, 4) if ledger.free_end else None,
-        "not_in_log": [{"item": name, "why": why} for name, why in ledger.unlogged],
-        "answer": ledger.answer,
-        "options": [o.to_json() for o in e.options.options] if e.options is not None else [],
-        "options_priced_at_kv_tokens": base.kv_tokens if base else None,
-        "max_running_requests": base.max_running_requests if base else None,
-        "notes": list(rec.notes) + ([e.options.note] if e.options and e.options.note else []),
-        "warnings": list(rec.warnings),
-    }
-
-
-def _rows(ledger: LogLedger) -> list[tuple[str, LedgerItem]]:
-    """Ledger rows in order, each tagged: "card" (up to the KV pool), "reserve", "from reserve",
-    "free"."""
-    rows = [("card", i) for i in ledger.items]
-    if ledger.reserve is not None:
-        rows.append(("reserve", ledger.reserve))
-    rows += [("from reserve", i) for i in ledger.reserve_uses]
-    if ledger.free_end is not None:
-        rows.append(("free", ledger.free_end))
-    return rows
 
 
 def _value(value: object) -> str:
@@ -124,23 +47,16 @@ def quiet_lines(e: Explanation) -> list[str]:
     return lines
 
 
-def _where(fact: Fact[Any]) -> dict[str, Any]:
-    return {"line": fact.line, "text": fact.text.strip(), "rank": fact.rank}
-
-
 def print_explanation(
     e: Explanation,
     as_json: bool = False,
     quiet: bool = False,
     card: CardReconciliation | None = None,
 ) -> None:
-    from kvtier.report.card_view import card_json, card_quiet, print_card
+    from kvtier.report.card_view import card_quiet, print_card
 
     if as_json:
-        payload = explanation_json(e)
-        if card is not None:
-            payload["nvidia_smi"] = card_json(card)
-        print(json_text(payload))
+        print(json_text(explain_payload(e, card)))
         return
     if quiet:
         print("\n".join(quiet_lines(e) + (card_quiet(card) if card is not None else [])))
@@ -212,7 +128,7 @@ def _ledger(console: Console, e: Explanation) -> None:
     table.add_column("GiB", justify="right")
     table.add_column("source", overflow="fold")
     unlogged = list(e.ledger.unlogged)
-    for part, item in _rows(e.ledger):
+    for part, item in log_rows(e.ledger):
         if part == "free":
             for name, why in unlogged:
                 table.add_row(f"  {name}", "?", f"not in the log: {why}")

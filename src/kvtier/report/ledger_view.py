@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kvtier.engines.ledger import Ledger
 from kvtier.report.concurrency import requests_caption, whole_requests
 from kvtier.report.json_text import json_text
+from kvtier.report.plan_payload import advise_payload, plan_payload
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -182,7 +183,7 @@ def print_json(data: Any) -> None:
 
 def print_ledger(ledger: Ledger, as_json: bool = False, quiet: bool = False) -> None:
     if as_json:
-        print_json(ledger.to_json())
+        print_json(plan_payload(ledger))
     elif quiet:
         print("\n".join(quiet_lines(ledger)))
     else:
@@ -198,10 +199,7 @@ def print_advice(
 ) -> None:
     """The base ledger's key figures, the options table and the answer to a target, if asked."""
     if as_json:
-        data = ledger.to_json()
-        data["options"] = [o.to_json() for o in options]
-        data["target"] = answer.to_json() if answer else None
-        print_json(data)
+        print_json(advise_payload(ledger, options, answer))
         return
     if quiet:
         lines = quiet_lines(ledger)

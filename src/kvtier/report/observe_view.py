@@ -6,12 +6,13 @@ Usage and hit rates print as percentages; the JSON keeps them as 0-1 fractions a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvtier.observe.diagnosis import KV_FULL
 from kvtier.observe.observer import Observation
 from kvtier.observe.timeline import Point
 from kvtier.report.json_text import json_text
+from kvtier.report.observe_payload import observe_payload, rounded
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -20,57 +21,6 @@ if TYPE_CHECKING:
 
 _ENGINES = {"sglang": "SGLang", "vllm": "vLLM"}
 _COLOURS = {"kv-bound": "red", "compute-bound": "yellow", "not-saturated": "green"}
-
-
-def _round(x: float | None, digits: int = 4) -> float | None:
-    return None if x is None else round(x, digits)
-
-
-def point_json(p: Point) -> dict[str, Any]:
-    return {
-        "time": p.time,
-        "kv_usage": _round(p.kv_usage),
-        "running": p.running,
-        "queued": p.queued,
-        "prompt_tps": _round(p.prompt_tps, 1),
-        "gen_tps": _round(p.gen_tps, 1),
-        "hit_rate": _round(p.hit_rate),
-        "samples": p.samples,
-        "line": p.line,
-    }
-
-
-def observation_json(o: Observation) -> dict[str, Any]:
-    d = o.diagnosis
-    peak = o.peak
-    return {
-        "source": o.source,
-        "engine": o.engine,
-        "samples": o.samples,
-        "kv_usage_max": _round(o.kv_usage_max),
-        "queue_max": o.queue_max,
-        "hit_rate": _round(o.hit_rate),
-        "hit_rate_source": o.hit_rate_source,
-        "external_hit_rate": _round(o.external_hit_rate),
-        "preemptions": o.preemptions,
-        "pool_tokens": o.pool_tokens,
-        "peak": None
-        if peak is None
-        else {
-            "kv_usage": _round(peak.kv_usage),
-            "queued": peak.queued,
-            "running": peak.running,
-            "time": peak.time,
-            "line": peak.line,
-        },
-        "diagnosis": d.verdict,
-        "reason": d.reason,
-        "kv_full_threshold": KV_FULL,
-        "next_steps": list(d.next_steps),
-        "evidence": [{"line": e.line, "text": e.text} for e in o.evidence],
-        "skipped_lines": o.skipped,
-        "timeline": [point_json(p) for p in o.timeline],
-    }
 
 
 def _pct(x: float | None) -> str:
@@ -85,9 +35,9 @@ def quiet_lines(o: Observation) -> list[str]:
     return [
         f"diagnosis {o.diagnosis.verdict}",
         f"samples {o.samples}",
-        f"kv_usage_max {_round(o.kv_usage_max)}",
+        f"kv_usage_max {rounded(o.kv_usage_max)}",
         f"queue_max {o.queue_max}",
-        f"hit_rate {_round(o.hit_rate)}",
+        f"hit_rate {rounded(o.hit_rate)}",
         f"preemptions {o.preemptions}",
     ]
 
@@ -98,13 +48,10 @@ def print_observation(
     quiet: bool = False,
     card: CardReconciliation | None = None,
 ) -> None:
-    from kvtier.report.card_view import card_json, card_quiet, print_card
+    from kvtier.report.card_view import card_quiet, print_card
 
     if as_json:
-        payload = observation_json(o)
-        if card is not None:
-            payload["nvidia_smi"] = card_json(card)
-        print(json_text(payload))
+        print(json_text(observe_payload(o, card)))
         return
     if quiet:
         print("\n".join(quiet_lines(o) + (card_quiet(card) if card is not None else [])))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from kvtier.report.json_text import json_text
 from kvtier.sim.from_requests import TraceBuild
@@ -11,28 +11,51 @@ from kvtier.sim.request_sources import RequestSource
 _SOURCES = {"vllm": "vLLM request log", "sglang": "SGLang request log", "openai": "OpenAI dump"}
 
 
-def trace_json(
+@dataclass(frozen=True, slots=True)
+class TracePayload:
+    """What `kvtier trace --json` prints: the source read, the trace written and its reuse."""
+
+    input: str
+    format: str
+    output: str | None
+    requests: int
+    lines: int
+    skipped_lines: int
+    left_out: int
+    block_tokens: int
+    input_tokens: int
+    output_tokens: int
+    blocks: int
+    unique_blocks: int
+    reused_tokens: int
+    reuse: float
+    duration_s: float
+    arrival_from: dict[str, int]
+    output_from: dict[str, int]
+
+
+def trace_payload(
     build: TraceBuild, source: RequestSource, input_path: str, output: str | None
-) -> dict[str, Any]:
-    return {
-        "input": input_path,
-        "format": source.format,
-        "output": output,
-        "requests": len(build.requests),
-        "lines": source.lines,
-        "skipped_lines": source.skipped,
-        "left_out": source.left_out,
-        "block_tokens": build.block_tokens,
-        "input_tokens": build.input_tokens,
-        "output_tokens": build.output_tokens,
-        "blocks": sum(len(r.blocks) for r in build.requests),
-        "unique_blocks": build.unique_blocks,
-        "reused_tokens": build.reused_tokens,
-        "reuse": round(build.reuse, 6),
-        "duration_s": round(build.duration_s, 3),
-        "arrival_from": build.arrival_from,
-        "output_from": build.output_from,
-    }
+) -> TracePayload:
+    return TracePayload(
+        input=input_path,
+        format=source.format,
+        output=output,
+        requests=len(build.requests),
+        lines=source.lines,
+        skipped_lines=source.skipped,
+        left_out=source.left_out,
+        block_tokens=build.block_tokens,
+        input_tokens=build.input_tokens,
+        output_tokens=build.output_tokens,
+        blocks=sum(len(r.blocks) for r in build.requests),
+        unique_blocks=build.unique_blocks,
+        reused_tokens=build.reused_tokens,
+        reuse=round(build.reuse, 6),
+        duration_s=round(build.duration_s, 3),
+        arrival_from=build.arrival_from,
+        output_from=build.output_from,
+    )
 
 
 def trace_lines(
@@ -71,6 +94,6 @@ def print_trace(
     as_json: bool,
 ) -> None:
     if as_json:
-        print(json_text(trace_json(build, source, input_path, output)))
+        print(json_text(trace_payload(build, source, input_path, output)))
     else:
         print("\n".join(trace_lines(build, source, input_path, output)))

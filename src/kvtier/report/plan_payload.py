@@ -1,0 +1,174 @@
+"""What `kvtier plan --json` and `kvtier advise --json` print, as frozen dataclasses.
+
+A plan is its ledger's figures (GiB to 4 decimals, requests to 2); advise adds the options and
+the answer to a target. Keys are the field names in declared order (`kvtier.payload`): a new
+key is one field, placed where it goes, and one argument where the payload is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kvtier.engines.ledger import Ledger
+from kvtier.ledger.advise import Option
+from kvtier.ledger.target import TargetAnswer
+from kvtier.payload import INLINE, OMITTED, Count, Share
+
+PLAN_UNITS = "GiB (2**30 bytes) per GPU"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """One item of one GPU; explain tags each row with its `part` of the card."""
+
+    item: str
+    gib: float
+    source: str
+    exact: bool
+    part: str | None = field(default=None, metadata=OMITTED)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestsAt:
+    """Requests of `context` tokens the pool holds at once, with the estimate's range."""
+
+    context: int
+    requests: float
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class HostPoolPayload:
+    tokens: Count
+    bytes_per_rank: int
+    bytes_per_node: int
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInput:
+    name: str
+    value: str
+    origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPayload:
+    engine: str
+    model: str
+    gpu: str
+    gpus: int
+    tp: int
+    pp: int
+    era: str
+    units: str
+    kv_tokens: Count
+    kv_tokens_range: tuple[Count, Count] | None
+    kv_bytes_per_token: Count
+    page_size: int
+    context_length: Count
+    mem_fraction: Share
+    max_running_requests: Count | None
+    ledger: tuple[LedgerRow, ...]
+    concurrency: tuple[RequestsAt, ...]
+    host_pool: HostPoolPayload | None
+    inputs: tuple[PlanInput, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OptionPayload:
+    """A way to more KV capacity; the figures it states (GB, seconds, checks as 1.0 / 0.0)
+    follow its cost, each key present only where the option has it."""
+
+    name: str
+    flags: tuple[str, ...]
+    kv_tokens: Count | None
+    concurrency: dict[str, float]
+    cost: str
+    max_safe_fraction: float | None = field(default=None, metadata=OMITTED)
+    fraction: float | None = field(default=None, metadata=OMITTED)
+    free_at_end_gib: float | None = field(default=None, metadata=OMITTED)
+    host_tokens: float | None = field(default=None, metadata=OMITTED)
+    host_gb_per_rank: float | None = field(default=None, metadata=OMITTED)
+    host_gb_per_node: float | None = field(default=None, metadata=OMITTED)
+    engine_check_ok: float | None = field(default=None, metadata=OMITTED)
+    node_check_ok: float | None = field(default=None, metadata=OMITTED)
+    load_seconds: float | None = field(default=None, metadata=OMITTED)
+    freed_gib: float | None = field(default=None, metadata=OMITTED)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPayload:
+    requests: int
+    context: int
+    tokens_needed: int
+    reason: str
+    option: OptionPayload | None
+
+
+@dataclass(frozen=True, slots=True)
+class AdvisePayload:
+    plan: PlanPayload = field(metadata=INLINE)
+    options: tuple[OptionPayload, ...] = ()
+    target: TargetPayload | None = None
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+def plan_payload(ledger: Ledger) -> PlanPayload:
+    h = ledger.host_pool
+    return PlanPayload(
+        engine=ledger.engine,
+        model=ledger.model,
+        gpu=ledger.gpu,
+        gpus=ledger.gpus,
+        tp=ledger.tp,
+        pp=ledger.pp,
+        era=ledger.era,
+        units=PLAN_UNITS,
+        kv_tokens=ledger.kv_tokens,
+        kv_tokens_range=ledger.kv_tokens_range,
+        kv_bytes_per_token=ledger.kv_bytes_per_token,
+        page_size=ledger.page_size,
+        context_length=ledger.context_length,
+        mem_fraction=ledger.mem_fraction,
+        max_running_requests=ledger.max_running_requests,
+        ledger=tuple(LedgerRow(i.item, round(i.gib, 4), i.source, i.exact) for i in ledger.items),
+        concurrency=tuple(
+            RequestsAt(c.context, round(c.requests, 2), _r(c.low), _r(c.high))
+            for c in ledger.concurrency
+        ),
+        host_pool=None
+        if h is None
+        else HostPoolPayload(h.tokens, h.bytes_per_rank, h.bytes_per_node, h.source),
+        inputs=tuple(PlanInput(i.name, i.value, i.origin) for i in ledger.inputs),
+        notes=ledger.notes,
+    )
+
+
+def option_payload(o: Option) -> OptionPayload:
+    return OptionPayload(
+        name=o.name,
+        flags=o.flags,
+        kv_tokens=o.kv_tokens,
+        concurrency={str(c): round(r, 2) for c, r in o.concurrency},
+        cost=o.cost,
+        **{k: round(v, 3) for k, v in o.figures},
+    )
+
+
+def advise_payload(
+    ledger: Ledger, options: Sequence[Option], answer: TargetAnswer | None
+) -> AdvisePayload:
+    target = None
+    if answer is not None:
+        option = option_payload(answer.option) if answer.option else None
+        target = TargetPayload(
+            answer.requests, answer.context, answer.tokens_needed, answer.reason, option
+        )
+    return AdvisePayload(plan_payload(ledger), tuple(option_payload(o) for o in options), target)
