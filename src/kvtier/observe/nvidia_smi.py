@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from kvtier.engines.ledger import LedgerItem
-from kvtier.engines.sglang.explain import SGLangMemory
+from kvtier.engines.sglang.explain_memory import SGLangMemory
 from kvtier.engines.sglang.log import SGLangStartup
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import Explanation

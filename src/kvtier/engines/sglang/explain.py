@@ -4,25 +4,24 @@ SGLang prints the free memory before and after the weights load (`Load weight be
 pool it allocated (`KV Cache is allocated. #tokens: N, K size: a GB, V size: b GB`) and, in its
 arguments, `mem_fraction_static`; the pool is `rest = free_after - free_before x (1 - f)` over the
 cell size (`profile_max_num_token`), so those figures are the builder's measured inputs. The
-ledger the log shows is `explain_ledger.py`.
+memory lines are read in `explain_memory.py`, the ledger the log shows in `explain_ledger.py`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment, Measured
 from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
 from kvtier.engines.inputs import stage_layers
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.log_geometry import HALF, LogGeometry, pick
-from kvtier.engines.settings import Settings, to_fraction, to_int
+from kvtier.engines.settings import Settings, to_int
 from kvtier.engines.sglang import mamba
 from kvtier.engines.sglang import pool as sglang_pool
 from kvtier.engines.sglang.explain_ledger import log_ledger
+from kvtier.engines.sglang.explain_memory import SGLangMemory, logged_count, read_memory
 from kvtier.engines.sglang.log import SGLangStartup
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
@@ -31,27 +30,6 @@ from kvtier.logs.records import Args, Printed
 from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import ModelSpec
 from kvtier.units import GiB
-
-
-@dataclass(frozen=True, slots=True)
-class CardEstimate:
-    """A card size estimated as free before load + the before-load overheads (estimate.py)."""
-
-    gib: float
-    half: float  # half the width of the overheads' stated range
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
-class SGLangMemory:
-    free_before: Fact[float]  # GiB, min over ranks
-    free_after: Fact[float]
-    usage: Fact[float]  # GiB the target weights took: printed, or before - after
-    before_inferred: bool
-    fraction: Fact[float] | None  # None: not printed, the engine's default rule applies
-    max_total_tokens: int | None
-    card: CardEstimate | None = None  # the card, estimated from free-before-load when needed
-
 
 # Versions spanning every default-fraction rule (defaults.py): the TP
 # table, the reserve table, the heuristics and main's memory hook, with each boundary's sides.
@@ -126,25 +104,12 @@ class SGLangExplain:
         return None
 
     def printed_count(self, startup: SGLangStartup) -> Fact[int] | None:
-        return _observed(startup)
+        return logged_count(startup)
 
     def memory(
         self, startup: SGLangStartup, settings: Settings, parallel: int, page: Fact[int]
     ) -> LogMemory[SGLangMemory]:
-        memory = _memory(startup, settings, parallel)
-        notes: tuple[str, ...] = ()
-        estimated: tuple[tuple[str, Fact[object]], ...] = ()
-        if memory is not None and memory.card is not None:
-            card = memory.card
-            estimated = (("card memory (GiB)", stated(round(card.gib, 2), card.source)),)
-            implied = implied_fraction(startup, memory.free_before.value, memory.free_after.value)
-            if implied is not None:
-                notes = (
-                    "mem_fraction_static is not printed; the engine's default rule is applied to "
-                    f"the estimated card, and the fraction that reproduces the logged pool is "
-                    f"about {implied:.3f}",
-                )
-        return LogMemory(memory, _observed(startup), notes, estimated)
+        return read_memory(startup, settings, parallel)
 
     def plan_settings(self, startup: SGLangStartup, settings: Settings, known: set[str]) -> Rows:
         return []
@@ -254,94 +219,6 @@ def _pool_dtype(startup: SGLangStartup) -> Fact[str] | None:
     """The dtype the target pool's `KV Cache is allocated. dtype: ...` line prints (2026 form)."""
     pool = next((p for p in startup.target_pools if p.dtype is not None), None)
     return pool.fact(pool.dtype) if pool is not None and pool.dtype is not None else None
-
-
-def _memory(startup: SGLangStartup, settings: Settings, parallel: int) -> SGLangMemory | None:
-    loads = [w for w in startup.target_weights if w.avail_gib is not None]
-    if not loads:
-        return None
-    after_load = min(loads, key=lambda w: w.avail_gib or 0.0)
-    assert after_load.avail_gib is not None
-    free_after = after_load.fact(after_load.avail_gib)
-    for load in loads:
-        if load.avail_gib is not None and load.avail_gib < 0:
-            raise KvtierError(
-                f"line {load.line}: avail mem={load.avail_gib:.2f} GB is negative; SGLang "
-                "prints the free memory, never below 0"
-            )
-    begin = startup.free_before_load()
-    sums = [w for w in loads if w.usage_gib is not None]
-    if begin is not None:
-        free_before, inferred = begin, False
-        usage = stated(begin.value - free_after.value, "free before - free after load")
-    elif sums:
-        # the engine's MIN over ranks of the free memory before load, rank by rank
-        load = min(sums, key=lambda w: (w.avail_gib or 0.0) + (w.usage_gib or 0.0))
-        assert load.usage_gib is not None and load.avail_gib is not None
-        usage = load.fact(load.usage_gib)
-        free_before = stated(
-            round(load.avail_gib + load.usage_gib, 2),
-            f"inferred: avail mem {load.avail_gib:.2f} + mem usage "
-            f"{load.usage_gib:.2f} GiB (line {load.line})",
-        )
-        inferred = True
-    else:
-        return None
-    if free_before.value <= 0:
-        raise KvtierError(
-            f"free memory before load is {free_before.value:.2f} GiB ({free_before.where}); "
-            "the log is cut or mangled"
-        )
-    fraction = settings.get("mem_fraction", to_fraction)
-    card = None
-    if fraction is None and not isinstance(settings.flags.get("gpu"), str):
-        card = _card_from_free(free_before.value, parallel)
-    cap = settings.get("max_total_tokens", to_int)
-    return SGLangMemory(
-        free_before, free_after, usage, inferred, fraction, cap.value if cap else None, card
-    )
-
-
-def _card_from_free(free_before: float, parallel: int) -> CardEstimate:
-    """The card the default-fraction rule reads, as free before load + what was taken before
-    it: driver reserve, CUDA context and, under TP/PP, NCCL buffers (estimate.py ranges)."""
-    parts = [estimate.DRIVER_RESERVED_GIB, estimate.CUDA_CONTEXT_GIB]
-    if parallel > 1:
-        parts.append(estimate.COMM_BUFFERS_GIB)
-    low = free_before + sum(p[1] for p in parts)
-    high = free_before + sum(p[2] for p in parts)
-    value = free_before + sum(p[0] for p in parts)
-    return CardEstimate(
-        value,
-        (high - low) / 2,
-        f"estimated: free before load {free_before:.2f} + driver, CUDA context"
-        + (", NCCL" if parallel > 1 else "")
-        + f" ({low:.2f}-{high:.2f} GiB); no server_args line states mem_fraction_static",
-    )
-
-
-def implied_fraction(startup: SGLangStartup, before: float, after: float) -> float | None:
-    """The fraction that gives the logged pool: solves rest = after - before x (1 - f), with the
-    pool's bytes from its own 'KV size' figure (two decimals of GB, so about three digits)."""
-    observed = _observed(startup)
-    pools = [p for p in startup.target_pools if p.total_gib is not None and p.tokens]
-    if observed is None or before <= 0 or not pools:
-        return None
-    pool = min(pools, key=lambda p: p.tokens or 0)
-    assert pool.total_gib is not None and pool.tokens
-    rest = pool.total_gib * observed.value / pool.tokens
-    return 1.0 - (after - rest) / before
-
-
-def _observed(startup: SGLangStartup) -> Fact[int] | None:
-    counted = [p for p in startup.target_pools if p.tokens is not None]
-    if counted:
-        pool = min(counted, key=lambda p: p.tokens or 0)
-        assert pool.tokens is not None
-        return pool.fact(pool.tokens)
-    if startup.summary is not None:
-        return startup.summary.fact(startup.summary.max_total_num_tokens)
-    return None
 
 
 def _measured(inp: LogInputs[SGLangMemory], s: SGLangStartup, flags: Measured) -> Measured:

@@ -11,18 +11,14 @@ One GPU (figures from the log's lines; the reserve is a fixed share of pre-load 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvtier.engines.deployment import Measured
 from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation, logged_item
 from kvtier.engines.ledger import Ledger, LedgerItem
+from kvtier.engines.sglang.explain_memory import SGLangMemory
 from kvtier.engines.sglang.log import SGLangStartup
 from kvtier.logs.facts import Fact
 from kvtier.logs.lines import rank_order
 from kvtier.units import GiB
-
-if TYPE_CHECKING:
-    from kvtier.engines.sglang.explain import SGLangMemory
 
 
 def log_ledger(

@@ -3,14 +3,13 @@
 vLLM prints the memory profile (`Memory profiling takes ...`: weights, activation peak, non-torch
 memory), the KV budget it left (`Available KV cache memory: A GiB`) and the count it made of it
 (`GPU KV cache size: N tokens`, or V0's `# GPU blocks: B`); total x utilization is the budget
-(`determine_available_memory`), so those figures are the builder's measured inputs. The ledger
-the log shows is `explain_ledger.py`.
+(`determine_available_memory`), so those figures are the builder's measured inputs. The memory
+lines are read in `explain_memory.py`, the ledger the log shows in `explain_ledger.py`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from kvtier.engines.deployment import Deployment, Measured
 from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
@@ -20,18 +19,14 @@ from kvtier.engines.ledger import Ledger
 from kvtier.engines.log_geometry import HALF, LogGeometry, pick
 from kvtier.engines.settings import Settings, to_fraction, to_int
 from kvtier.engines.vllm import pool as vllm_budget
-from kvtier.engines.vllm.explain_ledger import budgeted_graphs, log_ledger
+from kvtier.engines.vllm.explain_ledger import log_ledger
+from kvtier.engines.vllm.explain_memory import VllmMemory, observed_count, read_memory
 from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
-from kvtier.logs.facts import Fact, min_over_ranks, stated
+from kvtier.logs.facts import Fact, min_over_ranks
 from kvtier.logs.records import Args
 from kvtier.spec.model import ModelSpec
 from kvtier.units import GiB
-
-
-@dataclass(frozen=True, slots=True)
-class VllmMemory:
-    available: Fact[float]  # GiB for the KV cache on the smallest worker
 
 
 class VllmExplain:
@@ -97,8 +92,8 @@ class VllmExplain:
     def memory(
         self, startup: VllmStartup, settings: Settings, parallel: int, page: Fact[int]
     ) -> LogMemory[VllmMemory]:
-        memory, notes = _memory(startup)
-        return LogMemory(memory, _observed(startup, page), tuple(notes))
+        memory, notes = read_memory(startup)
+        return LogMemory(memory, observed_count(startup, page), tuple(notes))
 
     def plan_settings(self, startup: VllmStartup, settings: Settings, known: set[str]) -> Rows:
         """vLLM prints speculative decoding as one `speculative_config` dict in its arguments."""
@@ -185,52 +180,6 @@ def _geometry(v: VllmStartup, block: int, element_bytes: int) -> LogGeometry | N
     high = math.floor((available.value + HALF) * GiB / count.value)
     how = f"available {available.value:.2f} GiB / {count.value:,} tokens (whole blocks of {block})"
     return pick(low, high, element_bytes, count, how)
-
-
-def _memory(startup: VllmStartup) -> tuple[VllmMemory | None, list[str]]:
-    notes: list[str] = []
-    if (blocks := startup.blocks_override) is not None:
-        notes.append(
-            f"the KV block count was set with --num-gpu-blocks-override={blocks.value:,} "
-            f"({blocks.where}): the memory figures did not size the pool"
-        )
-    if startup.kv_memory_override_gib is not None:
-        return VllmMemory(startup.kv_memory_override_gib), [
-            *notes,
-            "the KV cache size was set with --kv-cache-memory-bytes; memory profiling was skipped",
-        ]
-    printed = startup.available_kv()
-    requested = min_over_ranks(startup.requested_gib)
-    profile = next((p for p in startup.profiles if p.non_kv_gib is not None), None)
-    chain: float | None = None
-    if requested is not None and profile is not None and profile.non_kv_gib is not None:
-        graphs = budgeted_graphs(startup)
-        chain = requested.value - profile.non_kv_gib - graphs
-        how = (
-            f"requested {requested.value:.2f} ({requested.where}) - non-KV "
-            f"{profile.non_kv_gib:.2f} (line {profile.line})"
-            + (f" - CUDA-graph estimate {graphs:.2f}" if graphs else "")
-        )
-        if printed is not None:
-            notes.append(f"available KV {printed.value:.2f} GiB = {how} = {chain:.2f} GiB")
-        else:
-            return VllmMemory(stated(round(chain, 2), f"computed: {how}")), notes
-    return (VllmMemory(printed) if printed is not None else None), notes
-
-
-def _observed(startup: VllmStartup, block: Fact[int]) -> Fact[int] | None:
-    if startup.kv_tokens is not None:
-        return startup.kv_tokens
-    blocks = startup.gpu_blocks
-    if blocks is None:
-        return startup.capacity_tokens  # a refusal that states the capacity
-    return Fact(
-        blocks.value * block.value,
-        blocks.line,
-        f"derived: # GPU blocks {blocks.value} x block size {block.value} ({block.where}): "
-        + blocks.text,
-        blocks.rank,
-    )
 
 
 def _value(fact: Fact[float] | None) -> float | None:

@@ -8,29 +8,12 @@ request stay outside it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation, cite, logged_item
 from kvtier.engines.ledger import LedgerItem
-from kvtier.engines.vllm import pool as vllm_pool
+from kvtier.engines.vllm.explain_memory import VllmMemory, budgeted_graphs
 from kvtier.engines.vllm.log import VllmStartup
 from kvtier.logs.facts import min_over_ranks
 from kvtier.units import GiB
-
-if TYPE_CHECKING:
-    from kvtier.engines.vllm.explain import VllmMemory
-
-
-def budgeted_graphs(startup: VllmStartup) -> float:
-    """The CUDA-graph estimate, when this version subtracts it (on by default since v0.21)."""
-    estimate = startup.graph_estimate_gib
-    if estimate is None:
-        return 0.0
-    switch = startup.graph_profiling
-    if switch is not None:
-        return estimate.value if switch.value == "enabled" else 0.0
-    version = startup.version.value if startup.version else None
-    return estimate.value if vllm_pool.era_for(version).budgets_cuda_graphs else 0.0
 
 
 def _linear_pool(inp: LogInputs[VllmMemory], rec: Reconciliation) -> LedgerItem | None:
