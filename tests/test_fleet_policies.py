@@ -18,6 +18,32 @@ from kvtier.sim.trace import TraceRequest
 DEFAULTS = {k: o.default for k, o in OPTIONS.items()}
 
 
+class FakeView:
+    """Replicas as a router reads them, set by hand."""
+
+    def __init__(self, loads: list[int], queues: list[int] | None = None) -> None:
+        self.loads = loads
+        self.waiting = queues or [0] * len(loads)
+        self.usage = [0.0] * len(loads)
+        self.resident: dict[int, int] = {}
+
+    def token_loads(self) -> list[int]:
+        return self.loads
+
+    def queues(self) -> list[int]:
+        return self.waiting
+
+    def kv_usage(self) -> list[float]:
+        return self.usage
+
+    def device_prefix(self, replica: int, req: TraceRequest) -> int:
+        return self.resident.get(replica, 0)
+
+    @property
+    def device_blocks(self) -> int:
+        return 4
+
+
 def req(rid: int, blocks: tuple[int, ...], tokens: int | None = None) -> TraceRequest:
     n = tokens if tokens is not None else 512 * len(blocks)
     return TraceRequest(rid, float(rid), n, 16, blocks)
@@ -51,7 +77,7 @@ def test_least_load_subtracts_the_oldest_pending_load() -> None:
 
 def test_power_of_two_compares_the_last_poll_only() -> None:
     loads = [0, 0]
-    p2 = PowerOfTwo(2, 5.0, seed=1, probe=lambda: loads)
+    p2 = PowerOfTwo(2, 5.0, seed=1, view=FakeView(loads))
     p2.tick(0.0)
     assert p2.next_tick(0.0) == 5.0
     loads[:] = [10_000, 0]  # not seen until the next poll
@@ -137,12 +163,60 @@ def test_f32_comparisons_are_the_routers() -> None:
 )
 def test_bad_policy_or_option_is_refused_by_name(name: str, opts: list[str], message: str) -> None:
     with pytest.raises(KvtierError, match=message.replace("(", r"\(")):
-        make_router(name, 2, opts, 0, lambda: [0, 0], 512)
+        make_router(name, 2, opts, 0, FakeView([0, 0]), 512)
 
 
 def test_options_parse_with_defaults() -> None:
-    router, opts = make_router("sglang-cache-aware", 3, ["cache-threshold=0.5"], 0, list, 512)
+    view = FakeView([0, 0, 0])
+    router, opts = make_router("sglang-cache-aware", 3, ["cache-threshold=0.5"], 0, view, 512)
     assert opts["cache-threshold"] == 0.5 and opts["balance-abs-threshold"] == 64
     assert router.next_tick(0.0) == 60 and math.isinf(
-        make_router("random", 3, [], 0, list, 512)[0].next_tick(0.0)
+        make_router("random", 3, [], 0, view, 512)[0].next_tick(0.0)
     )
+
+
+def llmd(name: str, view: FakeView, opts: list[str] | None = None) -> object:
+    return make_router(name, len(view.loads), opts or [], 0, view, 512)[0]
+
+
+def test_llmd_approximate_learns_from_its_own_picks_within_its_lru() -> None:
+    view = FakeView([0, 0, 0])
+    r = llmd("llm-d-approximate", view)
+    r.tick(0.0)  # type: ignore[attr-defined]
+    first = r.route(req(0, (1, 2, 3, 4)), 0.0)  # type: ignore[attr-defined]
+    # prefix 3 x 1.0 beats anything the queue (2) or usage (2) scorers can tell apart
+    assert all(r.route(req(i, (1, 2, 3, 50 + i)), 0.0) == first for i in range(1, 6))  # type: ignore[attr-defined]
+
+
+def test_llmd_index_counts_blocks_until_no_server_holds_one_and_forgets_lru_first() -> None:
+    from kvtier.sim.fleet.llmd import PrefixIndex
+
+    index = PrefixIndex(3, capacity=4)
+    index.add((1, 2, 3), 0)
+    index.add((1, 2), 1)
+    index.add((7, 8), 2)
+    assert index.scores((1, 2, 3, 9), 3) == [0.75, 0.5, 0.0]
+    index.add((4, 5), 0)  # server 0 holds 1, 2, 3, 4, 5 > 4: block 1, its oldest, goes
+    # block 1 is server 1's alone now, yet server 0 still counts blocks 2 and 3: the walk stops
+    # only at a block no server holds, not at a server's own first miss (matchLongestPrefix)
+    assert index.scores((1, 2, 3), 3) == [2 / 3, 2 / 3, 0.0]
+
+
+def test_llmd_queue_scorer_is_stale_between_scrapes() -> None:
+    view = FakeView([0, 0], queues=[0, 5])
+    r = llmd("llm-d-precise", view)
+    r.tick(0.0)  # type: ignore[attr-defined]
+    view.waiting = [5, 0]  # not seen until the next scrape, 50 ms on
+    assert r.route(req(0, (1,)), 0.01) == 0  # type: ignore[attr-defined]
+    assert r.next_tick(0.01) == pytest.approx(0.05)  # type: ignore[attr-defined]
+    r.tick(0.05)  # type: ignore[attr-defined]
+    assert r.route(req(1, (1,)), 0.06) == 1  # type: ignore[attr-defined]
+
+
+def test_llmd_precise_reads_the_device_and_normalises() -> None:
+    view = FakeView([0, 0, 0])
+    view.resident = {0: 2, 2: 4}
+    r = llmd("llm-d-precise", view)
+    r.tick(0.0)  # type: ignore[attr-defined]
+    # prefix: replica 2 holds 4 (1.0), replica 0 holds 2 (0.0 after min-max), 1 none (0.0)
+    assert r.route(req(0, (1, 2, 3, 4, 5)), 0.0) == 2  # type: ignore[attr-defined]

@@ -21,6 +21,8 @@ ROUTERS = (
     "power-of-two",
     "session-affinity",
     "sglang-cache-aware",
+    "llm-d-approximate",
+    "llm-d-precise",
 )
 DEFAULT_ROUTER = "sglang-cache-aware"  # sglang-router's own default policy, cache_aware
 FLEET_SWEEPS = ("router", "replicas")

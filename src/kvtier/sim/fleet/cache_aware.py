@@ -23,7 +23,7 @@ import math
 import struct
 
 from kvtier.sim.fleet.approx_tree import ApproxTree
-from kvtier.sim.fleet.policy import Option, Policy, Probe, Router, number
+from kvtier.sim.fleet.policy import FleetView, Option, Policy, Router, number
 from kvtier.sim.trace import TraceRequest
 
 
@@ -115,7 +115,7 @@ OPTIONS = {
 
 
 def policy(block_size: int) -> Policy:
-    def build(n: int, opts: dict[str, float], seed: int, probe: Probe) -> Router:
+    def build(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:
         return CacheAware(n, opts, block_size)
 
     return Policy(

@@ -20,7 +20,7 @@ import math
 import random
 from collections import deque
 
-from kvtier.sim.fleet.policy import Option, Policy, Probe, Router, number
+from kvtier.sim.fleet.policy import FleetView, Option, Policy, Router, number
 from kvtier.sim.trace import TraceRequest
 
 
@@ -48,11 +48,11 @@ class LeastLoad:
 
 
 class PowerOfTwo:
-    def __init__(self, replicas: int, interval_s: float, seed: int, probe: Probe) -> None:
+    def __init__(self, replicas: int, interval_s: float, seed: int, view: FleetView) -> None:
         self.replicas = replicas
         self.interval_s = interval_s
         self._rng = random.Random(seed)
-        self._probe = probe
+        self._view = view
         self._loads: list[int] = [0] * replicas
         self._next_poll = 0.0
 
@@ -71,16 +71,16 @@ class PowerOfTwo:
         return self._next_poll
 
     def tick(self, now: float) -> None:
-        self._loads = list(self._probe())
+        self._loads = list(self._view.token_loads())
         self._next_poll = now + self.interval_s
 
 
-def _least_load(n: int, opts: dict[str, float], seed: int, probe: Probe) -> Router:
+def _least_load(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:
     return LeastLoad(n)
 
 
-def _power_of_two(n: int, opts: dict[str, float], seed: int, probe: Probe) -> Router:
-    return PowerOfTwo(n, opts["load-check-interval-secs"], seed, probe)
+def _power_of_two(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:
+    return PowerOfTwo(n, opts["load-check-interval-secs"], seed, view)
 
 
 LEAST_LOAD = Policy(

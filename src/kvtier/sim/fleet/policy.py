@@ -16,7 +16,32 @@ from typing import Protocol
 from kvtier.errors import KvtierError
 from kvtier.sim.trace import TraceRequest
 
-Probe = Callable[[], Sequence[int]]  # each replica's load as its /get_load reports it, in tokens
+
+class FleetView(Protocol):
+    """What a router may read of the replicas, each reading standing for an endpoint or an
+    event stream the real router consumes; a policy reads only the ones its router does."""
+
+    def token_loads(self) -> Sequence[int]:
+        """Each replica's /get_load `num_tokens` (-1 where the server has no such endpoint)."""
+        ...
+
+    def queues(self) -> Sequence[int]:
+        """Requests waiting on each replica (its scraped waiting-queue metric)."""
+        ...
+
+    def kv_usage(self) -> Sequence[float]:
+        """Each replica's KV-cache usage, 0 to 1 (its scraped usage metric)."""
+        ...
+
+    def device_prefix(self, replica: int, req: TraceRequest) -> int:
+        """Leading blocks of `req` resident on `replica`'s device, as its KV events report them;
+        read without touching the cache."""
+        ...
+
+    @property
+    def device_blocks(self) -> int:
+        """A replica's device capacity, in trace blocks (the GPU blocks it reports)."""
+        ...
 
 
 class Router(Protocol):
@@ -67,7 +92,7 @@ class Policy:
     """A routing policy: its options and how to build it for `replicas` servers."""
 
     options: dict[str, Option]
-    build: Callable[[int, dict[str, float], int, Probe], Router]
+    build: Callable[[int, dict[str, float], int, FleetView], Router]
     source: str  # the router, file and release it is modelled from
 
 

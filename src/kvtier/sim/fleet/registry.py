@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvtier.errors import KvtierError
-from kvtier.sim.fleet import cache_aware, load, rotation, session
-from kvtier.sim.fleet.policy import Policy, Probe, Router, parse_options
+from kvtier.sim.fleet import cache_aware, llmd, load, rotation, session
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, parse_options
 
 # the CLI's names, in the order the help lists them (tests check them against `policies`)
 NAMES = (
@@ -16,10 +16,13 @@ NAMES = (
     "power-of-two",
     "session-affinity",
     "sglang-cache-aware",
+    "llm-d-approximate",
+    "llm-d-precise",
 )
 
 
 def policies(block_size: int) -> dict[str, Policy]:
+    approximate, precise = llmd.policies(block_size)
     return {
         "round-robin": rotation.ROUND_ROBIN,
         "random": rotation.RANDOM,
@@ -27,6 +30,8 @@ def policies(block_size: int) -> dict[str, Policy]:
         "power-of-two": load.POWER_OF_TWO,
         "session-affinity": session.SESSION_AFFINITY,
         "sglang-cache-aware": cache_aware.policy(block_size),
+        "llm-d-approximate": approximate,
+        "llm-d-precise": precise,
     }
 
 
@@ -42,10 +47,10 @@ def make_router(
     replicas: int,
     options: Sequence[str],
     seed: int,
-    probe: Probe,
+    view: FleetView,
     block_size: int,
 ) -> tuple[Router, dict[str, float]]:
     """The router `name` for `replicas` servers, and the options it runs with."""
     policy = lookup(name, block_size)
     opts = parse_options(name, policy, options)
-    return policy.build(replicas, opts, seed, probe), opts
+    return policy.build(replicas, opts, seed, view), opts

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 
-from kvtier.sim.fleet.policy import Policy, Probe, Router
+from kvtier.sim.fleet.policy import FleetView, Policy, Router
 from kvtier.sim.trace import TraceRequest
 
 
@@ -45,11 +45,11 @@ class Uniform(_Stateless):
         return self._rng.randrange(self.replicas)
 
 
-def _round_robin(n: int, opts: dict[str, float], seed: int, probe: Probe) -> Router:
+def _round_robin(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:
     return RoundRobin(n)
 
 
-def _random(n: int, opts: dict[str, float], seed: int, probe: Probe) -> Router:
+def _random(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:
     return Uniform(n, seed)
 
 

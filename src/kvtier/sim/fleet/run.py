@@ -21,6 +21,7 @@ from kvtier.sim.fleet.loop import FleetLoop, ReplicaLog
 from kvtier.sim.fleet.registry import make_router
 from kvtier.sim.fleet.result import FleetResult, ReplicaStats
 from kvtier.sim.fleet.shared_store import SharedStoreQueue
+from kvtier.sim.fleet.view import ReplicaView
 from kvtier.sim.metrics import Concurrency, RequestRecord, summarize
 from kvtier.sim.servers import build_server
 from kvtier.sim.servers.base import ServerModel
@@ -86,24 +87,6 @@ def build_servers(config: SimConfig, spec: FleetSpec) -> list[ServerModel]:
     return servers
 
 
-def token_loads(servers: Sequence[ServerModel], block_tokens: int) -> Callable[[], list[int]]:
-    """What each replica's /get_load reports to the router, summed over its `num_tokens`:
-    SGLang's tokens held by running requests (device pages neither free nor evictable) plus the
-    prompts waiting; -1, the router's value for a failed poll, for a server without that
-    endpoint (vLLM)."""
-
-    def load(s: ServerModel) -> int:
-        if not isinstance(s, SGLangServer):
-            return -1
-        held = (s.cache.device_pages - s.cache.room()) * block_tokens
-        return held + sum(live.req.input_len for live in s.waiting)
-
-    def probe() -> list[int]:
-        return [load(s) for s in servers]
-
-    return probe
-
-
 def simulate_fleet(
     trace: Trace,
     config: SimConfig,
@@ -121,7 +104,7 @@ def simulate_fleet(
         spec.replicas,
         spec.router_options,
         spec.seed,
-        token_loads(engines, config.block_size),
+        ReplicaView(engines, config.block_tokens, config.device_blocks),
         config.block_size,
     )
     loop = FleetLoop(trace, engines, router)

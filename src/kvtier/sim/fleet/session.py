@@ -15,7 +15,7 @@ import bisect
 import hashlib
 import math
 
-from kvtier.sim.fleet.policy import Policy, Probe, Router
+from kvtier.sim.fleet.policy import FleetView, Policy, Router
 from kvtier.sim.trace import TraceRequest
 
 VIRTUAL_NODES_PER_WORKER = 150  # worker_registry.rs
@@ -51,7 +51,7 @@ class SessionAffinity:
         pass
 
 
-def _build(n: int, opts: dict[str, float], seed: int, probe: Probe) -> Router:
+def _build(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:
     return SessionAffinity(n)
 
 

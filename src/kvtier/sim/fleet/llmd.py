@@ -1,0 +1,179 @@
+"""llm-d-approximate and llm-d-precise: llm-d's inference scheduler (the Gateway API inference
+extension's endpoint picker) with a prefix scorer, a queue scorer and a KV-usage scorer.
+
+Each replica's score is the weighted sum of its scorers' scores; the max-score picker takes the
+highest (ties at random, seeded by --seed). Weights default to llm-d's well-lit-path guides
+(`EndpointPickerConfig`: prefix 3, kv-cache-utilization 2, queue 2).
+
+* queue-scorer (gateway-api-inference-extension `pkg/epp/scheduling/framework/plugins/scorer/
+  queue.go`): (max waiting - waiting) / (max waiting - min waiting) over the replicas, 1 when all
+  are equal. kv-cache-utilization-scorer (`kvcache_utilization.go`): 1 - KV usage. Both read
+  the metrics the picker scrapes every `metrics-interval-ms` (50 ms, its refresh interval), so
+  they are that stale.
+* llm-d-approximate, prefix-cache-scorer (`pkg/epp/scheduling/framework/plugins/multi/prefix/
+  plugin.go`, `indexer.go`): the prompt's full blocks, chained hashes, up to 256 blocks of
+  64 characters (16 tokens at 4 characters a token: the first 4,096 tokens); for each block in
+  turn, every server the index holds it for counts one more, until a block no server holds; a
+  server scores its count over the prompt's blocks. After the pick (PreRequest) the chosen
+  server's index takes the prompt's blocks, an LRU of `lru-capacity-per-server` blocks (autoTune:
+  the pod's GPU blocks). It learns only from its own routing.
+* llm-d-precise, precise-prefix-cache-scorer (llm-d-inference-scheduler `pkg/plugins/scorer/
+  precise_prefix_cache.go` over llm-d-kv-cache-manager's index): each replica's longest prefix
+  of the prompt's blocks resident on its device, as its KV events report it, min-max normalised
+  over the replicas holding any (1 when they hold equally), 0 for the others.
+
+Trace granularity: a block here is one trace block (its ids name whole prefixes, as the chained
+hashes do), and a partial last block is left out, as the scorers leave it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+from kvtier.sim.fleet.policy import FleetView, Option, Policy, Router, number
+from kvtier.sim.trace import TraceRequest
+
+APPROX_MAX_TOKENS = 256 * 64 // 4  # DefaultMaxPrefixBlocks x DefaultBlockSize chars / 4 a token
+
+
+class PrefixIndex:
+    """The approximate scorer's indexer: block -> servers, an LRU of blocks per server."""
+
+    def __init__(self, replicas: int, capacity: int) -> None:
+        self.capacity = capacity
+        self.servers: dict[int, set[int]] = {}
+        self.lru: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(replicas)]
+
+    def add(self, blocks: tuple[int, ...], server: int) -> None:
+        lru = self.lru[server]
+        for block in blocks:
+            if block in lru:
+                lru.move_to_end(block)
+                continue
+            lru[block] = None
+            self.servers.setdefault(block, set()).add(server)
+            if len(lru) > self.capacity:
+                old, _ = lru.popitem(last=False)
+                holders = self.servers[old]
+                holders.discard(server)
+                if not holders:
+                    del self.servers[old]
+
+    def scores(self, blocks: tuple[int, ...], replicas: int) -> list[float]:
+        counts = [0] * replicas
+        for block in blocks:
+            holders = self.servers.get(block)
+            if not holders:
+                break
+            for s in holders:
+                counts[s] += 1
+        return [c / len(blocks) if blocks else 0.0 for c in counts]
+
+
+class LlmdScheduler:
+    def __init__(
+        self, replicas: int, opts: dict[str, float], seed: int, view: FleetView, precise: bool
+    ) -> None:
+        self.replicas = replicas
+        self.view = view
+        self.precise = precise
+        self.weights = (opts["prefix-weight"], opts["queue-weight"], opts["kv-usage-weight"])
+        self.interval_s = opts["metrics-interval-ms"] / 1e3
+        self._rng = random.Random(seed)
+        self._queues: list[int] = [0] * replicas
+        self._usage: list[float] = [0.0] * replicas
+        self._next = 0.0
+        capacity = int(opts.get("lru-capacity-per-server", 0)) or view.device_blocks
+        self.index = PrefixIndex(replicas, max(1, capacity))
+        self.block_size = int(opts["block-size"])
+        self.max_tokens = int(opts.get("max-prefix-tokens", 0))
+
+    def _blocks(self, req: TraceRequest) -> tuple[int, ...]:
+        full = req.input_len // self.block_size
+        if self.max_tokens:
+            full = min(full, self.max_tokens // self.block_size)
+        return req.blocks[:full]
+
+    def _prefix_scores(self, req: TraceRequest, blocks: tuple[int, ...]) -> list[float]:
+        if not self.precise:
+            return self.index.scores(blocks, self.replicas)
+        held = {
+            r: n
+            for r in range(self.replicas)
+            if (n := min(self.view.device_prefix(r, req), len(blocks)))
+        }
+        if not held:
+            return [0.0] * self.replicas
+        lo, hi = min(held.values()), max(held.values())
+        return [
+            (1.0 if lo == hi else (held[r] - lo) / (hi - lo)) if r in held else 0.0
+            for r in range(self.replicas)
+        ]
+
+    def route(self, req: TraceRequest, now: float) -> int:
+        blocks = self._blocks(req)
+        prefix = self._prefix_scores(req, blocks)
+        q = self._queues
+        lo, hi = min(q), max(q)
+        queue = [1.0 if hi == lo else (hi - x) / (hi - lo) for x in q]
+        wp, wq, wk = self.weights
+        total = [
+            wp * prefix[r] + wq * queue[r] + wk * (1 - self._usage[r]) for r in range(self.replicas)
+        ]
+        best = max(total)
+        choice = self._rng.choice([r for r, t in enumerate(total) if t == best])
+        if not self.precise:
+            self.index.add(blocks, choice)
+        return choice
+
+    def finished(self, replica: int, req: TraceRequest, now: float) -> None:
+        pass
+
+    def next_tick(self, now: float) -> float:
+        return self._next
+
+    def tick(self, now: float) -> None:
+        self._queues = list(self.view.queues())
+        self._usage = list(self.view.kv_usage())
+        self._next = now + self.interval_s
+
+
+def _common(block_size: int) -> dict[str, Option]:
+    weight = number(0.0, 1e6)
+    return {
+        "prefix-weight": Option(weight, 3.0, "weight of the prefix scorer"),
+        "queue-weight": Option(weight, 2.0, "weight of the queue scorer"),
+        "kv-usage-weight": Option(weight, 2.0, "weight of the KV-cache utilization scorer"),
+        "metrics-interval-ms": Option(
+            number(0.001, 3.6e6), 50.0, "how stale the scraped queue and KV usage are"
+        ),
+        "block-size": Option(number(1, 1 << 20, integer=True), block_size, "trace block tokens"),
+    }
+
+
+def policies(block_size: int) -> tuple[Policy, Policy]:
+    """(llm-d-approximate, llm-d-precise)."""
+    approx = dict(_common(block_size))
+    approx["lru-capacity-per-server"] = Option(
+        number(0, 1 << 40, integer=True), 0, "blocks the index keeps per server (0: the GPU's)"
+    )
+    approx["max-prefix-tokens"] = Option(
+        number(0, 1 << 40, integer=True), APPROX_MAX_TOKENS, "tokens hashed (0: all)"
+    )
+
+    def build_approx(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:
+        return LlmdScheduler(n, opts, seed, view, precise=False)
+
+    def build_precise(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:
+        return LlmdScheduler(n, opts, seed, view, precise=True)
+
+    source = (
+        "gateway-api-inference-extension scorer/queue.go, kvcache_utilization.go, "
+        "multi/prefix/plugin.go + indexer.go; llm-d-inference-scheduler "
+        "pkg/plugins/scorer/precise_prefix_cache.go; weights from llm-d's guides"
+    )
+    return (
+        Policy(approx, build_approx, source),
+        Policy(_common(block_size), build_precise, source),
+    )
