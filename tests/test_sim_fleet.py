@@ -142,6 +142,14 @@ def test_replica_sweep_and_rates(sp: Path, capsys: pytest.CaptureFixture[str]) -
     assert all(r["imbalance"] == pytest.approx(1.0) for r in runs)  # 240 split evenly
 
 
+def test_a_sweep_in_processes_equals_one_in_order(
+    sp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", str(sp), *SMALL, "--device-tokens", "20000", "--replicas", "3", "--json"]
+    argv += ["--sweep", "router=random,least-load,sglang-cache-aware,llm-d-precise"]
+    assert _out(capsys, [*argv, "--jobs", "4"]) == _out(capsys, argv)
+
+
 def test_shared_store_serves_one_replicas_prefix_to_another(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -199,6 +207,7 @@ def test_shared_store_serves_one_replicas_prefix_to_another(
         ),
         (["--replicas", "2", "--unbounded"], "--unbounded / --lru-tokens runs one server"),
         (["--groups", "3"], "--groups apply to --generate shared-prefix"),
+        (["--replicas", "2", "--jobs", "2"], "--jobs runs a fleet sweep's points in parallel"),
     ],
 )
 def test_bad_fleet_input_is_one_line(

@@ -66,6 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="time to a read's first byte (default 0)",
     )
+    f.add_argument(
+        "--jobs",
+        type=count(1, 256),
+        default=1,
+        metavar="N",
+        help="run a fleet sweep's points in N processes (default 1; results are the same)",
+    )
     g = p.add_argument_group(
         "--generate shared-prefix: inference-perf's shared_prefix data",
         "G groups of P prompts: a group's S-token system prompt, then a Q-token question of the "
@@ -124,6 +131,10 @@ def check(args: argparse.Namespace) -> None:
 
         name = args.router or DEFAULT_ROUTER
         parse_options(name, lookup(name, 512), args.router_opt)
+    if args.jobs > 1 and _sweep_name(args) is None:
+        raise KvtierError(
+            "--jobs runs a fleet sweep's points in parallel: give --sweep router= or replicas="
+        )
     if not active(args):
         return
     for flag, used in (
@@ -194,7 +205,6 @@ def run(args: argparse.Namespace, trace: Any, deployment: Any, flags: Any, progr
     from kvtier.cli import simulate_hicache
     from kvtier.sim.fleet.policy import parse_options
     from kvtier.sim.fleet.registry import lookup
-    from kvtier.sim.fleet.run import simulate_fleet
     from kvtier.sim.setup import build_config
 
     if args.shared_store_gbps is not None:
@@ -216,17 +226,47 @@ def run(args: argparse.Namespace, trace: Any, deployment: Any, flags: Any, progr
     param, points = _points(args)
     for _, spec in points:  # every point's policy and options, before the first run
         parse_options(spec.router, lookup(spec.router, trace.block_size), spec.router_options)
-    runs = []
-    for value, spec in points:
-        label = f"simulating {spec.replicas} replicas, {spec.router}"
-        bar = progress.bar(label, len(trace.requests))
-        extra = {"time_scale": args.time_scale}
-        if param:
-            extra |= {"sweep_param": param, "sweep_value": value}
-        runs.append(simulate_fleet(trace, config, spec, args.warmup_fraction, bar, extra))
+    runs = _run_points(args, trace, config, param, points, progress)
     progress.done()
     _print(args, deployment, config, param, [v for v, _ in points], runs)
     return 0
+
+
+def _run_points(
+    args: argparse.Namespace,
+    trace: Any,
+    config: Any,
+    param: str,
+    points: list[tuple[str, Any]],
+    progress: Any,
+) -> list[Any]:
+    """One fleet per point, in order; with --jobs N > 1, in N processes (no progress bars)."""
+    from kvtier.sim.fleet.run import simulate_fleet
+
+    def extra(value: str) -> dict[str, object]:
+        out: dict[str, object] = {"time_scale": args.time_scale}
+        if param:
+            out |= {"sweep_param": param, "sweep_value": value}
+        return out
+
+    if args.jobs > 1 and len(points) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(args.jobs, len(points))) as pool:
+            futures = [
+                pool.submit(
+                    simulate_fleet, trace, config, spec, args.warmup_fraction, None, extra(v)
+                )
+                for v, spec in points
+            ]
+            return [f.result() for f in futures]
+    runs = []
+    for value, spec in points:
+        bar = progress.bar(
+            f"simulating {spec.replicas} replicas, {spec.router}", len(trace.requests)
+        )
+        runs.append(simulate_fleet(trace, config, spec, args.warmup_fraction, bar, extra(value)))
+    return runs
 
 
 def _print(
