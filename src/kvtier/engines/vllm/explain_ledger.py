@@ -12,7 +12,7 @@ from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation, cite, l
 from kvtier.engines.ledger import LedgerItem
 from kvtier.engines.vllm.explain_memory import VllmMemory, budgeted_graphs
 from kvtier.engines.vllm.log import VllmStartup
-from kvtier.logs.facts import min_over_ranks
+from kvtier.logs.facts import Fact, min_over_ranks
 from kvtier.units import GiB
 
 
@@ -24,10 +24,22 @@ def _linear_pool(inp: LogInputs[VllmMemory], rec: Reconciliation) -> LedgerItem 
 
 
 def log_ledger(inp: LogInputs[VllmMemory], rec: Reconciliation) -> LogLedger:
-    """The ledger of the logged start."""
+    """The ledger of the logged start: the budget's terms, the blocks allocated, the graphs."""
     v = inp.parsed.startup
     assert isinstance(v, VllmStartup)
-    mem = inp.memory
+    items = _budget_items(v, inp.memory)
+    used, allocated = _allocated(inp, rec)
+    items += allocated
+    graphs = min_over_ranks(v.graph_gib)
+    if graphs is not None:
+        items.append(logged_item("CUDA graphs captured", graphs))
+    unlogged = [] if graphs is not None else [("CUDA graphs", "no 'Graph capturing finished' line")]
+    answer = _answer(v, inp.memory, rec, used, graphs)
+    return LogLedger(tuple(items), None, (), None, tuple(unlogged), answer)
+
+
+def _budget_items(v: VllmStartup, mem: VllmMemory | None) -> list[LedgerItem]:
+    """The device, what lies outside the budget, and what the budget paid before the KV cache."""
     items: list[LedgerItem] = []
     total = min_over_ranks(v.total_gib)
     requested = min_over_ranks(v.requested_gib)
@@ -69,26 +81,34 @@ def log_ledger(inp: LogInputs[VllmMemory], rec: Reconciliation) -> LogLedger:
         )
     if mem is not None:
         items.append(logged_item("KV cache budget", mem.available))
+    return items
+
+
+def _allocated(inp: LogInputs[VllmMemory], rec: Reconciliation) -> tuple[float, list[LedgerItem]]:
+    """GiB of whole KV blocks allocated, and its ledger item when it can be sized."""
     used = (rec.observed.value if rec.observed else 0) * rec.kv_bytes_per_token / GiB
     pool = _linear_pool(inp, rec)
     if pool is not None:
         # hybrid linear attention: the blocks hold attention pages and state pages alike, so
         # the logged token count times one token's KV is no measure of the pool
-        used = pool.gib
-        items.append(LedgerItem("KV cache blocks allocated", used, pool.source, pool.exact))
-    elif rec.observed is not None and rec.kv_bytes_per_token:
-        items.append(
-            LedgerItem(
-                "KV cache blocks allocated",
-                used,
-                f"{rec.observed.value:,} tokens x {rec.kv_bytes_per_token:,} B",
-                inp.model_known,
-            )
-        )
-    graphs = min_over_ranks(v.graph_gib)
-    if graphs is not None:
-        items.append(logged_item("CUDA graphs captured", graphs))
-    unlogged = [] if graphs is not None else [("CUDA graphs", "no 'Graph capturing finished' line")]
+        return pool.gib, [
+            LedgerItem("KV cache blocks allocated", pool.gib, pool.source, pool.exact)
+        ]
+    if rec.observed is not None and rec.kv_bytes_per_token:
+        how = f"{rec.observed.value:,} tokens x {rec.kv_bytes_per_token:,} B"
+        return used, [LedgerItem("KV cache blocks allocated", used, how, inp.model_known)]
+    return used, []
+
+
+def _answer(
+    v: VllmStartup,
+    mem: VllmMemory | None,
+    rec: Reconciliation,
+    used: float,
+    graphs: Fact[float] | None,
+) -> str:
+    total = min_over_ranks(v.total_gib)
+    requested = min_over_ranks(v.requested_gib)
     outside = total.value - requested.value if total is not None and requested else None
     answer = (
         "vLLM gives the KV cache what is left of total x gpu_memory_utilization after weights, "
@@ -119,4 +139,4 @@ def log_ledger(inp: LogInputs[VllmMemory], rec: Reconciliation) -> LogLedger:
             + (f" ({graphs.value:.2f} GiB here)" if graphs is not None else "")
             + ". Raise --gpu-memory-utilization to give the KV cache part of it."
         )
-    return LogLedger(tuple(items), None, (), None, tuple(unlogged), answer)
+    return answer
