@@ -10,10 +10,9 @@ itself shows (`LogLedger`). What is the same for every engine stays in `ledger/e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from kvtier.engines.deployment import Deployment, Engine, Measured
-from kvtier.engines.detect import ParsedLog
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Ledger, LedgerItem
 from kvtier.engines.log_geometry import LogGeometry
@@ -21,6 +20,9 @@ from kvtier.engines.settings import Settings
 from kvtier.logs.facts import Fact
 from kvtier.logs.records import Args
 from kvtier.spec.model import ModelSpec
+
+if TYPE_CHECKING:
+    from kvtier.engines.detect import ParsedLog
 
 M = TypeVar("M")
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtier.engines.deployment import Deployment, Engine
-from kvtier.engines.explain import ExplainRules
 from kvtier.engines.flags import FlagTable
 from kvtier.engines.host import HostTier
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
 from kvtier.logs.lines import LogLine
 from kvtier.spec.model import ModelSpec
+
+if TYPE_CHECKING:  # the explain half loads with the engine's rules, not with the interface
+    from kvtier.engines.explain import ExplainRules
 
 
 @dataclass(frozen=True, slots=True)

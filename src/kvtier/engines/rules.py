@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from kvtier.engines.deployment import Engine
 from kvtier.engines.interface import EngineRules
-from kvtier.engines.sglang.rules import RULES as SGLANG
-from kvtier.engines.vllm.rules import RULES as VLLM
 
 
 def rules_for(engine: Engine) -> EngineRules:
-    return SGLANG if engine is Engine.SGLANG else VLLM
+    # imported on first use: a command about one engine never loads the other's rules
+    if engine is Engine.SGLANG:
+        from kvtier.engines.sglang.rules import RULES as SGLANG
+
+        return SGLANG
+    from kvtier.engines.vllm.rules import RULES as VLLM
+
+    return VLLM
