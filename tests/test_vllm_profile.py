@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment, Engine
-from kvtier.engines.version import Version
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm import profile
 from kvtier.engines.vllm.pool import ContextTooLong
@@ -45,7 +44,7 @@ def _modelled(model: str, era: vllm.Era, version: str, context: int, seqs: int |
               gib: float = 79.19, name: str = "H100 SXM", tp: int = 1) -> float:  # fmt: skip
     spec = resolve_model(model)
     batch = profile.profile_batch(
-        era, Version.parse(version, "vLLM"), context, tokens=None, seqs=seqs,
+        vllm.era_for(version), context, tokens=None, seqs=seqs,
         chunked_prefill=OFF, multimodal=spec.multimodal, device_gib=gib, device_name=name,
     )  # fmt: skip
     shape = profile.ProfileShape.of(spec, tp, spec.dtype)
@@ -119,7 +118,7 @@ def test_v0_batch_by_version_and_context() -> None:
         flags = {"multimodal": False, "sliding_window": False, "speculative": False, **kw}
         chunked = profile.v0_chunked_prefill(on, context, **flags)
         return profile.profile_batch(
-            V0, Version.parse(version, "vLLM"), context, tokens=None, seqs=None,
+            vllm.era_for(version), context, tokens=None, seqs=None,
             chunked_prefill=chunked, multimodal=flags["multimodal"], device_gib=23.6,
             device_name="RTX 3090",
         ).tokens  # fmt: skip
@@ -140,7 +139,7 @@ def test_v0_batch_by_version_and_context() -> None:
 def test_v1_batch_defaults_by_device() -> None:
     def batch(gib: float, name: str) -> tuple[int, int]:
         b = profile.profile_batch(
-            V1, None, 8192, tokens=None, seqs=None, chunked_prefill=OFF, multimodal=False,
+            V1, 8192, tokens=None, seqs=None, chunked_prefill=OFF, multimodal=False,
             device_gib=gib, device_name=name,
         )  # fmt: skip
         return b.tokens, b.rows

@@ -25,6 +25,8 @@ from kvtier.cli.values import (
     count,
     number,
 )
+from kvtier.engines.sglang import versions as sglang_versions
+from kvtier.engines.vllm import versions as vllm_versions
 from kvtier.errors import KvtierError
 from kvtier.files import check_model_path
 
@@ -169,8 +171,14 @@ def add_deployment_arguments(p: argparse.ArgumentParser, *, launch: bool) -> Non
         default=None,
         help="vLLM: two state blocks per request per linear-attention group instead of one",
     )
-    g.add_argument("--sglang-version", help="SGLang version whose rules apply (default: 0.5.4+)")
-    g.add_argument("--vllm-version", help="vLLM version whose rules apply (default: >= 0.21)")
+    g.add_argument(
+        "--sglang-version",
+        help=f"SGLang version whose rules apply. {sglang_versions.DEFAULT_SENTENCE}",
+    )
+    g.add_argument(
+        "--vllm-version",
+        help=f"vLLM version whose rules apply. {vllm_versions.DEFAULT_SENTENCE}",
+    )
     m = p.add_argument_group("measured figures (GiB per GPU; from a real startup)")
     for dest, text in _MEASURED:
         kind = CARD_GIB if dest == "gpu_mem_gib" else GIB

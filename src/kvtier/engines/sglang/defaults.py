@@ -37,14 +37,10 @@ from kvtier.engines.sglang.memory_settings import (
     tier,
 )
 from kvtier.engines.sglang.pool import (
-    V0_4_9,
-    V0_4_10,
-    V0_5_2,
-    V0_5_11,
-    V0_5_13,
     FractionRule,
     era_for,
 )
+from kvtier.engines.sglang.versions import V0_4_9, V0_4_10, V0_5_2, V0_5_11, V0_5_13
 from kvtier.engines.version import Version
 from kvtier.spec.model import AttentionKind, ModelSpec
 
@@ -199,7 +195,7 @@ def default_mem_fraction(
     """The fraction, chunk and CUDA-graph batch SGLang picks for `d` when the flags are unset."""
     era = era_for(version)
     rule = era.fraction_rule
-    v = era.version or Version.release_of(0, 5, 9)
+    v = era.version
     gpu = gpu_mem_mib
     given_chunk, given_bs = d.chunked_prefill_size, d.cuda_graph_max_bs
     if rule < FractionRule.HEURISTICS:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from kvtier.engines.sglang.versions import V0_5_3
 from kvtier.engines.version import Version
 from kvtier.spec.model import ModelSpec
 
 RULE = "configs/model_config.py _get_and_verify_dtype, SGLang v0.5.3 - v0.5.23"
-V0_5_3 = Version.release_of(0, 5, 3)
 
 
 class RunDtype(NamedTuple):
@@ -37,10 +37,10 @@ def run_dtype(model: ModelSpec) -> RunDtype:
     return RunDtype("float16", f"a float32 config runs in float16 ({RULE})")
 
 
-def checkpoint_kv_dtype(version: Version | None, model: ModelSpec) -> RunDtype | None:
+def checkpoint_kv_dtype(version: Version, model: ModelSpec) -> RunDtype | None:
     """fp8_e4m3 and why, when `--kv-cache-dtype auto` takes the checkpoint's ModelOpt FP8 KV
-    format (no version: v0.5.9); None when `auto` is the run dtype."""
-    if model.kv_cache_quant_algo != "fp8" or (version is not None and version < V0_5_3):
+    format; None when `auto` is the run dtype."""
+    if model.kv_cache_quant_algo != "fp8" or version < V0_5_3:
         return None
     return RunDtype(
         "fp8_e4m3",

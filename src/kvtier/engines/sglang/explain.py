@@ -18,32 +18,17 @@ from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.log_geometry import HALF, LogGeometry, pick
 from kvtier.engines.settings import Settings, to_int
-from kvtier.engines.sglang import mamba
+from kvtier.engines.sglang import mamba, versions
 from kvtier.engines.sglang import pool as sglang_pool
 from kvtier.engines.sglang.explain_ledger import log_ledger
 from kvtier.engines.sglang.explain_memory import SGLangMemory, logged_count, read_memory
 from kvtier.engines.sglang.log import SGLangStartup
-from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, stated
 from kvtier.logs.records import Args, Printed
 from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import ModelSpec
 from kvtier.units import GiB
-
-# Versions spanning every default-fraction rule (defaults.py): the TP
-# table, the reserve table, the heuristics and main's memory hook, with each boundary's sides.
-_FRACTION_RULE_VERSIONS = (
-    "0.3.0",
-    "0.4.0",
-    "0.4.6",
-    "0.4.9",
-    "0.5.0",
-    "0.5.3",
-    "0.5.4",
-    "0.5.10",
-    "main",
-)
 
 
 class SGLangExplain:
@@ -128,7 +113,7 @@ class SGLangExplain:
         era is a candidate."""
         if deployment.mem_fraction is not None or deployment.engine_version:
             return ()
-        return _FRACTION_RULE_VERSIONS
+        return tuple(str(v) for v in versions.FRACTION_RULE_CANDIDATES)
 
     def rounding(self, inputs: LogInputs[SGLangMemory]) -> dict[str, float]:
         mem = inputs.memory
@@ -247,7 +232,7 @@ def _charged_state_gib(inp: LogInputs[SGLangMemory], s: SGLangStartup) -> float 
     if pool is None:
         return None
     flag = inp.settings.flags.get("engine_version")
-    version = Version.parse(flag, "SGLang") if isinstance(flag, str) else None
+    version = versions.resolve(flag if isinstance(flag, str) else None)
     return mamba.charged_state_gib(pool.total_gib, pool.slots, version)
 
 

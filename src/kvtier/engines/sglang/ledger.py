@@ -31,7 +31,7 @@ EAGLE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3"})
 EAGLE_ASSUMED_HEAD_DIM = 128
 
 
-def _kv_dtype(p: PlanInputs) -> KVDtype:
+def _kv_dtype(p: PlanInputs, version: Version) -> KVDtype:
     """The KV element type: `auto` on a DSA model follows SGLang's own rule by GPU; otherwise
     `auto` is the dtype the model runs in (`dtype.run_dtype` under --dtype auto)."""
     d = p.deployment
@@ -39,7 +39,7 @@ def _kv_dtype(p: PlanInputs) -> KVDtype:
         return p.kv_dtype()
     if p.model.kv.index_head_dim:
         return sglang.dsa_kv_dtype(_capability(d))
-    checkpoint = checkpoint_kv_dtype(sglang.era_for(d.engine_version).version, p.model)
+    checkpoint = checkpoint_kv_dtype(version, p.model)
     if checkpoint is not None:
         return resolve_kv_dtype(d.engine, checkpoint.name, p.model.dtype)
     if d.dtype == "auto":
@@ -50,7 +50,7 @@ def _kv_dtype(p: PlanInputs) -> KVDtype:
 class _LinearState:
     """The state-slot rule of a hybrid linear-attention deployment (engines/sglang/mamba.py)."""
 
-    def __init__(self, p: PlanInputs, version: Version | None) -> None:
+    def __init__(self, p: PlanInputs, version: Version) -> None:
         d, state = p.deployment, p.model.kv.linear
         assert state is not None
         self.state = state
@@ -112,13 +112,12 @@ def _capability(d: Deployment) -> tuple[int, int] | None:
     return gpu.compute_capability if gpu is not None else None
 
 
-def _draft_cell(p: PlanInputs) -> sglang.DraftCell | None:
+def _draft_cell(p: PlanInputs, dtype: KVDtype) -> sglang.DraftCell | None:
     """Bytes per token of the draft's KV on one rank (Era B: draft pool of the target's size)."""
     d = p.deployment
     algo = (d.speculative_algorithm or "").upper()
     if not algo or algo == "NGRAM":
         return None
-    dtype = _kv_dtype(p)
     if p.draft is not None:
         layers = p.draft.draft_layers or p.draft.kv.num_layers
         cell = sglang.cell_size(p.draft.kv, p.attn_tp, layers, dtype)
@@ -231,14 +230,14 @@ def _cells(p: PlanInputs) -> Cells:
     era = sglang.era_for(d.engine_version)
     swa_pool = sliding.uses_swa_pool(p.model, era.version, _capability(d))
     sglang.check_layers(kv, d.pp, swa_pool)
-    dtype = _kv_dtype(p)
+    dtype = _kv_dtype(p, era.version)
     page = d.page_size or (sglang.DSA_PAGE_SIZE if kv.index_head_dim else 1)
     layers = stage_layers(kv.num_layers, d.pp)
     target = sglang.cell_size(kv, p.attn_tp, layers, dtype)
     pool = sglang.dsa_pool_cell(kv, layers, dtype) if kv.index_head_dim else target
     if sglang.prices_dsa_layout(era.version):
         target = pool
-    draft = _draft_cell(p)
+    draft = _draft_cell(p, dtype)
     profiled = target
     if draft is not None and sglang.draft_in_cell(era):
         profiled = int(target * (1 + draft.layers / layers))

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import HostPool, Input, LedgerItem
 from kvtier.engines.sglang import hicache, mamba
 from kvtier.engines.sglang import pool as sglang
@@ -53,7 +52,7 @@ def describe(
 
 def _inputs(p: PlanInputs, cells: Cells, budget: Budget) -> tuple[Input, ...]:
     d, dtype = p.deployment, cells.dtype
-    row = _kv_dtype_row(p, dtype)
+    row = _kv_dtype_row(p, cells)
     inputs = [row if row is not None and i.name == row.name else i for i in p.base_inputs()]
     if p.model.kv.index_head_dim:
         inputs = [i for i in inputs if i.name != "kv cache dtype"]
@@ -73,21 +72,21 @@ def _inputs(p: PlanInputs, cells: Cells, budget: Budget) -> tuple[Input, ...]:
     return tuple(inputs)
 
 
-def _kv_dtype_row(p: PlanInputs, dtype: KVDtype) -> Input | None:
+def _kv_dtype_row(p: PlanInputs, cells: Cells) -> Input | None:
     """The 'kv cache dtype' input of `auto` taken from a ModelOpt checkpoint, or of a float32
     config, naming SGLang's rule; None: the common row says it."""
     d = p.deployment
     if d.kv_cache_dtype != "auto" or p.model.kv.index_head_dim:
         return None
-    checkpoint = checkpoint_kv_dtype(sglang.era_for(d.engine_version).version, p.model)
+    checkpoint = checkpoint_kv_dtype(cells.era.version, p.model)
     if checkpoint is not None:
-        return Input("kv cache dtype", dtype.name, checkpoint.rule)
+        return Input("kv cache dtype", cells.dtype.name, checkpoint.rule)
     if d.dtype != "auto":
         return None
     if p.model.config_dtype != "float32":
         return None
     return Input(
-        "kv cache dtype", dtype.name, f"auto: the model's dtype; {run_dtype(p.model).rule}"
+        "kv cache dtype", cells.dtype.name, f"auto: the model's dtype; {run_dtype(p.model).rule}"
     )
 
 

@@ -38,6 +38,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from kvtier.engines.sglang.versions import (
+    V0_5_2,
+    V0_5_4,
+    V0_5_7,
+    V0_5_9,
+    V0_5_13,
+    V0_5_14,
+    V0_5_17,
+    V0_5_19,
+)
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.spec.dtypes import DTYPE_BYTES
@@ -63,16 +73,6 @@ class SlotRule(IntEnum):
     PADDED = 5
 
 
-V0_5_2 = Version.release_of(0, 5, 2)
-V0_5_4 = Version.release_of(0, 5, 4)
-V0_5_7 = Version.release_of(0, 5, 7)
-V0_5_9 = Version.release_of(0, 5, 9)
-V0_5_13 = Version.release_of(0, 5, 13)
-V0_5_14 = Version.release_of(0, 5, 14)
-V0_5_17 = Version.release_of(0, 5, 17)
-V0_5_19 = Version.release_of(0, 5, 19)
-
-
 # first release that runs each architecture (configs/qwen3_next.py, configs/qwen3_5.py)
 FIRST_RELEASE = {
     "Qwen3NextForCausalLM": V0_5_2,
@@ -81,18 +81,16 @@ FIRST_RELEASE = {
 }
 
 
-def check_runs(version: Version | None, architecture: str) -> None:
+def check_runs(version: Version, architecture: str) -> None:
     """Refuse a version that predates the architecture (it would not load the model)."""
     first = FIRST_RELEASE.get(architecture)
-    if version is not None and not version.is_main and first is not None and version < first:
+    if first is not None and version < first:
         raise KvtierError(f"SGLang {version} does not run {architecture} (first in v{first})")
 
 
-def slot_rule(version: Version | None) -> SlotRule:
-    """The rule a version uses; no version is v0.5.9 (the pool era's default), main the newest."""
-    if version is None:
-        return SlotRule.RATIO
-    if version.is_main or version >= V0_5_17:
+def slot_rule(version: Version) -> SlotRule:
+    """The rule a version uses; main the newest."""
+    if version >= V0_5_17:
         return SlotRule.PADDED
     if version < V0_5_2:
         raise KvtierError(f"SGLang {version} predates hybrid linear-attention models (v0.5.2)")
@@ -103,13 +101,12 @@ def slot_rule(version: Version | None) -> SlotRule:
     return SlotRule.SIZED if version < V0_5_9 else SlotRule.RATIO
 
 
-def checks_slots(version: Version | None) -> bool:
-    """Whether the release refuses a budget that holds no state slot (v0.5.13+; no version is
-    v0.5.9)."""
-    return version is not None and (version.is_main or version >= V0_5_13)
+def checks_slots(version: Version) -> bool:
+    """Whether the release refuses a budget that holds no state slot (v0.5.13+)."""
+    return version >= V0_5_13
 
 
-def charged_state_gib(printed_gib: float, slots: int, version: Version | None) -> float:
+def charged_state_gib(printed_gib: float, slots: int, version: Version) -> float:
     """The share of a printed 'Mamba Cache is allocated' pool that was taken out of the KV
     budget. MambaPool allocates `size + 1` slots in every release (slot 0 pads), and the
     conv + SSM sizes it prints count them all; the budget is charged `slots` of them up to
@@ -121,7 +118,7 @@ def charged_state_gib(printed_gib: float, slots: int, version: Version | None) -
     return printed_gib * charged / (slots + 1)
 
 
-def ssm_dtype(version: Version | None, flag: str | None, state: LinearAttention) -> str:
+def ssm_dtype(version: Version, flag: str | None, state: LinearAttention) -> str:
     """mamba2_state_dtype: the flag, else (v0.5.9+) the config's, else float32."""
     if flag is not None:
         if flag not in ("float32", "bfloat16", "float16"):
@@ -129,8 +126,7 @@ def ssm_dtype(version: Version | None, flag: str | None, state: LinearAttention)
                 f"--mamba-ssm-dtype {flag!r}: SGLang takes float32, bfloat16 or float16"
             )
         return flag
-    reads_config = version is None or version.is_main or version >= V0_5_9
-    if reads_config and state.ssm_dtype is not None:
+    if version >= V0_5_9 and state.ssm_dtype is not None:
         return state.ssm_dtype
     return DEFAULT_SSM_DTYPE
 
@@ -227,16 +223,16 @@ def split_budget(
     return MambaSplit(slots, per_slot, rest_gib - state_gib, state_gib, formula)
 
 
-def extra_buffer(version: Version | None, architecture: str, disable_radix_cache: bool) -> bool:
+def extra_buffer(version: Version, architecture: str, disable_radix_cache: bool) -> bool:
     """Whether `--mamba-radix-cache-strategy auto` resolves to extra_buffer: from v0.5.14, with the
     radix cache on, the overlap schedule on and the triton linear-attention backend (the
     defaults), for the architectures that support it (server_args._handle_mamba_radix_cache,
     v0.5.14; arg_groups/overrides.py _mamba_radix_cache_resolution, v0.5.15+). Earlier
     releases resolve auto to no_buffer."""
-    if disable_radix_cache or version is None or not (version.is_main or version >= V0_5_14):
+    if disable_radix_cache or version < V0_5_14:
         return False
     if architecture == "Qwen3NextForCausalLM":  # dropped from the list in v0.5.19
-        return not version.is_main and version < V0_5_19
+        return version < V0_5_19
     return architecture in QWEN3_5_ARCHITECTURES
 
 

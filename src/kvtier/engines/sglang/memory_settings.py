@@ -20,7 +20,18 @@ from enum import Enum
 from typing import NamedTuple
 
 from kvtier.engines.deployment import Deployment
-from kvtier.engines.sglang.pool import V0_5_5
+from kvtier.engines.sglang.versions import (
+    V0_5_5,
+    V0_5_14,
+    V0_5_15,
+    V0_5_16,
+    V0_5_17,
+    V0_5_18,
+    V0_5_19,
+    V0_5_20,
+    V0_5_22,
+    V0_5_23,
+)
 from kvtier.engines.version import Version
 from kvtier.spec.model import AttentionKind, ModelSpec
 
@@ -29,21 +40,13 @@ MAX_PREFILL_TOKENS = 16384
 # the MLA prefill-graph reserve ("much higher than expected with fa3"), MiB
 MLA_PREFILL_GRAPH_MIB = 1.5 * 1024
 
-V0_5_15 = Version.release_of(0, 5, 15)
-V0_5_16 = Version.release_of(0, 5, 16)
-V0_5_17 = Version.release_of(0, 5, 17)
-V0_5_18 = Version.release_of(0, 5, 18)
-V0_5_19 = Version.release_of(0, 5, 19)
-V0_5_20 = Version.release_of(0, 5, 20)
-V0_5_22 = Version.release_of(0, 5, 22)
-V0_5_23 = Version.release_of(0, 5, 23)
 
 # configs/model_config.py architecture lists, by first release (each list as that release has it)
 _PIECEWISE_DISABLED = (
     (V0_5_20, ("Glm5NextForConditionalGeneration",)),
     (V0_5_16, ("DeepseekV4ForCausalLMDSpark",)),
     (
-        Version.release_of(0, 5, 14),
+        V0_5_14,
         (
             "DeepseekV4ForCausalLM",
             "DeepseekV4ForCausalLMNextN",

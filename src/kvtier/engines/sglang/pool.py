@@ -20,6 +20,19 @@ from enum import IntEnum
 from typing import NamedTuple
 
 from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.sglang import versions
+from kvtier.engines.sglang.versions import (
+    V0_4_6,
+    V0_4_7,
+    V0_4_8,
+    V0_4_9,
+    V0_5_0,
+    V0_5_3,
+    V0_5_10,
+    V0_5_14,
+    V0_5_17,
+    V0_5_18,
+)
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry
@@ -79,25 +92,8 @@ class Era(NamedTuple):
     pool: PoolEra
     fraction_rule: FractionRule
     label: str
-    version: Version | None = None
+    version: Version  # the release whose rules apply (versions.resolve)
 
-
-# First release of each rule change; `main` orders after every release.
-V0_4_6 = Version.release_of(0, 4, 6)
-V0_4_7 = Version.release_of(0, 4, 7)
-V0_4_8 = Version.release_of(0, 4, 8)
-V0_4_9 = Version.release_of(0, 4, 9)
-V0_4_10 = Version.release_of(0, 4, 10)
-V0_5_0 = Version.release_of(0, 5, 0)
-V0_5_2 = Version.release_of(0, 5, 2)
-V0_5_3 = Version.release_of(0, 5, 3)
-V0_5_5 = Version.release_of(0, 5, 5)
-V0_5_10 = Version.release_of(0, 5, 10)
-V0_5_11 = Version.release_of(0, 5, 11)
-V0_5_13 = Version.release_of(0, 5, 13)
-V0_5_14 = Version.release_of(0, 5, 14)
-V0_5_17 = Version.release_of(0, 5, 17)
-V0_5_18 = Version.release_of(0, 5, 18)
 
 _RULES = (  # (first release, rule, label), newest first
     (V0_5_14, FractionRule.MEMORY_HOOK, "v0.5.14+ memory settings"),
@@ -110,14 +106,10 @@ _RULES = (  # (first release, rule, label), newest first
 
 
 def era_for(version: str | Version | None) -> Era:
-    """The era a version falls in; no version means Era B with the v0.5.3-v0.5.9 fraction rule."""
+    """The era a version falls in (no version: `versions.DEFAULT`)."""
+    v = versions.resolve(version)
     if version is None:
-        return Era(
-            PoolEra.B,
-            FractionRule.HEURISTICS,
-            "SGLang v0.5.3-v0.5.9 heuristics (Era B; default, pass --sglang-version)",
-        )
-    v = version if isinstance(version, Version) else Version.parse(version, "SGLang")
+        return Era(PoolEra.B, FractionRule.HEURISTICS, versions.DEFAULT_ERA_LABEL, v)
     if v.is_main:
         return Era(PoolEra.C, FractionRule.MEMORY_HOOK, "SGLang main 2026 (Era C)", v)
     pool = PoolEra.A if v < V0_5_0 else PoolEra.B if v <= V0_5_10 else PoolEra.C
@@ -170,11 +162,9 @@ def dsa_pool_cell(kv: KVGeometry, layers: int, dtype: KVDtype) -> int:
     return (latent + dsa_indexer_bytes(kv)) * layers
 
 
-def prices_dsa_layout(version: Version | None) -> bool:
+def prices_dsa_layout(version: Version) -> bool:
     """Whether the budget divides by the allocated DSA layout (v0.5.17 and later)."""
-    if version is None:
-        return False
-    return version.is_main or version >= V0_5_17
+    return version >= V0_5_17
 
 
 def dsa_kv_dtype(capability: tuple[int, int] | None) -> KVDtype:
@@ -189,8 +179,7 @@ def draft_in_cell(era: Era) -> bool:
     DefaultPoolConfigurator multiplies the cell by (1 + draft layers / layers)
     (pool_configurator.py, v0.5.14 - v0.5.23); before, the draft worker's pool of the same
     token count comes out of the reserve (Era B and v0.5.11 - v0.5.13)."""
-    v = era.version
-    return v is not None and (v.is_main or v >= V0_5_14)
+    return era.version >= V0_5_14
 
 
 # environ.py SGLANG_VLM_CACHE_SIZE_MB default: the multimodal embedding cache
@@ -201,8 +190,7 @@ def multimodal_reserve_gib(era: Era, multimodal: bool) -> float:
     """GiB a multimodal model's KV budget gives up for the embedding cache allocated after the
     pool: kv_cache_configurator.py mm_runtime_reservation_gb, v0.5.18+ (the GPU feature-transport
     pool it adds is off unless --mm-feature-transport cuda_ipc / cuda_vmm)."""
-    v = era.version
-    if not multimodal or v is None or not (v.is_main or v >= V0_5_18):
+    if not multimodal or era.version < V0_5_18:
         return 0.0
     return VLM_CACHE_MIB / 1024
 
@@ -282,7 +270,7 @@ def max_num_reqs(tokens: int, context_len: int, max_running_requests: int | None
 def speculative_max_running_requests(speculative: str | None, era: Era) -> int | None:
     """48 when a draft-model speculative algorithm is on and the flag is unset (server_args
     v0.4.9+; 2026: arg_groups/speculative_hook.py); None otherwise."""
-    if speculative is None or (era.version is not None and era.version < V0_4_9):
+    if speculative is None or era.version < V0_4_9:
         return None
     if speculative.upper() in ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE"):
         return SPECULATIVE_MAX_RUNNING_REQUESTS

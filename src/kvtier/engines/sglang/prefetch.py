@@ -31,14 +31,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvtier.engines.version import Version
+from kvtier.engines.sglang import versions
+from kvtier.engines.sglang.versions import V0_5_3, V0_5_10, V0_5_12, V0_5_15, V0_5_18
 from kvtier.errors import KvtierError
-
-V0_5_3 = Version.release_of(0, 5, 3)
-V0_5_10 = Version.release_of(0, 5, 10)
-V0_5_12 = Version.release_of(0, 5, 12)
-V0_5_15 = Version.release_of(0, 5, 15)
-V0_5_18 = Version.release_of(0, 5, 18)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +77,9 @@ ERA_0_5_15 = PrefetchEra(
 
 
 def prefetch_era(version: str | None) -> PrefetchEra:
-    """The prefetch rules of `version` (None: v0.5.3-v0.5.9); versions kvtier has not read are
-    refused with one line."""
-    if version is None:
-        return ERA_0_5_3
-    v = Version.parse(version, "SGLang")
-    if v.is_main or not V0_5_3 <= v <= V0_5_18:
+    """The prefetch rules of `version`; versions kvtier has not read are refused with one line."""
+    v = versions.resolve(version)
+    if not V0_5_3 <= v <= V0_5_18:
         raise KvtierError(
             f"kvtier models HiCache's L3 prefetch of SGLang v0.5.3-v0.5.18, not {version}: "
             "give --sglang-version in that range, or simulate without --store-tokens"

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvtier.engines.version import Version
+from kvtier.engines.sglang import versions
+from kvtier.engines.sglang.versions import V0_5_19
 from kvtier.spec.model import ModelSpec, ParamGroup
 from kvtier.spec.params import ROUTER, ROUTER_FP32
-
-V0_5_19 = Version.release_of(0, 5, 19)
 
 
 def loaded_router(model: ModelSpec, version: str | None) -> tuple[ModelSpec, str | None]:
     """`model` with its float32 router as `version` loads it, and what changed (None: nothing)."""
-    v = None if version is None else Version.parse(version, "SGLang")
+    v = versions.resolve(version)
     fp32 = [g for g in model.params if g.name == ROUTER_FP32]
-    if not fp32 or (v is not None and (v.is_main or v >= V0_5_19)):
+    if not fp32 or v >= V0_5_19:
         return model, None
     (group,) = fp32
     # one weight of experts x hidden and one bias of experts per MoE layer

@@ -26,15 +26,10 @@ from __future__ import annotations
 
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.sglang.pool import Era, PoolEra, SwaTokens, cell_size, hybrid_swa_tokens
+from kvtier.engines.sglang.versions import V0_4_10, V0_5_1, V0_5_7, V0_5_10
 from kvtier.engines.version import Version
 from kvtier.spec.model import KVGeometry, LayerKind, ModelSpec
 from kvtier.units import GiB
-
-V0_4_10 = Version.release_of(0, 4, 10)
-V0_5_1 = Version.release_of(0, 5, 1)
-V0_5_7 = Version.release_of(0, 5, 7)
-V0_5_8 = Version.release_of(0, 5, 8)
-V0_5_10 = Version.release_of(0, 5, 10)
 
 LLAMA4 = "Llama4ForConditionalGeneration"
 GPT_OSS = "GptOssForCausalLM"
@@ -45,15 +40,12 @@ HYBRID_SWA_ARCHS = frozenset({LLAMA4, GPT_OSS})
 TRTLLM_MHA_MAJOR = 10
 
 
-def uses_swa_pool(
-    model: ModelSpec, version: Version | None, capability: tuple[int, int] | None
-) -> bool:
-    """Whether SGLang `version` keeps a separate SWA pool for `model` (None: the v0.5.3-v0.5.9
-    default era, read as v0.5.9)."""
+def uses_swa_pool(model: ModelSpec, version: Version, capability: tuple[int, int] | None) -> bool:
+    """Whether SGLang `version` keeps a separate SWA pool for `model`."""
     kv = model.kv
     if not kv.is_hybrid:
         return False
-    v = version or Version.release_of(0, 5, 9)
+    v = version
     arch = model.architecture
     if v < V0_4_10 or v == V0_5_7:
         return False

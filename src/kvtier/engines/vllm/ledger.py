@@ -20,6 +20,7 @@ from kvtier.engines.ledger import (
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import ledger_items, mamba, profile
 from kvtier.engines.vllm import pool as vllm
+from kvtier.engines.vllm.versions import V0_19
 from kvtier.errors import KvtierError
 from kvtier.spec.gpu import resolve_gpu
 from kvtier.spec.model import LayerKind
@@ -57,7 +58,6 @@ def _device(p: PlanInputs) -> _Device:
 
 # vllm/utils/torch_utils.py MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP (v0.19.0 - v0.21.0)
 MODELOPT_KV = {"fp8": "fp8_e4m3"}
-V0_19 = Version.release_of(0, 19)
 
 
 def _run_dtype(p: PlanInputs, era: vllm.Era, device: _Device) -> str:
@@ -71,12 +71,12 @@ def _run_dtype(p: PlanInputs, era: vllm.Era, device: _Device) -> str:
     )
 
 
-def _kv_cache_dtype(p: PlanInputs, version: Version | None) -> str:
+def _kv_cache_dtype(p: PlanInputs, version: Version) -> str:
     """--kv-cache-dtype, with `auto` resolved from a ModelOpt checkpoint's KV format from v0.19
     (EngineArgs.create_engine_config -> resolve_kv_cache_dtype_string)."""
     d = p.deployment
     algo = p.model.kv_cache_quant_algo
-    if d.kv_cache_dtype != "auto" or algo is None or (version is not None and version < V0_19):
+    if d.kv_cache_dtype != "auto" or algo is None or version < V0_19:
         return d.kv_cache_dtype
     if algo == "nvfp4":
         raise KvtierError(
@@ -283,7 +283,6 @@ class Setup:
     """What vLLM resolves before it profiles: the era, dtypes, the profile batch, the block."""
 
     era: vllm.Era
-    version: Version | None
     run_dtype: str  # the dtype the model runs in
     kv_cache_dtype: str  # --kv-cache-dtype, `auto` resolved from a ModelOpt checkpoint
     dtype: KVDtype  # the pool's element type
@@ -299,10 +298,9 @@ class Setup:
 def _setup(p: PlanInputs) -> Setup:
     d, kv = p.deployment, p.model.kv
     era = vllm.era_for(d.engine_version)
-    version = None if d.engine_version is None else Version.parse(d.engine_version, "vLLM")
     device = _device(p)
     run_dtype = _run_dtype(p, era, device)
-    kv_cache_dtype = _kv_cache_dtype(p, version)
+    kv_cache_dtype = _kv_cache_dtype(p, era.version)
     dtype = resolve_kv_dtype(d.engine, kv_cache_dtype, run_dtype)
     chunked = profile.v0_chunked_prefill(
         d.enable_chunked_prefill,
@@ -313,7 +311,6 @@ def _setup(p: PlanInputs) -> Setup:
     )
     batch = profile.profile_batch(
         era,
-        version,
         p.context_length,
         tokens=d.chunked_prefill_size,
         seqs=d.max_running_requests,
@@ -335,7 +332,6 @@ def _setup(p: PlanInputs) -> Setup:
     util = d.mem_fraction or vllm.DEFAULT_GPU_MEMORY_UTILIZATION
     return Setup(
         era,
-        version,
         run_dtype,
         kv_cache_dtype,
         dtype,

@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.version import Version
+from kvtier.engines.vllm import versions
+from kvtier.engines.vllm.versions import V0_8, V0_20, V0_21
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry
 from kvtier.units import GiB
@@ -69,6 +71,7 @@ class Worker(IntEnum):
 class Era(NamedTuple):
     worker: Worker
     label: str
+    version: Version  # the release whose rules apply (versions.resolve)
 
     @property
     def budgets_cuda_graphs(self) -> bool:
@@ -79,25 +82,20 @@ class Era(NamedTuple):
         return self.worker >= Worker.V1
 
 
-V0_8 = Version.release_of(0, 8)
-V0_20 = Version.release_of(0, 20)
-V0_21 = Version.release_of(0, 21)
-
-
 def era_for(version: str | Version | None) -> Era:
-    """The era a version falls in; no version means V1 >= v0.21 (graphs budgeted)."""
+    """The era a version falls in (no version: `versions.DEFAULT`)."""
+    v = versions.resolve(version)
     if version is None:
-        return Era(Worker.V1, "vLLM V1 >= v0.21 (default, pass --vllm-version)")
-    v = version if isinstance(version, Version) else Version.parse(version, "vLLM")
+        return Era(Worker.V1, versions.DEFAULT_ERA_LABEL, v)
     if v.is_main:
-        return Era(Worker.V1, "vLLM main (V1, CUDA-graph estimate budgeted)")
+        return Era(Worker.V1, "vLLM main (V1, CUDA-graph estimate budgeted)", v)
     if v < V0_8:
-        return Era(Worker.V0, f"vLLM {v} (V0 worker)")
+        return Era(Worker.V0, f"vLLM {v} (V0 worker)", v)
     if v < V0_20:
-        return Era(Worker.V1_MID, f"vLLM {v} (V1, CUDA graphs not budgeted)")
+        return Era(Worker.V1_MID, f"vLLM {v} (V1, CUDA graphs not budgeted)", v)
     if v < V0_21:
-        return Era(Worker.V1_GRAPHS, f"vLLM {v} (V1, CUDA-graph estimate budgeted)")
-    return Era(Worker.V1, f"vLLM {v} (V1, CUDA-graph estimate budgeted)")
+        return Era(Worker.V1_GRAPHS, f"vLLM {v} (V1, CUDA-graph estimate budgeted)", v)
+    return Era(Worker.V1, f"vLLM {v} (V1, CUDA-graph estimate budgeted)", v)
 
 
 def default_max_num_batched_tokens(device_gib: float | None, device_name: str) -> int:

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtier.engines.version import Version
 from kvtier.engines.vllm.pool import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     SMALL_DEVICE_MAX_NUM_BATCHED_TOKENS,
@@ -60,6 +59,7 @@ from kvtier.engines.vllm.pool import (
     Worker,
     default_max_num_batched_tokens,
 )
+from kvtier.engines.vllm.versions import V0_6_5
 from kvtier.spec.dtypes import dtype_bytes
 from kvtier.spec.model import ModelSpec
 
@@ -71,7 +71,6 @@ V0_LONG_CONTEXT = 32768  # use_long_context: max_model_len above it
 V0_MULTIMODAL_BATCHED_TOKENS = 5120  # _MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS
 V0_CHUNKED_TOKENS_OLD = 512  # chunked prefill's default through v0.6.4
 V0_CHUNKED_TOKENS = 2048  # from v0.6.5
-V0_6_5 = Version.parse("0.6.5", "vLLM")
 V0_MOE_CHUNK_TOKENS = 32768  # VLLM_FUSED_MOE_CHUNK_SIZE default (v0.6.4)
 FP32_BYTES = 4
 V0_SAMPLER_BYTES = 26  # sorted values 4, indices 8, masks 1 + 1, softmax 4, cumsum 4, result 4
@@ -183,7 +182,6 @@ def v0_chunked_prefill(
 
 def profile_batch(
     era: Era,
-    version: Version | None,
     max_model_len: int,
     *,
     tokens: int | None,
@@ -202,7 +200,7 @@ def profile_batch(
             )
         on, why = chunked_prefill
         if on:
-            old = version is not None and version < V0_6_5
+            old = era.version < V0_6_5
             tokens = V0_CHUNKED_TOKENS_OLD if old else V0_CHUNKED_TOKENS
             rule = f"chunked prefill {why}: {tokens} (SchedulerConfig, V0)"
         else:

@@ -1,0 +1,137 @@
+"""One version ladder per engine (engines/<engine>/versions.py): every release a rule names is a
+constant there, `main` sorts after them all, and "no version" is one default release, resolved
+once and stated in one sentence that --help and docs/cli.md quote."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from kvtier.cli import build_parser
+from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.sglang import pool as sglang
+from kvtier.engines.sglang import versions as sglang_versions
+from kvtier.engines.version import Version
+from kvtier.engines.vllm import pool as vllm
+from kvtier.engines.vllm import versions as vllm_versions
+from kvtier.ledger.plan import plan
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "kvtier"
+LADDERS = {"sglang": sglang_versions, "vllm": vllm_versions}
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_every_release_constant_lives_in_its_engine_ladder() -> None:
+    """No module but versions.py builds a release from literal numbers."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.name in ("versions.py", "version.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("release_of", "parse")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "Version"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert found == []
+
+
+def test_no_rule_special_cases_main() -> None:
+    """`main` sorts after every release, so `v.is_main or v >= X` is `v >= X`."""
+    pattern = re.compile(r"is_main\s+or|not\s+\w+(\.version)?\.is_main\s+and")
+    hits = [
+        f"{path.relative_to(SRC)}:{n}"
+        for path in sorted(SRC.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert hits == []
+    main = Version.parse("main", "SGLang")
+    assert main > sglang_versions.V0_5_23 and main > vllm_versions.V0_21
+
+
+@pytest.mark.parametrize("engine", sorted(LADDERS))
+def test_the_ladder_is_in_order(engine: str) -> None:
+    ladder = LADDERS[engine]
+    releases = [v for k, v in vars(ladder).items() if re.fullmatch(r"V\d+(_\d+)+", k)]
+    assert releases == sorted(releases) and len(set(releases)) == len(releases)
+    assert ladder.DEFAULT in releases
+    assert ladder.resolve(None) is ladder.DEFAULT
+    assert ladder.resolve("main").is_main
+
+
+def test_no_version_is_the_default_release_in_every_era() -> None:
+    assert sglang.era_for(None).version is sglang_versions.DEFAULT
+    default, stated = sglang.era_for(None), sglang.era_for(str(sglang_versions.DEFAULT))
+    assert (default.pool, default.fraction_rule) == (stated.pool, stated.fraction_rule)
+    assert vllm.era_for(None).version is vllm_versions.DEFAULT
+    assert vllm.era_for(None).worker is vllm.era_for(str(vllm_versions.DEFAULT)).worker
+
+
+CASES = [  # models whose pools take different version rules: SWA, hybrid linear, DSA, MLA, draft
+    (Engine.SGLANG, "gpt-oss-120b", 1, {}),
+    (Engine.SGLANG, "qwen3.5-27b", 2, {}),
+    (Engine.SGLANG, "Qwen/Qwen3-Next-80B-A3B-Instruct", 4, {}),
+    (Engine.SGLANG, "deepseek-v3.2", 8, {"gpu": "B200"}),
+    (Engine.SGLANG, "kimi-k2.5", 8, {"gpu": "H200", "speculative_algorithm": "EAGLE3"}),
+    (Engine.SGLANG, "zai-org/GLM-4.7", 8, {"gpu": "H200", "speculative_algorithm": "NEXTN"}),
+    (Engine.VLLM, "llama-3.1-8b", 1, {}),
+    (Engine.VLLM, "gemma-3-27b-it", 2, {}),
+    (Engine.VLLM, "qwen3.5-27b", 2, {}),
+    (Engine.VLLM, "deepseek-v3.2", 8, {"gpu": "B200"}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0].value}-{c[1]}" for c in CASES])
+def test_a_plan_without_version_is_the_plan_at_the_default_release(case: tuple) -> None:
+    """Every figure, item and note the same; only the era's label says it was not given."""
+    engine, model, tp, extra = case
+    ladder = LADDERS[engine.value]
+    fields = {"gpu": "H100 80GB", **extra}
+    unstated = plan(Deployment(engine=engine, model=model, tp=tp, **fields))
+    stated = plan(
+        Deployment(engine=engine, model=model, tp=tp, engine_version=str(ladder.DEFAULT), **fields)
+    )
+    assert unstated.era == ladder.DEFAULT_ERA_LABEL
+    assert stated.era != unstated.era
+
+    def without_era(ledger: object) -> object:
+        inputs = tuple(i for i in ledger.inputs if i.name != "version era")  # type: ignore[attr-defined]
+        return dataclasses.replace(ledger, era="", inputs=inputs)  # type: ignore[type-var]
+
+    assert without_era(unstated) == without_era(stated)
+
+
+@pytest.mark.parametrize("engine", sorted(LADDERS))
+def test_help_and_docs_state_the_default_in_the_same_sentence(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sentence = LADDERS[engine].DEFAULT_SENTENCE
+    assert _flat(sentence) in _flat((ROOT / "docs" / "cli.md").read_text())
+    monkeypatch.setenv("COLUMNS", "10000")  # argparse wraps at hyphens otherwise
+    flag = f"--{engine}-version"
+    helps = {name: p.format_help() for name, p in _subcommands().items()}
+    taking = [name for name, text in helps.items() if flag in text]
+    assert "plan" in taking and "explain" in taking
+    for name in taking:
+        assert _flat(sentence) in _flat(helps[name]), name
