@@ -44,6 +44,8 @@ class FleetLoop:
         self._seq = 0
         self._next = 0
         self._settled = 0
+        self._seen = [(0, 0)] * len(self.engines)  # (running, queued) last observed per replica
+        self._running = self._queued = 0  # their sums: the fleet's, kept as replicas change
 
     def _push(self, time: float, kind: int, replica: int = -1) -> None:
         self._seq += 1
@@ -85,9 +87,13 @@ class FleetLoop:
 
     def _observe(self, now: float, r: int) -> None:
         e = self.engines[r]
-        self.logs[r].concurrency.observe(now, e.running, e.queued)
-        running = sum(x.running for x in self.engines)
-        self.concurrency.observe(now, running, sum(x.queued for x in self.engines))
+        running, queued = e.running, e.queued
+        self.logs[r].concurrency.observe(now, running, queued)
+        old_running, old_queued = self._seen[r]
+        self._seen[r] = (running, queued)
+        self._running += running - old_running
+        self._queued += queued - old_queued
+        self.concurrency.observe(now, self._running, self._queued)
 
     def _arrive(self, now: float) -> int:
         req = self.requests[self._next]
