@@ -236,19 +236,61 @@ def test_a_slow_l3_hurts_under_wait_complete_and_the_other_policies_bound_the_lo
     assert max(best["ttft_s"]["p90"], timeout["ttft_s"]["p90"]) < wait["ttft_s"]["p90"]
 
 
-def test_a_trace_of_small_blocks_needs_its_block_size(
+def test_a_trace_of_small_blocks_states_its_block_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "mt.jsonl"
     assert main([*WORKLOAD[:-1], "-o", str(path)]) == 0
     capsys.readouterr()
-    line = error_line(capsys, ["simulate", str(path), "--unbounded"])
-    assert "mt.jsonl:1: 32 hash_ids for input_length 2048" in line
-    assert "--block-tokens sets it" in line
+    lines = path.read_text().splitlines()
+    assert all(json.loads(line)["block_tokens"] == 64 for line in lines)
+    stated = run_json(capsys, ["simulate", str(path), "--unbounded", "--json"])
     back = run_json(
         capsys, ["simulate", str(path), "--unbounded", "--block-tokens", "64", "--json"]
     )
+    assert stated == back
     assert back["hit_rate_by_round"] == pytest.approx(expected_by_round(6), rel=1e-12)
+    line = error_line(capsys, ["simulate", str(path), "--unbounded", "--block-tokens", "512"])
+    assert "mt.jsonl:1: the trace states blocks of 64 tokens; --block-tokens says 512" in line
+
+
+def test_a_trace_that_does_not_state_its_block_size_is_fitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unstated(rows: list[dict[str, object]]) -> Path:
+        path = tmp_path / "unstated.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return path
+
+    # 2,048 tokens in 32 blocks: 64 to 66 tokens a block fit; 129 in 3 blocks: 43 to 64; together 64
+    rows = [
+        {"timestamp": 0, "input_length": 2048, "output_length": 4, "hash_ids": list(range(32))},
+        {"timestamp": 1, "input_length": 129, "output_length": 4, "hash_ids": [0, 1, 40]},
+    ]
+    fitted = run_json(capsys, ["simulate", str(unstated(rows)), "--unbounded", "--json"])
+    given = run_json(
+        capsys,
+        ["simulate", str(unstated(rows)), "--unbounded", "--block-tokens", "64", "--json"],
+    )
+    assert fitted == given
+    line = error_line(capsys, ["simulate", str(unstated(rows[:1])), "--unbounded"])
+    assert "unstated.jsonl:1: 32 hash_ids for input_length 2048; expected ceil(2048/512)" in line
+    assert "sizes from 64 to 66 tokens all fit them: give --block-tokens" in line
+    rows[1]["hash_ids"] = [
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        8,
+        9,
+    ]  # 129 tokens in 10 blocks: no size gives both
+    line = error_line(capsys, ["simulate", str(unstated(rows)), "--unbounded"])
+    assert "unstated.jsonl:1: 32 hash_ids" in line
+    assert "and no block size gives every line's count of hash_ids" in line
 
 
 def test_a_trace_without_rounds_reports_none(capsys: pytest.CaptureFixture[str]) -> None:

@@ -110,6 +110,8 @@ def _trace(
         capsys, ["trace", str(log), "-o", str(out), "--block-tokens", str(block), "--json", *extra]
     )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
+    # blocks other than Mooncake's 512 tokens are stated on every line
+    assert all(row.pop("block_tokens", 512) == block for row in rows)
     return summary, rows
 
 

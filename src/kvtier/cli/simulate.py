@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, progress: Progress) -> int:
     from kvtier.cli import simulate_fleet, simulate_hicache
-    from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace, read_trace, scale_time, write_trace
+    from kvtier.sim.trace import Trace, read_trace, scale_time, write_trace
     from kvtier.sim.workload import generate
 
     simulate_hicache.check(args)
@@ -209,7 +209,7 @@ def _run(args: argparse.Namespace, progress: Progress) -> int:
             requests = generate(args.generate, args.requests or 1000, args.seed, args.rate)
             trace = Trace(requests, source=f"generated {args.generate} seed {args.seed}")
         if args.output:
-            n = write_trace(trace.requests, args.output)
+            n = write_trace(trace.requests, args.output, trace.block_size)
             print(f"wrote {n} requests ({args.generate}, seed {args.seed}) to {args.output}")
             return 0
     elif trace_path:
@@ -218,7 +218,7 @@ def _run(args: argparse.Namespace, progress: Progress) -> int:
             trace = read_trace(
                 stream,
                 trace_path,
-                args.block_tokens or MOONCAKE_BLOCK_TOKENS,
+                args.block_tokens,
                 progress.bar("loading trace", size),
             )
     else:

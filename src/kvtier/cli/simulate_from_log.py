@@ -74,9 +74,9 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
     if args.output:
         from kvtier.sim.trace import write_trace
 
-        n = write_trace(fitted.trace.requests, args.output)
-        replay = f"replay with --block-tokens {FIT_BLOCK_TOKENS}"
-        print(f"wrote the fitted trace, {n} requests ({replay}), to {args.output}", file=sys.stderr)
+        n = write_trace(fitted.trace.requests, args.output, FIT_BLOCK_TOKENS)
+        blocks = f"blocks of {FIT_BLOCK_TOKENS} tokens, stated on every line"
+        print(f"wrote the fitted trace, {n} requests ({blocks}), to {args.output}", file=sys.stderr)
     sweep_payload: SweepResult | None = None
     sweep_view = None
     if args.sweep:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 MAX_DEPTH = 64
+MAX_NUMBER = 40  # characters of a printed number: a 64-bit integer or a float's repr, and more
 
 
 class ReprError(ValueError):
@@ -77,7 +78,12 @@ def _atom(text: str, pos: int, depth: int) -> tuple[object, int]:
     c = text[pos]
     if c in "'\"":
         end = string_end(text, pos)
-        return ast.literal_eval(text[pos:end]), end
+        try:
+            return ast.literal_eval(text[pos:end]), end
+        except (SyntaxError, ValueError) as exc:  # an escape repr() never writes
+            reason = str(exc).splitlines()[0][:80]
+            message = f"the string at column {pos + 1} is not one repr() writes ({reason})"
+            raise ReprError(message) from None
     if c == "[":
         ints = _INTS.match(text, pos)
         if ints is not None:  # token ids: the common case, read without recursion
@@ -114,6 +120,8 @@ def _word(text: str, pos: int) -> tuple[object, int]:
     if word in ("None", "True", "False"):
         return {"None": None, "True": True, "False": False}[word], end
     if _NUMBER.match(word):
+        if len(word) > MAX_NUMBER:
+            raise ReprError(f"a number of {len(word):,} characters at column {pos + 1}")
         return (float(word) if any(ch in word for ch in ".eEn") else int(word)), end
     return word, end
 

@@ -7,6 +7,7 @@ timestamp 0, and their digests numbered. The result replays through `kvtier simu
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from kvtier.errors import KvtierError
 from kvtier.logs.requests import HashedPrompt, LoggedRequest, token_ids
 from kvtier.sim.block_hash import BlockIds, PromptHasher
-from kvtier.sim.trace import MAX_LENGTH, TraceRequest
+from kvtier.sim.trace import MAX_LENGTH, MAX_TIMESTAMP_MS, TraceRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,17 @@ def build_trace(
     hashed: list[_Hashed] = []
     arrival_from: Counter[str] = Counter()
     output_from: Counter[str] = Counter()
+    first_line: dict[str, int] = {}
     for r in requests:
+        _check_arrival(r)
+        if r.rid is not None:
+            if r.rid in first_line:
+                raise KvtierError(
+                    f"line {r.line}: request id {r.rid!r} was logged before, at line "
+                    f"{first_line[r.rid]} (a log joined with itself, or two servers' logs in "
+                    "one); give one server's log, once"
+                )
+            first_line[r.rid] = r.line
         prompt = _prompt(r, hasher, encode)
         hashed.append(
             _Hashed(r.line, r.arrival_s, r.epoch, prompt.tokens, r.output_len, prompt.digests)
@@ -82,6 +93,12 @@ def build_trace(
         )
     hashed.sort(key=lambda h: (h.arrival_s, h.line))
     start = hashed[0].arrival_s
+    span_ms = (hashed[-1].arrival_s - start) * 1000
+    if span_ms > MAX_TIMESTAMP_MS:
+        raise KvtierError(
+            f"lines {hashed[0].line} and {hashed[-1].line} arrive {span_ms / 1000:.3g} s apart: "
+            f"more than a trace holds ({MAX_TIMESTAMP_MS:g} ms)"
+        )
     numbering = BlockIds()
     out: list[TraceRequest] = []
     reused = 0
@@ -99,6 +116,20 @@ def build_trace(
         dict(arrival_from),
         dict(output_from),
     )
+
+
+# Unix seconds of 2000-01-01 and 2100-01-01: an engine's recorded arrival lies between them
+EPOCH_SPAN = (946_684_800.0, 4_102_444_800.0)
+
+
+def _check_arrival(r: LoggedRequest) -> None:
+    low, high = EPOCH_SPAN if r.epoch else (0.0, 400 * 86_400 * 366.0)
+    if not (math.isfinite(r.arrival_s) and low <= r.arrival_s <= high):
+        what = "a Unix time" if r.epoch else "a time of the log"
+        raise KvtierError(
+            f"line {r.line}: request {r.rid}'s arrival {r.arrival_s:g} is no date ({what} "
+            f"between {low:g} and {high:g} s)"
+        )
 
 
 def _prompt(

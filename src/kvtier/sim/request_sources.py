@@ -111,6 +111,8 @@ def _lines(stream: BinaryIO, progress: Callable[[int], None] | None) -> Iterator
         read += len(raw)
         if progress is not None and not number % _PROGRESS_EVERY:
             progress(read)
+        if number == 1:
+            raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark, as editors save
         yield number, clean_line(raw.decode("utf-8", errors="replace"))
     if progress is not None:
         progress(read)

@@ -4,9 +4,12 @@ One request per line: `timestamp` (ms since the start of the trace), `input_leng
 `output_length` and `hash_ids`, the prompt's prefix-block hashes over blocks of 512 tokens
 (Mooncake FAST'25 release, `FAST25-release/README.md`). Equal ids mark reusable prefix KV blocks;
 `len(hash_ids) == ceil(input_length / 512)`, so the last block holds the remainder. A trace may
-hash smaller blocks (kvtier's multi-turn generator, `--block-tokens`); the reader is then told the
-block size. kvtier adds one optional field, `round` (the turn of a multi-turn conversation, 0 for
-the first), on every line or on none.
+hash smaller blocks (kvtier's multi-turn generator, `kvtier trace --block-tokens`). kvtier adds
+two optional fields that Mooncake's readers ignore: `round` (the turn of a multi-turn
+conversation, 0 for the first), on every line or on none, and `block_tokens`, the block size,
+which kvtier writes on every line of a trace whose blocks are not 512 tokens. A reader takes the
+block size from `--block-tokens`, else from the lines' `block_tokens`, else the one size that fits
+every line's `len(hash_ids) == ceil(input_length / size)` (512 when it fits).
 
 A malformed line is refused with its line number; nothing is dropped or repaired silently.
 """
@@ -95,7 +98,7 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def parse_request(obj: object, rid: int, where: str, block_size: int) -> TraceRequest:
+def parse_request(obj: object, rid: int, where: str, block_size: int | None) -> TraceRequest:
     """Validate one decoded trace line into a `TraceRequest`."""
     if not isinstance(obj, dict):
         raise KvtierError(f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -115,7 +118,7 @@ def parse_request(obj: object, rid: int, where: str, block_size: int) -> TraceRe
     # exact types: an int subclass, bool, is what JSON `true` would give
     if not isinstance(ids, list) or not set(map(type, ids)) <= _INT:
         raise KvtierError(f"{where}: `hash_ids` must be a list of integers")
-    expected = -(-input_len // block_size)
+    expected = len(ids) if block_size is None else -(-input_len // block_size)
     if len(ids) != expected:
         raise KvtierError(
             f"{where}: {len(ids)} hash_ids for input_length {input_len}; "
@@ -134,12 +137,88 @@ def parse_request(obj: object, rid: int, where: str, block_size: int) -> TraceRe
     return TraceRequest(rid, ts / 1000.0, input_len, output_len, tuple(ids), turn)
 
 
-def iter_lines(lines: Iterable[str], block_size: int, name: str) -> Iterator[TraceRequest]:
-    """Parse JSONL lines; blank lines are allowed, timestamps must not go backwards."""
+MAX_BLOCK_TOKENS = 1 << 20
+
+
+class BlockSize:
+    """The trace's block size: given (`--block-tokens`), stated by its lines, or the sizes that fit
+    every line so far (`low` to `high` tokens, whole numbers)."""
+
+    def __init__(self, given: int | None) -> None:
+        self.given = given
+        self.stated: int | None = None
+        self.low, self.high = 1, MAX_BLOCK_TOKENS
+        self.off_mooncake: str | None = None  # the first line 512-token blocks do not give
+
+    def line(self, obj: dict[str, object], where: str) -> int | None:
+        """The size this line is checked against now (None: checked at the end), after reading
+        its `block_tokens`, if any."""
+        if "block_tokens" in obj:
+            value = obj["block_tokens"]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise KvtierError(
+                    f"{where}: `block_tokens` must be an integer, got {_shown(value)}"
+                )
+            if not 1 <= value <= MAX_BLOCK_TOKENS or value != (self.stated or value):
+                raise KvtierError(
+                    f"{where}: `block_tokens` {value} (the trace's earlier lines: {self.stated}; "
+                    f"1 to {MAX_BLOCK_TOKENS:,})"
+                )
+            if self.given is not None and value != self.given:
+                raise KvtierError(
+                    f"{where}: the trace states blocks of {value} tokens; --block-tokens says "
+                    f"{self.given}"
+                )
+            self.stated = value
+        return self.given or self.stated
+
+    def fit(self, request: TraceRequest, where: str) -> None:
+        """Narrow the sizes that give this request's count of blocks: ceil(L / size) = n."""
+        length, blocks = request.input_len, len(request.blocks)
+        expected = -(-length // MOONCAKE_BLOCK_TOKENS)
+        if blocks != expected and self.off_mooncake is None:
+            self.off_mooncake = (
+                f"{where}: {blocks} hash_ids for input_length {length}; expected "
+                f"ceil({length}/{MOONCAKE_BLOCK_TOKENS}) = {expected} (blocks of "
+                f"{MOONCAKE_BLOCK_TOKENS} tokens; --block-tokens sets it)"
+            )
+        if not blocks:  # a prompt of at least one token in no block: no size gives that
+            self.low = MAX_BLOCK_TOKENS + 1
+            return
+        self.low = max(self.low, -(-length // blocks))
+        if blocks > 1:
+            self.high = min(self.high, -(-length // (blocks - 1)) - 1)
+
+    def decided(self, source: str) -> int:
+        if self.given or self.stated:
+            return self.given or self.stated  # type: ignore[return-value]
+        if self.low <= MOONCAKE_BLOCK_TOKENS <= self.high:
+            return MOONCAKE_BLOCK_TOKENS
+        if self.low == self.high:
+            return self.low
+        if self.low > self.high:
+            raise KvtierError(
+                f"{self.off_mooncake}, and no block size gives every line's count of hash_ids"
+            )
+        raise KvtierError(
+            f"{self.off_mooncake}; the lines do not state their block size and sizes from "
+            f"{self.low} to {self.high} tokens all fit them: give --block-tokens"
+        )
+
+
+def iter_lines(
+    lines: Iterable[str], block_size: int | BlockSize, name: str
+) -> Iterator[TraceRequest]:
+    """Parse JSONL lines; blank lines are allowed, timestamps must not go backwards. A line's
+    count of hash_ids is checked against the block size now when it is known, else recorded in
+    the `BlockSize` for its `decided`."""
+    sizes = block_size if isinstance(block_size, BlockSize) else BlockSize(block_size)
     last_ts = 0.0
     rid = 0
     with_round = False
     for lineno, line in enumerate(lines, start=1):
+        if lineno == 1:
+            line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark, as editors save
         if not line.strip():
             continue
         where = f"{name}:{lineno}"
@@ -151,7 +230,10 @@ def iter_lines(lines: Iterable[str], block_size: int, name: str) -> Iterator[Tra
             raise KvtierError(f"{where}: not valid JSON ({exc.msg})") from None
         except (ValueError, RecursionError) as exc:  # a 5,000-digit number, deep nesting
             raise KvtierError(f"{where}: not a trace line ({str(exc)[:60]})") from None
-        req = parse_request(obj, rid, where, block_size)
+        known = sizes.line(obj, where) if isinstance(obj, dict) else sizes.given
+        req = parse_request(obj, rid, where, known)
+        if known is None:
+            sizes.fit(req, where)
         if req.arrival_s < last_ts:
             raise KvtierError(f"{where}: timestamp goes backwards; a trace is in arrival order")
         if rid == 0:
@@ -165,7 +247,7 @@ def iter_lines(lines: Iterable[str], block_size: int, name: str) -> Iterator[Tra
 
 def load_trace(
     path: str | Path,
-    block_size: int = MOONCAKE_BLOCK_TOKENS,
+    block_size: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Trace:
     """Read a Mooncake JSONL trace; raise `KvtierError` naming the first bad line. `progress`
@@ -181,23 +263,25 @@ def load_trace(
 def read_trace(
     stream: BinaryIO,
     source: str,
-    block_size: int = MOONCAKE_BLOCK_TOKENS,
+    block_size: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Trace:
-    """`load_trace` of an open binary stream; `source` names it in errors and the result."""
+    """`load_trace` of an open binary stream; `source` names it in errors and the result.
+    `block_size` None: the size the lines state, else the one that fits them (`BlockSize`)."""
     name = Path(source).name
+    sizes = BlockSize(block_size)
     try:
         lines: Iterable[str] = _bounded(io.TextIOWrapper(stream, encoding="utf-8"))
         if progress is not None:
             lines = _counted(lines, progress)
-        requests = tuple(iter_lines(lines, block_size, name))
+        requests = tuple(iter_lines(lines, sizes, name))
     except OSError as exc:
         raise KvtierError(f"cannot read trace {source}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise KvtierError(f"{source}: not a UTF-8 text file") from None
     if not requests:
         raise KvtierError(f"{source}: the trace holds no requests")
-    return Trace(requests, block_size, source)
+    return Trace(requests, sizes.decided(source), source)
 
 
 def _bounded(text: TextIO) -> Iterator[str]:
@@ -216,8 +300,11 @@ def _counted(lines: Iterable[str], progress: Callable[[int], None]) -> Iterator[
     progress(read)
 
 
-def to_jsonl(requests: Iterable[TraceRequest]) -> Iterator[str]:
-    """Mooncake JSONL lines (with newline) for `requests`; timestamps in whole ms."""
+def to_jsonl(
+    requests: Iterable[TraceRequest], block_size: int = MOONCAKE_BLOCK_TOKENS
+) -> Iterator[str]:
+    """Mooncake JSONL lines (with newline) for `requests`; timestamps in whole ms; every line
+    states `block_tokens` when the blocks are not Mooncake's 512 tokens."""
     for r in requests:
         row = {
             "timestamp": round(r.arrival_s * 1000),
@@ -227,15 +314,20 @@ def to_jsonl(requests: Iterable[TraceRequest]) -> Iterator[str]:
         }
         if r.round is not None:
             row["round"] = r.round
+        if block_size != MOONCAKE_BLOCK_TOKENS:
+            row["block_tokens"] = block_size
         yield json.dumps(row) + "\n"
 
 
-def write_trace(requests: Iterable[TraceRequest], path: str | Path) -> int:
-    """Write `requests` as Mooncake JSONL; return how many were written."""
+def write_trace(
+    requests: Iterable[TraceRequest], path: str | Path, block_size: int = MOONCAKE_BLOCK_TOKENS
+) -> int:
+    """Write `requests` as Mooncake JSONL over blocks of `block_size` tokens; return how many
+    were written."""
     n = 0
     try:
         with Path(path).open("w", encoding="utf-8") as fh:
-            for line in to_jsonl(requests):
+            for line in to_jsonl(requests, block_size):
                 fh.write(line)
                 n += 1
     except OSError as exc:

@@ -200,6 +200,8 @@ def _arrival(
     ):
         if (seconds := _number(value)) is not None:
             return seconds, source, True
+        if value is not None:
+            raise KvtierError(f"{where}: {source}={value!r} is no date (Unix seconds)")
     given = meta.get("e2e_latency")
     latency = float(given) if isinstance(given, int | float) and given >= 0 else None
     clock = when if when is not None else last_time
