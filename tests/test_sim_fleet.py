@@ -220,3 +220,30 @@ def test_bad_fleet_input_is_one_line(
 def test_generator_needs_its_shape(capsys: pytest.CaptureFixture[str]) -> None:
     err = error_line(capsys, ["simulate", "--generate", "shared-prefix", "--groups", "2"])
     assert "needs --prompts-per-group, --system-tokens, --question-tokens" in err
+
+
+def test_a_replica_cut_at_its_own_arrivals_runs_as_one_server_cut_at_every_arrival(
+    sp: Path,
+) -> None:
+    # one replica behind the fleet loop (decode runs cut only when a request reaches it) against
+    # the single-server loop (runs stopped at every arrival): the same request times
+    from kvtier.engines.deployment import Deployment, Engine
+    from kvtier.sim.fleet.loop import FleetLoop
+    from kvtier.sim.fleet.rotation import RoundRobin
+    from kvtier.sim.servers import build_server
+    from kvtier.sim.setup import build_config
+    from kvtier.sim.simulation import Simulation
+    from kvtier.sim.trace import load_trace, scale_time
+
+    trace = scale_time(load_trace(sp), 4.0)  # 2 requests/s: arrivals meet decode runs
+    d = Deployment(engine=Engine.SGLANG, model="llama-3.1-8b", gpu="h100")
+    config = build_config(d, trace.block_size, 20000)
+    one = Simulation(trace, build_server(config)).run()
+    loop = FleetLoop(trace, [build_server(config)], RoundRobin(1))
+    fleet = loop.run()
+    assert loop._version[0] > 50  # decode runs were cut at arrivals (92 of 240)
+    assert len(one) == len(fleet) == 240
+    for a, b in zip(one, fleet, strict=True):
+        assert a.first_token_s == pytest.approx(b.first_token_s, rel=1e-9, abs=1e-9)
+        assert a.finish_s == pytest.approx(b.finish_s, rel=1e-9, abs=1e-9)
+        assert a.hit_tokens == b.hit_tokens

@@ -5,6 +5,11 @@ is routed when it arrives and joins that replica's queue; a step end or a wake-u
 replica; the router's own timers (a load poll, a tree eviction) are events too, first at equal
 times, then arrivals, then step ends, then wake-ups. A response completes, for the router, when
 the request finishes on its replica (or is refused there at arrival).
+
+One server stops a run of decode steps at every arrival, so the next request can be scheduled;
+in a fleet a run stops only when a request reaches its replica (the server's `cut`, to the same
+step boundary the arrival would have stopped it at), so N replicas do not split their runs at
+every one of the fleet's arrivals. A server without `cut` stops at every arrival as alone.
 """
 
 from __future__ import annotations
@@ -40,16 +45,20 @@ class FleetLoop:
         self.replica_of: list[int] = []
         self.logs = [ReplicaLog() for _ in engines]
         self.concurrency = Concurrency()
-        self._heap: list[tuple[float, int, int, int]] = []
+        self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self._next = 0
         self._settled = 0
+        self._cuts = [getattr(e, "cut", None) for e in self.engines]
+        self._started = [0.0] * len(self.engines)  # when each replica's step in flight began
+        self._length = [0.0] * len(self.engines)  # and how long it takes
+        self._version = [0] * len(self.engines)  # a cut step's old end is ignored
         self._seen = [(0, 0)] * len(self.engines)  # (running, queued) last observed per replica
         self._running = self._queued = 0  # their sums: the fleet's, kept as replicas change
 
-    def _push(self, time: float, kind: int, replica: int = -1) -> None:
+    def _push(self, time: float, kind: int, replica: int = -1, version: int = 0) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (time, kind, self._seq, replica))
+        heapq.heappush(self._heap, (time, kind, self._seq, replica, version))
 
     def _next_arrival(self) -> float:
         reqs = self.requests
@@ -61,7 +70,7 @@ class FleetLoop:
         self._schedule_tick(0.0)
         reported = 0
         while self._heap:
-            now, kind, _, r = heapq.heappop(self._heap)
+            now, kind, _, r, version = heapq.heappop(self._heap)
             if kind == TICK:
                 if self._settled < len(self.requests):
                     self.router.tick(now)
@@ -70,6 +79,8 @@ class FleetLoop:
             if kind == ARRIVAL:
                 r = self._arrive(now)
             elif kind == STEP_END:
+                if version != self._version[r]:
+                    continue  # the step was cut short; its new end is queued
                 self._finish_step(now, r)
             elif not self.engines[r].busy:
                 self._step(now, r)
@@ -114,6 +125,13 @@ class FleetLoop:
         engine.arrive(req, rec, now)
         if not engine.busy:
             self._push(now, WAKE, r)
+        elif (cut := self._cuts[r]) is not None:
+            start = self._started[r]
+            if (duration := cut(start, now)) is not None:
+                self.logs[r].busy_s += duration - self._length[r]
+                self._length[r] = duration
+                self._version[r] += 1
+                self._push(start + duration, STEP_END, r, self._version[r])
         return r
 
     def _finish_step(self, now: float, r: int) -> None:
@@ -124,9 +142,11 @@ class FleetLoop:
 
     def _step(self, now: float, r: int) -> None:
         engine = self.engines[r]
-        duration = engine.start_step(now, self._next_arrival())
+        horizon = math.inf if self._cuts[r] is not None else self._next_arrival()
+        duration = engine.start_step(now, horizon)
         if duration is not None:
+            self._started[r], self._length[r] = now, duration
             self.logs[r].busy_s += duration
-            self._push(now + duration, STEP_END, r)
+            self._push(now + duration, STEP_END, r, self._version[r])
         elif now < (wake := engine.next_wake()) < math.inf:
             self._push(wake, WAKE, r)

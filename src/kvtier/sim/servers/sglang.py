@@ -87,6 +87,7 @@ class SGLangServer:
         self._steps = 0  # decode steps so far
         self._pending: list[Live] = []  # what the step in flight prefills (chunked batch)
         self._pending_decode = 0  # decode steps the step in flight covers
+        self._run_yields = False  # the decode run in flight stops for an arrival (nothing waited)
         self._budget = 0  # prefill tokens left in the batch being formed
         self._compute_s = 0.0
         self._load_s = 0.0
@@ -263,7 +264,23 @@ class SGLangServer:
             until = self.timing.decode_steps_before(limit - now, self._decode_kv, batch)
             steps = min(steps, until)
         self._pending_decode = steps
+        self._run_yields = not self.waiting
         return self.timing.decode_steps_s(steps, self._decode_kv, batch)
+
+    def cut(self, start: float, now: float) -> float | None:
+        """Stop the decode run begun at `start` at its first step boundary at or after `now`,
+        as `start_step` would have with `now` as its horizon (a request arrived); the run's new
+        duration, or None when it already ends there, ignored the horizon (requests were
+        waiting) or is no decode run. A fleet cuts a replica's run only when a request reaches
+        that replica, where one server stops at every arrival."""
+        if not (self.busy and self._pending_decode and self._run_yields) or now <= start:
+            return None
+        batch = len(self.decoding)
+        until = self.timing.decode_steps_before(now - start, self._decode_kv, batch)
+        if until >= self._pending_decode:
+            return None
+        self._pending_decode = until
+        return self.timing.decode_steps_s(until, self._decode_kv, batch)
 
     def finish_step(self, now: float) -> list[RequestRecord]:
         """Apply the step that ends at `now`; return the requests that finished."""
