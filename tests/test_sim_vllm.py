@@ -76,9 +76,9 @@ def test_the_free_queue_evicts_the_least_recently_used_unit() -> None:
     b = pool.cache(2, 32)
     assert b is not None
     pool.release([b], 0)  # unit 2 free, cached, more recent
-    assert pool.match(((1, 32),), 99) == [a]
+    assert pool.match(((1, 32),), 99) == ([a], 32, 32)  # held by nobody: idle
     pool.take(1)  # no plain block is left: the least recently freed unit goes, whole
-    assert pool.match(((1, 32),), 99) == [] and pool.match(((2, 32),), 99) == [b]
+    assert pool.match(((1, 32),), 99)[0] == [] and pool.match(((2, 32),), 99)[0] == [b]
     assert pool.evicted == 32 and pool.free == 31 + 32
 
 
@@ -91,7 +91,7 @@ def test_a_running_unit_is_pinned() -> None:
         pool.take(9)  # 8 free: the held unit cannot be evicted
     pool.release([unit], 0)
     pool.take(9)
-    assert pool.match(((1, 32),), 99) == []
+    assert pool.match(((1, 32),), 99) == ([], 0, 0)
 
 
 def test_blocks_running_out_preempt_the_last_request_and_it_recomputes() -> None:

@@ -63,17 +63,16 @@ class VReq:
     rec: RequestRecord
     units: tuple[tuple[Key, int], ...]  # the prompt's units (shared keys)
     computed: int = 0  # num_computed_tokens
+    num_tokens: int = 0  # prompt and output so far (set at arrival)
     generated: int = 0  # output tokens produced
     held: list[Unit] = field(default_factory=list)  # cached units it holds, in order
     blocks: int = 0  # engine blocks it holds, held units included
-    next_unit: int = 0  # its first unit not yet cached by it (or found cached)
-    unit_blocks: int = 0  # engine blocks up to next_unit
+    next_unit: int = 0  # its first prompt unit not yet cached by it (or found cached)
+    unit_blocks: int = 0  # engine blocks of the prompt units up to next_unit
+    own: Unit | None = None  # its own full blocks past the prompt's units, one growing unit
+    own_was: tuple[Key, int] | None = None  # that unit's key and blocks when last freed
     preempted: int = 0
     load_tokens: int = 0  # host hit to load in the step that admits it
-
-    @property
-    def num_tokens(self) -> int:
-        return self.req.input_len + self.generated
 
 
 class VllmServer:
@@ -93,6 +92,8 @@ class VllmServer:
         self.preemptions = 0
         self._plan: list[tuple[VReq, int]] = []
         self._steps = 1  # decode steps the step in flight covers (1 unless advanced together)
+        # the waiting head at its last failed try: the pool's version then, the budget it had
+        self._failed: tuple[VReq | None, int, int] = (None, -1, 0)
 
     @property
     def running(self) -> int:
@@ -122,7 +123,7 @@ class VllmServer:
     def arrive(self, req: TraceRequest, rec: RequestRecord, now: float) -> None:
         lim = self.limits
         units = prompt_units(req.blocks, req.input_len, lim.trace_block, lim.block_size)
-        self._enqueue(VReq(req, rec, units))
+        self._enqueue(VReq(req, rec, units, num_tokens=req.input_len))
 
     def _enqueue(self, r: VReq, front: bool = False) -> None:
         if self.limits.policy == PRIORITY:
@@ -148,29 +149,34 @@ class VllmServer:
             self.busy = False
             return None
         self.busy = True
-        decode = [r for r, _ in self._plan if r.computed == r.num_tokens - 1]
-        if len(decode) == len(self._plan) and not preempted:
+        compute = 0.0
+        decode = kv = 0
+        for r, n in self._plan:
+            if r.computed == r.num_tokens - 1:
+                decode += 1
+                kv += r.num_tokens
+            else:
+                compute += self.timing.prefill_s(n, r.computed)
+        if decode == len(self._plan) and not preempted:
             # nothing can be admitted before a finish: waiting is empty or its head failed
             self._steps = self._decode_run(math.inf if self.waiting else horizon, now)
-        compute = sum(
-            self.timing.prefill_s(n, r.computed)
-            for r, n in self._plan
-            if r.computed != r.num_tokens - 1
-        )
         if decode:
-            kv = sum(r.num_tokens for r in decode)
-            compute += self.timing.decode_steps_s(self._steps, kv, len(decode))
+            compute += self.timing.decode_steps_s(self._steps, kv, decode)
         load_s = self.timing.load_s(load)
         self.pcie_busy_s += load_s
         return compute + load_s
 
     def _schedule_running(self, budget: int) -> tuple[int, bool]:
+        size = self.limits.block_size
         preempted = False
         i = 0
         while i < len(self.run) and budget > 0:
             r = self.run[i]
             n = min(r.num_tokens - r.computed, budget)
-            while not self._allocate(r, r.computed + n):
+            end = r.computed + n
+            # most decode steps need no new block and complete none
+            slow = end > r.blocks * size or r.next_unit < len(r.units)
+            while slow and not self._allocate(r, end):
                 victim = self._victim()
                 if self.run.index(victim) < i:
                     i -= 1
@@ -207,60 +213,82 @@ class VllmServer:
         self._enqueue(r, front=True)
 
     def _free(self, r: VReq) -> None:
+        self._cache_own(r)
         self.pool.release(r.held, r.blocks - sum(u.blocks for u in r.held))
         r.held = []
         r.blocks = r.next_unit = r.unit_blocks = 0
+        if r.own is not None:
+            r.own_was, r.own = (r.own.key, r.own.blocks), None
+
+    def _cache_own(self, r: VReq) -> None:
+        """Cache the request's full blocks past its prompt's units, as one unit. vLLM caches
+        each as it fills; only the request itself can hit them, and only once it is freed, so
+        caching them at the free is the same."""
+        if r.next_unit < len(r.units):
+            return
+        full = min(r.computed, r.num_tokens) // self.limits.block_size - r.unit_blocks
+        if r.own is not None:
+            r.own.blocks = max(r.own.blocks, full)
+        elif full > 0:
+            r.own = self.pool.cache(own_key(r.req.rid, r.preempted), full)
+            if r.own is not None:
+                r.held.append(r.own)
 
     def _allocate(self, r: VReq, tokens: int) -> bool:
         """allocate_slots for `r` up to `tokens` computed tokens; False when the pool lacks
         blocks. Caches the units those tokens complete."""
+        pool = self.pool
         need = -(-tokens // self.limits.block_size) - r.blocks
-        if need > self.pool.free:
-            return False
         if need > 0:
-            self.pool.take(need)
+            if need <= pool.plain:
+                pool.plain -= need  # the front of the queue holds them: nothing to evict
+            elif need <= pool.plain + pool.queued_blocks:
+                pool.take(need)
+            else:
+                return False
             r.blocks += need
-        self._cache_upto(r, min(tokens, r.num_tokens))
+        self._cache_upto(r, tokens if tokens < r.num_tokens else r.num_tokens)
         return True
 
     def _cache_upto(self, r: VReq, tokens: int) -> None:
         full = tokens // self.limits.block_size
-        units = r.units
-        while r.next_unit < len(units) and r.unit_blocks + units[r.next_unit][1] <= full:
-            key, n = units[r.next_unit]
-            unit = self.pool.cache(key, n)
-            if unit is not None:
-                r.held.append(unit)
-            if self.host is not None:
-                self.host.store(key, n)
-            r.next_unit += 1
-            r.unit_blocks += n
-        if r.next_unit < len(units):
+        if full <= r.unit_blocks or r.next_unit == len(r.units):
             return
-        # past the prompt's units: the request's own blocks, by position
-        while r.unit_blocks < full:
-            unit = self.pool.cache(own_key(r.req.rid, r.unit_blocks), 1)
-            if unit is not None:
-                r.held.append(unit)
-            r.unit_blocks += 1
+        units = r.units
+        i, done = r.next_unit, r.unit_blocks
+        pool, held = self.pool, r.held
+        cached = pool.cached if pool.caching else None
+        start = i
+        while i < len(units) and done + units[i][1] <= full:
+            key, n = units[i]
+            # BlockPool.cache, inlined: this loop runs once per unit of every prompt
+            if cached is not None and key not in cached:
+                unit = Unit(key, n, 1)
+                cached[key] = unit
+                held.append(unit)
+            i += 1
+            done += n
+        if i > start:
+            pool.version += 1
+            if self.host is not None:
+                for key, n in units[start:i]:
+                    self.host.store(key, n)
+        r.next_unit, r.unit_blocks = i, done
 
-    def _lookup(self, r: VReq) -> tuple[list[Unit], int]:
-        """The device hit (units) and the host hit (engine blocks) past it."""
-        size = self.limits.block_size
-        limit = (r.num_tokens - 1) // size
+    def _lookup(self, r: VReq) -> tuple[list[Unit], int, int, int]:
+        """The device hit (units, their blocks, those of them idle) and the host hit (engine
+        blocks) past it."""
+        limit = (r.num_tokens - 1) // self.limits.block_size
         units = r.units if not r.preempted else self._own_units(r)
-        hit = self.pool.match(units, limit)
+        hit, local, idle = self.pool.match(units, limit)
         host = 0
         if self.host is not None:
-            host = self.host.match(units[len(hit) :], limit - sum(u.blocks for u in hit))
-        return hit, host
+            host = self.host.match(units[len(hit) :], limit - local)
+        return hit, local, idle, host
 
     def _own_units(self, r: VReq) -> tuple[tuple[Key, int], ...]:
-        """A preempted request's units: its prompt's, then its own blocks so far."""
-        done = sum(n for _, n in r.units)
-        full = r.num_tokens // self.limits.block_size
-        own = tuple((own_key(r.req.rid, b), 1) for b in range(done, full))
-        return r.units + own
+        """A preempted request's units: its prompt's, then its own blocks when last freed."""
+        return r.units if r.own_was is None else (*r.units, r.own_was)
 
     def _schedule_waiting(self, budget: int, now: float) -> int:
         """Admit waiting requests; returns the host tokens their admission loads."""
@@ -268,18 +296,26 @@ class VllmServer:
         load = 0
         while budget > 0 and self.waiting and len(self.run) < self.limits.max_num_seqs:
             r = self.waiting[0]
-            hit, host = self._lookup(r)
-            local = sum(u.blocks for u in hit)
+            failed = self._failed
+            if failed[0] is r and failed[1] == self.pool.version and budget >= failed[2]:
+                break  # nothing that could make it fit has happened since it last failed
+            hit, local, idle, host = self._lookup(r)
             cached = (local + host) * size
             n = min(r.num_tokens - cached, budget)
-            need = -(-(cached + n) // size) - local + self.pool.free_in(hit)
+            need = -(-(cached + n) // size) - local + idle
             if need > self.pool.free:
+                self._failed = (r, self.pool.version, budget)
                 break
             self.waiting.popleft()
             self.pool.touch(hit)
+            if host and self.host is not None:
+                self.host.touch(r.units[len(hit) : len(hit) + self._host_units(r, len(hit), host)])
             r.held = list(hit)
             r.blocks = local
             r.next_unit, r.unit_blocks = len(hit), local
+            if len(hit) > len(r.units):
+                r.own = hit[-1]  # its own blocks, found again after a preemption
+                r.next_unit, r.unit_blocks = len(r.units), local - r.own.blocks
             r.computed = cached
             self._allocate(r, cached + n)
             if not r.preempted:
@@ -290,6 +326,15 @@ class VllmServer:
             self._plan.append((r, n))
             budget -= n
         return load
+
+    @staticmethod
+    def _host_units(r: VReq, start: int, blocks: int) -> int:
+        """How many of `r`'s units from `start` on make up `blocks` engine blocks."""
+        k = 0
+        while blocks > 0:
+            blocks -= r.units[start + k][1]
+            k += 1
+        return k
 
     def _decode_run(self, horizon: float, now: float) -> int:
         """Decode steps the current all-decode batch may take at once (>= 1)."""
@@ -318,17 +363,20 @@ class VllmServer:
         self.busy = False
         done: list[RequestRecord] = []
         steps = self._steps
-        for r, n in self._plan:
-            if steps > 1:  # decode steps advanced together: their blocks, then their tokens
+        if steps > 1:  # decode steps advanced together: every block they took, then finishes
+            for r, _ in self._plan:
                 r.computed += steps
                 r.generated += steps
+                r.num_tokens += steps
                 self._allocate(r, r.computed)
-            else:
+        for r, n in self._plan:
+            if steps == 1:
                 r.computed += n
                 if r.computed < r.num_tokens:
                     continue  # a prefill chunk short of the prompt's end
                 r.generated += 1
-            if math.isnan(r.rec.first_token_s):
+                r.num_tokens += 1
+            if r.generated == steps:  # its first token
                 r.rec.first_token_s = now
             if r.generated >= r.req.output_len:
                 self.run.remove(r)

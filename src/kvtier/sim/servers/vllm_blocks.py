@@ -85,18 +85,23 @@ class BlockPool:
         self.queued_blocks = 0
         self.plain = num_blocks  # free unhashed blocks, at the queue's front
         self.evicted = 0  # cached blocks whose hash was dropped
+        self.version = 0  # counts the changes that can make a failed admission fit
 
     @property
     def free(self) -> int:
         """get_num_free_blocks: the free queue's length."""
         return self.plain + self.queued_blocks
 
-    def match(self, units: Sequence[tuple[Key, int]], max_blocks: int) -> list[Unit]:
-        """The cached units leading `units`, no more than `max_blocks` engine blocks in all."""
-        if not self.caching:
-            return []
+    def match(
+        self, units: Sequence[tuple[Key, int]], max_blocks: int
+    ) -> tuple[list[Unit], int, int]:
+        """The cached units leading `units`, no more than `max_blocks` engine blocks in all;
+        their blocks, and those of them in the free queue (held by nobody: touching them takes
+        them off it)."""
         hit: list[Unit] = []
-        total = 0
+        total = idle = 0
+        if not self.caching:
+            return hit, total, idle
         cached = self.cached
         for key, n in units:
             unit = cached.get(key)
@@ -104,14 +109,12 @@ class BlockPool:
                 break
             hit.append(unit)
             total += n
-        return hit
-
-    @staticmethod
-    def free_in(units: Sequence[Unit]) -> int:
-        """Blocks of `units` in the free queue (held by nobody): touching them takes them."""
-        return sum(u.blocks for u in units if u.ref == 0)
+            if not unit.ref:
+                idle += n
+        return hit, total, idle
 
     def touch(self, units: Sequence[Unit]) -> None:
+        self.version += 1
         for unit in units:
             if unit.ref == 0:
                 del self.queue[unit.key]
@@ -137,11 +140,13 @@ class BlockPool:
             return None
         unit = Unit(key, n, 1)
         self.cached[key] = unit
+        self.version += 1
         return unit
 
     def release(self, held: Sequence[Unit], private: int) -> None:
         """free(): the request's cached units, tail first, to the queue's end; its `private`
         unhashed blocks to the front."""
+        self.version += 1
         self.plain += private
         for unit in reversed(held):
             unit.ref -= 1
@@ -161,15 +166,19 @@ class HostLRU:
         self.evicted = 0
 
     def match(self, units: Sequence[tuple[Key, int]], max_blocks: int) -> int:
-        """Engine blocks of the units of `units` held here, from the first on, touched."""
+        """Engine blocks of the units of `units` held here, from the first on."""
         total = 0
         held = self.units
         for key, n in units:
             if held.get(key) != n or total + n > max_blocks:
                 break
-            held.move_to_end(key)
             total += n
         return total
+
+    def touch(self, units: Sequence[tuple[Key, int]]) -> None:
+        """The units a request loads from here become the most recently used."""
+        for key, _ in units:
+            self.units.move_to_end(key)
 
     def store(self, key: Key, n: int) -> None:
         held = self.units
