@@ -271,3 +271,23 @@ def test_ranks_a_second_apart_are_not_time_going_back() -> None:
         for i, t in enumerate(("03-01 10:00:05.900", "03-01 10:00:05.100"))
     )
     assert _samples(text) == [0.0, 0.0]  # the later line keeps the clock where it was
+
+
+def test_a_batch_of_a_billion_requests_is_refused_before_anything_is_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = []
+    for i in range(30):
+        seqs = 1_000_000_000 if i == 5 else 4
+        lines.append(
+            f"[2026-03-01 10:00:{i:02d} TP0] Prefill batch. #new-seq: {seqs}, #new-token: 8192, "
+            "#cached-token: 291, token usage: 0.30, #running-req: 3, #queue-req: 2\n"
+        )
+    log = tmp_path / "serving.log"
+    log.write_text("".join(lines))
+    deployment = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
+    argv = ["simulate", "--from-log", str(log), *deployment, "--mean-output-tokens", "256"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert "admit 1,000,000,0" in err and "a fitted workload holds at most 1,000,000" in err

@@ -127,6 +127,11 @@ def _sglang_admissions(
     return [count_of.get(id(s), 0.0) for s in data.samples], prompt_total, mean, reuse
 
 
+# Requests a fitted trace may hold: the trace is built in memory before it replays (a day of a
+# busy server at ten requests a second; a line claiming more is not a window kvtier can replay)
+MAX_FITTED_REQUESTS = 1_000_000
+
+
 def _arrivals(
     samples: tuple[Sample, ...], admitted: list[float], at: list[float], start: float
 ) -> tuple[list[tuple[float, float, float]], list[float], list[int]]:
@@ -191,6 +196,12 @@ def fit_workload(
     how = "the first line's running requests: admitted before the window opens"
     notes.append(Inference("running at start", first_running, how))
     total = sum(n for _, _, n in arrivals)
+    if total + first_running > MAX_FITTED_REQUESTS:
+        raise KvtierError(
+            f"{src}: the log's lines admit {total + first_running:,.0f} requests in "
+            f"{duration:g} s; a fitted workload holds at most {MAX_FITTED_REQUESTS:,}: give a "
+            "shorter window of the log"
+        )
     notes.append(Inference("arrivals", total, "admitted + change of the queue"))
     decode = tuple(
         DecodeReading(int(s.fields["running"]), s.fields["gen_tps"], s.fields.get("kv_usage"))

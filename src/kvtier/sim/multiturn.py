@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvtier.errors import KvtierError
+from kvtier.sim.ordered_pool import OrderedPool
 from kvtier.sim.trace import MAX_LENGTH, MAX_ROUND, MOONCAKE_BLOCK_TOKENS, TraceRequest
 from kvtier.sim.workload import Context, IdSource, advance, prompt_ids
 
@@ -135,8 +136,10 @@ class ReadyQueue:
     def __init__(self, spec: MultiturnSpec, rng: random.Random) -> None:
         self.spec = spec
         self.rng = rng
-        self.ready = list(range(spec.clients))  # every client's first turn, in client order
-        self.held: list[int] = []  # next-round turns the barrier holds back
+        # every client's first turn, in client order; popped at random indices, so kept in an
+        # OrderedPool (a list's pop(i) would make ten million turns quadratic)
+        self.ready: OrderedPool[int] = OrderedPool(range(spec.clients))
+        self.held: OrderedPool[int] = OrderedPool()  # next-round turns the barrier holds back
         self.sent = [0] * spec.clients
 
     def pop(self) -> int | None:
@@ -154,7 +157,7 @@ class ReadyQueue:
         if more and self.sent[client] < self.spec.rounds:
             (self.held if self.spec.round_barrier else self.ready).append(client)
         if not self.ready and not in_flight:
-            self.ready, self.held = self.held, []
+            self.ready, self.held = self.held, OrderedPool()
 
 
 def multiturn(spec: MultiturnSpec, seed: int) -> tuple[TraceRequest, ...]:
