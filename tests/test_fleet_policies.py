@@ -50,7 +50,7 @@ def req(rid: int, blocks: tuple[int, ...], tokens: int | None = None) -> TraceRe
 
 
 def test_names_are_the_cli_names() -> None:
-    from kvtier.cli.simulate_fleet import ROUTERS
+    from kvtier.cli.flags.simulate import ROUTERS
 
     assert NAMES == ROUTERS == tuple(policies(512))
 

@@ -220,16 +220,17 @@ def test_options_before_or_after_the_trace(chat: Path, capsys: pytest.CaptureFix
 
 def test_help_states_the_simulator_names_and_defaults() -> None:
     from kvtier.cli import simulate as cli
-    from kvtier.cli.simulate_fleet import MAX_REPLICAS, SHARED_PREFIX
+    from kvtier.cli.flags import simulate as table
+    from kvtier.cli.simulate_fleet import SHARED_PREFIX
     from kvtier.cli.simulate_hicache import MULTITURN
     from kvtier.sim import timing
     from kvtier.sim.fleet import run as fleet_run
     from kvtier.sim.sweep import SWEEPABLE
     from kvtier.sim.workload import GENERATORS
 
-    assert (*GENERATORS, MULTITURN, SHARED_PREFIX) == cli.WORKLOADS
-    assert MAX_REPLICAS == fleet_run.MAX_REPLICAS
-    assert tuple(SWEEPABLE) == cli.SWEEPS
+    assert (*GENERATORS, MULTITURN, SHARED_PREFIX) == table.WORKLOADS
+    assert table.MAX_REPLICAS == fleet_run.MAX_REPLICAS
+    assert tuple(SWEEPABLE) == table.SWEEPS
     assert f"prefill at {timing.COMPUTE_EFFICIENCY} of dense bf16 peak" in cli.EPILOG
     assert f"decode at\n{timing.HBM_EFFICIENCY} of HBM bandwidth" in cli.EPILOG
     assert f"reads at {timing.STORE_GBPS} GB/s" in cli.EPILOG

@@ -326,12 +326,12 @@ def test_flags_for_another_input_are_one_line(
 
 
 def test_the_cli_names_match_the_models() -> None:
-    from kvtier.cli import simulate_hicache as cli
+    from kvtier.cli.flags import simulate as table
     from kvtier.sim.servers import prefetch
 
-    assert cli.READY_QUEUES == READY_QUEUE_POLICIES
-    assert cli.DEFAULTS == BENCHMARK_DEFAULTS
-    assert tuple(p.value for p in prefetch.PrefetchPolicy) == cli.PREFETCH_POLICIES
+    assert table.READY_QUEUES == READY_QUEUE_POLICIES
+    assert table.MULTITURN_DEFAULTS == BENCHMARK_DEFAULTS
+    assert tuple(p.value for p in prefetch.PrefetchPolicy) == table.PREFETCH_POLICIES
 
 
 def test_the_sglang_version_sets_the_prefetch_defaults(capsys: pytest.CaptureFixture[str]) -> None:

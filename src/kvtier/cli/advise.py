@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from kvtier.cli.flags import ADVISE, add_flags, refuse
 from kvtier.cli.parser import add_subcommand
-from kvtier.cli.plan import add_deployment_arguments, deployment_from_args, warn_ignored
-from kvtier.cli.values import GBPS, GIB, HOST_GB, TOKENS
+from kvtier.cli.plan import deployment_from_args, warn_ignored
 from kvtier.errors import KvtierError
 
 EPILOG = """\
@@ -29,35 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "the exact engine flags. GPU figures in GiB (2^30), host RAM in decimal GB.",
         epilog=EPILOG,
     )
-    a = p.add_argument_group("advice")
-    a.add_argument(
-        "--margin-gib",
-        type=GIB,
-        default=2.0,
-        help="GiB to keep free at the end of startup when raising the fraction",
-    )
-    a.add_argument(
-        "--host-ram-gb",
-        type=HOST_GB,
-        help="host RAM available on the node (GB, as `free -g` available)",
-    )
-    a.add_argument(
-        "--load-tokens",
-        type=TOKENS,
-        default=32768,
-        help="tokens to reload from host when pricing the host tier",
-    )
-    a.add_argument(
-        "--node-host-gbps",
-        type=GBPS,
-        help="host-to-GPU GB/s the node sustains in total (shared by its GPUs)",
-    )
-    a.add_argument(
-        "--target-requests",
-        type=TOKENS,
-        help="requests that must run at once (with one --context length)",
-    )
-    add_deployment_arguments(p, launch=True)
+    add_flags(p, ADVISE)
     p.set_defaults(run=run)
 
 
@@ -67,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from kvtier.ledger.target import solve
     from kvtier.report.ledger_view import print_advice
 
-    deployment = deployment_from_args(args)
+    refuse(args, ADVISE)
+    deployment = deployment_from_args(args, ADVISE)
     warn_ignored(deployment)
     inputs = resolve(deployment, args.context, args.pcie_gbps)
     base = build_ledger(inputs)

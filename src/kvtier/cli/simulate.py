@@ -6,30 +6,13 @@ import argparse
 import os
 from typing import Any
 
+from kvtier.cli.flags import SIMULATE, add_flags, refuse
 from kvtier.cli.parser import add_subcommand
-from kvtier.cli.plan import add_deployment_arguments, deployment_from_args, warn_ignored
+from kvtier.cli.plan import deployment_from_args, warn_ignored
 from kvtier.cli.progress import Progress
-from kvtier.cli.values import (
-    FINITE,
-    FRACTION,
-    GBPS,
-    GPUS,
-    MAX_REQUESTS,
-    MAX_TOKENS,
-    TFLOPS,
-    TOKENS,
-    count,
-    counts,
-    number,
-)
 from kvtier.errors import KvtierError
 from kvtier.files import MAX_TRACE_BYTES, check_output, open_input
 from kvtier.report.json_text import json_text
-
-# Names and defaults the help text states; kvtier.sim is imported only when a simulation runs
-# (tests check these against kvtier.sim.workload.GENERATORS, sim.sweep.SWEEPABLE, sim.timing).
-WORKLOADS = ("chat", "system-prompt", "agent", "doc-qa", "multiturn", "shared-prefix")
-SWEEPS = ("hicache-ratio", "mem-fraction-static", "kv-cache-dtype", "pcie-gbps")
 
 DESCRIPTION = """\
 Replay a Mooncake-format trace (JSONL: timestamp ms, input_length, output_length, hash_ids over
@@ -79,97 +62,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
     )
     p.add_argument("trace", nargs="?", help="Mooncake JSONL trace")
-    w = p.add_argument_group("synthetic workloads (written in the Mooncake format)")
-    w.add_argument(
-        "--generate",
-        choices=WORKLOADS,
-        metavar="KIND",
-        help=f"generate a workload: {', '.join(WORKLOADS)}",
-    )
-    w.add_argument("--seed", type=count(0, 1 << 63), default=0)
-    w.add_argument(
-        "--requests",
-        type=count(1, MAX_REQUESTS),
-        help="requests to generate (default 1000; multiturn: clients x rounds)",
-    )
-    w.add_argument(
-        "--rate", type=number(1e-6, 1e6), default=1.0, help="sessions (or requests) per second"
-    )
-    w.add_argument(
-        "-o",
-        "--output",
-        help="write the generated trace here and stop (--from-log: the fitted trace, and go on)",
-    )
-    s = p.add_argument_group("simulation")
-    s.add_argument("--device-tokens", type=TOKENS, help="device KV tokens (default: the ledger's)")
-    s.add_argument(
-        "--hicache-write-policy",
-        choices=("write_through", "write_through_selective", "write_back"),
-        help="when the host tier takes a copy of device pages (default: a pasted launch "
-        "command's --hicache-write-policy, else write_through, SGLang's default)",
-    )
-    s.add_argument(
-        "--store-tokens",
-        type=count(0, MAX_TOKENS),
-        default=0,
-        help="L3 store (disk) capacity in tokens behind the host tier (default: none)",
-    )
-    s.add_argument("--unbounded", action="store_true", help="reference: a cache that never evicts")
-    s.add_argument(
-        "--lru-tokens",
-        type=counts(1, MAX_TOKENS),
-        metavar="N[,N...]",
-        help="reference: single-tier LRU of N tokens; several sizes replay in one pass",
-    )
-    s.add_argument(
-        "--warmup-fraction",
-        type=FINITE,
-        default=0.0,
-        help="measure hit rates and latency only after the first F of the requests",
-    )
-    s.add_argument(
-        "--time-scale",
-        type=FINITE,
-        default=1.0,
-        metavar="F",
-        help="multiply arrival times by F (2: the same trace at half the load)",
-    )
-    s.add_argument(
-        "--sweep",
-        metavar="NAME=V1,V2",
-        help=f"one run per value; NAME one of {', '.join(SWEEPS)}, or (a fleet) router, replicas",
-    )
-    from kvtier.cli import simulate_hicache
-
-    simulate_hicache.add_arguments(p, s)
-    from kvtier.cli import simulate_fleet
-
-    simulate_fleet.add_arguments(p)
-    t = p.add_argument_group("timing model (defaults: see the end of this help)")
-    t.add_argument(
-        "--compute-efficiency", type=FRACTION, help="share of dense bf16 peak prefill reaches"
-    )
-    t.add_argument("--hbm-efficiency", type=FRACTION, help="share of HBM bandwidth decode reaches")
-    t.add_argument(
-        "--bf16-tflops", type=TFLOPS, help="dense bf16 TFLOP/s per GPU (default: catalog)"
-    )
-    t.add_argument("--hbm-gbps", type=GBPS, help="HBM GB/s per GPU (default: catalog)")
-    t.add_argument(
-        "--host-gbps",
-        type=GBPS,
-        help="host-side GB/s of the node shared by GPUs loading at once "
-        "(default: --pcie-gbps x GPUs per node / 2)",
-    )
-    t.add_argument("--store-gbps", type=GBPS, help="L3 store read GB/s of the node")
-    t.add_argument("--gpus-per-node", type=GPUS, dest="gpus", help="same as --gpus")
-    from kvtier.cli import simulate_from_log
-
-    simulate_from_log.add_arguments(p)
-    add_deployment_arguments(p, launch=True)
+    add_flags(p, SIMULATE)
     p.set_defaults(run=run)
 
 
 def _check(args: argparse.Namespace) -> None:
+    refuse(args, SIMULATE)
+    fitted = [f for f in ("mean_prompt_tokens", "mean_output_tokens") if getattr(args, f)]
+    if fitted and not args.from_log:
+        raise KvtierError(f"--{fitted[0].replace('_', '-')} applies to --from-log LOG")
     if not 0.0 <= args.warmup_fraction < 1.0:
         raise KvtierError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
     if not 1e-6 <= args.time_scale <= 1e6:
@@ -285,7 +186,7 @@ def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
     from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_result
     from kvtier.sim.timing import TimingFlags
 
-    deployment = simulate_hicache.with_policies(args, deployment_from_args(args))
+    deployment = simulate_hicache.with_policies(args, deployment_from_args(args, SIMULATE))
     warn_ignored(deployment)
     given = {
         name: getattr(args, name)

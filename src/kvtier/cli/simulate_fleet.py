@@ -1,5 +1,6 @@
-"""`kvtier simulate` flags for a fleet (replicas behind a router, an L3 store they share) and
-for inference-perf's shared-prefix workload (`--generate shared-prefix`)."""
+"""`kvtier simulate` with a fleet (replicas behind a router, an L3 store they share) and with
+inference-perf's shared-prefix workload (`--generate shared-prefix`): their checks and runs (the
+flags are rows of cli/flags/simulate.py)."""
 
 from __future__ import annotations
 
@@ -7,82 +8,13 @@ import argparse
 import dataclasses
 from typing import Any
 
-from kvtier.cli.values import GBPS, MAX_REQUESTS, MAX_TOKENS, count, number
+from kvtier.cli.flags.simulate import DEFAULT_ROUTER
 from kvtier.errors import KvtierError
 from kvtier.report.json_text import json_text
 
 SHARED_PREFIX = "shared-prefix"
-MAX_REPLICAS = 4096  # tests check it against kvtier.sim.fleet.run.MAX_REPLICAS
-# the CLI's policy names (tests check them against kvtier.sim.fleet.registry.NAMES)
-ROUTERS = (
-    "round-robin",
-    "random",
-    "least-load",
-    "power-of-two",
-    "session-affinity",
-    "sglang-cache-aware",
-    "llm-d-approximate",
-    "llm-d-precise",
-)
-DEFAULT_ROUTER = "sglang-cache-aware"  # sglang-router's own default policy, cache_aware
 FLEET_SWEEPS = ("router", "replicas")
 GENERATOR_FLAGS = ("groups", "prompts_per_group", "system_tokens", "question_tokens")
-FLEET_HELP = f"""\
-N identical replicas (each sized by the ledger as one server is) behind a router that sees only
-its own counters (and, for power-of-two, the replicas' /get_load polls). Policies:
-{", ".join(ROUTERS)} (default {DEFAULT_ROUTER}).
---router-opt KEY=VALUE sets a policy's option (see docs/fleet.md).
---sweep router=a,b,c or --sweep replicas=2,4,8 runs one fleet per value.
-  kvtier simulate --generate shared-prefix --groups 16 --prompts-per-group 5 \\
-      --system-tokens 6000 --question-tokens 1200 --output-tokens 256 --rate 4 \\
-      --requests 800 --seed 1 -o sp.jsonl
-  kvtier simulate sp.jsonl --engine sglang --model qwen3-32b --gpu h100 --tp 2 \\
-      --replicas 4 --sweep router=round-robin,sglang-cache-aware --json"""
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    f = p.add_argument_group("fleet: replicas behind a router", FLEET_HELP)
-    f.add_argument(
-        "--replicas", type=count(1, MAX_REPLICAS), metavar="N", help="identical servers (1)"
-    )
-    f.add_argument("--router", metavar="POLICY", help=f"routing policy: {', '.join(ROUTERS)}")
-    f.add_argument(
-        "--router-opt",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an option of the policy (repeatable), e.g. cache-threshold=0.5",
-    )
-    f.add_argument(
-        "--shared-store-tokens",
-        type=count(1, MAX_TOKENS),
-        metavar="N",
-        help="one L3 store of N tokens that every replica writes to and reads from",
-    )
-    f.add_argument("--shared-store-gbps", type=GBPS, metavar="G", help="its read GB/s, shared")
-    f.add_argument(
-        "--shared-store-latency-ms",
-        type=number(0.0, 1e6),
-        metavar="MS",
-        help="time to a read's first byte (default 0)",
-    )
-    f.add_argument(
-        "--jobs",
-        type=count(1, 256),
-        default=1,
-        metavar="N",
-        help="run a fleet sweep's points in N processes (default 1; results are the same)",
-    )
-    g = p.add_argument_group(
-        "--generate shared-prefix: inference-perf's shared_prefix data",
-        "G groups of P prompts: a group's S-token system prompt, then a Q-token question of the "
-        "prompt's own; the G x P prompts shuffled once and sent in that order again and again, "
-        "at Poisson times of --rate, --requests in all, each asking --output-tokens.",
-    )
-    g.add_argument("--groups", type=count(1, MAX_REQUESTS), metavar="G")
-    g.add_argument("--prompts-per-group", type=count(1, MAX_REQUESTS), metavar="P")
-    g.add_argument("--system-tokens", type=count(0, 1 << 27), metavar="S")
-    g.add_argument("--question-tokens", type=count(1, 1 << 27), metavar="Q")
 
 
 def _sweep_name(args: argparse.Namespace) -> str | None:

@@ -7,37 +7,12 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from kvtier.cli.values import count
 from kvtier.errors import KvtierError
 from kvtier.files import MAX_LOG_BYTES, check_output, open_input
 from kvtier.report.json_text import json_text
 
 if TYPE_CHECKING:
     from kvtier.sim.sweep import SweepResult
-
-FROM_LOG_HELP = """\
-fit a workload to a SGLang or vLLM serving log's periodic lines (arrivals, prompt and output
-lengths, reuse), calibrate the timing model's efficiencies to the throughput the log shows, and
-print observed vs simulated (hit rate, throughput, queue); with --sweep, the options for that
-traffic. Refused (exit 2, one line): a log with speculative decoding, or one admitting fewer than
-25 requests (the window a fit needs is said)"""
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("a workload fitted from a serving log")
-    g.add_argument("--from-log", metavar="LOG", help=FROM_LOG_HELP)
-    g.add_argument(
-        "--mean-prompt-tokens",
-        type=count(1, 1 << 27),
-        metavar="N",
-        help="mean prompt length where the log cannot count requests (vLLM)",
-    )
-    g.add_argument(
-        "--mean-output-tokens",
-        type=count(1, 1 << 27),
-        metavar="N",
-        help="mean output length where the log prints no generation throughput",
-    )
 
 
 def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:

@@ -1,31 +1,17 @@
-"""`kvtier simulate` flags for SGLang's multi-turn benchmark (`--generate multiturn`), the trace's
-block size, and HiCache's L3 prefetch policy."""
+"""`kvtier simulate` with SGLang's multi-turn benchmark (`--generate multiturn`), the trace's block
+size, and HiCache's L3 prefetch policy: their checks and what they build (the flags are rows of
+cli/flags/simulate.py)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from kvtier.cli.values import MAX_REQUESTS, SECONDS, count
+from kvtier.cli.flags.simulate import MULTITURN_DEFAULTS as DEFAULTS
 from kvtier.errors import KvtierError
 
 MULTITURN = "multiturn"
 SHARED_PREFIX = "shared-prefix"  # kvtier.cli.simulate_fleet's generator, which also asks O tokens
-READY_QUEUES = ("random", "fifo")  # tests check these against kvtier.sim.multiturn
-PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")  # and sim.servers.prefetch
-MULTITURN_HELP = """\
-Each turn sends the client's whole history (earlier requests and answers) plus a new request; a
-sender pops the ready queue at Poisson times of --rate turns/s. Lines carry `round` (0 first), and
---json reports hit_rate_by_round. With --max-parallel the clients run against the simulated
-server instead (closed loop). With --store-tokens, a request whose prefix continues in the L3
-store prefetches it while it waits; --hicache-storage-prefetch-policy says how long it waits.
-  kvtier simulate --generate multiturn --clients 16 --rounds 6 --request-tokens 2048 \\
-      --output-tokens 64 --rate 1 --round-barrier --block-tokens 64 --seed 1 -o mt.jsonl
-  kvtier simulate mt.jsonl --block-tokens 64 --engine sglang --model llama-3.1-8b --gpu h100 \\
-      --device-tokens 30000 --hicache-ratio 2 --store-tokens 10000000 --store-gbps 0.2 \\
-      --hicache-storage-prefetch-policy wait_complete --json"""
-# the benchmark's own defaults (tests check them against kvtier.sim.multiturn)
-DEFAULTS = {"clients": 256, "rounds": 5, "request_tokens": 512, "output_tokens": 64}
 PREFETCH_FLAGS = (
     "hicache_storage_prefetch_policy",
     "prefetch_threshold",
@@ -41,85 +27,6 @@ MULTITURN_FLAGS = (
     "ready_queue",
     "max_parallel",
 )
-
-
-def add_arguments(p: argparse.ArgumentParser, store: Any) -> None:
-    """Generator flags in their own group; prefetch flags in `store`, the simulation group."""
-    g = p.add_argument_group(
-        "--generate multiturn: SGLang's benchmark/hicache/bench_multiturn.py as a trace",
-        MULTITURN_HELP,
-    )
-    g.add_argument(
-        "--clients",
-        type=count(1, MAX_REQUESTS),
-        metavar="N",
-        help=f"conversations (default {DEFAULTS['clients']})",
-    )
-    g.add_argument(
-        "--rounds",
-        type=count(1, 1 << 20),
-        metavar="R",
-        help=f"turns per conversation (default {DEFAULTS['rounds']})",
-    )
-    g.add_argument(
-        "--request-tokens",
-        type=count(1, 1 << 27),
-        metavar="L",
-        help=f"new tokens each turn (default {DEFAULTS['request_tokens']})",
-    )
-    g.add_argument(
-        "--output-tokens",
-        type=count(1, 1 << 27),
-        metavar="O",
-        help=f"answer tokens each turn (default {DEFAULTS['output_tokens']})",
-    )
-    g.add_argument(
-        "--round-barrier",
-        action="store_true",
-        help="send a round's turns only after the whole previous round",
-    )
-    g.add_argument(
-        "--ready-queue",
-        choices=READY_QUEUES,
-        help="which ready turn is sent next (default random)",
-    )
-    g.add_argument(
-        "--max-parallel",
-        type=count(1, MAX_REQUESTS),
-        metavar="N",
-        help="run the clients against the simulated server (closed loop): a turn goes out only "
-        "after the client's previous answer, at most N at once (the benchmark's default: 128); "
-        "without it the trace is open loop, each answer taken as instant",
-    )
-    g.add_argument(
-        "--block-tokens",
-        type=count(1, 1 << 20),
-        default=None,
-        metavar="B",
-        help="tokens per hashed block of a generated or read trace (default 512, Mooncake's)",
-    )
-    store.add_argument(
-        "--hicache-storage-prefetch-policy",
-        choices=PREFETCH_POLICIES,
-        help="how long a request waits for its L3 hit: not at all, keeping what arrived "
-        "(best_effort), until all arrived (wait_complete), or until then or a timeout (timeout); "
-        "default: the SGLang version's (best_effort up to v0.5.11, timeout from v0.5.12)",
-    )
-    store.add_argument(
-        "--prefetch-threshold",
-        type=count(0, 1 << 40),
-        metavar="TOKENS",
-        help="fewest store-hit tokens worth a prefetch (default 256)",
-    )
-    store.add_argument(
-        "--prefetch-timeout-base",
-        type=SECONDS,
-        metavar="S",
-        help="timeout = base + per-ki-token x tokens / 1024, at most max "
-        "(default: 1, 0.25, none up to v0.5.11; 2, 0.1, 30 from v0.5.12)",
-    )
-    store.add_argument("--prefetch-timeout-per-ki-token", type=SECONDS, metavar="S")
-    store.add_argument("--prefetch-timeout-max", type=SECONDS, metavar="S")
 
 
 def check(args: argparse.Namespace) -> None:

@@ -85,6 +85,25 @@ def counts(least: int = 1, most: int = MAX_TOKENS) -> Callable[[str], list[int]]
     return parse
 
 
+def contexts(raw: str) -> tuple[int, ...]:
+    """Context lengths like 8192,32k: 1 to 64 whole lengths from 1 to MAX_TOKENS."""
+    values = []
+    for word in (w.strip().lower() for w in raw.split(",") if w.strip()):
+        scale = 1024 if word.endswith("k") else 1
+        try:
+            value = float(word.removesuffix("k")) * scale
+        except ValueError:
+            value = math.nan
+        if not (1 <= value <= MAX_TOKENS and value == int(value)):
+            raise argparse.ArgumentTypeError(
+                f"wants whole lengths like 8192,32k from 1 to {MAX_TOKENS:,}, got {raw!r}"
+            )
+        values.append(int(value))
+    if not values or len(values) > 64:
+        raise argparse.ArgumentTypeError(f"wants 1 to 64 lengths like 8192,32k, got {raw!r}")
+    return tuple(values)
+
+
 GPUS = count(1, MAX_GPUS)
 TOKENS = count(1, MAX_TOKENS)
 FRACTION = number(0.0, 1.0, above=True)  # (0, 1]: a memory fraction, an efficiency

@@ -58,6 +58,11 @@ class FlagTable:
         """The flag a command-line spelling (dashes, no leading --) names, or None."""
         return self._by_spelling.get(spelling)
 
+    def spelling(self, field: str) -> str | None:
+        """The engine's own flag for `field` (`--mem-fraction-static`), or None: it has none."""
+        flags = self._by_field.get(field)
+        return "--" + flags[0].spellings[0] if flags else None
+
     def printed(self, field: str) -> tuple[str, ...]:
         """The names the engine prints the arguments setting `field` under."""
         return tuple(dict.fromkeys(f.printed for f in self._by_field.get(field, ())))

@@ -18,6 +18,19 @@ from kvtier.logs.records import Args
 T = TypeVar("T")
 
 
+class GivenFlags(dict[str, object]):
+    """The user's settings by name, each with the flag that gave it (`written`), so a message
+    names the flag as typed: `--mem-fraction-static 0.5`, not the setting's name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: dict[str, str] = {}
+
+    def set(self, name: str, value: object, flag: str) -> None:
+        self[name] = value
+        self.written[name] = flag
+
+
 @dataclass
 class Settings:
     """Reads named settings from the log's argument dumps, then the user's flags, then defaults."""
@@ -39,19 +52,26 @@ class Settings:
         keys = self.table.printed(name) or (name,)
         from_log = self._from_log(name, keys, convert)
         flag = self.flags.get(name)
-        flag_value = None if flag is None else _convert(name, flag, convert, "--" + _dash(name))
+        label = self.flag_name(name)
+        flag_value = None if flag is None else _convert(name, flag, convert, label)
         if from_log is not None:
             if flag_value is not None and flag_value != from_log.value:
                 self.warnings.append(
-                    f"--{_dash(name)} {flag} contradicts the log ({from_log.where}: "
+                    f"{label} {flag} contradicts the log ({from_log.where}: "
                     f"{from_log.value}); the log's value is used"
                 )
             return from_log
         if flag_value is not None:
-            return stated(flag_value, f"--{_dash(name)}")
+            return stated(flag_value, label)
         if default is not None:
             return stated(default, default_how)
         return None
+
+    def flag_name(self, name: str) -> str:
+        """The flag that gave setting `name`: as the user typed it, else the engine's spelling."""
+        if isinstance(self.flags, GivenFlags) and name in self.flags.written:
+            return self.flags.written[name]
+        return self.table.spelling(name) or "--" + name.replace("_", "-")
 
     def _from_log(
         self, name: str, keys: tuple[str, ...], convert: Callable[[object], T]
@@ -66,10 +86,6 @@ class Settings:
                 except (TypeError, ValueError):
                     self.warnings.append(f"line {args.line}: {key}={raw!r} is not a valid {name}")
         return None
-
-
-def _dash(name: str) -> str:
-    return name.replace("_", "-")
 
 
 def _convert(name: str, raw: object, convert: Callable[[object], T], label: str) -> T:

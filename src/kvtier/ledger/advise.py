@@ -17,6 +17,7 @@ from kvtier.engines.deployment import Engine
 from kvtier.engines.figures import SGLangFigures, VllmFigures
 from kvtier.engines.host import load_seconds
 from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.launch import flag_table
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.rules import rules_for
 from kvtier.errors import KvtierError
@@ -27,6 +28,8 @@ DEFAULT_MARGIN_GIB = 2.0
 HOST_RATIOS = (2.0, 4.0, 8.0)
 FRACTION_STEPS = (0.80, 0.85, 0.88, 0.90, 0.92, 0.94, 0.96)
 SUGGESTED_MAX_RUNNING_REQUESTS = 256
+# vLLM's --kv-offloading-backend: no memory effect of its own, so not a Deployment field
+OFFLOADING_BACKEND = "--kv-offloading-backend"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +64,17 @@ def _conc(ledger: Ledger) -> tuple[tuple[int, float], ...]:
     return tuple((c.context, c.requests) for c in ledger.concurrency)
 
 
+def spelled(p: PlanInputs, field: str) -> str:
+    """The engine's own flag for Deployment `field` (its flag table's first spelling)."""
+    flag = flag_table(p.deployment.engine).spelling(field)
+    if flag is None:
+        raise ValueError(f"{p.deployment.engine} has no flag for {field}")
+    return flag
+
+
 def fraction_flag(p: PlanInputs) -> str:
     """The engine's memory-fraction flag."""
-    return (
-        "--mem-fraction-static"
-        if p.deployment.engine is Engine.SGLANG
-        else "--gpu-memory-utilization"
-    )
+    return spelled(p, "mem_fraction")
 
 
 def _kv_gib(ledger: Ledger) -> float:
@@ -159,7 +166,7 @@ def fp8_options(p: PlanInputs, base: Ledger) -> list[Option]:
         options.append(
             Option(
                 f"KV cache {name}",
-                ("--kv-cache-dtype", name),
+                (spelled(p, "kv_cache_dtype"), name),
                 led.kv_tokens,
                 _conc(led),
                 f"~2x tokens; quality risk: per-tensor scales, 1.0 unless {scales} gives k/v "
@@ -178,13 +185,13 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
     assert tier is not None and isinstance(base.figures, SGLangFigures)  # vLLM returned above
     per_token = base.figures.host_bytes_per_token  # in the pool's own KV dtype
     sizes: list[tuple[str, tuple[str, ...], float | None, float | None]] = [
-        (f"ratio {r:g}", ("--hicache-ratio", f"{r:g}"), r, None) for r in HOST_RATIOS
+        (f"ratio {r:g}", (spelled(p, "hicache_ratio"), f"{r:g}"), r, None) for r in HOST_RATIOS
     ]
     if d.hicache_size_gb:
         sizes.append(
             (
                 f"size {d.hicache_size_gb:g} GB",
-                ("--hicache-size", f"{d.hicache_size_gb:g}"),
+                (spelled(p, "hicache_size_gb"), f"{d.hicache_size_gb:g}"),
                 None,
                 d.hicache_size_gb,
             )
@@ -221,7 +228,7 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
         options.append(
             Option(
                 f"HiCache {label}",
-                ("--enable-hierarchical-cache", *flags),
+                (spelled(p, "enable_hierarchical_cache"), *flags),
                 base.kv_tokens,
                 _conc(base),
                 cost,
@@ -244,7 +251,7 @@ def _vllm_offload_options(p: PlanInputs, base: Ledger) -> list[Option]:
         options.append(
             Option(
                 f"CPU offload x{ratio:g}",
-                ("--kv-offloading-backend", "native", "--kv-offloading-size", str(size)),
+                (OFFLOADING_BACKEND, "native", spelled(p, "kv_offloading_size_gib"), str(size)),
                 base.kv_tokens,
                 _conc(base),
                 f"{size} GiB host RAM over {ranks} ranks; holds cached prefixes, not more running "
@@ -262,7 +269,7 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
     page = 64 if base.page_size < 64 else base.page_size * 2
     led = variant(p, page_size=page)
     if led is not None:
-        flag = "--page-size" if d.engine is Engine.SGLANG else "--block-size"
+        flag = spelled(p, "page_size")
         options.append(
             Option(
                 f"page size {page}",
@@ -281,7 +288,7 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
             options.append(
                 Option(
                     f"max running requests {n}",
-                    ("--max-running-requests", str(n)),
+                    (spelled(p, "max_running_requests"), str(n)),
                     led.kv_tokens,
                     _conc(led),
                     f"frees {freed:.2f} GiB of req_to_token table in the reserve (turn it "
@@ -299,7 +306,7 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
     chunk = d.chunked_prefill_size or in_force
     if chunk and chunking:
         led = variant(p, chunked_prefill_size=chunk // 2)
-        flag = "--chunked-prefill-size" if d.engine is Engine.SGLANG else "--max-num-batched-tokens"
+        flag = spelled(p, "chunked_prefill_size")
         if led is not None:
             options.append(
                 Option(
@@ -317,7 +324,7 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
             options.append(
                 Option(
                     f"cuda graph max bs {max_bs // 2}",
-                    ("--cuda-graph-max-bs", str(max_bs // 2)),
+                    (spelled(p, "cuda_graph_max_bs"), str(max_bs // 2)),
                     led.kv_tokens,
                     _conc(led),
                     f"frees ~{max_bs:.0f} MiB of graph memory (max_bs x 2 MiB); decode batches "
@@ -341,7 +348,7 @@ def _v0_chunked_prefill_option(p: PlanInputs, base: Ledger) -> list[Option]:
     return [
         Option(
             f"chunked prefill ({batch} tokens a step)",
-            ("--enable-chunked-prefill",),
+            (spelled(p, "enable_chunked_prefill"),),
             led.kv_tokens,
             _conc(led),
             f"the profile run batches {batch} tokens instead of {was}: a smaller activation "

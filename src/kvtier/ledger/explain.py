@@ -39,7 +39,7 @@ def explain_log(
     """Explain the last server start in `text`.
 
     `flags` holds the user's settings by name (`engine`, `model`, `tp`, `pp`, `dp`,
-    `mem_fraction`, `kv_cache_dtype`, `page_size`, `max_total_tokens`, `gpu`, `gpus`,
+    `mem_fraction`, `kv_cache_dtype`, `page_size`, `max_total_tokens`, `gpu`, `gpus_per_node`,
     `engine_version`, `host_ram_gb`); a value the log states wins over them. `measured` holds
     figures given as flags (`--draft-weights-gib`, `--cuda-graph-gib`, ...) for what the log
     does not print.

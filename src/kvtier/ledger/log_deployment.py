@@ -47,7 +47,7 @@ def log_deployment(inp: LogInputs, measured_flags: Measured | None = None) -> De
     gpu = inp.settings.flags.get("gpu")
     if isinstance(gpu, str):
         values["gpu"], origins["gpu"] = gpu, "kvtier flag"
-    gpus = inp.settings.flags.get("gpus")
+    gpus = inp.settings.flags.get("gpus_per_node")
     if isinstance(gpus, int):
         values["gpus_per_node"], origins["gpus_per_node"] = gpus, "kvtier flag"
     return Deployment(

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from kvtier.engines.deployment import Engine
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
-from kvtier.ledger.advise import Option, fraction_flag, max_safe_fraction, stores_fp8, variant
+from kvtier.ledger.advise import (
+    Option,
+    fraction_flag,
+    max_safe_fraction,
+    spelled,
+    stores_fp8,
+    variant,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +56,7 @@ def solve(
         return TargetAnswer(requests, context, need, option, reason)
 
     flag = fraction_flag(p)
+    dtype_flag = spelled(p, "kv_cache_dtype")
     fp8 = "fp8_e4m3" if p.deployment.engine is Engine.SGLANG else "fp8"
     top = max_safe_fraction(p, base, margin_gib)
     if base.kv_tokens >= need:
@@ -67,7 +75,7 @@ def solve(
             return answer(
                 Option(
                     f"KV cache {fp8}",
-                    ("--kv-cache-dtype", fp8),
+                    (dtype_flag, fp8),
                     halved.kv_tokens,
                     (),
                     "FP8 KV: quality risk",
@@ -80,7 +88,7 @@ def solve(
             return answer(
                 Option(
                     f"KV cache {fp8} + {flag} {f:.2f}",
-                    ("--kv-cache-dtype", fp8, flag, f"{f:.2f}"),
+                    (dtype_flag, fp8, flag, f"{f:.2f}"),
                     led.kv_tokens,
                     (),
                     "FP8 KV (quality risk) and a higher fraction",

@@ -1,0 +1,179 @@
+"""The flags that describe a deployment (plan, explain, advise, simulate), advise's and explain's
+own flags, and the output flags they share."""
+
+from __future__ import annotations
+
+from kvtier.cli.flags.row import ADVISE, EXPLAIN, PLAN, SIMULATE, flag, used
+from kvtier.cli.values import (
+    FRACTION,
+    GBPS,
+    GIB,
+    GPUS,
+    HOST_GB,
+    MAX_GIB,
+    MAX_RATIO,
+    TOKENS,
+    contexts,
+    count,
+    number,
+)
+from kvtier.engines.sglang import versions as sglang_versions
+from kvtier.engines.vllm import versions as vllm_versions
+
+PAGE = count(1, 1 << 20)
+CARD_GIB = number(1.0, MAX_GIB)
+
+BUILT = used(PLAN, ADVISE, SIMULATE)  # commands that build the deployment from the flags
+EVERY = {**BUILT, **used(EXPLAIN)}
+FROM_LOG = "the log states the deployment (kvtier plan and advise take it)"
+NOT_EXPLAIN = {**BUILT, EXPLAIN: FROM_LOG}
+RAN = "the log states what ran (kvtier plan and advise take it)"
+
+# fmt: off
+DEPLOYMENT = (
+    flag("--engine", group="deployment", commands=EVERY, field="engine", sample=("vllm",),
+         choices=("sglang", "vllm")),
+    flag("--model", group="deployment", commands=EVERY, field="model", sample=("qwen3-8b",),
+         help="catalog id, config.json path or model directory"),
+    flag("--gpu", group="deployment", commands=EVERY, field="gpu", sample=("a100",),
+         help="GPU catalog name, e.g. 'H100 80GB', 'RTX PRO 6000'"),
+    flag("--gpus", group="deployment", commands=EVERY, field="gpus_per_node", sample=("16",),
+         type=GPUS, help="GPUs per node (default: tp x pp)"),
+    flag("--tp", group="deployment", commands=EVERY, field="tp", sample=("2",), type=GPUS),
+    flag("--pp", group="deployment", commands=EVERY, field="pp", sample=("2",), type=GPUS),
+    flag("--dp", group="deployment", commands=EVERY, field="dp", sample=("2",), type=GPUS),
+    flag("--mem-fraction-static", group="deployment", commands=EVERY, field="mem_fraction",
+         sample=("0.5",), type=FRACTION),
+    flag("--gpu-memory-utilization", group="deployment", commands=EVERY, field="mem_fraction",
+         sample=("0.5",), type=FRACTION),
+    flag("--kv-cache-dtype", group="deployment", commands=EVERY, field="kv_cache_dtype",
+         sample=("fp8_e5m2",)),
+    flag("--dtype", group="deployment", commands={**BUILT, EXPLAIN: RAN}, field="dtype",
+         sample=("float32",), type=str.lower,
+         choices=("auto", "half", "float16", "bfloat16", "float", "float32"),
+         help="model dtype (default auto: vLLM resolves a float32 config by GPU and version)"),
+    flag("--quantization", group="deployment", commands={**BUILT, EXPLAIN: RAN},
+         field="quantization", sample=("fp8",),
+         help="fp8 quantizes an unquantized checkpoint's Linear and MoE weights at load; on a "
+         "quantized checkpoint it must name the checkpoint's method"),
+    flag("--page-size", group="deployment", commands=EVERY, field="page_size", sample=("64",),
+         type=PAGE),
+    flag("--block-size", group="deployment", commands=EVERY, field="page_size", sample=("64",),
+         type=PAGE),
+    flag("--context-length", group="deployment", commands=EVERY, field="context_length",
+         sample=("4096",), type=TOKENS),
+    flag("--max-model-len", group="deployment", commands=EVERY, field="context_length",
+         sample=("4096",), type=TOKENS),
+    flag("--max-running-requests", "--max-num-seqs", group="deployment", commands=EVERY,
+         field="max_running_requests", sample=("7",), type=TOKENS),
+    flag("--max-total-tokens", group="deployment", commands=EVERY, field="max_total_tokens",
+         sample=("20000",), type=TOKENS),
+    flag("--chunked-prefill-size", "--max-num-batched-tokens", group="deployment",
+         commands=EVERY, field="chunked_prefill_size", sample=("1024",), type=TOKENS),
+    flag("--cuda-graph-max-bs", group="deployment", commands=EVERY, field="cuda_graph_max_bs",
+         sample=("8",), type=TOKENS),
+    flag("--speculative-algorithm", group="deployment", commands=EVERY,
+         field="speculative_algorithm", sample=("eagle",), type=str.upper),
+    flag("--speculative-draft-model-path", "--draft-model", group="deployment", commands=EVERY,
+         field="draft_model", sample=("Qwen/Qwen3-0.6B",), dest="draft_model"),
+    flag("--speculative-num-draft-tokens", group="deployment", commands=EVERY,
+         field="speculative_num_draft_tokens", sample=("3",), type=TOKENS),
+    flag("--hicache-ratio", group="deployment", commands=NOT_EXPLAIN, field="hicache_ratio",
+         sample=("3",), type=number(0.0, MAX_RATIO)),
+    flag("--hicache-size", group="deployment", commands=NOT_EXPLAIN, field="hicache_size_gb",
+         sample=("100",), type=HOST_GB, help="host pool per rank, decimal GB"),
+    flag("--kv-cache-memory-bytes", group="deployment", commands=NOT_EXPLAIN,
+         field="kv_cache_memory_bytes", sample=("30000000000",), type=count(1, 1 << 50)),
+    flag("--mamba-full-memory-ratio", group="hybrid", commands=EVERY,
+         field="mamba_full_memory_ratio", sample=("0.5",),
+         type=number(0.0, MAX_RATIO, above=True),
+         help="SGLang: recurrent-state memory / full-attention KV memory (default 0.9)"),
+    flag("--max-mamba-cache-size", group="hybrid", commands=EVERY,
+         field="max_mamba_cache_size", sample=("16",), type=TOKENS,
+         help="SGLang: state slots, fixed"),
+    flag("--mamba-ssm-dtype", "--mamba-ssm-cache-dtype", group="hybrid", commands=EVERY,
+         field="mamba_ssm_dtype", sample=("float16",),
+         choices=("auto", "float32", "bfloat16", "float16"),
+         help="SSM state dtype (default: the config's mamba_ssm_dtype, else the engine's)"),
+    flag("--disable-radix-cache", group="hybrid", commands=EVERY, field="disable_radix_cache",
+         action="store_true", default=None,
+         help="SGLang: one state slot per running request instead of three"),
+    flag("--enable-prefix-caching", group="hybrid", commands=EVERY,
+         field="enable_prefix_caching", action="store_true", default=None,
+         help="vLLM: two state blocks per request per linear-attention group instead of one"),
+    flag("--sglang-version", group="deployment", commands=EVERY, field="engine_version",
+         sample=("0.4.0",),
+         help=f"SGLang version whose rules apply. {sglang_versions.DEFAULT_SENTENCE}"),
+    flag("--vllm-version", group="deployment", commands=EVERY, field="engine_version",
+         sample=("0.10.0",),
+         help=f"vLLM version whose rules apply. {vllm_versions.DEFAULT_SENTENCE}"),
+)
+# fmt: on
+
+# Measured figures (Measured fields of the same names); explain reads the first five from the log.
+_MEASURED = (
+    ("--free-before-load-gib", "SGLang: 'Load weight begin. avail mem' (min over ranks)", "90"),
+    ("--free-after-load-gib", "SGLang: 'Load weight end. avail mem' (min over ranks)", "60"),
+    ("--weights-gib", "weights per GPU: vLLM 'Model loading took', SGLang 'mem usage'", "20"),
+    ("--activation-gib", "vLLM: torch peak increase during profiling", "5"),
+    ("--non-torch-gib", "vLLM: non-torch increase during profiling", "1"),
+)
+_MEASURED_ALSO_EXPLAIN = (
+    ("--cuda-graph-gib", "CUDA graphs: SGLang 'Capture cuda graph end. mem usage', vLLM estimate"),
+    ("--draft-weights-gib", "speculative draft weights per GPU"),
+    ("--free-end-gib", "SGLang: final 'available_gpu_mem'"),
+)
+MEASURED = (
+    *(
+        flag(name, group="measured", commands=NOT_EXPLAIN, sample=(value,), type=GIB, help=text)
+        for name, text, value in _MEASURED
+    ),
+    *(
+        flag(name, group="measured", commands=EVERY, sample=("3",), type=GIB, help=text)
+        for name, text in _MEASURED_ALSO_EXPLAIN
+    ),
+    flag("--gpu-mem-gib", group="measured", commands=EVERY, sample=("70",), type=CARD_GIB,
+         help="card memory in GiB (vLLM: the total_memory it logs); overrides --gpu's"),
+)  # fmt: skip
+
+# fmt: off
+OUTPUT = (
+    flag("--context", group="output",
+         commands={**used(PLAN, ADVISE), EXPLAIN: FROM_LOG,
+                   SIMULATE: "the trace states the request lengths"},
+         sample=("4k",), type=contexts,
+         help="context lengths for concurrency, e.g. 8k,32k (default 8k,32k,128k,max)"),
+    flag("--pcie-gbps", group="output",
+         commands={**NOT_EXPLAIN, PLAN: "plan prices no transfer (kvtier advise and simulate "
+                   "take it)"},
+         sample=("7",), type=GBPS,
+         help="host-to-GPU GB/s per card (default: catalog)"),
+    flag("--json", group="output", commands=EVERY, action="store_true",
+         help="machine-readable output"),
+    flag("--quiet", group="output", commands=EVERY, action="store_true",
+         help="only the key figures, as `key value`"),
+)
+
+ADVICE = (
+    flag("--margin-gib", group="advice", commands=used(ADVISE), sample=("5",), type=GIB,
+         default=2.0, help="GiB to keep free at the end of startup when raising the fraction"),
+    flag("--host-ram-gb", group="advice", commands=used(ADVISE), sample=("64",), type=HOST_GB,
+         help="host RAM available on the node (GB, as `free -g` available)"),
+    flag("--load-tokens", group="advice", commands=used(ADVISE), sample=("1000",), type=TOKENS,
+         default=32768, help="tokens to reload from host when pricing the host tier"),
+    flag("--node-host-gbps", group="advice", commands=used(ADVISE), sample=("10",), type=GBPS,
+         help="host-to-GPU GB/s the node sustains in total (shared by its GPUs)"),
+    flag("--target-requests", group="advice", commands=used(ADVISE), sample=("64",),
+         type=TOKENS, help="requests that must run at once (with one --context length)"),
+)
+
+EXPLAIN_OWN = (
+    flag("--host-ram-gb", group="", commands=used(EXPLAIN), field="host_ram_gb",
+         sample=("64",), type=HOST_GB,
+         help="host RAM available per node, decimal GB (HiCache check)"),
+    flag("--nvidia-smi", group="", commands=used(EXPLAIN), metavar="FILE",
+         sample=("tests/fixtures/observe/nvidia-smi/kimi-k25-serving.txt",),
+         help="nvidia-smi's table or --query-gpu=index,memory.used,memory.total CSV, taken "
+         "while serving: its 'used' reconciled item by item with the log's ledger"),
+)
+# fmt: on
