@@ -82,3 +82,33 @@ def test_a_byte_order_mark_is_read_past(tmp_path: Path, capsys: pytest.CaptureFi
         assert main(["simulate", str(path), "--unbounded", "--json"]) == 0
         results.append(json.loads(capsys.readouterr().out))
     assert results[0] == results[1]
+
+
+def _dump(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
+    path = tmp_path / "dump.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_two_clocks_in_one_openai_dump_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows: list[dict[str, object]] = [
+        {"timestamp": 0, "prompt": [1, 2, 3], "max_tokens": 2},
+        {"created": 1764590400, "prompt": [1, 2, 4], "max_tokens": 2},
+    ]
+    line = error_line(capsys, ["trace", str(_dump(tmp_path, rows)), "--json"])
+    assert "line 2: its time is `created` where line 1's is `timestamp`: two clocks" in line
+
+
+def test_requests_of_one_user_are_not_repeated_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows: list[dict[str, object]] = [
+        {"timestamp": t, "prompt": [1, 2, 3, t], "max_tokens": 2, "user": "alice"} for t in range(3)
+    ]
+    assert main(["trace", str(_dump(tmp_path, rows)), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests"] == 3
+    rows[2]["custom_id"] = rows[1]["custom_id"] = "req-1"  # a batch file's ids are unique
+    line = error_line(capsys, ["trace", str(_dump(tmp_path, rows)), "--json"])
+    assert "request id 'req-1' was logged before, at line 2" in line

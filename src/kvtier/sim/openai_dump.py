@@ -36,6 +36,7 @@ def read_dump(
 ) -> Iterator[LoggedRequest]:
     """`(number, text)` lines of a dump as requests, in the dump's order."""
     index = 0
+    clock: tuple[str, int] | None = None  # the first line's time field and line
     for number, text in lines:
         if not text.strip():
             continue
@@ -52,9 +53,16 @@ def read_dump(
         hashed = None if ids is None else hash_prompt(ids)
         output_len, output_from = _output(line, body, where)
         arrival, arrival_from = _arrival(line, index, rate, where)
+        clock = clock or (arrival_from, number)
+        if arrival_from != clock[0]:
+            raise KvtierError(
+                f"{where}: its time is `{arrival_from}` where line {clock[1]}'s is `{clock[0]}`: "
+                "two clocks in one dump (ms since the start and Unix seconds); give one"
+            )
         yield LoggedRequest(
             number,
-            str(line.get("custom_id", body.get("user", f"line {number}"))),
+            # a batch line's custom_id names one request; `user` names a caller, not a request
+            str(line.get("custom_id", f"line {number}")),
             arrival,
             arrival_from,
             False,
