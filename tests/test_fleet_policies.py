@@ -36,8 +36,8 @@ class FakeView:
     def kv_usage(self) -> list[float]:
         return self.usage
 
-    def device_prefix(self, replica: int, req: TraceRequest) -> int:
-        return self.resident.get(replica, 0)
+    def device_prefixes(self, req: TraceRequest) -> list[int]:
+        return [self.resident.get(r, 0) for r in range(len(self.loads))]
 
     @property
     def device_blocks(self) -> int:

@@ -98,11 +98,11 @@ class LlmdScheduler:
     def _prefix_scores(self, req: TraceRequest, blocks: tuple[int, ...]) -> list[float]:
         if not self.precise:
             return self.index.scores(blocks, self.replicas)
+        cap = len(blocks)
         held = {
-            r: n
-            for r in range(self.replicas)
-            if (n := min(self.view.device_prefix(r, req), len(blocks)))
+            r: (p if p < cap else cap) for r, p in enumerate(self.view.device_prefixes(req)) if p
         }
+        held = {r: p for r, p in held.items() if p}
         if not held:
             return [0.0] * self.replicas
         lo, hi = min(held.values()), max(held.values())

@@ -33,9 +33,9 @@ class FleetView(Protocol):
         """Each replica's KV-cache usage, 0 to 1 (its scraped usage metric)."""
         ...
 
-    def device_prefix(self, replica: int, req: TraceRequest) -> int:
-        """Leading blocks of `req` resident on `replica`'s device, as its KV events report them;
-        read without touching the cache."""
+    def device_prefixes(self, req: TraceRequest) -> Sequence[int]:
+        """Leading blocks of `req` resident on each replica's device, as their KV events report
+        them; read without touching the caches."""
         ...
 
     @property

@@ -10,8 +10,10 @@ touching the cache's recency.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
+from typing import Any
 
+from kvtier.cache.radix import TreeNode
 from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.sglang import SGLangServer
@@ -19,11 +21,8 @@ from kvtier.sim.servers.vllm import VllmServer
 from kvtier.sim.trace import TraceRequest
 
 
-def _sglang_prefix(server: SGLangServer, blocks: Sequence[int]) -> int:
-    port = server.cache
-    if not isinstance(port, TieredCachePort):
-        return 0
-    node, i, n = port.cache.tree.root, 0, len(blocks)
+def _tree_prefix(root: TreeNode, blocks: Sequence[int]) -> int:
+    node, i, n = root, 0, len(blocks)
     while i < n:
         child = node.children.get(blocks[i])
         if child is None or child.device is None:
@@ -38,11 +37,28 @@ def _sglang_prefix(server: SGLangServer, blocks: Sequence[int]) -> int:
     return i
 
 
+def _pool_prefix(cached: Container[int], blocks: Sequence[int]) -> int:
+    n = 0
+    for block in blocks:
+        if block not in cached:
+            break
+        n += 1
+    return n
+
+
 class ReplicaView:
     def __init__(self, servers: Sequence[ServerModel], block_tokens: int, blocks: int) -> None:
         self.servers = servers
         self.block_tokens = block_tokens
         self._device_blocks = blocks
+        self._indexes: list[tuple[str, Any]] = []  # what each replica's KV events would index
+        for s in servers:
+            if isinstance(s, SGLangServer) and isinstance(s.cache, TieredCachePort):
+                self._indexes.append(("tree", s.cache.cache.tree.root))
+            elif isinstance(s, VllmServer):
+                self._indexes.append(("pool", s.pool.cached))
+            else:
+                self._indexes.append(("none", None))
 
     @property
     def device_blocks(self) -> int:
@@ -74,15 +90,18 @@ class ReplicaView:
                 out.append(0.0)
         return out
 
-    def device_prefix(self, replica: int, req: TraceRequest) -> int:
-        s = self.servers[replica]
-        if isinstance(s, SGLangServer):
-            return _sglang_prefix(s, req.blocks)
-        if isinstance(s, VllmServer):
-            cached, n = s.pool.cached, 0
-            for block in req.blocks:
-                if block not in cached:
-                    break
-                n += 1
-            return n
-        return 0
+    def device_prefixes(self, req: TraceRequest) -> list[int]:
+        blocks = req.blocks
+        if not blocks:
+            return [0] * len(self.servers)
+        first, out = blocks[0], []
+        for kind, index in self._indexes:
+            if kind == "tree":
+                child = index.children.get(first)  # most replicas hold none: stop at once
+                resident = child is not None and child.device is not None
+                out.append(_tree_prefix(index, blocks) if resident else 0)
+            elif kind == "pool":
+                out.append(_pool_prefix(index, blocks))
+            else:
+                out.append(0)
+        return out
