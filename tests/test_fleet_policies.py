@@ -39,6 +39,12 @@ class FakeView:
     def device_prefixes(self, req: TraceRequest) -> list[int]:
         return [self.resident.get(r, 0) for r in range(len(self.loads))]
 
+    def pending_prefill(self) -> list[list[tuple[int, int]]]:
+        return [[(-1 - r, n)] if n else [] for r, n in enumerate(self.waiting)]
+
+    def prefill_s(self, new_tokens: int, prefix_tokens: int) -> float:
+        return new_tokens / 1000  # one second per thousand tokens, whatever the prefix
+
     @property
     def device_blocks(self) -> int:
         return 4
@@ -220,3 +226,16 @@ def test_llmd_precise_reads_the_device_and_normalises() -> None:
     r.tick(0.0)  # type: ignore[attr-defined]
     # prefix: replica 2 holds 4 (1.0), replica 0 holds 2 (0.0 after min-max), 1 none (0.0)
     assert r.route(req(0, (1, 2, 3, 4, 5)), 0.0) == 2  # type: ignore[attr-defined]
+
+
+def test_ttft_predict_weighs_queued_prefill_against_the_cached_prefix() -> None:
+    view = FakeView([0, 0, 0], queues=[0, 3000, 0])
+    view.resident = {1: 4}  # replica 1 holds the whole 2,048-token prompt but has 3,000 queued
+    r = llmd("ttft-predict", view)
+    prompt = req(0, (1, 2, 3, 4))
+    # replica 0: 0 + 2.048 s; replica 1: 3.0 + 0.001 s (the last token is recomputed); 2: as 0
+    times, _ = r.predict(prompt)  # type: ignore[attr-defined]
+    assert times == pytest.approx([2.048, 3.001, 2.048])
+    assert r.route(prompt, 0.0) == 0  # type: ignore[attr-defined]
+    view.waiting = [0, 1000, 0]
+    assert r.route(prompt, 0.0) == 1  # type: ignore[attr-defined]

@@ -56,6 +56,7 @@ ROUTERS = (
     "sglang-cache-aware",
     "llm-d-approximate",
     "llm-d-precise",
+    "ttft-predict",
 )
 DEFAULT_ROUTER = "sglang-cache-aware"  # sglang-router's own default policy, cache_aware
 FLEET_HELP = f"""\

@@ -38,6 +38,15 @@ class FleetView(Protocol):
         them; read without touching the caches."""
         ...
 
+    def pending_prefill(self) -> Sequence[Sequence[tuple[int, int]]]:
+        """Each replica's requests not yet through prefill, as (rid, prompt tokens left), as a
+        global scheduler that tracks its requests knows them."""
+        ...
+
+    def prefill_s(self, new_tokens: int, prefix_tokens: int) -> float:
+        """The deployment's prefill time for `new_tokens` after `prefix_tokens` cached ones."""
+        ...
+
     @property
     def device_blocks(self) -> int:
         """A replica's device capacity, in trace blocks (the GPU blocks it reports)."""

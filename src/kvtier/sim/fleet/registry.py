@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvtier.errors import KvtierError
-from kvtier.sim.fleet import cache_aware, llmd, load, rotation, session
+from kvtier.sim.fleet import cache_aware, llmd, load, predict, rotation, session
 from kvtier.sim.fleet.policy import FleetView, Policy, Router, parse_options
 
 # the CLI's names, in the order the help lists them (tests check them against `policies`)
@@ -18,6 +18,7 @@ NAMES = (
     "sglang-cache-aware",
     "llm-d-approximate",
     "llm-d-precise",
+    "ttft-predict",
 )
 
 
@@ -32,6 +33,7 @@ def policies(block_size: int) -> dict[str, Policy]:
         "sglang-cache-aware": cache_aware.policy(block_size),
         "llm-d-approximate": approximate,
         "llm-d-precise": precise,
+        "ttft-predict": predict.policy(block_size),
     }
 
 

@@ -104,7 +104,7 @@ def simulate_fleet(
         spec.replicas,
         spec.router_options,
         spec.seed,
-        ReplicaView(engines, config.block_tokens, config.device_blocks),
+        ReplicaView(engines, config.block_tokens, config.device_blocks, config.timing),
         config.block_size,
     )
     loop = FleetLoop(trace, engines, router)

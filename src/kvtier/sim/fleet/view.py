@@ -2,7 +2,8 @@
 
 Each reading stands for something the real router consumes: SGLang's `/get_load` (tokens held
 by running requests, device pages neither free nor evictable, plus the waiting prompts); the
-scraped waiting-queue and KV-usage metrics (SGLang: pages in use over the pool; vLLM:
+scraped waiting-queue and KV-usage metrics; the prompt tokens a replica has yet to prefill
+(what a global scheduler that tracks its requests knows); (SGLang: pages in use over the pool; vLLM:
 `kv_cache_usage`, 1 - free blocks / blocks, cached free blocks counting as free); and the KV
 events a precise router indexes, read here as the device-resident prefix of a prompt without
 touching the cache's recency.
@@ -18,6 +19,7 @@ from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.sglang import SGLangServer
 from kvtier.sim.servers.vllm import VllmServer
+from kvtier.sim.timing import TimingModel
 from kvtier.sim.trace import TraceRequest
 
 
@@ -47,8 +49,15 @@ def _pool_prefix(cached: Container[int], blocks: Sequence[int]) -> int:
 
 
 class ReplicaView:
-    def __init__(self, servers: Sequence[ServerModel], block_tokens: int, blocks: int) -> None:
+    def __init__(
+        self,
+        servers: Sequence[ServerModel],
+        block_tokens: int,
+        blocks: int,
+        timing: TimingModel | None = None,
+    ) -> None:
         self.servers = servers
+        self.timing = timing
         self.block_tokens = block_tokens
         self._device_blocks = blocks
         self._indexes: list[tuple[str, Any]] = []  # what each replica's KV events would index
@@ -89,6 +98,24 @@ class ReplicaView:
             else:
                 out.append(0.0)
         return out
+
+    def pending_prefill(self) -> list[list[tuple[int, int]]]:
+        out: list[list[tuple[int, int]]] = []
+        for s in self.servers:
+            if isinstance(s, SGLangServer):
+                mine = [(lv.req.rid, lv.req.input_len) for lv in s.waiting]
+                mine += [(lv.req.rid, lv.req.input_len - lv.prefilled) for lv in s.prefilling]
+                out.append(mine)
+            elif isinstance(s, VllmServer):
+                out.append([(r.req.rid, r.req.input_len) for r in s.waiting])
+            else:
+                out.append([])
+        return out
+
+    def prefill_s(self, new_tokens: int, prefix_tokens: int) -> float:
+        if self.timing is None or new_tokens <= 0:
+            return 0.0
+        return self.timing.prefill_s(new_tokens, prefix_tokens)
 
     def device_prefixes(self, req: TraceRequest) -> list[int]:
         blocks = req.blocks
