@@ -172,22 +172,35 @@ def _reference(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
 
 
 def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
-    from kvtier.cli import simulate_hicache
-    from kvtier.report.sim_view import (
-        quiet_lines,
-        rejected_line,
-        run_table,
-        sweep_quiet_lines,
-        sweep_table,
-    )
-    from kvtier.sim.payload import SimulatePayload
-    from kvtier.sim.run import simulate
-    from kvtier.sim.setup import build_config
-    from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_result
-    from kvtier.sim.timing import TimingFlags
+    from kvtier.cli import simulate_fleet, simulate_hicache
 
     deployment = simulate_hicache.with_policies(args, deployment_from_args(args, SIMULATE))
     warn_ignored(deployment)
+    flags = _timing_flags(args)
+    if args.from_log:
+        from kvtier.cli import simulate_from_log
+
+        progress.done()
+        return simulate_from_log.run(args, flags, deployment)
+    if simulate_fleet.active(args):
+        return simulate_fleet.run(args, trace, deployment, flags, progress)
+    runs = _Runs(args, trace, progress)
+    if args.sweep:
+        lines = _sweep(args, deployment, flags, runs, progress)
+    else:
+        lines = _single(args, deployment, flags, runs, progress)
+    if lines is None:  # printed as --json or --quiet
+        return 0
+    for line in [*filter(None, lines), *runs.notes]:
+        print(f"note: {line}")
+    for name, source in runs.sources:
+        print(f"source: {name}: {source}")
+    return 0
+
+
+def _timing_flags(args: argparse.Namespace) -> Any:
+    from kvtier.sim.timing import TimingFlags
+
     given = {
         name: getattr(args, name)
         for name in (
@@ -200,23 +213,26 @@ def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
             "store_gbps",
         )
     }
-    flags = TimingFlags(
+    return TimingFlags(
         gpus_per_node=args.gpus,
         **{name: value for name, value in given.items() if value is not None},
     )
-    if args.from_log:
-        from kvtier.cli import simulate_from_log
 
-        progress.done()
-        return simulate_from_log.run(args, flags, deployment)
-    from kvtier.cli import simulate_fleet
 
-    if simulate_fleet.active(args):
-        return simulate_fleet.run(args, trace, deployment, flags, progress)
-    notes: list[str] = []
-    sources: list[tuple[str, str]] = []
+class _Runs:
+    """One simulation per call, keeping the first run's notes and sources for the report."""
 
-    def run_one(d: Any, t: TimingFlags, params: dict[str, object]) -> Any:
+    def __init__(self, args: argparse.Namespace, trace: Any, progress: Progress) -> None:
+        self.args, self.trace, self.progress = args, trace, progress
+        self.notes: list[str] = []
+        self.sources: list[tuple[str, str]] = []
+
+    def __call__(self, d: Any, t: Any, params: dict[str, object]) -> Any:
+        from kvtier.cli import simulate_hicache
+        from kvtier.sim.run import simulate
+        from kvtier.sim.setup import build_config
+
+        args, trace = self.args, self.trace
         config = build_config(
             d,
             trace.block_size,
@@ -225,49 +241,60 @@ def _timed(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
             args.store_tokens,
             simulate_hicache.prefetch_flags(args),
         )
-        if not notes:
-            notes.extend(config.notes())
-            sources.extend(config.sources)
+        if not self.notes:
+            self.notes.extend(config.notes())
+            self.sources.extend(config.sources)
         label = "simulating"
         if "sweep_param" in params:
             label += f" {params['sweep_param']}={params['sweep_value']}"
-        bar = progress.bar(label, simulate_hicache.request_count(trace))
+        bar = self.progress.bar(label, simulate_hicache.request_count(trace))
         return simulate(trace, config, args.warmup_fraction, bar, params)
 
-    if args.sweep:
-        sweep = parse_sweep(args.sweep)
-        if sweep.param in CHANGES_DEVICE_TOKENS and args.device_tokens is not None:
-            raise KvtierError(
-                f"--sweep {sweep.param} changes the device pool; "
-                "drop --device-tokens so the ledger sizes it"
-            )
-        results = run_sweep(sweep, deployment, flags, run_one)
-        progress.done()
-        if args.json:
-            payload = SimulatePayload(sweep=sweep_result(sweep, results), notes=tuple(notes))
-            print(json_text(payload))
-            return 0
-        if args.quiet:
-            print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
-            return 0
-        _print(sweep_table(sweep.param, sweep.values, results))
-        lines = [rejected_line(r) for r in results]
-    else:
-        result = run_one(deployment, flags, {"time_scale": args.time_scale})
-        progress.done()
-        if args.json:
-            print(json_text(SimulatePayload(run=result, notes=tuple(notes))))
-            return 0
-        if args.quiet:
-            print("\n".join(quiet_lines(result)))
-            return 0
-        _print(run_table(result, f"{deployment.model} on {deployment.tp} x {deployment.gpu}"))
-        lines = [rejected_line(result)]
-    for line in [*filter(None, lines), *notes]:
-        print(f"note: {line}")
-    for name, source in sources:
-        print(f"source: {name}: {source}")
-    return 0
+
+def _sweep(
+    args: argparse.Namespace, deployment: Any, flags: Any, runs: _Runs, progress: Progress
+) -> list[str | None] | None:
+    """Run and print a --sweep; the notes' lines, None when printed as --json or --quiet."""
+    from kvtier.report.sim_view import rejected_line, sweep_quiet_lines, sweep_table
+    from kvtier.sim.payload import SimulatePayload
+    from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_result
+
+    sweep = parse_sweep(args.sweep)
+    if sweep.param in CHANGES_DEVICE_TOKENS and args.device_tokens is not None:
+        raise KvtierError(
+            f"--sweep {sweep.param} changes the device pool; "
+            "drop --device-tokens so the ledger sizes it"
+        )
+    results = run_sweep(sweep, deployment, flags, runs)
+    progress.done()
+    if args.json:
+        payload = SimulatePayload(sweep=sweep_result(sweep, results), notes=tuple(runs.notes))
+        print(json_text(payload))
+        return None
+    if args.quiet:
+        print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
+        return None
+    _print(sweep_table(sweep.param, sweep.values, results))
+    return [rejected_line(r) for r in results]
+
+
+def _single(
+    args: argparse.Namespace, deployment: Any, flags: Any, runs: _Runs, progress: Progress
+) -> list[str | None] | None:
+    """Run and print one simulation; the notes' lines, None when printed as --json or --quiet."""
+    from kvtier.report.sim_view import quiet_lines, rejected_line, run_table
+    from kvtier.sim.payload import SimulatePayload
+
+    result = runs(deployment, flags, {"time_scale": args.time_scale})
+    progress.done()
+    if args.json:
+        print(json_text(SimulatePayload(run=result, notes=tuple(runs.notes))))
+        return None
+    if args.quiet:
+        print("\n".join(quiet_lines(result)))
+        return None
+    _print(run_table(result, f"{deployment.model} on {deployment.tp} x {deployment.gpu}"))
+    return [rejected_line(result)]
 
 
 def _print(table: Any) -> None:

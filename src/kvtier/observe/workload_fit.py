@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from collections.abc import Sequence
 
 from kvtier.errors import KvtierError
 from kvtier.logs.workload import DecodeReading, FittedWorkload, Inference, ObservedWindow
@@ -154,6 +155,40 @@ def _arrivals(
     return arrivals, queue_times, queued
 
 
+def _output_tokens(
+    src: str,
+    gen_mean: float | None,
+    duration: float,
+    requests: float,
+    given: int | None,
+    notes: list[Inference],
+) -> int:
+    """The mean output length: given, else the generation throughput over the window spread
+    over the requests admitted."""
+    if given is not None:
+        notes.append(Inference("mean output tokens", given, "given"))
+        return given
+    if gen_mean is None:
+        raise KvtierError(
+            f"{src}: no line gives a generation throughput: give --mean-output-tokens N"
+        )
+    output_tokens = max(1, round(gen_mean * duration / max(requests, 1.0)))
+    how = "mean generation tokens/s x window / requests admitted"
+    notes.append(Inference("mean output tokens", output_tokens, how))
+    return output_tokens
+
+
+def _decode_readings(samples: Sequence[Sample]) -> tuple[DecodeReading, ...]:
+    """The lines of a decoding batch: running requests, generation tokens/s, KV usage."""
+    return tuple(
+        DecodeReading(int(s.fields["running"]), s.fields["gen_tps"], s.fields.get("kv_usage"))
+        for s in samples
+        if s.kind in ("decode", "stats")
+        and s.fields.get("gen_tps", 0) > 0
+        and s.fields.get("running", 0) > 0
+    )
+
+
 def fit_workload(
     data: ServingSamples, prompt_tokens: int | None = None, output_tokens: int | None = None
 ) -> FittedWorkload:
@@ -181,16 +216,7 @@ def fit_workload(
     notes.append(Inference("requests admitted", requests, "over the window"))
     gens = [s.fields["gen_tps"] for s in samples if "gen_tps" in s.fields]
     gen_mean = statistics.fmean(gens) if gens else None
-    if output_tokens is not None:
-        notes.append(Inference("mean output tokens", output_tokens, "given"))
-    elif gen_mean is None:
-        raise KvtierError(
-            f"{src}: no line gives a generation throughput: give --mean-output-tokens N"
-        )
-    else:
-        output_tokens = max(1, round(gen_mean * duration / max(requests, 1.0)))
-        how = "mean generation tokens/s x window / requests admitted"
-        notes.append(Inference("mean output tokens", output_tokens, how))
+    output_tokens = _output_tokens(src, gen_mean, duration, requests, output_tokens, notes)
     arrivals, queue_times, queued = _arrivals(samples, admitted, at, start)
     first_running = next((s.fields["running"] for s in samples if "running" in s.fields), 0.0)
     how = "the first line's running requests: admitted before the window opens"
@@ -203,13 +229,6 @@ def fit_workload(
             "shorter window of the log"
         )
     notes.append(Inference("arrivals", total, "admitted + change of the queue"))
-    decode = tuple(
-        DecodeReading(int(s.fields["running"]), s.fields["gen_tps"], s.fields.get("kv_usage"))
-        for s in samples
-        if s.kind in ("decode", "stats")
-        and s.fields.get("gen_tps", 0) > 0
-        and s.fields.get("running", 0) > 0
-    )
     window = ObservedWindow(
         duration_s=duration,
         prompt_tps=prompt_total / duration,
@@ -229,7 +248,7 @@ def fit_workload(
         output_tokens=output_tokens,
         reuse=reuse,
         pool_tokens=data.observation.pool_tokens,
-        decode=decode,
+        decode=_decode_readings(samples),
         inferences=tuple(notes),
         admitted=requests,
         accept_length=statistics.fmean(data.accept_lengths) if data.accept_lengths else None,

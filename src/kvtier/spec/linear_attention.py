@@ -25,6 +25,7 @@ from kvtier.spec.params import (
     ROUTED_EXPERTS,
     ROUTER,
     SHARED_EXPERTS,
+    Groups,
     moe_layout,
 )
 from kvtier.spec.quant import ModuleFilter
@@ -108,26 +109,14 @@ def hybrid_decoder_params(
     first_full = next(i for i in range(n) if i not in set(state.layer_ids)) if n_full else 0
     first_linear = state.layer_ids[0] if n_linear else 0
     layer = "model.language_model.layers" if arch.startswith("Qwen3_5") else "model.layers"
-    groups: list[ParamGroup] = []
-
-    def add(name: str, count: int, sharded: bool, module: str, linear: bool = True,
-            active: int | None = None) -> None:  # fmt: skip
-        if count:
-            active_count = count if active is None else active
-            groups.append(ParamGroup(name, count, active_count, sharded, quantized(module, linear)))
-
-    add(EMBEDDING, vocab * h, True, "model.embed_tokens", linear=False)
+    g = Groups(quantized)
+    g.add(EMBEDDING, vocab * h, True, "model.embed_tokens", linear=False)
     # gated attention: q_proj emits the query and its output gate (attn_output_gate, default on)
     gate = 2 if text.get("attn_output_gate", True) else 1
-    add(
-        ATTENTION,
-        n_full * (gate + 1) * h * heads * hd,
-        True,
-        f"{layer}.{first_full}.self_attn.q_proj",
-    )
-    add(
-        ATTENTION_KV, n_full * 2 * h * kv_heads * hd, True, f"{layer}.{first_full}.self_attn.k_proj"
-    )
+    q_module = f"{layer}.{first_full}.self_attn.q_proj"
+    g.add(ATTENTION, n_full * (gate + 1) * h * heads * hd, True, q_module)
+    k_module = f"{layer}.{first_full}.self_attn.k_proj"
+    g.add(ATTENTION_KV, n_full * 2 * h * kv_heads * hd, True, k_module)
     value = state.num_value_heads * state.value_head_dim
     # in_proj_qkvz (Qwen3.5: in_proj_qkv + in_proj_z), in_proj_ba (in_proj_b + in_proj_a), the
     # depthwise conv1d without bias, dt_bias and A_log per value head, out_proj
@@ -138,40 +127,38 @@ def hybrid_decoder_params(
         + 2 * state.num_value_heads
         + value * h
     )
-    add(
-        LINEAR_ATTENTION,
-        n_linear * per_linear,
-        True,
-        f"{layer}.{first_linear}.linear_attn.out_proj",
-    )
+    out_module = f"{layer}.{first_linear}.linear_attn.out_proj"
+    g.add(LINEAR_ATTENTION, n_linear * per_linear, True, out_module)
     norms = n * 2 * h + h + n_full * 2 * hd + n_linear * state.value_head_dim
-    moe, experts, top_k, _ = moe_layout(arch, text)
-    if experts:
-        inter = int(text["moe_intermediate_size"])
-        shared = int(text.get("shared_expert_intermediate_size") or 0)
-        n_moe = sum(moe)
-        per_expert = 3 * h * inter
-        add(
-            ROUTED_EXPERTS,
-            n_moe * experts * per_expert,
-            True,
-            f"{layer}.0.mlp.experts.0.down_proj",
-            active=n_moe * top_k * per_expert,
-        )
-        # one shared expert and its sigmoid gate (a 1-output linear) per MoE layer
-        add(
-            SHARED_EXPERTS,
-            n_moe * (3 * h * shared + h),
-            True,
-            f"{layer}.0.mlp.shared_expert.down_proj",
-        )
-        add(ROUTER, n_moe * experts * h, False, f"{layer}.0.mlp.gate")
-        dense = n - n_moe
-    else:
-        dense = n
+    dense = _hybrid_moe_params(g, arch, text, layer)
     inter_dense = int(text.get("intermediate_size") or 0)
-    add(DENSE_MLP, dense * 3 * h * inter_dense, True, f"{layer}.0.mlp.down_proj")
-    add(NORMS, norms, False, "model.norm", linear=False)
+    g.add(DENSE_MLP, dense * 3 * h * inter_dense, True, f"{layer}.0.mlp.down_proj")
+    g.add(NORMS, norms, False, "model.norm", linear=False)
     if not text.get("tie_word_embeddings", False):
-        add(LM_HEAD, vocab * h, True, "lm_head")
-    return tuple(groups)
+        g.add(LM_HEAD, vocab * h, True, "lm_head")
+    return tuple(g.groups)
+
+
+def _hybrid_moe_params(g: Groups, arch: str, text: Mapping[str, Any], layer: str) -> int:
+    """The routed experts, shared expert and router of the MoE layers; returns the dense ones."""
+    h = int(text["hidden_size"])
+    n = int(text["num_hidden_layers"])
+    moe, experts, top_k, _ = moe_layout(arch, text)
+    if not experts:
+        return n
+    inter = int(text["moe_intermediate_size"])
+    shared = int(text.get("shared_expert_intermediate_size") or 0)
+    n_moe = sum(moe)
+    per_expert = 3 * h * inter
+    g.add(
+        ROUTED_EXPERTS,
+        n_moe * experts * per_expert,
+        True,
+        f"{layer}.0.mlp.experts.0.down_proj",
+        active=n_moe * top_k * per_expert,
+    )
+    # one shared expert and its sigmoid gate (a 1-output linear) per MoE layer
+    shared_module = f"{layer}.0.mlp.shared_expert.down_proj"
+    g.add(SHARED_EXPERTS, n_moe * (3 * h * shared + h), True, shared_module)
+    g.add(ROUTER, n_moe * experts * h, False, f"{layer}.0.mlp.gate")
+    return n - n_moe

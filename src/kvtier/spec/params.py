@@ -117,6 +117,29 @@ def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int
     return moe, experts, top_k, shared
 
 
+class Groups:
+    """Parameter groups as a decoder adds them, each asking `quantized` whether its module is
+    quantized; a group of no parameters is left out."""
+
+    def __init__(self, quantized: ModuleFilter) -> None:
+        self.quantized = quantized
+        self.groups: list[ParamGroup] = []
+
+    def add(
+        self,
+        name: str,
+        count: int,
+        sharded: bool,
+        module: str,
+        linear: bool = True,
+        active: int | None = None,
+    ) -> None:
+        if count:
+            active_count = count if active is None else active
+            quantized = self.quantized(module, linear)
+            self.groups.append(ParamGroup(name, count, active_count, sharded, quantized))
+
+
 def decoder_params(
     arch: str,
     text: Mapping[str, Any],
@@ -127,36 +150,25 @@ def decoder_params(
     h = int(text["hidden_size"])
     n = int(text["num_hidden_layers"])
     vocab = int(text["vocab_size"])
-    heads = int(text["num_attention_heads"])
-    mlp = _MLP_PREFIX.get(arch, "mlp")
-    moe, experts, top_k, n_shared = moe_layout(arch, text)
-    first_moe = moe.index(True) if any(moe) else 0
-    first_dense = moe.index(False) if not all(moe) else 0
     layer = f"{prefix}model.layers"
-
-    groups: list[ParamGroup] = []
-
-    def add(
-        name: str,
-        count: int,
-        sharded: bool,
-        module: str,
-        linear: bool = True,
-        active: int | None = None,
-    ) -> None:
-        if count:
-            groups.append(
-                ParamGroup(
-                    name,
-                    count,
-                    count if active is None else active,
-                    sharded,
-                    quantized(module, linear),
-                )
-            )
-
-    add(EMBEDDING, vocab * h, True, f"{prefix}model.embed_tokens", linear=False)
+    g = Groups(quantized)
+    g.add(EMBEDDING, vocab * h, True, f"{prefix}model.embed_tokens", linear=False)
     norms = n * (4 if arch in _GEMMA else 2) * h + h
+    norms += _attention_params(g, arch, text, layer)
+    _mlp_params(g, arch, text, layer)
+    g.add(NORMS, norms, False, f"{prefix}model.norm", linear=False)
+    if not text.get("tie_word_embeddings", False):
+        g.add(LM_HEAD, vocab * h, True, f"{prefix}lm_head")
+    return tuple(g.groups)
+
+
+def _attention_params(g: Groups, arch: str, text: Mapping[str, Any], layer: str) -> int:
+    """The attention projections of every layer (MLA latent and up-projections, or q/k/v/o);
+    returns the parameters of their norms."""
+    h = int(text["hidden_size"])
+    n = int(text["num_hidden_layers"])
+    heads = int(text["num_attention_heads"])
+    norms = 0
     if text.get("kv_lora_rank"):
         q_lora = int(text.get("q_lora_rank") or 0)
         kv_lora = int(text["kv_lora_rank"])
@@ -166,72 +178,67 @@ def decoder_params(
         latent = h * (kv_lora + rope) + (h * q_lora if q_lora else 0)
         q_up = q_lora * heads * (nope + rope) if q_lora else h * heads * (nope + rope)
         up = q_up + kv_lora * heads * (nope + v) + heads * v * h
-        add(ATTENTION_LATENT, n * latent, False, f"{layer}.0.self_attn.kv_a_proj_with_mqa")
-        add(ATTENTION, n * up, True, f"{layer}.0.self_attn.kv_b_proj")
+        g.add(ATTENTION_LATENT, n * latent, False, f"{layer}.0.self_attn.kv_a_proj_with_mqa")
+        g.add(ATTENTION, n * up, True, f"{layer}.0.self_attn.kv_b_proj")
         norms += n * (q_lora + kv_lora)
         if text.get("index_topk") is not None:
-            _add_indexer(add, text, n, q_lora, f"{layer}.0.self_attn.indexer")
-    else:
-        kv_heads = int(text.get("num_key_value_heads") or heads)
-        hd = int(text.get("head_dim") or h // heads)
-        qkv_bias = arch.startswith("Qwen2") or bool(text.get("attention_bias"))
-        o_bias = bool(text.get("attention_bias")) and not arch.startswith(("Qwen2", "Glm4"))
-        sinks = heads if arch == "GptOssForCausalLM" else 0
-        q_o = 2 * h * heads * hd + (heads * hd if qkv_bias else 0) + (h if o_bias else 0) + sinks
-        kv = 2 * h * kv_heads * hd + (2 * kv_heads * hd if qkv_bias else 0)
-        add(ATTENTION, n * q_o, True, f"{layer}.0.self_attn.q_proj")
-        add(ATTENTION_KV, n * kv, True, f"{layer}.0.self_attn.k_proj")
-        if arch in _QK_NORM or (arch == _GLM4_MOE and text.get("use_qk_norm")):
-            norms += n * 2 * hd
-        elif arch == "MiniMaxM2ForCausalLM" and text.get("use_qk_norm", True):
-            norms += n * _minimax_qk_norm(text, heads, kv_heads, hd)
+            _add_indexer(g.add, text, n, q_lora, f"{layer}.0.self_attn.indexer")
+        return norms
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    hd = int(text.get("head_dim") or h // heads)
+    qkv_bias = arch.startswith("Qwen2") or bool(text.get("attention_bias"))
+    o_bias = bool(text.get("attention_bias")) and not arch.startswith(("Qwen2", "Glm4"))
+    sinks = heads if arch == "GptOssForCausalLM" else 0
+    q_o = 2 * h * heads * hd + (heads * hd if qkv_bias else 0) + (h if o_bias else 0) + sinks
+    kv = 2 * h * kv_heads * hd + (2 * kv_heads * hd if qkv_bias else 0)
+    g.add(ATTENTION, n * q_o, True, f"{layer}.0.self_attn.q_proj")
+    g.add(ATTENTION_KV, n * kv, True, f"{layer}.0.self_attn.k_proj")
+    if arch in _QK_NORM or (arch == _GLM4_MOE and text.get("use_qk_norm")):
+        norms += n * 2 * hd
+    elif arch == "MiniMaxM2ForCausalLM" and text.get("use_qk_norm", True):
+        norms += n * _minimax_qk_norm(text, heads, kv_heads, hd)
+    return norms
 
+
+def _mlp_params(g: Groups, arch: str, text: Mapping[str, Any], layer: str) -> None:
+    """The dense MLPs, and the routed experts, shared experts and router of the MoE layers."""
+    h = int(text["hidden_size"])
+    n = int(text["num_hidden_layers"])
+    mlp = _MLP_PREFIX.get(arch, "mlp")
+    moe, experts, top_k, n_shared = moe_layout(arch, text)
+    first_moe = moe.index(True) if any(moe) else 0
+    first_dense = moe.index(False) if not all(moe) else 0
     n_moe = sum(moe)
     dense_inter = int(text.get("intermediate_size_mlp") or text.get("intermediate_size") or 0)
-    add(
-        DENSE_MLP, (n - n_moe) * 3 * h * dense_inter, True, f"{layer}.{first_dense}.{mlp}.down_proj"
+    dense_module = f"{layer}.{first_dense}.{mlp}.down_proj"
+    g.add(DENSE_MLP, (n - n_moe) * 3 * h * dense_inter, True, dense_module)
+    if not n_moe:
+        return
+    inter = int(text.get("moe_intermediate_size") or text["intermediate_size"])
+    per_expert = 3 * h * inter
+    if arch == "GptOssForCausalLM":
+        per_expert += 2 * inter + h  # gate_up and down biases
+    experts_module = f"{layer}.{first_moe}.{mlp}.experts.0.down_proj"
+    active = n_moe * top_k * per_expert
+    g.add(ROUTED_EXPERTS, n_moe * experts * per_expert, True, experts_module, active=active)
+    shared_module = f"{layer}.{first_moe}.{mlp}.shared_experts.down_proj"
+    g.add(SHARED_EXPERTS, n_moe * n_shared * 3 * h * inter, True, shared_module)
+    has_bias = (
+        arch == "GptOssForCausalLM"
+        or arch in _GLM_ROUTER
+        or text.get("topk_method") == "noaux_tc"
+        or (arch == "MiniMaxM2ForCausalLM" and bool(text.get("use_routing_bias")))
     )
-    if n_moe:
-        inter = int(text.get("moe_intermediate_size") or text["intermediate_size"])
-        per_expert = 3 * h * inter
-        if arch == "GptOssForCausalLM":
-            per_expert += 2 * inter + h  # gate_up and down biases
-        experts_module = f"{layer}.{first_moe}.{mlp}.experts.0.down_proj"
-        add(
-            ROUTED_EXPERTS,
-            n_moe * experts * per_expert,
-            True,
-            experts_module,
-            active=n_moe * top_k * per_expert,
-        )
-        add(
-            SHARED_EXPERTS,
-            n_moe * n_shared * 3 * h * inter,
-            True,
-            f"{layer}.{first_moe}.{mlp}.shared_experts.down_proj",
-        )
-        has_bias = (
-            arch == "GptOssForCausalLM"
-            or arch in _GLM_ROUTER
-            or text.get("topk_method") == "noaux_tc"
-            or (arch == "MiniMaxM2ForCausalLM" and bool(text.get("use_routing_bias")))
-        )
-        router_bias = experts if has_bias else 0
-        router = (
-            "router" if arch in ("GptOssForCausalLM", "Llama4ForConditionalGeneration") else "gate"
-        )
-        # DeepSeek's MoEGate is not an nn.Linear; the others' routers are
-        add(
-            ROUTER_FP32 if arch in _GLM_ROUTER else ROUTER,
-            n_moe * (experts * h + router_bias),
-            False,
-            f"{layer}.{first_moe}.{mlp}.{router}",
-            linear=not arch.startswith(("Deepseek", "Kimi", "Glm")),
-        )
-    add(NORMS, norms, False, f"{prefix}model.norm", linear=False)
-    if not text.get("tie_word_embeddings", False):
-        add(LM_HEAD, vocab * h, True, f"{prefix}lm_head")
-    return tuple(groups)
+    router_bias = experts if has_bias else 0
+    router = "router" if arch in ("GptOssForCausalLM", "Llama4ForConditionalGeneration") else "gate"
+    # DeepSeek's MoEGate is not an nn.Linear; the others' routers are
+    g.add(
+        ROUTER_FP32 if arch in _GLM_ROUTER else ROUTER,
+        n_moe * (experts * h + router_bias),
+        False,
+        f"{layer}.{first_moe}.{mlp}.{router}",
+        linear=not arch.startswith(("Deepseek", "Kimi", "Glm")),
+    )
 
 
 def _add_indexer(

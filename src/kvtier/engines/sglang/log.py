@@ -212,126 +212,152 @@ def per_rank_records(records: Iterable[R]) -> list[R]:
 
 def parse_sglang(lines: list[LogLine]) -> SGLangStartup:
     """Read one SGLang server start (the lines of a single run) into typed facts."""
-    server_args: Args | None = None
-    load_begin: list[Fact[float]] = []
-    weights: list[WeightLoad] = []
-    kv_dtypes: list[Fact[str]] = []
-    draft_kv_dtypes: list[Fact[str]] = []
-    pools: list[KVPool] = []
-    pool_end: list[Fact[float]] = []
-    draft_pool_end: list[Fact[float]] = []
-    graphs: list[GraphCapture] = []
-    summary: Summary | None = None
-    host_pool: Fact[float] | None = None
-    failure: Fact[str] | None = None
-    state_pools: list[StatePool] = []
-    sliding: list[SlidingPools] = []
-    pool_done: set[str | None] = set()  # ranks whose target pool is complete: draft lines follow
-    draft_loading: set[str | None] = set()
-
+    reading = _Reading()
     for line in lines:
-        text, number = line.text, line.number
+        reading.read(line.text, line.number)
+    return reading.startup(lines)
+
+
+class _Reading:
+    """What the lines of one start said so far; a draft's lines follow the target's pool."""
+
+    def __init__(self) -> None:
+        self.server_args: Args | None = None
+        self.load_begin: list[Fact[float]] = []
+        self.weights: list[WeightLoad] = []
+        self.kv_dtypes: list[Fact[str]] = []
+        self.draft_kv_dtypes: list[Fact[str]] = []
+        self.pools: list[KVPool] = []
+        self.pool_end: list[Fact[float]] = []
+        self.draft_pool_end: list[Fact[float]] = []
+        self.graphs: list[GraphCapture] = []
+        self.summary: Summary | None = None
+        self.host_pool: Fact[float] | None = None
+        self.failure: Fact[str] | None = None
+        self.state_pools: list[StatePool] = []
+        self.sliding: list[SlidingPools] = []
+        self.pool_done: set[str | None] = set()  # ranks whose target pool is complete
+        self.draft_loading: set[str | None] = set()
+
+    def read(self, text: str, number: int) -> None:
         if "server_args" in text and (m := _SERVER_ARGS.search(text)):
-            server_args = Args(number, text, None, parse_kwargs(text[m.end() :]))
+            self.server_args = Args(number, text, None, parse_kwargs(text[m.end() :]))
         elif "Load weight begin" in text and (m := _LOAD_BEGIN.search(text)):
             rank = rank_of(text, m.start())
-            if rank in pool_done:
-                draft_loading.add(rank)
+            if rank in self.pool_done:
+                self.draft_loading.add(rank)
             else:
-                load_begin.append(Fact(float(m.group(1)), number, text, rank))
+                self.load_begin.append(Fact(float(m.group(1)), number, text, rank))
         elif "Load weight end" in text and (m := _LOAD_END.search(text)):
-            rank = rank_of(text, m.start())
-            draft = rank in pool_done
-            if draft:
-                draft_loading.add(rank)
-            weights.append(
-                WeightLoad(
-                    number,
-                    text,
-                    rank,
-                    avail_gib=as_float(field(_AVAIL, text, m.end())),
-                    usage_gib=as_float(field(_USAGE, text, m.end())),
-                    architecture=field(_ARCH, text, m.end()),
-                    dtype=field(_DTYPE, text, m.end()),
-                    quant=field(_QUANT, text, m.end()),
-                    draft=draft,
-                )
-            )
+            self._load_end(text, number, m)
         elif "Using KV cache dtype" in text and (m := _KV_DTYPE.search(text)):
             rank = rank_of(text, m.start())
-            into = draft_kv_dtypes if rank in pool_done else kv_dtypes
+            into = self.draft_kv_dtypes if rank in self.pool_done else self.kv_dtypes
             into.append(Fact(m.group(1), number, text, rank))
         elif "KV Cache is allocated" in text and (m := _KV_ALLOC.search(text)):
-            rank = rank_of(text, m.start())
-            pools.append(
-                KVPool(
-                    number,
-                    text,
-                    rank,
-                    tokens=as_int(field(_TOKENS, text, m.end())),
-                    kv_gib=as_float(field(_KV_SIZE, text, m.end())),
-                    k_gib=as_float(field(_K_SIZE, text, m.end())),
-                    v_gib=as_float(field(_V_SIZE, text, m.end())),
-                    dtype=field(_DTYPE, text, m.end()),
-                    draft=rank in pool_done,
-                )
-            )
+            self._kv_pool(text, number, m)
         elif "Memory pool end" in text and (m := _POOL_END.search(text)):
             rank = rank_of(text, m.start())
-            ends = draft_pool_end if rank in pool_done else pool_end
+            ends = self.draft_pool_end if rank in self.pool_done else self.pool_end
             ends.append(Fact(float(m.group(1)), number, text, rank))
-            pool_done.add(rank)
+            self.pool_done.add(rank)
         elif "graph" in text and (m := _GRAPH.search(text)) and m.group(3).lower() == "end":
-            rank = rank_of(text, m.start())
-            who = (m.group(1) or "").lower()
-            graphs.append(
-                GraphCapture(
-                    number,
-                    text,
-                    rank,
-                    usage_gib=as_float(field(_USAGE, text, m.end())),
-                    avail_gib=as_float(field(_AVAIL, text, m.end())),
-                    draft=who == "draft" or (not who and rank in draft_loading),
-                )
-            )
+            self._graph(text, number, m)
         elif "max_total_num_tokens=" in text and (m := _SUMMARY.search(text)):
-            summary = Summary(
-                number,
-                text,
-                rank_of(text, m.start()),
-                max_total_num_tokens=int(m.group(1)),
-                max_running_requests=as_int(field(_RUNNING, text, m.end())),
-                context_len=as_int(field(_CONTEXT, text, m.end())),
-                available_gpu_mem_gib=as_float(field(_FINAL_FREE, text, m.end())),
-            )
-        elif "SWAKVPool mem usage" in text and (m := _SWA_POOL.search(text)):
-            if (rank := rank_of(text, m.start())) not in pool_done:
+            self._summary(text, number, m)
+        else:
+            self._pools_and_failure(text, number)
+
+    def _pools_and_failure(self, text: str, number: int) -> None:
+        if "SWAKVPool mem usage" in text and (m := _SWA_POOL.search(text)):
+            if (rank := rank_of(text, m.start())) not in self.pool_done:
                 gib, swa, full = float(m.group(1)), int(m.group(2)), int(m.group(3))
-                sliding.append(SlidingPools(number, text, rank, gib, swa, full))
+                self.sliding.append(SlidingPools(number, text, rank, gib, swa, full))
         elif "Mamba Cache is allocated" in text and (m := _MAMBA.search(text)):
-            if (rank := rank_of(text, m.start())) not in pool_done:
+            if (rank := rank_of(text, m.start())) not in self.pool_done:
                 slots, conv, ssm = int(m.group(1)), float(m.group(2)), float(m.group(3))
-                state_pools.append(StatePool(number, text, rank, slots, conv, ssm))
+                self.state_pools.append(StatePool(number, text, rank, slots, conv, ssm))
         elif "host memory for hierarchical" in text and (m := _HOST_POOL.search(text)):
-            host_pool = Fact(float(m.group(1)), number, text, rank_of(text, m.start()))
+            self.host_pool = Fact(float(m.group(1)), number, text, rank_of(text, m.start()))
         elif "memory" in text and (m := _FAILURE.search(text)):
             reason = "the weights leave no GPU memory for the KV cache at this fraction"
-            failure = Fact(reason, number, text, rank_of(text, m.start()))
+            self.failure = Fact(reason, number, text, rank_of(text, m.start()))
 
-    return SGLangStartup(
-        server_args=server_args,
-        launch=find_launch(lines),
-        load_begin=tuple(load_begin),
-        weights=tuple(weights),
-        kv_dtype=kv_dtypes[0] if kv_dtypes else None,
-        draft_kv_dtype=draft_kv_dtypes[0] if draft_kv_dtypes else None,
-        pools=tuple(pools),
-        pool_end=tuple(pool_end),
-        draft_pool_end=tuple(draft_pool_end),
-        graphs=tuple(graphs),
-        summary=summary,
-        host_pool_gb=host_pool,
-        failure=failure,
-        state_pools=tuple(per_rank_records(state_pools)),
-        sliding_pools=tuple(per_rank_records(sliding)),
-    )
+    def _load_end(self, text: str, number: int, m: re.Match[str]) -> None:
+        rank = rank_of(text, m.start())
+        draft = rank in self.pool_done
+        if draft:
+            self.draft_loading.add(rank)
+        self.weights.append(
+            WeightLoad(
+                number,
+                text,
+                rank,
+                avail_gib=as_float(field(_AVAIL, text, m.end())),
+                usage_gib=as_float(field(_USAGE, text, m.end())),
+                architecture=field(_ARCH, text, m.end()),
+                dtype=field(_DTYPE, text, m.end()),
+                quant=field(_QUANT, text, m.end()),
+                draft=draft,
+            )
+        )
+
+    def _kv_pool(self, text: str, number: int, m: re.Match[str]) -> None:
+        rank = rank_of(text, m.start())
+        self.pools.append(
+            KVPool(
+                number,
+                text,
+                rank,
+                tokens=as_int(field(_TOKENS, text, m.end())),
+                kv_gib=as_float(field(_KV_SIZE, text, m.end())),
+                k_gib=as_float(field(_K_SIZE, text, m.end())),
+                v_gib=as_float(field(_V_SIZE, text, m.end())),
+                dtype=field(_DTYPE, text, m.end()),
+                draft=rank in self.pool_done,
+            )
+        )
+
+    def _graph(self, text: str, number: int, m: re.Match[str]) -> None:
+        rank = rank_of(text, m.start())
+        who = (m.group(1) or "").lower()
+        self.graphs.append(
+            GraphCapture(
+                number,
+                text,
+                rank,
+                usage_gib=as_float(field(_USAGE, text, m.end())),
+                avail_gib=as_float(field(_AVAIL, text, m.end())),
+                draft=who == "draft" or (not who and rank in self.draft_loading),
+            )
+        )
+
+    def _summary(self, text: str, number: int, m: re.Match[str]) -> None:
+        self.summary = Summary(
+            number,
+            text,
+            rank_of(text, m.start()),
+            max_total_num_tokens=int(m.group(1)),
+            max_running_requests=as_int(field(_RUNNING, text, m.end())),
+            context_len=as_int(field(_CONTEXT, text, m.end())),
+            available_gpu_mem_gib=as_float(field(_FINAL_FREE, text, m.end())),
+        )
+
+    def startup(self, lines: list[LogLine]) -> SGLangStartup:
+        return SGLangStartup(
+            server_args=self.server_args,
+            launch=find_launch(lines),
+            load_begin=tuple(self.load_begin),
+            weights=tuple(self.weights),
+            kv_dtype=self.kv_dtypes[0] if self.kv_dtypes else None,
+            draft_kv_dtype=self.draft_kv_dtypes[0] if self.draft_kv_dtypes else None,
+            pools=tuple(self.pools),
+            pool_end=tuple(self.pool_end),
+            draft_pool_end=tuple(self.draft_pool_end),
+            graphs=tuple(self.graphs),
+            summary=self.summary,
+            host_pool_gb=self.host_pool,
+            failure=self.failure,
+            state_pools=tuple(per_rank_records(self.state_pools)),
+            sliding_pools=tuple(per_rank_records(self.sliding)),
+        )

@@ -213,6 +213,8 @@ class _Found:
     def __init__(self) -> None:
         self.single: dict[str, Fact] = {}
         self.lists: dict[str, list[Fact]] = {}
+        self.args: Args | None = None
+        self.profiles: list[Profile] = []
 
     def one(self, key: str, value: object, line: LogLine, at: int) -> None:
         self.single[key] = Fact(value, line.number, line.text, rank_of(line.text, at))
@@ -228,93 +230,108 @@ class _Found:
 def parse_vllm(lines: list[LogLine]) -> VllmStartup:
     """Read one vLLM server start (the lines of a single run) into typed facts."""
     found = _Found()
-    one, many = found.one, found.many
-    args: Args | None = None
-    profiles: list[Profile] = []
-
     for index, line in enumerate(lines):
         text = line.text
         if ("version" in text or "LLM engine (v" in text) and (m := _VERSION.search(text)):
-            one("version", m.group(1), line, m.start())
-        if "non-default args" in text and (m := _NON_DEFAULT.search(text)):
-            args = Args(line.number, text, None, parse_dict(text[m.end() :]))
-        elif "Namespace(" in text and (m := _NAMESPACE.search(text)):
-            args = Args(line.number, text, None, parse_kwargs(text[m.end() :]))
-        elif "memory snapshot" in text and (m := _SNAPSHOT.search(text)):
-            if (total := as_float(field(_SNAP_TOTAL, text, m.end()))) is not None:
-                many("total", total, line, m.start())
-            if (free := as_float(field(_SNAP_FREE, text, m.end()))) is not None:
-                many("free", free, line, m.start())
-        elif "Initial free memory" in text:
-            if m := _INITIAL.search(text):
-                many("free", float(m.group(1)), line, m.start())
-                one("utilization", float(m.group(2)), line, m.start())
-                many("requested", float(m.group(3)), line, m.start())
-            elif m := _OVERRIDE.search(text):
-                many("free", float(m.group(1)), line, m.start())
-                one("override", float(m.group(2)), line, m.start())
-        elif "took" in text and (m := _LOADING.search(text)):
-            many("weights", float(m.group(1)), line, m.start())
-        elif "Memory profiling takes" in text and (m := _PROFILE.search(text)):
-            profiles.append(
-                Profile(
-                    line.number,
-                    text,
-                    rank_of(text, m.start()),
-                    non_kv_gib=as_float(field(_NON_KV, text)),
-                    torch_peak_gib=as_float(field(_TORCH_PEAK, text)),
-                    non_torch_gib=as_float(field(_NON_TORCH_INC, text)),
-                    weights_gib=as_float(field(_WEIGHTS_MEM, text)),
-                )
-            )
-        elif "Available KV cache memory" in text and (m := _AVAILABLE_KV.search(text)):
-            many("available", float(m.group(1)), line, m.start())
-        elif "Estimated CUDA graph" in text and (m := _GRAPH_ESTIMATE.search(text)):
-            one("graph_estimate", float(m.group(1)), line, m.start())
-        elif "graph memory profiling" in text:
-            if m := _GRAPH_PROFILING.search(text):
-                one("graph_profiling", m.group(1), line, m.start())
-            if (u := _CURRENT_UTIL.search(text)) and "utilization" not in found.single:
-                one("utilization", float(u.group(1)), line, u.start())
-        elif "KV cache size" in text and (m := _KV_TOKENS.search(text)):
-            one("kv_device", m.group(1), line, m.start())
-            one("kv_tokens", int(m.group(2).replace(",", "")), line, m.start())
-            # from v0.21 the concurrency follows on the same line
-            if "Maximum concurrency" in text and (c := _CONCURRENCY.search(text, m.end())):
-                one("max_model_len", int(c.group(1).replace(",", "")), line, c.start())
-                one("concurrency", float(c.group(2)), line, c.start())
-        elif "GiB for KV cache" in text and (m := _CPU_KV_SET.search(text)):
-            # CPUWorker: an explicit size is the budget as set; an automatic one what was left
-            if m.group(1) == "Explicitly":
-                one("override", float(m.group(2)), line, m.start())
-            else:
-                many("available", float(m.group(2)), line, m.start())
-        elif "Maximum concurrency" in text and (m := _CONCURRENCY.search(text)):
-            one("max_model_len", int(m.group(1).replace(",", "")), line, m.start())
-            one("concurrency", float(m.group(2)), line, m.start())
-        elif "Graph capturing finished" in text and (m := _GRAPH_DONE.search(text)):
-            many("graphs", float(m.group(1)), line, m.start())
-        elif "CUDA graph pool memory" in text and (m := _GRAPH_POOL.search(text)):
-            many("graphs", float(m.group(1)), line, m.start())
-            if m.group(2) is not None and "graph_estimate" not in found.single:
-                one("graph_estimate", float(m.group(2)), line, m.start())
-        elif "Desired GPU memory utilization is" in text and (m := _STARTUP_USE.search(text)):
-            _startup_use(line, m, found)
-        elif "num_gpu_blocks_override" in text and (m := _OVERRIDE_BLOCKS.search(text)):
-            # num_gpu_blocks=0: the CUDA-graph memory probe's minimal cache (gpu_model_runner.py
-            # sizes it with available_memory=0), not --num-gpu-blocks-override
-            if int(m.group(1)) > 0:
-                one("blocks_override", int(m.group(2)), line, m.start())
-        elif "fp8 data type" in text and (m := _FP8.search(text)):
-            one("fp8", "fp8", line, m.start())
+            found.one("version", m.group(1), line, m.start())
+        if not _profile_line(line, found):
+            _pool_line(line, found)
         _v0_lines(line, found, lines[index + 1 : index + 3])
-
     single = found.single
-    if "override" in single and args is not None:
-        single["override"] = _exact_override(single["override"], args)
+    if "override" in single and found.args is not None:
+        single["override"] = _exact_override(single["override"], found.args)
+    return _startup(found, lines)
+
+
+def _profile_line(line: LogLine, found: _Found) -> bool:
+    """The arguments, memory snapshots, weights and profile run; False: none of them."""
+    text, one, many = line.text, found.one, found.many
+    if "non-default args" in text and (m := _NON_DEFAULT.search(text)):
+        found.args = Args(line.number, text, None, parse_dict(text[m.end() :]))
+    elif "Namespace(" in text and (m := _NAMESPACE.search(text)):
+        found.args = Args(line.number, text, None, parse_kwargs(text[m.end() :]))
+    elif "memory snapshot" in text and (m := _SNAPSHOT.search(text)):
+        if (total := as_float(field(_SNAP_TOTAL, text, m.end()))) is not None:
+            many("total", total, line, m.start())
+        if (free := as_float(field(_SNAP_FREE, text, m.end()))) is not None:
+            many("free", free, line, m.start())
+    elif "Initial free memory" in text:
+        if m := _INITIAL.search(text):
+            many("free", float(m.group(1)), line, m.start())
+            one("utilization", float(m.group(2)), line, m.start())
+            many("requested", float(m.group(3)), line, m.start())
+        elif m := _OVERRIDE.search(text):
+            many("free", float(m.group(1)), line, m.start())
+            one("override", float(m.group(2)), line, m.start())
+    elif "took" in text and (m := _LOADING.search(text)):
+        many("weights", float(m.group(1)), line, m.start())
+    elif "Memory profiling takes" in text and (m := _PROFILE.search(text)):
+        found.profiles.append(
+            Profile(
+                line.number,
+                text,
+                rank_of(text, m.start()),
+                non_kv_gib=as_float(field(_NON_KV, text)),
+                torch_peak_gib=as_float(field(_TORCH_PEAK, text)),
+                non_torch_gib=as_float(field(_NON_TORCH_INC, text)),
+                weights_gib=as_float(field(_WEIGHTS_MEM, text)),
+            )
+        )
+    elif "Available KV cache memory" in text and (m := _AVAILABLE_KV.search(text)):
+        many("available", float(m.group(1)), line, m.start())
+    else:
+        return False
+    return True
+
+
+def _pool_line(line: LogLine, found: _Found) -> None:
+    """The CUDA-graph estimate and capture, the KV cache size and concurrency, the overrides."""
+    text, one, many = line.text, found.one, found.many
+    if "Estimated CUDA graph" in text and (m := _GRAPH_ESTIMATE.search(text)):
+        one("graph_estimate", float(m.group(1)), line, m.start())
+    elif "graph memory profiling" in text:
+        if m := _GRAPH_PROFILING.search(text):
+            one("graph_profiling", m.group(1), line, m.start())
+        if (u := _CURRENT_UTIL.search(text)) and "utilization" not in found.single:
+            one("utilization", float(u.group(1)), line, u.start())
+    elif "KV cache size" in text and (m := _KV_TOKENS.search(text)):
+        one("kv_device", m.group(1), line, m.start())
+        one("kv_tokens", int(m.group(2).replace(",", "")), line, m.start())
+        # from v0.21 the concurrency follows on the same line
+        if "Maximum concurrency" in text and (c := _CONCURRENCY.search(text, m.end())):
+            one("max_model_len", int(c.group(1).replace(",", "")), line, c.start())
+            one("concurrency", float(c.group(2)), line, c.start())
+    elif "GiB for KV cache" in text and (m := _CPU_KV_SET.search(text)):
+        # CPUWorker: an explicit size is the budget as set; an automatic one what was left
+        if m.group(1) == "Explicitly":
+            one("override", float(m.group(2)), line, m.start())
+        else:
+            many("available", float(m.group(2)), line, m.start())
+    elif "Maximum concurrency" in text and (m := _CONCURRENCY.search(text)):
+        one("max_model_len", int(m.group(1).replace(",", "")), line, m.start())
+        one("concurrency", float(m.group(2)), line, m.start())
+    elif "Graph capturing finished" in text and (m := _GRAPH_DONE.search(text)):
+        many("graphs", float(m.group(1)), line, m.start())
+    elif "CUDA graph pool memory" in text and (m := _GRAPH_POOL.search(text)):
+        many("graphs", float(m.group(1)), line, m.start())
+        if m.group(2) is not None and "graph_estimate" not in found.single:
+            one("graph_estimate", float(m.group(2)), line, m.start())
+    elif "Desired GPU memory utilization is" in text and (m := _STARTUP_USE.search(text)):
+        _startup_use(line, m, found)
+    elif "num_gpu_blocks_override" in text and (m := _OVERRIDE_BLOCKS.search(text)):
+        # num_gpu_blocks=0: the CUDA-graph memory probe's minimal cache (gpu_model_runner.py
+        # sizes it with available_memory=0), not --num-gpu-blocks-override
+        if int(m.group(1)) > 0:
+            one("blocks_override", int(m.group(2)), line, m.start())
+    elif "fp8 data type" in text and (m := _FP8.search(text)):
+        one("fp8", "fp8", line, m.start())
+
+
+def _startup(found: _Found, lines: list[LogLine]) -> VllmStartup:
+    single = found.single
     return VllmStartup(
         version=single.get("version"),
-        args=args,
+        args=found.args,
         launch=find_launch(lines),
         total_gib=found.all("total"),
         init_free_gib=found.all("free"),
@@ -322,7 +339,7 @@ def parse_vllm(lines: list[LogLine]) -> VllmStartup:
         requested_gib=found.all("requested"),
         kv_memory_override_gib=single.get("override"),
         weights_gib=found.all("weights"),
-        profiles=tuple(profiles),
+        profiles=tuple(found.profiles),
         v0_non_torch_gib=single.get("v0_non_torch"),
         v0_activation_gib=single.get("v0_activation"),
         v0_torch_peak_gib=single.get("v0_torch_peak"),
