@@ -6,6 +6,8 @@ its own question; the G x P prompts are shuffled once and sent in that order, ag
 Poisson arrivals, one stage after another). The fleet's router keeps a group on the replica
 that holds its prefix, so one replica sees 1/R of the groups at 1/R of the rate. A file ends
 with the stage it is named after; the stages before it warm the cache as they did in the run.
+`llmd-qwen3-fleet-*`: the whole fleet's requests (every group at the fleet's rate), for
+`kvtier simulate --replicas 8` and a router.
 
 `reuse-L-xN`: rounds of N requests of L tokens, each round arriving at once, 1,000 s apart:
 A (N distinct prompts), four rounds F of other distinct prompts (4 x N x L tokens: they evict A
@@ -17,6 +19,7 @@ every prompt the same, whole blocks, the rest new: the measured round, the last 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import sys
@@ -125,6 +128,12 @@ def main(folder: str) -> None:
         print(
             f"{path.name}: {n} requests, the last stage from request {stage_starts(LLMD_QWEN3, k)}"
         )
+    fleet = dataclasses.replace(LLMD_QWEN3, replicas=1)  # one "replica" holding every group
+    for rate in (5, 20):
+        k = LLMD_QWEN3.stages.index(rate)
+        path = root / f"llmd-qwen3-fleet-{rate:g}qps.jsonl"
+        n = write_trace(shared_prefix_replica(fleet, k), path)
+        print(f"{path.name}: {n} requests, the last stage from request {stage_starts(fleet, k)}")
     for name, args in {
         "reuse-131072-x1": (131072, 1, 512, 0.9, 4),
         "reuse-8192-x16": (8192, 16, 512, 0.9, 4),
