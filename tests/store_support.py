@@ -159,3 +159,51 @@ def run_worker(url: str, action: str, pages: int, seed: int) -> dict[str, object
         timeout=60,
     )
     return json.loads(out.stdout)
+
+
+@contextmanager
+def running_cluster(workdir: Path, masters: int = 3) -> Iterator[list[RedisServer]]:
+    """A Redis Cluster of `masters` nodes on loopback (no replicas), made by `redis-cli
+    --cluster create` (offline: it talks only to the nodes), ready to serve every slot."""
+    cli = shutil.which("redis-cli")
+    assert cli is not None, "redis-cli is not installed"
+    nodes: list[RedisServer] = []
+    try:
+        for i in range(masters):
+            node_dir = workdir / f"node{i}"
+            node_dir.mkdir()
+            node = RedisServer(
+                node_dir,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "5000",
+            )
+            node.start()
+            nodes.append(node)
+        addresses = [f"127.0.0.1:{n.port}" for n in nodes]
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 30
+        for node in nodes:
+            while True:
+                info = subprocess.run(
+                    [cli, "-p", str(node.port), "cluster", "info"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout
+                if "cluster_state:ok" in info:
+                    break
+                assert time.monotonic() < deadline, f"cluster not ready: {info}"
+                time.sleep(0.1)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()

@@ -194,6 +194,8 @@ def test_dynamic_loader_builds_the_backend_from_the_launch_flag(
         ({"url": "redis://:6379/0"}, "no host"),
         ({"url": "/tmp/x", "ttl_s": 5}, "ttl_s applies to Redis stores"),
         ({"url": "/tmp/x", "capacity_bytes": -1}, "capacity_bytes must be a positive integer"),
+        ({"url": "redis://h:6379/0", "ttl_s": 10**20}, "ttl_s must be a whole number"),
+        ({"url": " /tmp/x"}, "whitespace at its start or end"),
     ],
 )
 def test_bad_configs_fail_the_launch_with_one_clear_message(
@@ -411,8 +413,14 @@ def test_injected_faults_serve_no_wrong_page(tmp_path: Path) -> None:
 
 def test_options_are_checked_before_launch() -> None:
     assert extra_config("redis://h:6379/0", ttl_s=60)["ttl_s"] == 60
-    with pytest.raises(ValueError, match="ttl_s must be a positive whole number"):
+    with pytest.raises(ValueError, match="ttl_s must be a whole number of seconds from 1"):
         extra_config("redis://h:6379/0", ttl_s=0)
+    with pytest.raises(ValueError, match="ttl_s .* got 100000000000000000000"):
+        extra_config("redis://h:6379/0", ttl_s=10**20)
+    with pytest.raises(ValueError, match="timeout_s"):
+        extra_config("redis://h:6379/0", timeout_s=1e9)
+    with pytest.raises(ValueError, match="whitespace"):
+        extra_config("redis://h:6379/0\n")
     with pytest.raises(ValueError, match="timeout_s"):
         BackendOptions.from_extra_config({"url": "/x", "timeout_s": float("nan")})
     assert BackendOptions.from_extra_config({"url": "/x", "interface_v1": 1}).url == "/x"

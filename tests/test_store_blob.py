@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import struct
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -12,10 +14,14 @@ from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec
 from kvtier.store.base import StoreFingerprint, StoreStats
 from kvtier.store.blob import (
     HEADER_SIZE,
+    MAGIC,
     CorruptBlob,
     ForeignBlob,
+    StaleBlob,
     decode_blob,
     encode_blob,
+    encode_head,
+    verify_blob,
 )
 from store_support import FP
 
@@ -132,8 +138,24 @@ def test_fields_cannot_run_into_each_other() -> None:
     assert c.digest != dataclasses.replace(FP, model_id="m", geometry="g").digest
 
 
-def test_a_format_1_blob_is_corrupt_not_served() -> None:
-    blob = bytearray(encode_blob(FP.digest, HASH, b"page bytes"))
-    blob[4] = 1  # the version byte of the previous format
-    with pytest.raises(CorruptBlob, match="version 1"):
-        decode_blob(FP.digest, HASH, bytes(blob))
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_blob_of_an_older_format_is_stale_not_served(version: int) -> None:
+    """Formats 1 and 2 (a 36-byte header with a CRC-32) read as another format's page: a miss
+    (`StaleBlob`, counted as foreign), never data and never an error."""
+    payload = b"page bytes"
+    crc = zlib.crc32(payload, zlib.crc32(HASH, zlib.crc32(FP.digest)))
+    header = struct.pack("<4sBBH16sQI", MAGIC, version, len(HASH), 0, FP.digest, len(payload), crc)
+    with pytest.raises(StaleBlob, match=f"format-{version}"):
+        decode_blob(FP.digest, HASH, header + HASH + payload)
+
+
+def test_a_payload_given_as_runs_checks_as_one() -> None:
+    """The checksum of a page given as runs of memory is that of the joined page, and a damaged
+    run fails it."""
+    runs = [bytes([i]) * (100 + i) for i in range(5)]
+    head = encode_head(FP.digest, HASH, runs)
+    assert head == encode_head(FP.digest, HASH, b"".join(runs))
+    verify_blob(FP.digest, HASH, head, [memoryview(r) for r in runs])
+    runs[3] = b"\xff" + runs[3][1:]
+    with pytest.raises(CorruptBlob, match="checksum"):
+        verify_blob(FP.digest, HASH, head, runs)

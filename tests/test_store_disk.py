@@ -77,7 +77,7 @@ def test_foreign_fingerprint_blob_is_never_served(tmp_path: Path) -> None:
     ours = DiskStore(tmp_path, FP)
     assert ours.exists_prefix([h]) == 0  # keys are qualified by fingerprint
     # a foreign blob placed under our key is refused by its header
-    ours.path_of(h).parent.mkdir(parents=True)
+    ours.path_of(h).parent.mkdir(parents=True, exist_ok=True)
     ours.path_of(h).write_bytes(encode_blob(other.digest, h, b"rank 1 KV"))
     assert ours.get([h]) == [None]
     assert ours.stats().foreign == 1
@@ -275,7 +275,8 @@ def test_a_huge_sparse_file_is_judged_by_its_header_not_read(tmp_path: Path) -> 
     victim = store.inner.path_of(hashes[1])  # type: ignore[attr-defined]
     with open(victim, "r+b") as f:
         f.truncate(6 << 30)  # the page, then 6 GB of holes
-    assert store.exists_prefix(hashes) == 1
+    # another process's probe (this one's answers from memory the pages it wrote)
+    assert _resilient(tmp_path).exists_prefix(hashes) == 1
     assert not victim.exists()
     victim.write_bytes(b"")
     os.truncate(victim, 6 << 30)
@@ -291,6 +292,7 @@ def test_symlinks_are_never_followed_nor_written_through(tmp_path: Path) -> None
     # a symlinked shard: writes land in the root, never in its target
     shard = store.inner.path_of(hashes[0]).parent  # type: ignore[attr-defined]
     shard.parent.mkdir(parents=True, exist_ok=True)
+    shard.rmdir()  # made empty when the store opened
     shard.symlink_to(outside, target_is_directory=True)
     assert store.put(hashes, blobs) == 2
     assert list(outside.iterdir()) == []
@@ -319,11 +321,54 @@ def test_put_repairs_a_damaged_page_and_the_probe_checks_headers(tmp_path: Path)
     store.path_of(hashes[0]).write_bytes(bytes(flipped))
     truncated = store.path_of(hashes[1])
     truncated.write_bytes(truncated.read_bytes()[:-5])
-    assert store.exists_prefix(hashes) == 1  # the truncated page is not counted
+    assert store.exists_prefix(hashes) == 3  # this process wrote them: answered from memory
+    # another process checks headers: the truncated page is not counted
+    assert DiskStore(tmp_path, FP).exists_prefix(hashes) == 1
     store.path_of(hashes[1]).parent.mkdir(parents=True, exist_ok=True)
     truncated.write_bytes(encode_blob(FP.digest, hashes[1], blobs[1])[:-5])
     assert store.put(hashes, blobs) == 2  # both damaged pages rewritten
     assert store.get(hashes) == blobs
+
+
+def test_a_probe_answered_from_memory_is_corrected_by_the_read(tmp_path: Path) -> None:
+    """A page this process wrote is held without asking its file; once a read finds it
+    damaged or gone, the probe stops counting it."""
+    store = DiskStore(tmp_path, FP)
+    hashes, blobs = chain(4), payloads(4)
+    store.put(hashes, blobs)
+    store.path_of(hashes[2]).unlink()
+    assert store.exists_prefix(hashes) == 4
+    assert store.get(hashes) == [*blobs[:2], None, blobs[3]]
+    assert store.exists_prefix(hashes) == 2
+    store.delete(hashes[:1])
+    assert store.exists_prefix(hashes) == 0
+
+
+def test_get_into_reads_pages_into_runs_of_memory(tmp_path: Path) -> None:
+    """Pages written from runs and read into runs (a strided page's rows) are byte-exact; a
+    target of another size is a miss that leaves the page in the store for its own readers."""
+    store = DiskStore(tmp_path, FP)
+    hashes, blobs = chain(3), payloads(3)
+    runs = [[memoryview(b)[i : i + 100] for i in range(0, len(b), 100)] for b in blobs]
+    assert store.put_parts(hashes, runs) == 3
+    targets = [bytearray(len(b)) for b in blobs]
+    split = [[memoryview(t)[: len(t) // 3], memoryview(t)[len(t) // 3 :]] for t in targets]
+    assert store.get_into(hashes, split) == [True] * 3
+    assert [bytes(t) for t in targets] == blobs
+    short = [[bytearray(len(blobs[0]) - 1)]]
+    assert store.get_into(hashes[:1], short) == [False]
+    assert store.stats().foreign == 1
+
+
+def test_large_batches_run_on_several_threads(tmp_path: Path) -> None:
+    """A batch over the parallel threshold is split over the I/O threads, in order."""
+    store = DiskStore(tmp_path, FP, io_threads=3)
+    hashes = chain(12)
+    pages = [bytes([i]) * (2 << 20) for i in range(12)]
+    assert store.put(hashes, pages) == 12
+    targets = [bytearray(2 << 20) for _ in pages]
+    assert store.get_into(hashes, [[t] for t in targets]) == [True] * 12
+    assert [bytes(t) for t in targets] == pages
 
 
 def test_orphaned_temporaries_count_toward_the_cap(tmp_path: Path) -> None:

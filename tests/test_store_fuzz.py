@@ -36,7 +36,7 @@ from types import SimpleNamespace
 import pytest
 
 from kvtier.errors import KvtierError
-from kvtier.store import disk, open_store
+from kvtier.store import disk, open_store, pageio
 from kvtier.store.base import StoreCounters, StoreStats, StoreUnavailable
 from kvtier.store.blob import (
     HEADER_SIZE,
@@ -376,19 +376,35 @@ def _check_get(case: DiskCase, fault: Fault, got: list[bytes | None], where: str
             assert page == want, f"{where}: page {i} lost to another entry's fault"
 
 
-def _run_disk_case(case: DiskCase, fault_name: str, where: str) -> None:
+def _get_into(store: ResilientStore, case: DiskCase) -> list[bytes | None]:
+    """`get_into` each page, split into two runs of memory; the pages read, None for misses."""
+    targets = [bytearray(len(p)) for p in case.payloads]
+    runs = [[memoryview(t)[: len(t) // 2], memoryview(t)[len(t) // 2 :]] for t in targets]
+    found = store.get_into(case.hashes, runs)
+    return [bytes(t) if ok else None for t, ok in zip(targets, found, strict=True)]
+
+
+def _run_disk_case(case: DiskCase, prober: DiskStore, fault_name: str, where: str) -> None:
+    """One case; `prober` is another process's view of the same root (its probe checks the
+    headers of pages it has not handled, where the writer answers from memory)."""
     store, rng = case.store, case.rng
     assert store.put(case.hashes, case.payloads) == len(case.hashes), where
     k = rng.randrange(len(case.hashes))
     fault = FAULTS[fault_name](case, k)
     outside = _tree_state(case.outside)
-    op = rng.choice(("get", "exists", "put"))
+    op = rng.choice(("get", "get_into", "exists", "put"))
     if op == "get":
         _check_get(case, fault, store.get(case.hashes), where)
         seen = fault.bad
+    elif op == "get_into":
+        _check_get(case, fault, _get_into(store, case), where)
+        seen = fault.bad
     elif op == "exists":
         first_bad = min(fault.bad)
-        prefix = store.exists_prefix(case.hashes)
+        # the writer answers from memory (all its pages), or from headers once its shard or
+        # fingerprint directory was replaced; never short of the fault
+        assert store.exists_prefix(case.hashes) >= first_bad, f"{where}: its own pages"
+        prefix = prober.exists_prefix(case.hashes)
         assert prefix >= first_bad, f"{where}: probe stopped before the fault"
         if fault.header_visible:
             assert prefix == first_bad, f"{where}: probe counted a bad entry"
@@ -426,21 +442,28 @@ class _CountingOS:
         self.read += len(data)
         return data
 
+    def preadv(self, fd: int, buffers: list[memoryview], offset: int) -> int:
+        n = os.preadv(fd, buffers, offset)
+        self.read += n
+        return n
+
 
 @pytest.mark.parametrize("fault_name", DISK_PAGE_FAULTS)
 def test_disk_page_faults(tmp_path: Path, fault_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     root, outside = tmp_path / "root", tmp_path / "outside"
     outside.mkdir()
     store = ResilientStore(DiskStore(root, FP))
+    prober = DiskStore(root, FP)
     counting = _CountingOS()
     monkeypatch.setattr(disk, "os", counting)
+    monkeypatch.setattr(pageio, "os", counting)
     rng = _rng(fault_name)
     for n in range(CASES[fault_name]):
         where = f"{fault_name} case {n} (KVTIER_FUZZ_SEED={SEED})"
         (outside / str(n)).mkdir()  # where this case's baits lie
         case = DiskCase(store, outside / str(n), rng)
         counting.read = 0
-        _run_disk_case(case, fault_name, where)
+        _run_disk_case(case, prober, fault_name, where)
         # reads are bounded by the pages themselves, whatever sits at their paths
         bound = 16 * sum(len(case.blob(i)) for i in range(len(case.hashes)))
         assert counting.read <= bound, f"{where}: read {counting.read} bytes"
@@ -462,6 +485,7 @@ def test_bad_fingerprint_directory(tmp_path: Path) -> None:
         store = ResilientStore(DiskStore(root, FP))
         case = DiskCase(store, outside, rng)
         store.put(case.hashes, case.payloads)
+        prober = DiskStore(root, FP)  # another process, which has not seen these pages
         fp_dir = root / FP.digest.hex()
         target = outside / f"tree{n}"
         fp_dir.rename(target)  # the real tree, valid pages and all, now outside the root
@@ -477,7 +501,7 @@ def test_bad_fingerprint_directory(tmp_path: Path) -> None:
         if op == "get":
             assert store.get(case.hashes) == [None] * len(case.hashes), where
         else:
-            assert store.exists_prefix(case.hashes) == 0, where
+            assert prober.exists_prefix(case.hashes) == 0, where
         assert store.put(case.hashes, case.payloads) == len(case.hashes), where
         assert store.get(case.hashes) == case.payloads, where
         assert stat.S_ISDIR(os.lstat(fp_dir).st_mode), where
@@ -656,7 +680,7 @@ def _bad_urls(rng: random.Random, tmp: Path) -> Iterator[tuple[str, object, dict
     """(what to find in the message, url, options) of calls `open_store` must refuse."""
     word = f"w{rng.randrange(1 << 30):x}"
     host = rng.choice(["127.0.0.1", "localhost", "redis.internal", "[::1]"])
-    kind = rng.randrange(16)
+    kind = rng.randrange(18)
     if kind == 0:
         url = f"file://{word}/x{word}"  # a host read where a directory was meant
         yield word, url, {}
@@ -693,12 +717,37 @@ def _bad_urls(rng: random.Random, tmp: Path) -> Iterator[tuple[str, object, dict
         url = f"redis://user:{password}@{host}:99999/0"
         yield "***", url, {"forbid": password}
     elif kind == 14:
-        value = rng.choice([0, -1, True, 1.5, "10", float("nan")])
+        value = rng.choice([0, -1, True, 1.5, "10", float("nan"), 10**20, 2**64])
         option = rng.choice(["capacity_bytes", "ttl_s", "timeout_s"])
         base = f"redis://{host}:6379/0" if option != "capacity_bytes" else str(tmp / word)
         if option == "timeout_s" and value in ("10", 1.5):
-            value = rng.choice([0, -2.5, float("inf")])
+            value = rng.choice([0, -2.5, float("inf"), 1e9])
+        if option == "capacity_bytes" and value == 10**20:
+            value = 2**63  # 10^20 bytes is within range
         yield option, base, {option: value}
+    elif kind == 15:  # whitespace at an end of a URL, or a control character anywhere in it
+        url = rng.choice([f"redis://{host}:6379/0", str(tmp / word), f"file://{tmp}/{word}"])
+        at = rng.choice(["start", "end", "inside"])
+        if at == "inside":  # a space may be in a directory's name; a control character not
+            cut = rng.randrange(1, len(url))
+            url = url[:cut] + rng.choice(["\x01", "\n", "\x7f", "\x1b"]) + url[cut:]
+        else:
+            pad = rng.choice([" ", "\t", "\n", "\r\n", "  "])
+            url = pad + url if at == "start" else url + pad
+        yield "store URL", url, {}
+    elif kind == 16:
+        option, value = rng.choice(
+            [
+                ("socket_timeout", "1e20"),
+                ("socket_connect_timeout", "-1"),
+                ("socket_timeout", "nan"),
+                ("health_check_interval", "inf"),
+                ("max_connections", "0"),
+                ("max_connections", str(10**12)),
+                ("protocol", "9"),
+            ]
+        )
+        yield option, f"redis://{host}:6379/0?{option}={value}", {}
     else:
         yield "string", rng.choice([None, 42, b"redis://h/0", ["/tmp/x"]]), {}
 

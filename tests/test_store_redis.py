@@ -12,7 +12,7 @@ import pytest
 
 from kvtier.errors import KvtierError
 from kvtier.store import open_store
-from kvtier.store.base import StoreUnavailable
+from kvtier.store.base import StoreFingerprint, StoreUnavailable
 from kvtier.store.blob import encode_blob
 from kvtier.store.redis_store import RedisStore, page_key
 from kvtier.store.resilient import ResilientStore
@@ -25,6 +25,7 @@ from store_support import (
     needs_redis,
     payloads,
     run_worker,
+    running_cluster,
     running_redis,
 )
 
@@ -244,3 +245,44 @@ def test_a_key_of_another_type_costs_only_its_page(server: RedisServer) -> None:
     assert raw.exists(inner.key(hashes[1])) == 0
     stats = store.stats()
     assert (stats.corrupt, stats.errors, store.is_open) == (2, 0, False)
+
+
+@needs_redis
+@pytest.mark.redis
+def test_a_three_master_cluster_serves_each_fingerprint_from_one_slot(tmp_path: Path) -> None:
+    """A real cluster of 3 masters: the pages of one fingerprint share a hash tag, so a batch
+    is one round trip to the one node holding its slot (the raw batch path talks to that node
+    only, so a batch served whole shows it); the fingerprints of a TP deployment's ranks spread
+    over the masters; put, get, get_into and probes all answer through any node's URL."""
+    import redis
+
+    with running_cluster(tmp_path, masters=3) as nodes:
+        ranks = [dataclasses.replace(FP, tp_rank=r, tp_size=16) for r in range(16)]
+        owners = set()
+        for n, fp in enumerate(ranks):
+            url = f"cluster+redis://127.0.0.1:{nodes[n % 3].port}"
+            store = open_store(url, fp)
+            hashes, blobs = chain(32, seed=n), payloads(32, size=8192)
+            assert store.put(hashes, blobs) == 32
+            assert store.exists_prefix(hashes) == 32
+            assert store.get(hashes) == blobs
+            targets = [bytearray(8192) for _ in hashes]
+            assert store.get_into(hashes, [[t] for t in targets]) == [True] * 32
+            assert [bytes(t) for t in targets] == blobs
+            assert store.stats().errors == 0 and not store.is_open
+            holders = []
+            for node in nodes:
+                client = redis.Redis(port=node.port)
+                if client.execute_command("CLUSTER", "COUNTKEYSINSLOT", key_slot_of(fp)):
+                    holders.append(node.port)
+                client.close()
+            assert len(holders) == 1, f"rank {n}'s pages on {holders}"
+            owners.add(holders[0])
+            store.close()
+        assert len(owners) >= 2, "16 ranks' fingerprints all landed on one master"
+
+
+def key_slot_of(fp: StoreFingerprint) -> int:
+    from redis.crc import key_slot
+
+    return int(key_slot(fp.digest.hex().encode()))

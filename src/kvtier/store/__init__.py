@@ -10,7 +10,6 @@ cache takes it through `StoreHook`:
 
 from __future__ import annotations
 
-import math
 import os
 from urllib.parse import unquote, urlsplit
 
@@ -18,6 +17,7 @@ from kvtier.errors import KvtierError
 from kvtier.store.base import PageStore, StoreFingerprint, StoreStats, StoreUnavailable
 from kvtier.store.disk import DiskStore
 from kvtier.store.hook import StoreHook
+from kvtier.store.options import check_capacity, check_timeout, check_ttl, check_url_text
 from kvtier.store.redis_store import CLUSTER_SCHEME_PREFIX, RedisStore, redact
 from kvtier.store.resilient import ResilientStore
 
@@ -57,18 +57,15 @@ def open_store(
         raise KvtierError(f"store URL must be a string, got {type(url).__name__}")
     if not isinstance(fingerprint, StoreFingerprint):
         raise KvtierError(f"store fingerprint must be a StoreFingerprint, got {fingerprint!r}")
-    if not _positive(timeout_s, float):
-        raise KvtierError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    if "\0" in url:
-        raise KvtierError(f"store URL {url!r} holds a NUL character")
+    timeout_s = check_timeout(timeout_s)
+    ttl_s, capacity_bytes = check_ttl(ttl_s), check_capacity(capacity_bytes)
+    check_url_text(url)
     scheme = _scheme(url)
     inner: PageStore
     if scheme in ("", "file"):
         path = _disk_path(url, scheme)
         if ttl_s is not None:
             raise KvtierError("ttl_s applies to Redis stores; a disk store is capped by size")
-        if capacity_bytes is not None and not _positive(capacity_bytes, int):
-            raise KvtierError(f"capacity_bytes must be a positive integer, got {capacity_bytes!r}")
         try:
             inner = DiskStore(path, fingerprint, capacity_bytes=capacity_bytes)
         except StoreUnavailable as exc:
@@ -76,8 +73,6 @@ def open_store(
     elif scheme.removeprefix(CLUSTER_SCHEME_PREFIX) in REDIS_SCHEMES:
         if capacity_bytes is not None:
             raise KvtierError("capacity_bytes applies to disk stores; size Redis with maxmemory")
-        if ttl_s is not None and not _positive(ttl_s, int):
-            raise KvtierError(f"ttl_s must be a positive whole number of seconds, got {ttl_s!r}")
         inner = RedisStore(url, fingerprint, ttl_s=ttl_s, timeout_s=timeout_s)
     else:
         raise KvtierError(
@@ -123,12 +118,3 @@ def _disk_path(url: str, scheme: str) -> str:
     if "\0" in path:
         raise KvtierError(f"store URL {url!r} holds a NUL character")
     return path
-
-
-def _positive(value: object, kind: type) -> bool:
-    """True for a positive number of `kind` (an int where a float is asked; never a bool)."""
-    if isinstance(value, bool):
-        return False
-    if kind is float:
-        return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-    return isinstance(value, int) and value > 0

@@ -14,16 +14,18 @@ misses and backs off.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from kvtier.spec.model import AttentionKind, ModelSpec
 
 PageHash = bytes
+Buffer: TypeAlias = bytes | bytearray | memoryview
 FINGERPRINT_DIGEST_SIZE = 16
 # Bumped whenever the digest's input changes, so pages written under an older encoding are
 # misses (other keys, other directories), never taken for this one's.
@@ -90,17 +92,20 @@ class StoreFingerprint:
 
         The input is canonical JSON (field names and typed values, sorted keys), so two
         different field sets can never encode to the same text, whatever their strings hold.
+        Computed once per fingerprint (every page key and blob header carries it).
         """
-        text = json.dumps(
-            {
-                "format": FINGERPRINT_FORMAT,
-                "fields": {f.name: getattr(self, f.name) for f in fields(self)},
-            },
-            sort_keys=True,
-            ensure_ascii=True,
-            separators=(",", ":"),
-        )
-        return hashlib.blake2b(text.encode(), digest_size=FINGERPRINT_DIGEST_SIZE).digest()
+        return _digest(self)
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(fp: StoreFingerprint) -> bytes:
+    text = json.dumps(
+        {"format": FINGERPRINT_FORMAT, "fields": {f.name: getattr(fp, f.name) for f in fields(fp)}},
+        sort_keys=True,
+        ensure_ascii=True,
+        separators=(",", ":"),
+    )
+    return hashlib.blake2b(text.encode(), digest_size=FINGERPRINT_DIGEST_SIZE).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,12 +173,23 @@ class PageStore(Protocol):
 
     fingerprint: StoreFingerprint
 
-    def put(self, hashes: Sequence[PageHash], payloads: Sequence[bytes]) -> int:
+    def put(self, hashes: Sequence[PageHash], payloads: Sequence[Buffer]) -> int:
         """Store each payload under its hash; return how many pages were written."""
+        ...
+
+    def put_parts(self, hashes: Sequence[PageHash], pages: Sequence[Sequence[Buffer]]) -> int:
+        """`put` of pages each given as its runs in memory, in order (never joined)."""
         ...
 
     def get(self, hashes: Sequence[PageHash]) -> list[bytes | None]:
         """The verified payload of each page, or None where it is missing or invalid."""
+        ...
+
+    def get_into(
+        self, hashes: Sequence[PageHash], targets: Sequence[Sequence[Buffer]]
+    ) -> list[bool]:
+        """Read each page into its target (writable runs of memory as long in all as the page);
+        True per page read and verified. A miss may leave its target changed."""
         ...
 
     def exists_prefix(self, hashes: Sequence[PageHash]) -> int:

@@ -41,12 +41,14 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 from kvtier.store.base import (
+    Buffer,
     PageHash,
     StoreCounters,
     StoreFingerprint,
@@ -57,11 +59,14 @@ from kvtier.store.blob import (
     HEADER_SIZE,
     CorruptBlob,
     ForeignBlob,
+    Parts,
     check_head,
     encode_head,
+    parts_size,
     read_header,
     verify_blob,
 )
+from kvtier.store.pageio import IO_THREADS, read_into, run_parallel, split, write_all
 
 _T = TypeVar("_T")
 
@@ -72,6 +77,7 @@ STALE_TMP_S = 3600.0  # a temporary file this old belongs to a writer that died
 RESCAN_FRACTION = 0.1
 MAX_PAGE_BYTES = 1 << 30  # the largest payload written or read; a header claiming more is corrupt
 QUARANTINE_LIMIT = 4096  # bad entries remembered where they cannot be removed
+INDEX_LIMIT = 1 << 18  # pages a store remembers as held (about 30 MB of 32-byte hashes)
 
 _FP_NAME = re.compile(r"[0-9a-f]{32}")
 _SHARD_NAME = re.compile(r"[0-9a-f]{2}")
@@ -87,15 +93,12 @@ _WRITES_STOP = frozenset(
 )
 
 
-def _write_new(shard: int, name: str, head: bytes, payload: bytes, stamp_ns: int) -> None:
-    """Create file `name` in directory `shard` (it must not exist) holding `head`, `payload`."""
+def _write_new(shard: int, name: str, head: bytes, parts: Parts, stamp_ns: int) -> None:
+    """Create file `name` in directory `shard` (it must not exist) holding `head` and the
+    payload's runs, gathered by one writev."""
     fd = os.open(name, _CREATE_FLAGS, 0o644, dir_fd=shard)
     try:
-        # one write for a small page; a large payload is not copied to prepend its head
-        for chunk in (head + payload,) if len(payload) < (1 << 20) else (head, payload):
-            data = memoryview(chunk)
-            while data:
-                data = data[os.write(fd, data) :]
+        write_all(fd, [head, *parts])
         _stamp(fd, stamp_ns)
     finally:
         os.close(fd)
@@ -134,6 +137,49 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
 
 def _store_wide(exc: OSError) -> bool:
     return exc.errno in _STORE_WIDE
+
+
+class PageIndex:
+    """The pages this process wrote or read whole, so a probe asks no file about them.
+
+    It is a hint, not the truth: another process may remove or damage a page since, and then
+    the read that follows the probe misses it and the page is forgotten. A fingerprint
+    directory removed and made again (a clear, from any process) is another directory: the
+    index starts afresh. Bounded: past `limit` pages the oldest entries are dropped (a dropped
+    page is probed from its header again).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.directory: tuple[int, int, int] | None = None  # where the pages were seen
+        self._held: dict[PageHash, None] = {}
+        self._lock = threading.Lock()
+
+    def check(self, directory: tuple[int, int, int] | None) -> None:
+        """Forget everything unless the fingerprint directory is still `directory`."""
+        if directory != self.directory:
+            with self._lock:
+                self._held.clear()
+                self.directory = directory
+
+    def add(self, page_hash: PageHash) -> None:
+        with self._lock:
+            self._held[page_hash] = None
+            if len(self._held) > self.limit:
+                del self._held[next(iter(self._held))]
+
+    def forget(self, hashes: Iterable[PageHash]) -> None:
+        with self._lock:
+            for page_hash in hashes:
+                self._held.pop(page_hash, None)
+
+    def prefix(self, hashes: Sequence[PageHash]) -> int:
+        """How many leading pages of `hashes` are held."""
+        held = self._held
+        for i, page_hash in enumerate(hashes):
+            if page_hash not in held:
+                return i
+        return len(hashes)
 
 
 class _Dirs:
@@ -212,12 +258,16 @@ class DiskStore:
         full_retry_s: float = 30.0,
         max_page_bytes: int = MAX_PAGE_BYTES,
         stale_tmp_s: float = STALE_TMP_S,
+        io_threads: int = IO_THREADS,
+        index_limit: int = INDEX_LIMIT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if capacity_bytes is not None and capacity_bytes <= 0:
             raise ValueError(f"capacity_bytes must be positive, got {capacity_bytes}")
         if max_page_bytes <= 0:
             raise ValueError(f"max_page_bytes must be positive, got {max_page_bytes}")
+        if io_threads < 1:
+            raise ValueError(f"io_threads must be at least 1, got {io_threads}")
         self.root = Path(root).expanduser()
         self.fingerprint = fingerprint
         self.capacity_bytes = capacity_bytes
@@ -225,22 +275,30 @@ class DiskStore:
         self.full_retry_s = full_retry_s
         self.max_page_bytes = max_page_bytes
         self.stale_tmp_s = stale_tmp_s
+        self.io_threads = io_threads
         self._clock = clock
         self._fp_name = fingerprint.digest.hex()
         self._dir = self.root / self._fp_name
         self._counters = StoreCounters()
         self._lock = threading.Lock()
         self._quarantine: OrderedDict[tuple[int, int, int, int], None] = OrderedDict()
+        self._index = PageIndex(index_limit)
         self._writes_stopped_until: float | None = None
         try:
             with self._dirs(create=True) as dirs:
                 if dirs.fp is None:
                     raise StoreUnavailable(f"cannot create store directory {self._dir}")
+                # every shard now, so the fingerprint directory changes only when it is
+                # removed or rebuilt (what the page index watches for)
+                for shard in range(256):
+                    with suppress(FileExistsError):
+                        os.mkdir(f"{shard:02x}", dir_fd=dirs.fp)
         except StoreUnavailable as exc:
             message = str(exc)
             if not message.startswith("cannot create store directory"):
                 message = f"cannot create store directory {self._dir}: {message}"
             raise StoreUnavailable(message) from exc
+        self._index.check(self._fp_identity())
         used = self.sweep()
         self._used = used if capacity_bytes is not None else 0
         self._unscanned = 0  # bytes this process wrote since it last listed the files
@@ -251,6 +309,15 @@ class DiskStore:
         if name is None:
             raise ValueError(f"page hash must be 1..{MAX_HASH_BYTES} bytes")
         return self._dir / name[:2] / name
+
+    def _fp_identity(self) -> tuple[int, int, int] | None:
+        """(device, inode, change time) of this fingerprint's directory entry (not followed),
+        or None: a directory made again, even on a reused inode, is another identity."""
+        try:
+            st = os.stat(self._dir, follow_symlinks=False)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino, st.st_ctime_ns
 
     @property
     def writes_stopped(self) -> bool:
@@ -271,38 +338,26 @@ class DiskStore:
         with self._lock:
             return _identity(st) in self._quarantine
 
-    def put(self, hashes: Sequence[PageHash], payloads: Sequence[bytes]) -> int:
+    def put(self, hashes: Sequence[PageHash], payloads: Sequence[Buffer]) -> int:
         if len(hashes) != len(payloads):
             raise ValueError("hash and payload counts differ")
-        written = nbytes = refused = 0
+        return self.put_parts(hashes, [(p,) for p in payloads])
+
+    def put_parts(self, hashes: Sequence[PageHash], pages: Sequence[Parts]) -> int:
+        """`put` of pages given as their runs in memory (written by one writev each)."""
+        if len(hashes) != len(pages):
+            raise ValueError("hash and payload counts differ")
         if self.writes_stopped:
             self._counters.add(refused=len(hashes))
             return 0
-        now = time.time_ns()
-        with self._dirs(create=True) as dirs:
-            if dirs.denied or dirs.fp is None:
-                self._stop_writes()
-            for i, (page_hash, payload) in enumerate(zip(hashes, payloads, strict=True)):
-                if self.writes_stopped:
-                    refused += len(hashes) - i
-                    break
-                name = _page_name(page_hash)
-                shard = None if name is None else dirs.shard(name[:2])
-                if name is None or shard is None or len(payload) > self.max_page_bytes:
-                    refused += 1  # a hash that names no file, or a shard that cannot be made
-                    if dirs.denied:
-                        self._stop_writes()
-                    continue
-                head = encode_head(self.fingerprint.digest, page_hash, payload)
-                # content-addressed: a page already there is kept when it is byte for byte
-                # the one being written; anything else in its place is replaced
-                if self._holds(shard, name, head, payload, now - i):
-                    continue
-                if not self._write(shard, name, head, payload, now - i):
-                    refused += 1
-                    continue
-                written += 1
-                nbytes += len(head) + len(payload)
+        now, sizes = time.time_ns(), [parts_size(p) for p in pages]
+        runs = split(len(hashes), sum(sizes), self.io_threads)
+        done = run_parallel(
+            [partial(self._put_run, hashes, pages, sizes, lo, hi, now) for lo, hi in runs]
+        )
+        written = sum(d[0] for d in done)
+        nbytes = sum(d[1] for d in done)
+        refused = sum(d[2] for d in done)
         self._counters.add(puts=written, bytes_written=nbytes, refused=refused)
         if self.capacity_bytes is not None and written:
             with self._lock:
@@ -321,17 +376,43 @@ class DiskStore:
         self._counters.add_reads(out)
         return out
 
+    def get_into(self, hashes: Sequence[PageHash], targets: Sequence[Parts]) -> list[bool]:
+        """Read each page straight into its target (the runs of memory it fills, in order, as
+        long in all as the page) with one preadv; True per page read and verified. A miss
+        may leave its target's bytes changed."""
+        if len(hashes) != len(targets):
+            raise ValueError("hash and target counts differ")
+        now, sizes = time.time_ns(), [parts_size(t) for t in targets]
+        runs = split(len(hashes), sum(sizes), self.io_threads)
+        jobs = [partial(self._get_run, hashes, targets, sizes, lo, hi, now) for lo, hi in runs]
+        out = [ok for run in run_parallel(jobs) for ok in run]
+        hits = sum(out)
+        self._counters.add(
+            gets=len(out),
+            hits=hits,
+            misses=len(out) - hits,
+            bytes_read=sum(size for ok, size in zip(out, sizes, strict=True) if ok),
+        )
+        return out
+
     def exists_prefix(self, hashes: Sequence[PageHash]) -> int:
-        """How many leading pages are held; each must pass a header check (size, magic,
-        fingerprint, page hash), which reads the header only. A bad entry is removed."""
+        """How many leading pages are held. A page this process wrote or read is answered from
+        memory; any other must pass a header check (size, magic, fingerprint, page hash),
+        which reads the header only. A bad entry is removed. A page answered from memory that
+        was damaged or removed since is a miss when read, and forgotten then."""
+        self._index.check(self._fp_identity())
+        held = self._index.prefix(hashes)
+        if held == len(hashes):
+            return held
         with self._dirs(create=False) as dirs:
-            for i, page_hash in enumerate(hashes):
-                if not self._probe(dirs, page_hash):
+            for i in range(held, len(hashes)):
+                if not self._probe(dirs, hashes[i]):
                     return i
         return len(hashes)
 
     def delete(self, hashes: Sequence[PageHash]) -> int:
         removed = 0
+        self._index.forget(hashes)
         with self._dirs(create=False) as dirs:
             for page_hash in hashes:
                 name = _page_name(page_hash)
@@ -351,6 +432,62 @@ class DiskStore:
         every fingerprint of the root; return the bytes the remaining files use (pages and
         temporaries both)."""
         return sum(size for _, size, _, _ in self._files())
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def _put_run(
+        self,
+        hashes: Sequence[PageHash],
+        pages: Sequence[Parts],
+        sizes: list[int],
+        lo: int,
+        hi: int,
+        now: int,
+    ) -> tuple[int, int, int]:
+        """(written, bytes written, refused) for pages [lo, hi) of a put."""
+        written = nbytes = refused = 0
+        with self._dirs(create=True) as dirs:
+            if dirs.denied or dirs.fp is None:
+                self._stop_writes()
+            for i in range(lo, hi):
+                if self.writes_stopped:
+                    return written, nbytes, refused + hi - i
+                page_hash, parts = hashes[i], pages[i]
+                name = _page_name(page_hash)
+                shard = None if name is None else dirs.shard(name[:2])
+                if name is None or shard is None or sizes[i] > self.max_page_bytes:
+                    refused += 1  # a hash that names no file, or a shard that cannot be made
+                    if dirs.denied:
+                        self._stop_writes()
+                    continue
+                head = encode_head(self.fingerprint.digest, page_hash, parts)
+                # content-addressed: a page already there is kept when it is byte for byte
+                # the one being written; anything else in its place is replaced
+                if self._holds(shard, name, page_hash, head, now - i):
+                    self._index.add(page_hash)
+                    continue
+                if not self._write(shard, name, head, parts, now - i):
+                    refused += 1
+                    continue
+                self._index.add(page_hash)
+                written += 1
+                nbytes += len(head) + sizes[i]
+        return written, nbytes, refused
+
+    def _get_run(
+        self,
+        hashes: Sequence[PageHash],
+        targets: Sequence[Parts],
+        sizes: list[int],
+        lo: int,
+        hi: int,
+        now: int,
+    ) -> list[bool]:
+        with self._dirs(create=False) as dirs:
+            return [
+                self._read_into(dirs, hashes[i], targets[i], sizes[i], now - i)
+                for i in range(lo, hi)
+            ]
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -415,20 +552,51 @@ class DiskStore:
             _stamp(fd, stamp_ns)
             return data
 
-        return self._checked(dirs, page_hash, payload)
+        data = self._checked(dirs, page_hash, payload)
+        if data is not None:
+            self._index.add(page_hash)
+        return data
+
+    def _read_into(
+        self, dirs: _Dirs, page_hash: PageHash, target: Parts, size: int, stamp_ns: int
+    ) -> bool:
+        """Read a page of `size` bytes into `target`: its head and payload in one preadv when
+        the file has the size of that page's blob; else the header says what it is, a miss."""
+
+        def scatter(fd: int, st: os.stat_result) -> bool:
+            head = bytearray(HEADER_SIZE + len(page_hash))
+            if st.st_size != len(head) + size:
+                _, length = self._head(fd, st, page_hash)
+                raise ForeignBlob(f"a {length}-byte page where {size} bytes were asked for")
+            if read_into(fd, [head, *target], 0) != st.st_size:
+                raise CorruptBlob("file shrank while it was read")
+            check_head(self.fingerprint.digest, page_hash, head)
+            verify_blob(self.fingerprint.digest, page_hash, head, target)
+            _stamp(fd, stamp_ns)
+            return True
+
+        ok = self._checked(dirs, page_hash, scatter) is not None
+        if ok:
+            self._index.add(page_hash)
+        return ok
 
     def _probe(self, dirs: _Dirs, page_hash: PageHash) -> bool:
         def header(fd: int, st: os.stat_result) -> bool:
             self._head(fd, st, page_hash)
             return True
 
-        return self._checked(dirs, page_hash, header) is not None
+        if self._checked(dirs, page_hash, header) is None:
+            return False
+        self._index.add(page_hash)
+        return True
 
     def _checked(
         self, dirs: _Dirs, page_hash: PageHash, use: Callable[[int, os.stat_result], _T]
     ) -> _T | None:
         """`use` on the page's open file; a corrupt, foreign or unreadable page is counted,
-        dropped and None, a store-wide failure raises StoreUnavailable."""
+        dropped and None, a store-wide failure raises StoreUnavailable. A page that is not
+        there (or not read) is forgotten by the index."""
+        self._index.forget((page_hash,))
         name = _page_name(page_hash)
         shard = None if name is None else dirs.shard(name[:2])
         if name is None or shard is None:
@@ -451,21 +619,26 @@ class DiskStore:
             os.close(fd)
         return None
 
-    def _holds(self, shard: int, name: str, head: bytes, payload: bytes, stamp_ns: int) -> bool:
-        """True when `name` is already exactly this blob (then stamped as used); a different
-        or damaged file there is dropped, to be replaced."""
+    def _holds(
+        self, shard: int, name: str, page_hash: PageHash, head: bytes, stamp_ns: int
+    ) -> bool:
+        """True when `name` is already exactly this blob (then stamped as used): the same head,
+        checksum included, over a payload that still matches it. A different or damaged file
+        there is dropped, to be replaced."""
         opened = self._open_page(shard, name, writing=True)
         if opened is None:
             return False
         fd, st = opened
         try:
-            if (
-                st.st_size == len(head) + len(payload)
-                and _read_exact(fd, len(head), 0) == head
-                and _read_exact(fd, len(payload), len(head)) == payload
-            ):
+            length = check_head(self.fingerprint.digest, page_hash, head)
+            if st.st_size == len(head) + length and _read_exact(fd, len(head), 0) == head:
+                verify_blob(
+                    self.fingerprint.digest, page_hash, head, _read_exact(fd, length, len(head))
+                )
                 _stamp(fd, stamp_ns)
                 return True
+        except (CorruptBlob, ForeignBlob):
+            pass
         except OSError as exc:
             if _store_wide(exc):
                 raise StoreUnavailable(f"cannot read a page: {exc}") from exc
@@ -477,12 +650,12 @@ class DiskStore:
 
     # -- writing and removing ----------------------------------------------------------------
 
-    def _write(self, shard: int, name: str, head: bytes, payload: bytes, stamp_ns: int) -> bool:
+    def _write(self, shard: int, name: str, head: bytes, parts: Parts, stamp_ns: int) -> bool:
         """Write `name` atomically; False when the page is refused (a full or read-only store
         then stops writes; an entry in the way that cannot be removed costs only this page)."""
         tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
         try:
-            _write_new(shard, tmp, head, payload, stamp_ns)
+            _write_new(shard, tmp, head, parts, stamp_ns)
             os.replace(tmp, name, src_dir_fd=shard, dst_dir_fd=shard)
         except OSError as exc:
             self._remove(shard, tmp, None)
@@ -634,6 +807,11 @@ class DiskStore:
                         fds[key] = os.open(key[-1], _DIR_FLAGS, dir_fd=parent)
             return fds[key]
 
+        self._index.forget(
+            bytes.fromhex(name.removesuffix(SUFFIX))
+            for fp_name, _, name in victims
+            if fp_name == self._fp_name
+        )
         try:
             for fp_name, shard_name, name in victims:
                 shard = open_dir(open_dir(root, (fp_name,)), (fp_name, shard_name))

@@ -27,12 +27,14 @@ off: `ResilientStore` decides when to try again.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import socket
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from kvtier.errors import KvtierError
 from kvtier.store.base import (
+    Buffer,
     PageHash,
     StoreCounters,
     StoreFingerprint,
@@ -41,17 +43,26 @@ from kvtier.store.base import (
 )
 from kvtier.store.blob import (
     HEADER_SIZE,
+    MAX_HASH_BYTES,
     CorruptBlob,
     ForeignBlob,
+    Parts,
     check_head,
     decode_blob,
-    encode_blob,
+    encode_head,
+    parts_size,
+    verify_blob,
 )
+from kvtier.store.options import check_timeout, check_ttl, check_url_text
+from kvtier.store.resp import ProtocolError, Reader, ReplyError, frame, send_all
 
 if TYPE_CHECKING:
     import redis
 
+_T = TypeVar("_T")
+
 CLUSTER_SCHEME_PREFIX = "cluster+"
+MAX_CONNECTIONS = 65536  # a connection pool larger than this is a typo
 SCHEMES = ("redis", "rediss", "unix")
 # query options a URL may carry (redis-py's own parsers check their values); retries stay off
 QUERY_OPTIONS = frozenset(
@@ -114,6 +125,9 @@ def check_url(url: str) -> None:
             raise bad(f"unknown option {name!r}; known: {', '.join(sorted(QUERY_OPTIONS))}")
         if len(values) != 1:
             raise bad(f"option {name!r} is given {len(values)} times")
+        why = _query_value_problem(name, values[0])
+        if why is not None:
+            raise bad(why)
     db_text = query.get("db", [None])[0]
     if parts.scheme == "unix":
         if cluster:
@@ -145,6 +159,23 @@ def check_url(url: str) -> None:
             parse_url(plain)
         except ValueError as exc:
             raise bad(str(exc)) from None
+
+
+def _query_value_problem(name: str, text: str) -> str | None:
+    """Why the numeric query option `name` cannot take `text`, or None (redis-py parses the
+    others, and these only as numbers, without a range)."""
+    if name == "health_check_interval" and text == "0":
+        return None  # redis-py's default: no health checks
+    if name in ("socket_timeout", "socket_connect_timeout", "health_check_interval"):
+        try:
+            check_timeout(float(text), name)
+        except (ValueError, KvtierError) as exc:
+            return str(exc) if isinstance(exc, KvtierError) else f"{name}={text!r} is no number"
+    elif name == "max_connections" and not (text.isdigit() and 1 <= int(text) <= MAX_CONNECTIONS):
+        return f"max_connections={text!r}: a whole number from 1 to {MAX_CONNECTIONS}"
+    elif name == "protocol" and text not in ("2", "3"):
+        return f"protocol={text!r}: RESP 2 or 3"
+    return None
 
 
 def page_key(prefix: str, fingerprint: StoreFingerprint, page_hash: PageHash) -> str:
@@ -181,12 +212,8 @@ class RedisStore:
         timeout_s: float = 1.0,
         prefix: str = "kvtier",
     ) -> None:
-        if ttl_s is not None and (isinstance(ttl_s, bool) or not isinstance(ttl_s, int)):
-            raise KvtierError(f"ttl_s must be a whole number of seconds, got {ttl_s!r}")
-        if ttl_s is not None and ttl_s <= 0:
-            raise KvtierError(f"ttl_s must be positive, got {ttl_s}")
-        if not timeout_s > 0:
-            raise KvtierError(f"timeout_s must be positive, got {timeout_s!r}")
+        ttl_s, timeout_s = check_ttl(ttl_s), check_timeout(timeout_s)
+        check_url_text(url)
         if importlib.util.find_spec("redis") is None:
             raise KvtierError("a Redis store needs redis-py: pip install 'kvtier[redis]'")
         check_url(url)
@@ -201,36 +228,125 @@ class RedisStore:
     def key(self, page_hash: PageHash) -> str:
         return page_key(self.prefix, self.fingerprint, page_hash)
 
-    def put(self, hashes: Sequence[PageHash], payloads: Sequence[bytes]) -> int:
-        from redis.exceptions import OutOfMemoryError
-
+    def put(self, hashes: Sequence[PageHash], payloads: Sequence[Buffer]) -> int:
         if len(hashes) != len(payloads):
+            raise ValueError("hash and payload counts differ")
+        return self.put_parts(hashes, [(p,) for p in payloads])
+
+    def put_parts(self, hashes: Sequence[PageHash], pages: Sequence[Parts]) -> int:
+        """SET each page, its value sent as the blob head and the page's own buffers, the
+        whole batch in one round trip. An OOM reply refuses that page alone."""
+        if len(hashes) != len(pages):
             raise ValueError("hash and payload counts differ")
         digest = self.fingerprint.digest
         # a hash the blob format cannot hold (over 255 bytes) is refused, alone
         batch = [
-            (i, h, encode_blob(digest, h, p))
-            for i, (h, p) in enumerate(zip(hashes, payloads, strict=True))
-            if isinstance(h, bytes) and 0 < len(h) <= 255
+            (i, h, encode_head(digest, h, parts), parts)
+            for i, (h, parts) in enumerate(zip(hashes, pages, strict=True))
+            if isinstance(h, bytes) and 0 < len(h) <= MAX_HASH_BYTES
         ]
-
-        def queue(pipe: Any) -> None:
-            for i, h, blob in batch:
-                pipe.set(self.key(h), blob, px=self._ttl_ms(i))
-
-        replies = self._pipeline(queue) if batch else []
         written = nbytes = 0
         refused = len(hashes) - len(batch)
-        for reply, (_, _, blob) in zip(replies, batch, strict=True):
-            if isinstance(reply, Exception):
-                if not isinstance(reply, OutOfMemoryError):
+
+        def exchange(sock: socket.socket, reader: Reader) -> list[Any]:
+            buffers: list[Buffer] = []
+            for i, h, head, parts in batch:
+                ttl = self._ttl_ms(i)
+                extra = () if ttl is None else (b"PX", b"%d" % ttl)
+                buffers += frame(b"SET", self.key(h).encode(), [head, *parts], *extra)
+            send_all(sock, buffers)
+            return [reader.reply() for _ in batch]
+
+        replies = self._raw(batch[0][1], exchange) if batch else []
+        for reply, (_, _, head, parts) in zip(replies, batch, strict=True):
+            if isinstance(reply, ReplyError):
+                if not str(reply).startswith("OOM"):
                     raise StoreUnavailable(f"redis refused a write: {reply}")
                 refused += 1
             else:
                 written += 1
-                nbytes += len(blob)
+                nbytes += len(head) + parts_size(parts)
         self._counters.add(puts=written, bytes_written=nbytes, refused=refused)
         return written
+
+    def get_into(self, hashes: Sequence[PageHash], targets: Sequence[Parts]) -> list[bool]:
+        """GET (GETEX with a TTL) each page, its payload read from the socket straight into
+        its target, the whole batch in one round trip; True per page read and verified."""
+        if len(hashes) != len(targets):
+            raise ValueError("hash and target counts differ")
+        if not hashes:
+            return []
+        sizes = [parts_size(t) for t in targets]
+        damaged: list[PageHash] = []
+
+        def exchange(sock: socket.socket, reader: Reader) -> list[bool]:
+            buffers: list[Buffer] = []
+            for i, h in enumerate(hashes):
+                ttl = self._ttl_ms(i)
+                key = self.key(h).encode()
+                buffers += (
+                    frame(b"GET", key) if ttl is None else frame(b"GETEX", key, b"PX", b"%d" % ttl)
+                )
+            send_all(sock, buffers)
+            return [
+                self._read_page(reader, h, t, size, damaged)
+                for h, t, size in zip(hashes, targets, sizes, strict=True)
+            ]
+
+        found = self._raw(hashes[0], exchange)
+        if damaged:
+            self.delete(damaged)
+        hits = sum(found)
+        self._counters.add(
+            gets=len(found),
+            hits=hits,
+            misses=len(found) - hits,
+            bytes_read=sum(size for ok, size in zip(found, sizes, strict=True) if ok),
+        )
+        return found
+
+    def _read_page(
+        self, reader: Reader, page_hash: PageHash, target: Parts, size: int, damaged: list[bytes]
+    ) -> bool:
+        """One GET reply into `target`; a bad value is counted and listed in `damaged`."""
+        kind, value = reader.header()
+        if kind == "done":
+            if isinstance(value, ReplyError):
+                if not _wrong_type(value):
+                    raise StoreUnavailable(f"redis failed a read: {value}")
+                value = CorruptBlob("a key of another type")
+            elif value is not None:
+                raise ProtocolError(f"a GET answered {value!r}")
+            else:
+                return False
+        else:
+            value = self._receive(reader, page_hash, target, size, value)
+            if value is None:
+                return True
+        self._counters.add(**{"foreign" if isinstance(value, ForeignBlob) else "corrupt": 1})
+        damaged.append(page_hash)
+        return False
+
+    def _receive(
+        self, reader: Reader, page_hash: PageHash, target: Parts, size: int, length: int
+    ) -> CorruptBlob | ForeignBlob | None:
+        """Read a bulk value of `length` bytes: into `target` when it is this page's size, else
+        whole, to say what it is. None when it is the page, verified."""
+        digest = self.fingerprint.digest
+        head = bytearray(HEADER_SIZE + len(page_hash))
+        try:
+            if length == len(head) + size:
+                reader.into([head, *target])
+                reader.crlf()
+                check_head(digest, page_hash, head)
+                verify_blob(digest, page_hash, head, target)
+                return None
+            data = reader.skip(length)
+            reader.crlf()
+            decode_blob(digest, page_hash, data)
+            return ForeignBlob(f"a {length}-byte value where a {size}-byte page was asked for")
+        except (CorruptBlob, ForeignBlob) as exc:
+            return exc
 
     def get(self, hashes: Sequence[PageHash]) -> list[bytes | None]:
         def queue(pipe: Any) -> None:
@@ -322,6 +438,48 @@ class RedisStore:
             return None
         return max(1, self.ttl_s * 1000 - position)
 
+    def _raw(self, key_of: PageHash, exchange: Callable[[socket.socket, Reader], _T]) -> _T:
+        """`exchange(sock, reader)` on a connection borrowed from redis-py's pool (the node
+        holding `key_of`'s slot, on a cluster; every page of a fingerprint is on that slot).
+        A failure closes the connection and the client, and is `StoreUnavailable`."""
+        from redis.exceptions import RedisClusterException, RedisError
+
+        conn: Any = None
+        pool: Any = None
+        ok = False
+        try:
+            if self._client is None:
+                self._client = connect(self.url, timeout_s=self.timeout_s)
+            pool = _pool_for(self._client, self.key(key_of))
+            conn = _borrow(pool)
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
+            reader = Reader(conn._sock)
+            result = exchange(conn._sock, reader)
+            if reader.pending:
+                raise ProtocolError(f"{reader.pending} bytes beyond the batch's replies")
+            ok = True
+            return result
+        except (RedisError, RedisClusterException, OSError, ProtocolError, ValueError) as exc:
+            raise StoreUnavailable(f"redis at {redact(self.url)}: {exc}") from exc
+        finally:
+            if conn is not None:
+                if not ok:
+                    conn.disconnect()
+                pool.release(conn)
+            if not ok:
+                self._drop_client()
+
+    def _drop_client(self) -> None:
+        """Forget the client so the next call reconnects from scratch (a restarted server, a
+        cluster whose slots moved)."""
+        from redis.exceptions import RedisError
+
+        try:
+            self.close()
+        except (RedisError, OSError):
+            self._client = None
+
     def _pipeline(self, queue: Any) -> list[Any]:
         """Run the commands `queue(pipe)` adds in one round trip; per-command errors returned."""
         from redis.exceptions import RedisClusterException, RedisError
@@ -333,12 +491,25 @@ class RedisStore:
             queue(pipe)
             return list(pipe.execute(raise_on_error=False))
         except (RedisError, RedisClusterException, OSError) as exc:
-            # drop the client so the next call reconnects from scratch (a restarted server)
-            try:
-                self.close()
-            except (RedisError, OSError):
-                self._client = None
+            self._drop_client()
             raise StoreUnavailable(f"redis at {redact(self.url)}: {exc}") from exc
+
+
+def _pool_for(client: redis.Redis | redis.RedisCluster, key: str) -> Any:
+    """redis-py's connection pool for the node that serves `key`."""
+    import redis
+
+    if isinstance(client, redis.RedisCluster):
+        return client.get_redis_connection(client.get_node_from_key(key)).connection_pool
+    return client.connection_pool
+
+
+def _borrow(pool: Any) -> Any:
+    """A connection from `pool` (redis-py 5 wants a command name, 6 and later none)."""
+    try:
+        return pool.get_connection()
+    except TypeError:
+        return pool.get_connection("GET")
 
 
 def _wrong_type(reply: Exception) -> bool:

@@ -20,7 +20,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from kvtier.store.base import PageHash, PageStore, StoreCounters, StoreStats, StoreUnavailable
+from kvtier.store.base import (
+    Buffer,
+    PageHash,
+    PageStore,
+    StoreCounters,
+    StoreStats,
+    StoreUnavailable,
+)
 
 
 class ResilientStore:
@@ -50,10 +57,33 @@ class ResilientStore:
         """True while calls are being skipped."""
         return self._open_until is not None and self._clock() < self._open_until
 
-    def put(self, hashes: Sequence[PageHash], payloads: Sequence[bytes]) -> int:
+    def put(self, hashes: Sequence[PageHash], payloads: Sequence[Buffer]) -> int:
         if len(hashes) != len(payloads):
             raise ValueError(f"{len(hashes)} hashes but {len(payloads)} payloads")
         return self._call(lambda: self.inner.put(hashes, payloads), refused=len(hashes))
+
+    def put_parts(self, hashes: Sequence[PageHash], pages: Sequence[Sequence[Buffer]]) -> int:
+        if len(hashes) != len(pages):
+            raise ValueError(f"{len(hashes)} hashes but {len(pages)} payloads")
+        return self._call(lambda: self.inner.put_parts(hashes, pages), refused=len(hashes))
+
+    def get_into(
+        self, hashes: Sequence[PageHash], targets: Sequence[Sequence[Buffer]]
+    ) -> list[bool]:
+        if len(hashes) != len(targets):
+            raise ValueError(f"{len(hashes)} hashes but {len(targets)} targets")
+        if self._allow():
+            try:
+                found = list(self.inner.get_into(hashes, targets))
+                if len(found) != len(hashes):
+                    raise StoreUnavailable(f"{len(found)} results for {len(hashes)} hashes")
+            except Exception as exc:
+                self._fail(exc)
+            else:
+                self._succeed()
+                return found
+        self._counters.add(skipped=len(hashes), misses=len(hashes), gets=len(hashes))
+        return [False] * len(hashes)
 
     def get(self, hashes: Sequence[PageHash]) -> list[bytes | None]:
         if self._allow():

@@ -39,6 +39,7 @@ from kvtier.integrations.sglang.config import (
     fingerprint,
     page_hash,
 )
+from kvtier.integrations.sglang.pages import PageMemory, tensor_bytes, tensor_memory
 from kvtier.store import DiskStore, RedisStore, ResilientStore, StoreFingerprint, open_store
 from kvtier.store.base import StoreStats
 
@@ -46,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 REQUIRED_CALLS = ("batch_get_v1", "batch_set_v1", "register_mem_host_pool_v2")
 KV_POOL = "kv"
-IO_CHUNK_BYTES = 4 << 20  # pages per store call: about this many bytes (see _chunks)
+IO_CHUNK_BYTES = 4 << 20  # staged pages per store call: about this many bytes (see _chunks)
 SCAN_BATCH = 512  # keys unlinked per round trip when a Redis store is cleared
 
 
@@ -60,6 +61,7 @@ class _Pool:
     store: ResilientStore
     page_bytes: int
     step: int  # host indices per page in the calls' host_indices (the logical page size)
+    memory: PageMemory | None  # where its pages lie, when the store can move them in place
     put_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -124,7 +126,8 @@ class KvtierHiCacheBackend:
             step = int(getattr(host_pool, "logical_page_size", host_pool.page_size))
             if known is not None:
                 known.store.close()
-            self._pools[name] = _Pool(name, host_pool, fp, store, page_bytes, step)
+            memory = PageMemory.of(host_pool, page_bytes)
+            self._pools[name] = _Pool(name, host_pool, fp, store, page_bytes, step, memory)
             logger.info(
                 "kvtier HiCache store for pool %r at %s: fingerprint %s, %d-byte pages",
                 name,
@@ -227,22 +230,29 @@ class KvtierHiCacheBackend:
         if len(targets) != len(keys):
             self._log_once("batch_get: target count differs from key count")
             return [None] * len(keys)
-        payloads = pool.store.get([page_hash(k) for k in keys])
+        pages: list[torch.Tensor] = []
+        for target in targets:
+            size_ok = target is None or target.numel() * target.element_size() == pool.page_bytes
+            if target is None or not size_ok or tensor_memory(target) is None:
+                pages.append(torch.empty(pool.page_bytes, dtype=torch.uint8))
+            else:
+                pages.append(target)
+        views = [[tensor_bytes(page)] for page in pages]
+        found = pool.store.get_into([page_hash(k) for k in keys], views)
         out: list[torch.Tensor | None] = []
-        for payload, target in zip(payloads, targets, strict=True):
-            if payload is None:
-                out.append(None)
-            elif len(payload) != pool.page_bytes or (
-                target is not None and target.numel() * target.element_size() != len(payload)
-            ):
-                self._count_mismatch()
+        for ok, page, target in zip(found, pages, targets, strict=True):
+            if not ok:
                 out.append(None)
             elif target is None:
-                page = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
                 out.append(page.view(pool.host_pool.dtype))
+            elif page is target:
+                out.append(target)
+            elif target.numel() * target.element_size() != pool.page_bytes:
+                self._count_mismatch()
+                out.append(None)
             else:
                 try:
-                    _write_into(target, payload, self._staging(len(payload)))
+                    target.copy_(page.view(target.dtype).view(target.shape))
                 except Exception as exc:  # a target this cannot write (not host memory)
                     self._log_once(f"batch_get target refused: {type(exc).__name__}: {exc}")
                     out.append(None)
@@ -273,11 +283,11 @@ class KvtierHiCacheBackend:
             return False
         if not keys:
             return True
-        payloads = [_tensor_bytes(v) for v in values]
-        if any(len(p) != pool.page_bytes for p in payloads):
+        payloads = [tensor_bytes(v) for v in values]
+        if any(p.nbytes != pool.page_bytes for p in payloads):
             self._count_mismatch()
             return False
-        return all(self._put(pool, [page_hash(k) for k in keys], payloads))
+        return all(self._put(pool, [page_hash(k) for k in keys], [[p] for p in payloads]))
 
     # -- administration -----------------------------------------------------------------------
 
@@ -346,7 +356,10 @@ class KvtierHiCacheBackend:
                 f"of {pool.step}"
             )
             return None
-        starts: list[int] = host_indices[:: pool.step].tolist()
+        if host_indices.device.type == "cpu":  # through numpy: a tenth of torch's cost
+            starts: list[int] = host_indices.numpy()[:: pool.step].tolist()
+        else:
+            starts = host_indices[:: pool.step].tolist()
         return starts
 
     def _targets(
@@ -363,23 +376,22 @@ class KvtierHiCacheBackend:
     def _get_pages(
         self, name: str, keys: list[str], host_indices: Any, metrics: bool
     ) -> list[bool]:
+        """Read pages into the pool: in place (the store fills the page's runs of the pool's
+        memory), or through a staging buffer set into the pool for a pool without them."""
         target = self._targets(name, keys, host_indices)
         if target is None:
             return [False] * len(keys)
         pool, starts = target
         began = time.perf_counter()
-        results = []
         hashes = [page_hash(k) for k in keys]
-        for lo, hi in _chunks(len(keys), pool.page_bytes):
-            # each chunk is read and copied into the pool while it is still in the CPU's cache
-            for start, payload in zip(starts[lo:hi], pool.store.get(hashes[lo:hi]), strict=True):
-                if payload is None:
-                    results.append(False)
-                elif len(payload) != pool.page_bytes:
-                    self._count_mismatch()
-                    results.append(False)
-                else:
-                    results.append(self._load(pool, start, payload))
+        results: list[bool] = []
+        for lo, hi in self._batches(pool, len(keys)):
+            runs, staged = self._page_runs(pool, starts[lo:hi], reading=True)
+            found = pool.store.get_into(hashes[lo:hi], runs)
+            for i, ok in enumerate(found):
+                if ok and i in staged:
+                    found[i] = self._load(pool, starts[lo + i], staged[i])
+            results += found
         if metrics:
             self._record("prefetch", pool, sum(results), time.perf_counter() - began)
         return results
@@ -387,30 +399,54 @@ class KvtierHiCacheBackend:
     def _set_pages(
         self, name: str, keys: list[str], host_indices: Any, metrics: bool
     ) -> list[bool]:
+        """Write pages from the pool: from its memory in place, or staged for a pool without
+        page runs."""
         target = self._targets(name, keys, host_indices)
         if target is None:
             return [False] * len(keys)
         pool, starts = target
         began = time.perf_counter()
         results = [False] * len(keys)
-        for lo, hi in _chunks(len(keys), pool.page_bytes):
-            positions, hashes, payloads = [], [], []
-            for i in range(lo, hi):
-                try:
-                    payload = self._page_bytes(pool, starts[i])
-                except Exception as exc:  # a pool that cannot give this page: that page fails
-                    self._log_once(f"pool {name!r} gave no flat page: {type(exc).__name__}: {exc}")
-                    continue
-                positions.append(i)
-                hashes.append(page_hash(keys[i]))
-                payloads.append(payload)
-            for i, stored in zip(positions, self._put(pool, hashes, payloads), strict=True):
-                results[i] = stored
+        for lo, hi in self._batches(pool, len(keys)):
+            try:
+                runs, _ = self._page_runs(pool, starts[lo:hi], reading=False)
+            except Exception as exc:  # a pool that cannot give these pages: they fail
+                self._log_once(f"pool {name!r} gave no flat page: {type(exc).__name__}: {exc}")
+                continue
+            hashes = [page_hash(k) for k in keys[lo:hi]]
+            results[lo:hi] = self._put(pool, hashes, runs)
         if metrics:
             self._record("backup", pool, sum(results), time.perf_counter() - began)
         return results
 
-    def _put(self, pool: _Pool, hashes: list[bytes], payloads: list[bytes]) -> list[bool]:
+    def _batches(self, pool: _Pool, count: int) -> list[tuple[int, int]]:
+        """Pages moved in place go to the store as one batch; staged pages in runs of about
+        IO_CHUNK_BYTES, so each is still in the CPU's cache when the store takes it."""
+        return [(0, count)] if pool.memory is not None else _chunks(count, pool.page_bytes)
+
+    def _page_runs(
+        self, pool: _Pool, starts: list[int], *, reading: bool
+    ) -> tuple[list[list[memoryview]], dict[int, torch.Tensor]]:
+        """Per page, the memory the store moves it through: the page's runs in the pool, or a
+        slice of this thread's staging buffer (filled from the pool when writing). The staged
+        pages' slices by position, to be set into the pool after a read."""
+        runs: list[list[memoryview]] = []
+        staged: dict[int, torch.Tensor] = {}
+        staging = None
+        for i, start in enumerate(starts):
+            page = None if pool.memory is None else pool.memory.runs(pool.host_pool, start)
+            if page is None:
+                if staging is None:
+                    staging = self._staging(len(starts) * pool.page_bytes)
+                slot = staging[i * pool.page_bytes : (i + 1) * pool.page_bytes]
+                if not reading:
+                    _copy_page(pool, start, slot)
+                staged[i] = slot
+                page = [tensor_bytes(slot)]
+            runs.append(page)
+        return runs, staged
+
+    def _put(self, pool: _Pool, hashes: list[bytes], pages: list[list[memoryview]]) -> list[bool]:
         """Store pages; per page whether it is in the store now (written, or already there).
 
         The store reports how many pages it refused; with none refused all are in, with all
@@ -419,7 +455,7 @@ class KvtierHiCacheBackend:
             return []
         with pool.put_lock:
             before = pool.store.stats().refused
-            pool.store.put(hashes, payloads)
+            pool.store.put_parts(hashes, pages)
             refused = pool.store.stats().refused - before
         if refused <= 0:
             return [True] * len(hashes)
@@ -427,22 +463,9 @@ class KvtierHiCacheBackend:
             return [False] * len(hashes)
         return [pool.store.exists_prefix([h]) == 1 for h in hashes]
 
-    def _page_bytes(self, pool: _Pool, start: int) -> bytes:
-        """The flat page at host index `start`: the pool's page view copied into this
-        thread's staging buffer in row-major order (what `get_data_page(flat=True)` gives, without
-        a new tensor per page)."""
-        page = pool.host_pool.get_data_page(start, flat=False)
-        if page.numel() * page.element_size() != pool.page_bytes:
-            return _tensor_bytes(pool.host_pool.get_data_page(start, flat=True))
-        staging = self._staging(pool.page_bytes)
-        staging.view(page.dtype).view(page.shape).copy_(page)
-        return bytes(staging.numpy().data)
-
-    def _load(self, pool: _Pool, start: int, payload: bytes) -> bool:
-        staging = self._staging(len(payload))
-        _fill(staging, payload)
+    def _load(self, pool: _Pool, start: int, page: torch.Tensor) -> bool:
         try:
-            pool.host_pool.set_from_flat_data_page(start, staging.view(pool.host_pool.dtype))
+            pool.host_pool.set_from_flat_data_page(start, page.view(pool.host_pool.dtype))
         except Exception as exc:  # a slot the pool refuses: that page is a miss
             self._log_once(f"pool {pool.name!r} refused a page: {type(exc).__name__}: {exc}")
             return False
@@ -499,24 +522,13 @@ def _flat_page_bytes(host_pool: Any) -> int:
         ) from None
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    """The bytes of a CPU tensor in its logical (row-major) order."""
-    flat = tensor.detach().reshape(-1).contiguous()
-    return bytes(flat.view(torch.uint8).numpy().data)
-
-
-def _fill(staging: torch.Tensor, payload: bytes) -> None:
-    """Copy `payload` into the uint8 tensor `staging` of the same length."""
-    staging.numpy().data.cast("B")[:] = payload
-
-
-def _write_into(target: torch.Tensor, payload: bytes, staging: torch.Tensor) -> None:
-    """Copy `payload` into `target` (any strides) as its row-major bytes."""
-    if target.is_contiguous():
-        _fill(target.view(-1).view(torch.uint8), payload)
-        return
-    _fill(staging, payload)
-    target.copy_(staging.view(target.dtype).view(target.shape))
+def _copy_page(pool: _Pool, start: int, slot: torch.Tensor) -> None:
+    """The flat page at host index `start` copied into `slot` in row-major order (what
+    `get_data_page(flat=True)` gives, without a new tensor per page)."""
+    page = pool.host_pool.get_data_page(start, flat=False)
+    if page.numel() * page.element_size() != pool.page_bytes:
+        page = pool.host_pool.get_data_page(start, flat=True)
+    slot.view(page.dtype).view(page.shape).copy_(page)
 
 
 def _clear_store(store: ResilientStore, timeout_s: float) -> None:

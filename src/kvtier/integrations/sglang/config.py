@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvtier.errors import KvtierError
 from kvtier.store import StoreFingerprint
+from kvtier.store.options import check_capacity, check_timeout, check_ttl, check_url_text
 
 logger = logging.getLogger(__name__)
 
@@ -89,20 +90,13 @@ class BackendOptions:
                 'kvtier\'s SGLang backend needs "url" in --hicache-storage-backend-extra-config: '
                 "a directory (file:///var/cache/kvtier) or a Redis URL (redis://host:6379/0)"
             )
-        capacity = extra.get("capacity_bytes")
-        if capacity is not None and not _positive_int(capacity):
-            raise ValueError(f"capacity_bytes must be a positive integer, got {capacity!r}")
-        ttl = extra.get("ttl_s")
-        if ttl is not None and not _positive_int(ttl):
-            raise ValueError(f"ttl_s must be a positive whole number of seconds, got {ttl!r}")
-        timeout = extra.get("timeout_s", 1.0)
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout)
-            or timeout <= 0
-        ):
-            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout!r}")
+        try:
+            check_url_text(url)
+            capacity = check_capacity(extra.get("capacity_bytes"))
+            ttl = check_ttl(extra.get("ttl_s"))
+            timeout = check_timeout(extra.get("timeout_s", 1.0))
+        except KvtierError as exc:
+            raise ValueError(str(exc)) from None
         model_id = extra.get("model_id")
         if model_id is not None and not isinstance(model_id, str):
             raise ValueError(f"model_id must be a string, got {model_id!r}")
@@ -113,7 +107,7 @@ class BackendOptions:
                 unknown,
                 ", ".join(KVTIER_KEYS),
             )
-        return cls(url, capacity, ttl, float(timeout), model_id)
+        return cls(url, capacity, ttl, timeout, model_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +204,3 @@ def page_hash(key: str) -> bytes:
     if _HEX_KEY.fullmatch(key):
         return bytes.fromhex(key)
     return hashlib.blake2b(key.encode("utf-8"), digest_size=OTHER_KEY_DIGEST).digest()
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
