@@ -13,9 +13,6 @@ LIMIT = 80
 # path under src/kvtier : function -> its length when it was listed
 PENDING = {
     "sim/setup.py:build_config": 81,
-    # replaced by argparse groups derived from the one table of kvtier flags
-    "cli/plan.py:add_deployment_arguments": 93,
-    "cli/simulate.py:add_parser": 98,
 }
 
 
