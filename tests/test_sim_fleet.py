@@ -247,3 +247,22 @@ def test_a_replica_cut_at_its_own_arrivals_runs_as_one_server_cut_at_every_arriv
         assert a.first_token_s == pytest.approx(b.first_token_s, rel=1e-9, abs=1e-9)
         assert a.finish_s == pytest.approx(b.finish_s, rel=1e-9, abs=1e-9)
         assert a.hit_tokens == b.hit_tokens
+
+
+def test_the_report_draws_each_replicas_load_and_the_policies_side_by_side(
+    sp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["simulate", str(sp), *SMALL, "--device-tokens", "20000", "--replicas", "3", "--json"]
+    one = tmp_path / "one.json"
+    one.write_text(_out(capsys, [*base, "--router", "round-robin"]))
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(_out(capsys, [*base, "--sweep", "router=random,sglang-cache-aware"]))
+    pages = {}
+    for name, saved in (("one", one), ("sweep", sweep)):
+        html = tmp_path / f"{name}.html"
+        assert main(["report", "--from", f"simulate={saved}", "-o", str(html)]) == 0
+        pages[name] = html.read_text()
+    assert "Load per replica over time" in pages["one"] and "replica 2" in pages["one"]
+    assert "Load per replica" not in pages["sweep"]  # a sweep compares the policies instead
+    assert "sglang-cache-aware" in pages["sweep"] and "Time to first token" in pages["sweep"]
+    assert json.loads(one.read_text())["replicas"][2]["series"][0][0] >= 0

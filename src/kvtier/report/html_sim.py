@@ -12,6 +12,7 @@ from typing import Any
 
 from kvtier.errors import KvtierError
 from kvtier.report.charts import PALETTE, Series, line_chart, stacked_columns
+from kvtier.report.html_fleet import replica_load_figure
 from kvtier.report.html_parts import Payload, Section, figure, need, table, tokens
 
 TIER_COLOURS = {"device": PALETTE[0], "host": PALETTE[1], "store": PALETTE[2]}
@@ -117,6 +118,8 @@ def simulation_section(payload: Payload) -> Section:
     timed = all(r.get("ttft_s") for r in runs)
     if param and len(runs) > 1 and timed:
         body += timing_figures(param, labels, runs)
+    if not param:
+        body += replica_load_figure(runs[0])
     rows = [
         [
             label,

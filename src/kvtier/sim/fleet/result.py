@@ -24,6 +24,7 @@ class ReplicaStats:
     busy_fraction: float
     queue_mean: float
     queue_max: int
+    series: tuple[tuple[float, int, int], ...] = ()  # (time, running, waiting), for charts
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -31,6 +32,7 @@ class ReplicaStats:
             "hit_rate": self.hit_rate,
             "busy_fraction": self.busy_fraction,
             "queue": {"mean": self.queue_mean, "max": self.queue_max},
+            "series": [list(p) for p in self.series],
         }
 
 

@@ -211,4 +211,5 @@ def _replica(
         busy_fraction=log.busy_s / (end - start) if end > start else 0.0,
         queue_mean=mean,
         queue_max=peak,
+        series=log.concurrency.series(),
     )
