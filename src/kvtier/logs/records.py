@@ -51,10 +51,13 @@ def as_int(raw: str | None) -> int | None:
     return int(raw.replace(",", "")) if raw is not None else None
 
 
-# A figure after a `label: ` in the engines' periodic lines ("token usage: 0.45"): a plain
-# decimal, never cut to its first digits (a longer number, or one in scientific notation, which
-# the engines do not print, does not match).
-_LABELLED_NUM = re.compile(r"\s{0,4}(\d{1,15}(?:\.\d{1,12})?)(?!\d|\.\d|[eE][+-]?\d)")
+# A figure after a `label: ` in the engines' periodic lines ("token usage: 0.45"): a plain ASCII
+# decimal followed by the end, a blank, a unit's `%` or a separating comma; never cut to its
+# first digits (a longer number, `1_000`, `0x10`, `1e3`, `1,000`, `5.` or other digits do not
+# match). A line's closing `.` is stripped before (vLLM V0's speculative line).
+_LABELLED_NUM = re.compile(
+    r"\s{0,4}([0-9]{1,15}(?:\.[0-9]{1,12})?)(?=$|[\s%]|,(?![0-9]))", re.ASCII
+)
 
 
 def labelled_numbers(body: str, labels: dict[str, tuple[str, float]]) -> dict[str, float]:

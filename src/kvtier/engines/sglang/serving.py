@@ -55,7 +55,9 @@ SUMMARY = "max_total_num_tokens="
 UNTITLED = "#running-req: "
 MARKERS = (DECODE, PREFILL, FILL, RETRACT, DECODE_OOM, POOL, SUMMARY, UNTITLED)
 
-_FILL_PAIR = re.compile(r"(#?[a-z_]{1,30}): (\d{1,15}(?:\.\d{1,12})?)(?!\d|\.\d|[eE][+-]?\d)")
+_FILL_PAIR = re.compile(
+    r"(#?[a-z_]{1,30}): ([0-9]{1,15}(?:\.[0-9]{1,12})?)(?=$|\s|,(?![0-9])|\.$|\.\s)", re.ASCII
+)
 _RETRACTED = re.compile(r"#retracted_reqs: (\d{1,9})")
 _POOL_TOKENS = re.compile(r"#tokens: " + GROUPED_INT)
 _SUMMARY_TOKENS = re.compile(r"max_total_num_tokens=(\d{1,15})")
@@ -106,8 +108,8 @@ _FAST_PREFILL_SOURCE = (
     r"(?:cuda graph: \w{1,5}, )?"
     r"(?:input throughput \(token/s\): (?P<prompt_tps>\d{1,12}\.\d{1,4}),? ?)?"
 )
-_FAST_DECODE = re.compile(_FAST_DECODE_SOURCE + "$")
-_FAST_PREFILL = re.compile(_FAST_PREFILL_SOURCE + "$")
+_FAST_DECODE = re.compile(_FAST_DECODE_SOURCE + "$", re.ASCII)
+_FAST_PREFILL = re.compile(_FAST_PREFILL_SOURCE + "$", re.ASCII)
 
 # a fast pattern's groups: digits as str or bytes (None for an optional group not matched)
 FastValues = tuple[Any, ...]

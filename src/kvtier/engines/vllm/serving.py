@@ -94,7 +94,7 @@ _FAST_V1_SOURCE = (
     r"Running: (\d{1,9}) reqs, Waiting: (\d{1,9}) reqs, [GC]PU KV cache usage: (\d{1,3}\.\d)%, "
     r"Prefix cache hit rate: (\d{1,3}\.\d)%"
 )
-_FAST_V1 = re.compile(_FAST_V1_SOURCE + r"\s*$")
+_FAST_V1 = re.compile(_FAST_V1_SOURCE + r"\s*$", re.ASCII)
 
 # a fast pattern's groups: digits as str or bytes (None for an optional group not matched)
 FastValues = tuple[Any, ...]
