@@ -57,6 +57,7 @@ ROUTERS = (
     "llm-d-approximate",
     "llm-d-precise",
     "ttft-predict",
+    "dynamo-kv",
 )
 DEFAULT_ROUTER = "sglang-cache-aware"  # sglang-router's own default policy, cache_aware
 FLEET_HELP = f"""\

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvtier.errors import KvtierError
-from kvtier.sim.fleet import cache_aware, llmd, load, predict, rotation, session
+from kvtier.sim.fleet import cache_aware, dynamo, llmd, load, predict, rotation, session
 from kvtier.sim.fleet.policy import FleetView, Policy, Router, parse_options
 
 # the CLI's names, in the order the help lists them (tests check them against `policies`)
@@ -19,6 +19,7 @@ NAMES = (
     "llm-d-approximate",
     "llm-d-precise",
     "ttft-predict",
+    "dynamo-kv",
 )
 
 
@@ -34,6 +35,7 @@ def policies(block_size: int) -> dict[str, Policy]:
         "llm-d-approximate": approximate,
         "llm-d-precise": precise,
         "ttft-predict": predict.policy(block_size),
+        "dynamo-kv": dynamo.policy(block_size),
     }
 
 
