@@ -30,7 +30,8 @@ MOST = {"count": 1e9, "tokens": 1e11, "rate": 1e9, "share": 1.0, "percent": 100.
 
 SGLANG_DECODE = (
     "[2026-03-01 10:00:0{s} TP0] Decode batch, #running-req: {running}, #token: 100, "
-    "token usage: {usage}, cuda graph: True, gen throughput (token/s): {gen}, #queue-req: {queued}, "
+    "token usage: {usage}, cuda graph: True, gen throughput (token/s): {gen}, "
+    "#queue-req: {queued}, "
 )
 SGLANG_PREFILL = (
     "[2026-03-01 10:00:0{s} TP0] Prefill batch, #new-seq: {seqs}, #new-token: {new}, "
@@ -68,7 +69,8 @@ LINES = {
     ),
     "vllm stats": (
         VLLM_STATS,
-        {"prompt": "10.0", "gen": "20.0", "running": "3", "queued": "1", "usage": "20.0", "hit": "5.0"},
+        {"prompt": "10.0", "gen": "20.0", "running": "3", "queued": "1", "usage": "20.0",
+         "hit": "5.0"},
         {
             "prompt": ("rate", None, 1),
             "gen": ("rate", None, 1),
