@@ -270,3 +270,47 @@ def test_simulate_and_plan_differ_where_the_table_says() -> None:
     assert context.commands[PLAN] == USED
     assert context.commands[SIMULATE] == "the trace states the request lengths"
     assert context.commands[EXPLAIN] != USED
+
+
+VLLM_LOG = "examples/logs/vllm-llama31-8b-h100.log"
+
+
+def _engine_base(command: str, engine: str) -> list[str]:
+    if command == EXPLAIN:
+        return [EXPLAIN, KIMI_LOG if engine == "sglang" else VLLM_LOG]
+    deployment = ["--engine", engine, "--model", "llama-3.1-8b", "--gpu", "h100"]
+    if command == SIMULATE:
+        return [SIMULATE, "--generate", "chat", "--requests", "10", *deployment]
+    return [command, *deployment]
+
+
+@pytest.mark.parametrize(
+    ("command", "row", "engine"),
+    [
+        (command, row, engine)
+        for command in COMMANDS
+        for row in rows(command)
+        if row.commands[command] == USED
+        for engine in row.engines
+    ],
+    ids=lambda v: v if isinstance(v, str) else v.name,
+)
+def test_an_engine_refuses_the_other_engines_flags_by_name(
+    command: str,
+    row: KvFlag,
+    engine: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    code, out, err = _run([*_engine_base(command, engine), row.name, *row.sample], capsys)
+    assert (code, out) == (2, "")
+    assert err == f"kvtier: error: {row.name} is {row.engines[engine]}\n"
+
+
+def test_hicache_on_vllm_names_vllms_host_tier(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["plan", *VLLM, "--model", "llama-3.1-8b", "--hicache-ratio", "2"], capsys)
+    assert code == 2 and err == (
+        "kvtier: error: --hicache-ratio is an SGLang HiCache flag; a vLLM deployment's host tier "
+        "is --kv-offloading-size\n"
+    )

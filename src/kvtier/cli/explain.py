@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from kvtier.cli.flags import EXPLAIN, add_flags, refuse, settings
+from kvtier.cli.flags import EXPLAIN, add_flags, refuse, refuse_for_engine, settings
 from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
 from kvtier.files import check_model_path, read_text
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
         gpus = parse_nvidia_smi(read_text(args.nvidia_smi, "nvidia-smi"), args.nvidia_smi)
     explanation = explain_log(read_text(args.log, "log"), flags, measured)
+    refuse_for_engine(args, EXPLAIN, explanation.engine)
     if args.nvidia_smi is not None:
         from kvtier.observe.nvidia_smi import reconcile_card
 

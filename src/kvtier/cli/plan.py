@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from kvtier.cli.flags import PLAN, add_flags, refuse, settings
+from kvtier.cli.flags import PLAN, add_flags, refuse, refuse_for_engine, settings
 from kvtier.cli.flags.deployment import MEASURED
 from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
@@ -32,15 +32,9 @@ def deployment_from_args(args: argparse.Namespace, command: str) -> Deployment:
         raise KvtierError("say which engine: --engine sglang|vllm, or paste a launch command")
     if launch and args.engine and launch.engine.value != args.engine:
         raise KvtierError(f"--engine {args.engine} contradicts the {launch.engine} launch command")
+    refuse_for_engine(args, command, engine)
     flags = settings(args, command, skip=("engine", "engine_version"))
-    version, other = (args.sglang_version, args.vllm_version)
-    if engine == "vllm":
-        version, other = other, version
-    if other:
-        named = "vllm" if engine == "sglang" else "sglang"
-        raise KvtierError(
-            f"--{named}-version {other}: the deployment runs {engine}; give --{engine}-version"
-        )
+    version = args.sglang_version or args.vllm_version  # the other engine's is refused
     if version:
         flags["engine_version"] = version
     from_launch = dict(launch.values) if launch else {}

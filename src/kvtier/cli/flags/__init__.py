@@ -27,6 +27,7 @@ __all__ = [
     "KvFlag",
     "add_flags",
     "refuse",
+    "refuse_for_engine",
     "rows",
     "settings",
 ]
@@ -120,6 +121,14 @@ def refuse(args: argparse.Namespace, command: str) -> None:
         why = row.commands[command]
         if why != USED and _given(args, row) is not None:
             raise KvtierError(f"{command} does not use {row.name}: {why}")
+
+
+def refuse_for_engine(args: argparse.Namespace, command: str, engine: str) -> None:
+    """Exit 2 naming the first flag given that `engine`'s deployments do not use, and why."""
+    for row in rows(command):
+        why = row.engines.get(engine)
+        if why and _given(args, row) is not None:
+            raise KvtierError(f"{row.name} is {why}")
 
 
 def settings(args: argparse.Namespace, command: str, skip: tuple[str, ...] = ()) -> GivenFlags:

@@ -28,6 +28,12 @@ EVERY = {**BUILT, **used(EXPLAIN)}
 FROM_LOG = "the log states the deployment (kvtier plan and advise take it)"
 NOT_EXPLAIN = {**BUILT, EXPLAIN: FROM_LOG}
 RAN = "the log states what ran (kvtier plan and advise take it)"
+# the engines whose deployments refuse a flag, and why
+SGLANG_ONLY = {"vllm": "an SGLang flag; a vLLM deployment does not use it"}
+VLLM_ONLY = {"sglang": "a vLLM flag; an SGLang deployment does not use it"}
+HICACHE = {"vllm": "an SGLang HiCache flag; a vLLM deployment's host tier is --kv-offloading-size"}
+SGLANG_FIGURE = {"vllm": "an SGLang log's figure; a vLLM deployment does not use it"}
+VLLM_FIGURE = {"sglang": "a vLLM log's figure; an SGLang deployment does not use it"}
 
 # fmt: off
 DEPLOYMENT = (
@@ -67,70 +73,92 @@ DEPLOYMENT = (
     flag("--max-running-requests", "--max-num-seqs", group="deployment", commands=EVERY,
          field="max_running_requests", sample=("7",), type=TOKENS),
     flag("--max-total-tokens", group="deployment", commands=EVERY, field="max_total_tokens",
-         sample=("20000",), type=TOKENS),
+         sample=("20000",), type=TOKENS, engines=SGLANG_ONLY),
     flag("--chunked-prefill-size", "--max-num-batched-tokens", group="deployment",
          commands=EVERY, field="chunked_prefill_size", sample=("1024",), type=TOKENS),
     flag("--cuda-graph-max-bs", group="deployment", commands=EVERY, field="cuda_graph_max_bs",
-         sample=("8",), type=TOKENS),
+         sample=("8",), type=TOKENS, engines=SGLANG_ONLY),
     flag("--speculative-algorithm", group="deployment", commands=EVERY,
          field="speculative_algorithm", sample=("eagle",), type=str.upper),
     flag("--speculative-draft-model-path", "--draft-model", group="deployment", commands=EVERY,
-         field="draft_model", sample=("Qwen/Qwen3-0.6B",), dest="draft_model"),
+         field="draft_model", sample=("Qwen/Qwen3-0.6B",), dest="draft_model", engines=SGLANG_ONLY),
     flag("--speculative-num-draft-tokens", group="deployment", commands=EVERY,
-         field="speculative_num_draft_tokens", sample=("3",), type=TOKENS),
+         field="speculative_num_draft_tokens", sample=("3",), type=TOKENS, engines=SGLANG_ONLY),
     flag("--hicache-ratio", group="deployment", commands=NOT_EXPLAIN, field="hicache_ratio",
-         sample=("3",), type=number(0.0, MAX_RATIO)),
+         sample=("3",), type=number(0.0, MAX_RATIO), engines=HICACHE),
     flag("--hicache-size", group="deployment", commands=NOT_EXPLAIN, field="hicache_size_gb",
-         sample=("100",), type=HOST_GB, help="host pool per rank, decimal GB"),
+         sample=("100",), type=HOST_GB, help="host pool per rank, decimal GB", engines=HICACHE),
     flag("--kv-cache-memory-bytes", group="deployment", commands=NOT_EXPLAIN,
-         field="kv_cache_memory_bytes", sample=("30000000000",), type=count(1, 1 << 50)),
+         field="kv_cache_memory_bytes", sample=("30000000000",), type=count(1, 1 << 50),
+         engines=VLLM_ONLY),
     flag("--mamba-full-memory-ratio", group="hybrid", commands=EVERY,
          field="mamba_full_memory_ratio", sample=("0.5",),
          type=number(0.0, MAX_RATIO, above=True),
-         help="SGLang: recurrent-state memory / full-attention KV memory (default 0.9)"),
+         help="SGLang: recurrent-state memory / full-attention KV memory (default 0.9)",
+         engines=SGLANG_ONLY),
     flag("--max-mamba-cache-size", group="hybrid", commands=EVERY,
          field="max_mamba_cache_size", sample=("16",), type=TOKENS,
-         help="SGLang: state slots, fixed"),
+         help="SGLang: state slots, fixed", engines=SGLANG_ONLY),
     flag("--mamba-ssm-dtype", "--mamba-ssm-cache-dtype", group="hybrid", commands=EVERY,
          field="mamba_ssm_dtype", sample=("float16",),
          choices=("auto", "float32", "bfloat16", "float16"),
          help="SSM state dtype (default: the config's mamba_ssm_dtype, else the engine's)"),
     flag("--disable-radix-cache", group="hybrid", commands=EVERY, field="disable_radix_cache",
          action="store_true", default=None,
-         help="SGLang: one state slot per running request instead of three"),
+         help="SGLang: one state slot per running request instead of three", engines=SGLANG_ONLY),
     flag("--enable-prefix-caching", group="hybrid", commands=EVERY,
          field="enable_prefix_caching", action="store_true", default=None,
-         help="vLLM: two state blocks per request per linear-attention group instead of one"),
+         help="vLLM: two state blocks per request per linear-attention group instead of one",
+         engines=VLLM_ONLY),
     flag("--sglang-version", group="deployment", commands=EVERY, field="engine_version",
          sample=("0.4.0",),
-         help=f"SGLang version whose rules apply. {sglang_versions.DEFAULT_SENTENCE}"),
+         help=f"SGLang version whose rules apply. {sglang_versions.DEFAULT_SENTENCE}",
+         engines={"vllm": "SGLang's release; a vLLM deployment takes --vllm-version"}),
     flag("--vllm-version", group="deployment", commands=EVERY, field="engine_version",
          sample=("0.10.0",),
-         help=f"vLLM version whose rules apply. {vllm_versions.DEFAULT_SENTENCE}"),
+         help=f"vLLM version whose rules apply. {vllm_versions.DEFAULT_SENTENCE}",
+         engines={"sglang": "vLLM's release; an SGLang deployment takes --sglang-version"}),
 )
 # fmt: on
 
 # Measured figures (Measured fields of the same names); explain reads the first five from the log.
+_ALL: dict[str, str] = {}
 _MEASURED = (
-    ("--free-before-load-gib", "SGLang: 'Load weight begin. avail mem' (min over ranks)", "90"),
-    ("--free-after-load-gib", "SGLang: 'Load weight end. avail mem' (min over ranks)", "60"),
-    ("--weights-gib", "weights per GPU: vLLM 'Model loading took', SGLang 'mem usage'", "20"),
-    ("--activation-gib", "vLLM: torch peak increase during profiling", "5"),
-    ("--non-torch-gib", "vLLM: non-torch increase during profiling", "1"),
+    (
+        "--free-before-load-gib",
+        "SGLang: 'Load weight begin. avail mem' (min over ranks)",
+        "90",
+        SGLANG_FIGURE,
+    ),
+    (
+        "--free-after-load-gib",
+        "SGLang: 'Load weight end. avail mem' (min over ranks)",
+        "60",
+        SGLANG_FIGURE,
+    ),
+    ("--weights-gib", "weights per GPU: vLLM 'Model loading took', SGLang 'mem usage'", "20", _ALL),
+    ("--activation-gib", "vLLM: torch peak increase during profiling", "5", VLLM_FIGURE),
+    ("--non-torch-gib", "vLLM: non-torch increase during profiling", "1", VLLM_FIGURE),
 )
 _MEASURED_ALSO_EXPLAIN = (
-    ("--cuda-graph-gib", "CUDA graphs: SGLang 'Capture cuda graph end. mem usage', vLLM estimate"),
-    ("--draft-weights-gib", "speculative draft weights per GPU"),
-    ("--free-end-gib", "SGLang: final 'available_gpu_mem'"),
+    (
+        "--cuda-graph-gib",
+        "CUDA graphs: SGLang 'Capture cuda graph end. mem usage', vLLM estimate",
+        _ALL,
+    ),
+    ("--draft-weights-gib", "speculative draft weights per GPU", SGLANG_FIGURE),
+    ("--free-end-gib", "SGLang: final 'available_gpu_mem'", SGLANG_FIGURE),
 )
 MEASURED = (
     *(
-        flag(name, group="measured", commands=NOT_EXPLAIN, sample=(value,), type=GIB, help=text)
-        for name, text, value in _MEASURED
+        flag(name, group="measured", commands=NOT_EXPLAIN, sample=(value,), engines=engines,
+             type=GIB, help=text)
+        for name, text, value, engines in _MEASURED
     ),
     *(
-        flag(name, group="measured", commands=EVERY, sample=("3",), type=GIB, help=text)
-        for name, text in _MEASURED_ALSO_EXPLAIN
+        flag(name, group="measured", commands=EVERY, sample=("3",), engines=engines, type=GIB,
+             help=text)
+        for name, text, engines in _MEASURED_ALSO_EXPLAIN
     ),
     flag("--gpu-mem-gib", group="measured", commands=EVERY, sample=("70",), type=CARD_GIB,
          help="card memory in GiB (vLLM: the total_memory it logs); overrides --gpu's"),

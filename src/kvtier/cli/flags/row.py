@@ -1,5 +1,6 @@
 """One kvtier flag: its spellings, the argparse group it shows in, the Deployment field it sets,
-and for each command that accepts it whether the command uses it or refuses it (and why)."""
+for each command that accepts it whether the command uses it or refuses it (and why), and the
+engines whose deployments refuse it (and why)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ USED = ""  # a command's entry: used; any other text is why the command refuses 
 @dataclass(frozen=True, slots=True)
 class KvFlag:
     names: tuple[str, ...]  # as typed, first the one messages name
-    group: str  # a key of layout.GROUPS; "" for the command's own options
+    group: str  # a key of flags.GROUPS; "" for the command's own options
     commands: Mapping[str, str]  # command -> USED, or why it refuses the flag
     field: str | None = None  # the Deployment field (explain: the setting) it sets
     sample: tuple[str, ...] = ()  # a valid value other than the default (the table's test)
-    spec: Mapping[str, Any] = dataclasses.field(
-        default_factory=dict
-    )  # argparse add_argument keywords
+    spec: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # add_argument keywords
+    # engine -> why its deployments refuse the flag ("an SGLang HiCache flag; ..."); others use it
+    engines: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -32,10 +33,6 @@ class KvFlag:
         long = next(n for n in self.names if n.startswith("--"))
         return str(self.spec.get("dest", long[2:].replace("-", "_")))
 
-    def refusal(self, command: str) -> str:
-        """Why `command` refuses this flag; '' when it uses it."""
-        return self.commands[command]
-
 
 def flag(
     *names: str,
@@ -43,9 +40,10 @@ def flag(
     commands: Mapping[str, str],
     field: str | None = None,
     sample: tuple[str, ...] = (),
+    engines: Mapping[str, str] | None = None,
     **spec: Any,
 ) -> KvFlag:
-    return KvFlag(names, group, dict(commands), field, sample, spec)
+    return KvFlag(names, group, dict(commands), field, sample, spec, dict(engines or {}))
 
 
 def used(*commands: str) -> dict[str, str]:
