@@ -153,7 +153,7 @@ def _terms(
     return terms
 
 
-class _Pool:
+class Pool:
     """Uniform layers share one block count per layer; hybrid models group layers (V1)."""
 
     def __init__(self, p: PlanInputs, block: int, era: vllm.Era, batched: int) -> None:
@@ -163,17 +163,17 @@ class _Pool:
         self.layers = stage_layers(kv.num_layers, d.pp)
         self.layout: vllm.HybridLayout | None = None
         self.linear_blocks = 0  # blocks one request holds per linear-attention group
-        self.notes: tuple[str, ...] = ()
+        self.mtp_layers = 0  # MTP draft layers counted in the pool
+        self.uncounted_draft: str | None = None  # a speculative method whose draft is not
+        self.chunked_local = False  # chunked local attention kept as full attention
+        self.window = self.batched = 0
         method = (d.speculative_algorithm or "").upper()
         if method in vllm.MTP_METHODS and p.model.draft_layers and not kv.is_hybrid:
             # the MTP layers register attention layers of the target's shape in the same pool
             self.layers += p.model.draft_layers
-            self.notes = (f"{p.model.draft_layers} MTP draft layer(s) share the KV pool",)
+            self.mtp_layers = p.model.draft_layers
         elif method and method != "NGRAM":
-            self.notes = (
-                f"speculative {method}: the draft's KV layers are not counted; "
-                "the token count is an upper bound",
-            )
+            self.uncounted_draft = method
         if kv.linear is not None:
             self._linear(p, era)
             return
@@ -185,10 +185,7 @@ class _Pool:
             # VllmConfig.__post_init__ turns the hybrid KV cache manager off when the model sets
             # attention_chunk_size; unify_hybrid_kv_cache_specs then makes every chunked-local
             # layer a FullAttentionSpec: one group of every layer (v0.20.0, v0.21.0)
-            self.notes += (
-                f"chunked local attention (attention_chunk_size {kv.attention_chunk_size}): the "
-                "hybrid KV cache manager is off and every layer keeps full-attention KV",
-            )
+            self.chunked_local = True
             return
         if d.pp > 1:
             raise KvtierError("vLLM hybrid models under PP are not modelled")
@@ -196,12 +193,6 @@ class _Pool:
         self.layers = self.layout.group_size
         self.window = kv.sliding_window or 0
         self.batched = batched
-        self.notes += (
-            f"hybrid KV groups: {self.layout.full_groups} full + {self.layout.local_groups} "
-            f"sliding-window groups of {self.layout.group_size} layers "
-            f"({self.layout.padding_layers} padding layers); sliding window {self.window}, "
-            f"max_num_batched_tokens {self.batched}",
-        )
 
     def _linear(self, p: PlanInputs, era: vllm.Era) -> None:
         """Full-attention and linear-attention groups of one page size (engines/vllm/mamba.py)."""
@@ -215,12 +206,6 @@ class _Pool:
         self.layout = vllm.hybrid_layout(kv.num_full_layers, len(kv.linear.layer_ids))
         self.layers = self.layout.group_size
         self.linear_blocks = mamba.blocks_per_linear_group(bool(d.enable_prefix_caching))
-        self.notes = (
-            f"hybrid linear attention: {self.layout.full_groups} full-attention + "
-            f"{self.layout.local_groups} linear-attention groups of {self.layout.group_size} "
-            f"layers; {self.linear_blocks} state block(s) per request per linear group "
-            f"(mamba_cache_mode {'align' if d.enable_prefix_caching else 'none'})",
-        )
 
     def blocks_per_request(self, context: int) -> int:
         if self.linear_blocks:
@@ -381,7 +366,7 @@ def _budget(p: PlanInputs, setup: Setup) -> Budget:
 class Split:
     """The budget in blocks, and the tokens vLLM logs for them."""
 
-    pool: _Pool
+    pool: Pool
     blocks: int
     per_request: int  # blocks one request of the context length holds
     tokens: int
@@ -391,7 +376,7 @@ class Split:
 
 def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
     era, block, page, available = setup.era, setup.block, setup.page, budget.available
-    pool = _Pool(p, block, era, setup.batch.tokens)
+    pool = Pool(p, block, era, setup.batch.tokens)
 
     def blocks_for(gib: float) -> int:
         return vllm.blocks_in_gib(gib, page, pool.layers)

@@ -13,7 +13,7 @@ from kvtier.engines.vllm import pool as vllm
 from kvtier.units import GiB
 
 if TYPE_CHECKING:
-    from kvtier.engines.vllm.ledger import Budget, Setup, Split
+    from kvtier.engines.vllm.ledger import Budget, Pool, Setup, Split
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,41 @@ def _items(
     return tuple(items), outside - graphs
 
 
+def _pool_notes(p: PlanInputs, pool: Pool) -> list[str]:
+    """How the layers share the pool: MTP or uncounted draft layers, hybrid groups."""
+    d, kv, layout = p.deployment, p.model.kv, pool.layout
+    if kv.linear is not None and layout is not None:
+        return [
+            f"hybrid linear attention: {layout.full_groups} full-attention + "
+            f"{layout.local_groups} linear-attention groups of {layout.group_size} "
+            f"layers; {pool.linear_blocks} state block(s) per request per linear group "
+            f"(mamba_cache_mode {'align' if d.enable_prefix_caching else 'none'})"
+        ]
+    notes = []
+    if pool.mtp_layers:
+        notes.append(f"{pool.mtp_layers} MTP draft layer(s) share the KV pool")
+    elif pool.uncounted_draft:
+        notes.append(
+            f"speculative {pool.uncounted_draft}: the draft's KV layers are not counted; "
+            "the token count is an upper bound"
+        )
+    if pool.chunked_local:
+        notes.append(
+            f"chunked local attention (attention_chunk_size {kv.attention_chunk_size}): the "
+            "hybrid KV cache manager is off and every layer keeps full-attention KV"
+        )
+    elif layout is not None:
+        notes.append(
+            f"hybrid KV groups: {layout.full_groups} full + {layout.local_groups} "
+            f"sliding-window groups of {layout.group_size} layers "
+            f"({layout.padding_layers} padding layers); sliding window {pool.window}, "
+            f"max_num_batched_tokens {pool.batched}"
+        )
+    return notes
+
+
 def _notes(p: PlanInputs, setup: Setup, split: Split) -> tuple[str, ...]:
-    notes = list(split.pool.notes)
+    notes = _pool_notes(p, split.pool)
     if setup.state is not None:
         state, conv, ssm = setup.state
         notes.append(
