@@ -133,23 +133,53 @@ def test_light_load_matches_the_lru_reference() -> None:
     assert got == pytest.approx(want, abs=0.005)
 
 
+LMCACHE = '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"'
+LAUNCH = ("--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct")
+ENGINE = ("--engine", "vllm", "--model", "llama-3.1-8b")
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("vllm") / "t.jsonl"
+    gen = _kvtier(
+        "simulate", "--generate", "chat", "--seed", "1", "--requests", "200", "-o", str(out)
+    )
+    assert gen.returncode == 0, gen.stderr
+    return out
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
-        (("--hicache-ratio", "2"), "--hicache-ratio"),
-        (("--store-tokens", "100000"), "--store-tokens"),
+        ((*ENGINE, "--hicache-ratio", "2"), "--hicache-ratio"),
+        ((*ENGINE, "--store-tokens", "1000"), "--store-tokens"),
+        ((*LAUNCH, "--kv-transfer-config", "{not json"), "--kv-transfer-config"),
+        ((*LAUNCH, "--kv-transfer-config", '{"kv_connector": "NixlConnector"}'), "NixlConnector"),
+        (
+            (*LAUNCH, "--kv-transfer-config",
+             LMCACHE + ', "kv_connector_extra_config": {"lmcache.max_local_cpu_size": "lots"}}'),
+            "max_local_cpu_size",
+        ),
+        ((*LAUNCH, "--kv-offloading-backend", "ramdisk"), "--kv-offloading-backend"),
     ],
-)
-def test_sglang_flags_on_vllm_exit_2_naming_them(
-    tmp_path: Path, flags: tuple[str, ...], named: str
-) -> None:
-    out = tmp_path / "t.jsonl"
-    gen = _kvtier(
-        "simulate", "--generate", "chat", "--seed", "1", "--requests", "20", "-o", str(out)
-    )
-    assert gen.returncode == 0, gen.stderr
-    base = ("simulate", str(out), "--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100")
-    result = _kvtier(*base, *flags)
+)  # fmt: skip
+def test_bad_vllm_input_exits_2_naming_it(chat: Path, flags: tuple[str, ...], named: str) -> None:
+    result = _kvtier("simulate", str(chat), "--gpu", "h100", "--device-tokens", "60000", *flags)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0], result.stderr
+
+
+def test_lmcache_disk_is_the_store_tier_behind_its_cpu(chat: Path) -> None:
+    config = LMCACHE + (
+        ', "kv_connector_extra_config": {"lmcache.max_local_cpu_size": 0.01, '
+        '"lmcache.local_disk": "file:///cache", "lmcache.max_local_disk_size": 50}}'
+    )
+    common = ("simulate", str(chat), "--gpu", "h100", "--device-tokens", "8000", "--json")
+    alone = json.loads(_kvtier(*common, *LAUNCH).stdout)
+    tiered = _kvtier(*common, *LAUNCH, "--kv-transfer-config", config)
+    assert tiered.returncode == 0, tiered.stderr
+    result = json.loads(tiered.stdout)
+    assert result["hit_tokens_by_tier"]["store"] > 0
+    assert result["hit_rate"] > alone["hit_rate"]
+    assert "LMCache local disk 50 GiB" in result["params"]["sources"]["store tier"]

@@ -111,6 +111,11 @@ class Deployment:
     hicache_size_gb: float | None = None
     kv_cache_memory_bytes: int | None = None
     kv_offloading_size_gib: float | None = None
+    # vLLM's host tier beyond --kv-offloading-size: --kv-offloading-backend (native, lmcache),
+    # --kv-transfer-config (JSON, checked when read), LMCACHE_* assignments before the command
+    kv_offloading_backend: str | None = None
+    kv_transfer_config: str | None = None
+    lmcache_env: tuple[tuple[str, str], ...] = ()
     # SGLang HiCache policies the simulator follows (None: the version's default)
     hicache_write_policy: str | None = None
     hicache_storage_prefetch_policy: str | None = None

@@ -181,6 +181,13 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
     engine, args, positional_model = _engine(words)
     table = flag_table(engine)
     values: dict[str, object] = {}
+    lmcache = tuple(
+        (name, value)
+        for name, _, value in (w.partition("=") for w in words[: len(words) - len(args)])
+        if name.startswith("LMCACHE_")
+    )
+    if lmcache and engine is Engine.VLLM:
+        values["lmcache_env"] = lmcache  # LMCache reads its settings from LMCACHE_* variables
     if positional_model:
         values["model"] = positional_model
     ignored: list[str] = []

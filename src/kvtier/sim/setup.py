@@ -69,6 +69,7 @@ class SimConfig:
     engine: Engine = Engine.SGLANG  # whose server model runs it (`kvtier.sim.servers`)
     prefix_caching: bool = True  # vLLM --enable-prefix-caching (SGLang: the radix cache is on)
     scheduling_policy: str = "fcfs"  # vLLM --scheduling-policy
+    connector_chunk: int = 0  # vLLM: a connector's hits count in chunks of this (0: blocks)
 
     @property
     def block_tokens(self) -> int:

@@ -4,8 +4,7 @@
   max_num_batched_tokens the ledger's (the flag, else the release's rule per GPU)
   max_num_seqs           the ledger's (the flag, else the release's rule per GPU)
   prefix caching         --enable-prefix-caching / --no-enable-prefix-caching (V1: on)
-  host tier              the native CPU offloading connector's blocks (--kv-offloading-size,
-                         CPUOffloadingSpec in the ledger's host pool)
+  host / store tiers     the CPU offloading connector or LMCache (`kvtier.sim.vllm_tiers`)
 SGLang's HiCache flags and kvtier's L3 store model SGLang only and are refused by name.
 """
 
@@ -18,6 +17,7 @@ from kvtier.engines.figures import VllmFigures
 from kvtier.engines.ledger import Ledger
 from kvtier.errors import KvtierError
 from kvtier.sim.servers.prefetch import PrefetchFlags
+from kvtier.sim.vllm_tiers import vllm_tiers
 
 # Deployment fields that only SGLang reads, and the flag that sets each
 _SGLANG_ONLY = (
@@ -61,10 +61,8 @@ def vllm_part(
 ) -> dict[str, Any]:
     """SimConfig's vLLM figures; each appends its source to `sources`."""
     _refuse_sglang_flags(d, store_tokens, prefetch)
-    host = 0
-    if ledger.host_pool is not None:
-        host = ledger.host_pool.tokens
-        sources.append(("host tokens", f"{host:,}: {ledger.host_pool.source}"))
+    tiers = vllm_tiers(d, ledger)
+    sources.extend(tiers.sources)
     seqs, seqs_from = _input(ledger, "max_num_seqs")
     sources.append(("max_num_seqs", f"{seqs:,} ({seqs_from})"))
     if not isinstance(ledger.figures, VllmFigures):
@@ -84,7 +82,9 @@ def vllm_part(
         )
     )
     return {
-        "host_tokens": host,
+        "host_tokens": tiers.host_tokens,
+        "store_tokens": tiers.store_tokens,
+        "connector_chunk": tiers.chunk_tokens,
         "write_policy": "",
         "max_running_requests": seqs,
         "chunked_prefill_size": batched,

@@ -4,7 +4,21 @@ the printed name is the EngineArgs field, as `non-default args: {...}` shows it)
 
 from __future__ import annotations
 
-from kvtier.engines.flags import Flag, FlagTable
+import json
+
+from kvtier.engines.flags import BadChoice, Flag, FlagTable, one_of
+
+
+def json_object(raw: str) -> str:
+    """A JSON object's text, as given (`--kv-transfer-config`)."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadChoice("a JSON object; this is not JSON") from None
+    if not isinstance(value, dict):
+        raise BadChoice("a JSON object")
+    return raw
+
 
 FLAGS = FlagTable(
     (
@@ -24,6 +38,13 @@ FLAGS = FlagTable(
         Flag("kv_cache_memory_bytes", "kv_cache_memory_bytes", int, ("kv-cache-memory-bytes",)),
         Flag("kv_offloading_size_gib", "kv_offloading_size", float, ("kv-offloading-size",)),
         Flag("enable_prefix_caching", "enable_prefix_caching", None, ("enable-prefix-caching",)),
+        Flag(
+            "kv_offloading_backend",
+            "kv_offloading_backend",
+            one_of("native", "lmcache"),
+            ("kv-offloading-backend",),
+        ),
+        Flag("kv_transfer_config", "kv_transfer_config", json_object, ("kv-transfer-config",)),
         Flag("mamba_ssm_dtype", "mamba_ssm_cache_dtype", str, ("mamba-ssm-cache-dtype",)),
     )
 )

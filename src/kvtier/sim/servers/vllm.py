@@ -18,9 +18,11 @@ Mirrors vllm/v1/core/sched/scheduler.py (read in v0.32.0; the same loop since v0
     with no admission possible are advanced together, up to the next finish, the next arrival,
     or the last step whose new blocks the free queue still holds.
 
-The CPU offloading connector (`--kv-offloading-size`): a unit is stored to the host LRU when the
-step computing it is scheduled; a lookup continues past the device hit into the host units
-(loaded with the step); hits stop one token short of the prompt as on the device.
+The connector's tiers (`kvtier.sim.vllm_tiers`: the CPU offloading connector, LMCache's local
+CPU, disk or remote store): a unit is stored to each tier (an LRU) when the step computing it is
+scheduled; a lookup continues past the device hit into the host, then the store, its end on a
+whole LMCache chunk; the hit is loaded with the step that admits the request (a store hit read
+first), and stops one token short of the prompt as on the device.
 """
 
 from __future__ import annotations
@@ -79,12 +81,21 @@ class VllmServer:
     """The simulated vLLM V1 server (`kvtier.sim.servers.base.ServerModel`)."""
 
     def __init__(
-        self, pool: BlockPool, timing: TimingModel, limits: VllmLimits, host: HostLRU | None = None
+        self,
+        pool: BlockPool,
+        timing: TimingModel,
+        limits: VllmLimits,
+        host: HostLRU | None = None,
+        store: HostLRU | None = None,
+        chunk: int = 0,
     ) -> None:
         self.pool = pool
         self.timing = timing
         self.limits = limits
         self.host = host
+        self.store = store  # LMCache's disk or remote, behind the host tier
+        self.chunk = chunk  # a connector's hit ends on a multiple of this many tokens (0: any)
+        self._store_load = 0  # store tokens the step in flight reads
         self.waiting: deque[VReq] = deque()
         self.run: list[VReq] = []
         self.busy = False
@@ -107,6 +118,8 @@ class VllmServer:
         evictions = {Tier.DEVICE.value: self.pool.evicted}
         if self.host is not None:
             evictions[Tier.HOST.value] = self.host.evicted
+        if self.store is not None:
+            evictions[Tier.STORE.value] = self.store.evicted
         return ServerCounters(evictions, self.pcie_busy_s, self.preemptions)
 
     def never_fits(self, req: TraceRequest) -> str:
@@ -164,7 +177,9 @@ class VllmServer:
             compute += self.timing.decode_steps_s(self._steps, kv, decode)
         load_s = self.timing.load_s(load)
         self.pcie_busy_s += load_s
-        return compute + load_s
+        read_s = self.timing.store_read_s(self._store_load)
+        self._store_load = 0
+        return compute + load_s + read_s
 
     def _schedule_running(self, budget: int) -> tuple[int, bool]:
         size = self.limits.block_size
@@ -270,21 +285,30 @@ class VllmServer:
             done += n
         if i > start:
             pool.version += 1
-            if self.host is not None:
-                for key, n in units[start:i]:
-                    self.host.store(key, n)
+            for tier in (self.host, self.store):
+                if tier is not None:
+                    for key, n in units[start:i]:
+                        tier.store(key, n)
         r.next_unit, r.unit_blocks = i, done
 
-    def _lookup(self, r: VReq) -> tuple[list[Unit], int, int, int]:
-        """The device hit (units, their blocks, those of them idle) and the host hit (engine
-        blocks) past it."""
-        limit = (r.num_tokens - 1) // self.limits.block_size
+    def _lookup(self, r: VReq) -> tuple[list[Unit], int, int, int, int]:
+        """The device hit (units, their blocks, those of them idle), then the connector's host
+        and store hits past it (engine blocks, the connector's chunks whole)."""
+        size = self.limits.block_size
+        limit = (r.num_tokens - 1) // size
         units = r.units if not r.preempted else self._own_units(r)
         hit, local, idle = self.pool.match(units, limit)
-        host = 0
+        host = store = 0
         if self.host is not None:
             host = self.host.match(units[len(hit) :], limit - local)
-        return hit, local, idle, host
+        if self.store is not None:
+            past = self._host_units(units, len(hit), host) + len(hit)
+            store = self.store.match(units[past:], limit - local - host)
+        if self.chunk and host + store:
+            end = (local + host + store) * size // self.chunk * self.chunk // size
+            store = max(0, min(store, end - local - host))
+            host = max(0, min(host, end - local))
+        return hit, local, idle, host, store
 
     def _own_units(self, r: VReq) -> tuple[tuple[Key, int], ...]:
         """A preempted request's units: its prompt's, then its own blocks when last freed."""
@@ -299,8 +323,8 @@ class VllmServer:
             failed = self._failed
             if failed[0] is r and failed[1] == self.pool.version and budget >= failed[2]:
                 break  # nothing that could make it fit has happened since it last failed
-            hit, local, idle, host = self._lookup(r)
-            cached = (local + host) * size
+            hit, local, idle, host, store = self._lookup(r)
+            cached = (local + host + store) * size
             n = min(r.num_tokens - cached, budget)
             need = -(-(cached + n) // size) - local + idle
             if need > self.pool.free:
@@ -309,7 +333,9 @@ class VllmServer:
             self.waiting.popleft()
             self.pool.touch(hit)
             if host and self.host is not None:
-                self.host.touch(r.units[len(hit) : len(hit) + self._host_units(r, len(hit), host)])
+                self.host.touch(
+                    r.units[len(hit) : len(hit) + self._host_units(r.units, len(hit), host)]
+                )
             r.held = list(hit)
             r.blocks = local
             r.next_unit, r.unit_blocks = len(hit), local
@@ -319,20 +345,25 @@ class VllmServer:
             r.computed = cached
             self._allocate(r, cached + n)
             if not r.preempted:
-                r.rec.hit_tokens = {Tier.DEVICE: local * size, Tier.HOST: host * size}
+                r.rec.hit_tokens = {
+                    Tier.DEVICE: local * size,
+                    Tier.HOST: host * size,
+                    Tier.STORE: store * size,
+                }
                 r.rec.admit_s = now
-            load += host * size
+            load += (host + store) * size
+            self._store_load += store * size
             self.run.append(r)
             self._plan.append((r, n))
             budget -= n
         return load
 
     @staticmethod
-    def _host_units(r: VReq, start: int, blocks: int) -> int:
-        """How many of `r`'s units from `start` on make up `blocks` engine blocks."""
+    def _host_units(units: tuple[tuple[Key, int], ...], start: int, blocks: int) -> int:
+        """How many of `units` from `start` on make up `blocks` engine blocks."""
         k = 0
         while blocks > 0:
-            blocks -= r.units[start + k][1]
+            blocks -= units[start + k][1]
             k += 1
         return k
 
@@ -392,6 +423,7 @@ def build(config: SimConfig) -> VllmServer:
     size = config.page_size
     pool = BlockPool(config.device_tokens // size - 1, config.prefix_caching)
     host = HostLRU(config.host_tokens // size) if config.host_tokens else None
+    store = HostLRU(config.store_tokens // size) if config.store_tokens else None
     limits = VllmLimits(
         size,
         config.block_size,
@@ -400,4 +432,4 @@ def build(config: SimConfig) -> VllmServer:
         config.context_length,
         config.scheduling_policy,
     )
-    return VllmServer(pool, config.timing, limits, host)
+    return VllmServer(pool, config.timing, limits, host, store, config.connector_chunk)
