@@ -63,7 +63,7 @@ class _LinearState:
             raise KvtierError("hybrid linear-attention models under PP are not modelled")
         mamba.check_runs(version, p.model.architecture)
         self.rule = mamba.slot_rule(version)
-        dtype = mamba.ssm_dtype(version, d.mamba_ssm_dtype, state)
+        self.ssm_dtype = dtype = mamba.ssm_dtype(version, d.mamba_ssm_dtype, state)
         widen = self.rule is not mamba.SlotRule.FIXED
         self.per_slot = mamba.state_bytes(state, p.attn_tp, dtype, widen)
         self.ratio = d.mamba_full_memory_ratio or mamba.DEFAULT_FULL_MEMORY_RATIO
@@ -71,7 +71,6 @@ class _LinearState:
         self.extra = mamba.extra_buffer(version, p.model.architecture, d.disable_radix_cache)
         self.dp = d.dp if d.enable_dp_attention else 1
         self.deployment = d
-        self.source = f"SSM state {dtype}, conv state {mamba.CONV_DTYPE}"
 
     def no_room(self, rest_gib: float) -> KvtierError:
         split = self.split(rest_gib)

@@ -161,7 +161,8 @@ def _state_items(p: PlanInputs, budget: Budget, split: Split) -> Rows:
         LedgerItem(
             "linear-attention state (mamba pool)",
             state.state_gib,
-            f"{state.formula}; {linear.source} (handle_max_mamba_cache)",
+            f"{state.formula}; SSM state {linear.ssm_dtype}, conv state {mamba.CONV_DTYPE} "
+            "(handle_max_mamba_cache)",
             exact,
         )
     )
