@@ -65,23 +65,27 @@ _NO_MEMORY_EFFECT = frozenset(
         "watchdog-timeout",
     }
 )
-_BOOL_FLAGS = frozenset(
+# Switches (no value) kvtier does not model; the modelled ones are the flag tables' booleans,
+# either engine's, so another engine's switch does not swallow the next word either.
+_SWITCHES = frozenset(
     {
-        "enable-dp-attention",
-        "enable-hierarchical-cache",
         "trust-remote-code",
         "enable-metrics",
         "enable-cache-report",
         "disable-log-requests",
         "disable-log-stats",
         "enable-auto-tool-choice",
-        "enable-prefix-caching",
         "no-enable-prefix-caching",
-        "disable-radix-cache",
         "enforce-eager",
         "disable-cuda-graph",
     }
-)
+) | {
+    s
+    for table in (SGLANG_FLAGS, VLLM_FLAGS)
+    for f in table.flags
+    if f.convert is None
+    for s in f.spellings
+}
 
 USAGE = (
     "expected 'python -m sglang.launch_server ...', 'sglang serve ...', 'vllm serve MODEL "
@@ -203,7 +207,7 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
         spelling = _SHORT.get(name, name.lstrip("-")).replace("_", "-")
         flag = table.find(spelling)
         raw: str | None = inline if eq else None
-        takes_value = spelling not in _BOOL_FLAGS and (flag is None or flag.convert is not None)
+        takes_value = flag.convert is not None if flag else spelling not in _SWITCHES
         if raw is None and takes_value and i < len(args) and not args[i].startswith("--"):
             raw = args[i]
             i += 1
