@@ -10,7 +10,7 @@ import pytest
 from kvtier.cli import main
 from kvtier.report.html import CSP, write_html
 from report_browser import MEASURE_CHARTS, Chromium
-from report_cases import SMALL_SWEEP, fixture, founding_log
+from report_cases import SMALL_SWEEP, founding_log, payload
 
 # the browser mark runs conftest's require_binary("chromium"): a skip without it, a failure in CI
 pytestmark = pytest.mark.browser
@@ -26,7 +26,10 @@ def browser() -> Iterator[Chromium]:
 @pytest.fixture(scope="module")
 def founding(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("report") / "founding.html"
-    payloads = {"explain": fixture("explain-seed.json"), "simulate": fixture("simulate-sweep.json")}
+    payloads = {
+        "explain": payload("explain", "explain-seed.json"),
+        "simulate": payload("simulate", "simulate-sweep.json"),
+    }
     write_html(path, payloads, title="founding")
     return path
 

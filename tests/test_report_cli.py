@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from kvtier.cli import main
-from kvtier.cli.report import command_json
+from kvtier.cli.report import command_payload
 from kvtier.report.html import write_html
+from kvtier.report.plan_payload import PlanPayload
+from kvtier.sim.payload import SimulatePayload
 from report_cases import FIXTURES, SMALL_SWEEP, founding_log
 
 EXPLAIN = f"explain={FIXTURES / 'explain-seed.json'}"
@@ -61,15 +63,16 @@ PLAN_ARGS = ["--engine", "sglang", "--model", "Kimi-K2.5", "--gpu", "RTX PRO 600
 
 
 def test_live_plan_json_draws(tmp_path: Path) -> None:
-    payload = command_json(["plan", *PLAN_ARGS])
+    payload = command_payload(["plan", *PLAN_ARGS])
+    assert isinstance(payload, PlanPayload)
     out = tmp_path / "plan.html"
     write_html(out, {"plan": payload})
     html = out.read_text()
     # The pool's own figure, on the bar and in the table, and 32k requests = floor(tokens / 32768).
-    pool = next(r for r in payload["ledger"] if r["item"] == "KV cache pool")
-    assert f"KV cache pool: {pool['gib']:.2f} GiB" in html
+    pool = next(r for r in payload.ledger if r.item == "KV cache pool")
+    assert f"KV cache pool: {pool.gib:.2f} GiB" in html
     row = re.search(r"<tr><td>32k</td><td>([\d,]+)</td>", html)
-    assert row is not None and int(row.group(1).replace(",", "")) == payload["kv_tokens"] // 32768
+    assert row is not None and int(row.group(1).replace(",", "")) == payload.kv_tokens // 32768
     # SGLang's reserve is everything after the pool: bracketed and named with the fraction.
     assert "= (1 - 0.88) x free before load" in html
 
@@ -90,8 +93,9 @@ def test_a_launch_command_after_the_simulate_arguments_is_theirs(tmp_path: Path)
     argv = ["simulate", str(trace), "--gpu", "RTX PRO 6000", "--device-tokens", "20000"]
     launch = ["--", "python", "-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2.5",
               "--tp", "8", "--enable-hierarchical-cache", "--hicache-ratio", "2"]  # fmt: skip
-    payload = command_json([*argv, *launch])
-    assert payload["params"]["host_tokens"] == 40_001  # the launch command's ratio 2
+    payload = command_payload([*argv, *launch])
+    assert isinstance(payload, SimulatePayload) and payload.run is not None
+    assert payload.run.params["host_tokens"] == 40_001  # the launch command's ratio 2
     out = tmp_path / "r.html"
     assert main(["report", "-o", str(out), "--simulate", *argv[1:], *launch]) == 0
     assert out.stat().st_size > 0

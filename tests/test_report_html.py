@@ -12,12 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvtier.errors import KvtierError
+from kvtier.payload import from_json
 from kvtier.report.charts import Segment, Series, line_chart, nice_ticks, pow2_ticks, stacked_bar
+from kvtier.report.explain_payload import ExplainPayload, LogSource
 from kvtier.report.html import render_html, write_html
 from kvtier.report.html_memory import memory_section
 from kvtier.report.html_parts import LINE_EXCERPT, excerpt, source_text
 from kvtier.report.html_sections import sections_for
-from report_cases import fixture
+from kvtier.sim.payload import SimulatePayload
+from report_cases import explanation_of_rows, fixture, payload, plan_of_rows
 
 
 @pytest.fixture
@@ -25,7 +28,10 @@ def founding(tmp_path: Path) -> tuple[Path, str]:
     path = tmp_path / "report.html"
     write_html(
         path,
-        {"explain": fixture("explain-seed.json"), "simulate": fixture("simulate-sweep.json")},
+        {
+            "explain": payload("explain", "explain-seed.json"),
+            "simulate": payload("simulate", "simulate-sweep.json"),
+        },
         title="founding",
     )
     return path, path.read_text()
@@ -76,7 +82,7 @@ def bar_widths(svg: str) -> list[float]:
 def test_log_ledger_bar_spans_the_base_and_brackets_the_reserve() -> None:
     memory = next(
         s
-        for s in sections_for("explain", fixture("explain-seed.json"))
+        for s in sections_for("explain", payload("explain", "explain-seed.json"))
         if s.key == "explain-memory"
     )
     # The base (94.04 free before load) is the whole bar, the reserve a bracket, not pieces:
@@ -97,8 +103,7 @@ def test_plan_ledger_bar_is_the_card_and_the_reserve_follows_the_pool() -> None:
         {"item": "CUDA graphs", "gib": 1.0},
         {"item": "free at end of startup", "gib": 9.0},
     ]
-    payload = {"engine": "sglang", "mem_fraction": 0.8, "ledger": ledger}
-    memory = memory_section("plan", payload)
+    memory = memory_section("plan", plan_of_rows(ledger, engine="sglang", mem_fraction=0.8))
     assert bar_widths(memory.body.split("</svg>")[0]) == pytest.approx([555, 92.5, 9.25, 83.25])
     assert "reserve 10.00 GiB = (1 - 0.8) x free before load" in memory.body
     assert "free, unused by the engine: 9.00 GiB" in memory.body
@@ -106,24 +111,24 @@ def test_plan_ledger_bar_is_the_card_and_the_reserve_follows_the_pool() -> None:
 
 
 def test_missing_key_is_refused_by_name() -> None:
-    payload = fixture("explain-seed.json")
-    del payload["ledger"]
-    with pytest.raises(KvtierError, match="explain data has no 'ledger'"):
-        sections_for("explain", payload)
+    saved = fixture("explain-seed.json")
+    del saved["ledger"]
+    with pytest.raises(KvtierError, match=r"^no `ledger`$"):
+        from_json(ExplainPayload, saved)
     broken = fixture("simulate-sweep.json")
     del broken["sweep"]["runs"][2]["hit_rate_by_tier"]
-    with pytest.raises(KvtierError, match="no 'hit_rate_by_tier'"):
-        sections_for("simulate", broken)
+    with pytest.raises(KvtierError, match=re.escape("no `sweep.runs[2].hit_rate_by_tier`")):
+        from_json(SimulatePayload, broken)
     with pytest.raises(KvtierError, match="no HTML view for 'trace'"):
-        sections_for("trace", payload)
+        sections_for("trace", payload("explain", "explain-seed.json"))
     with pytest.raises(KvtierError, match="nothing to report"):
         render_html([], title="empty")
 
 
 def test_text_from_payloads_is_escaped() -> None:
-    payload = copy.deepcopy(fixture("explain-seed.json"))
-    payload["ledger"][0]["item"] = "<script>alert(1)</script>"
-    html = render_html(sections_for("explain", payload), title="x & y")
+    saved = fixture("explain-seed.json")
+    saved["ledger"][0]["item"] = "<script>alert(1)</script>"
+    html = render_html(sections_for("explain", from_json(ExplainPayload, saved)), title="x & y")
     assert "<script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<title>x &amp; y</title>" in html
@@ -131,7 +136,7 @@ def test_text_from_payloads_is_escaped() -> None:
 
 def test_single_simulation_run_draws_one_column() -> None:
     run = fixture("simulate-sweep.json")["sweep"]["runs"][3]
-    (section,) = sections_for("simulate", run)
+    (section,) = sections_for("simulate", from_json(SimulatePayload, run))
     assert section.body.count('class="chart"') == 1
     assert f"{run['hit_rate']:.1%}" in section.body  # the run's hit rate, in the table
 
@@ -141,7 +146,7 @@ def test_untimed_sweep_draws_hit_rates_only() -> None:
     for run in sweep["sweep"]["runs"]:
         run["params"] = {sweep["sweep"]["param"]: run.pop("value")}
         run["ttft_s"] = None
-    (section,) = sections_for("simulate", sweep)
+    (section,) = sections_for("simulate", from_json(SimulatePayload, sweep))
     assert section.body.count('class="chart"') == 1
     assert section.body.count("<td>untimed</td>") == 3 * 5
     assert re.findall(r"<tr><td>([^<]*)</td>", section.body) == ["0", "1", "2", "4", "8"]
@@ -149,7 +154,9 @@ def test_untimed_sweep_draws_hit_rates_only() -> None:
 
 def test_unwritable_path_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(KvtierError, match="cannot write"):
-        write_html(tmp_path / "missing" / "r.html", {"explain": fixture("explain-seed.json")})
+        write_html(
+            tmp_path / "missing" / "r.html", {"explain": payload("explain", "explain-seed.json")}
+        )
 
 
 @given(st.lists(st.floats(min_value=0.01, max_value=1e4), min_size=1, max_size=12))
@@ -195,30 +202,25 @@ def test_long_log_line_is_cut_around_the_value_it_states() -> None:
     assert cut.startswith("...") and cut.endswith("...") and len(cut) == LINE_EXCERPT + 6
     assert excerpt("short line", 0.88) == "short line"
     assert (
-        source_text({"line": 4, "text": "KV Cache is allocated."})
+        source_text(LogSource(4, "KV Cache is allocated.", None))
         == "line 4: KV Cache is allocated."
     )
 
 
 def test_negative_item_is_listed_not_drawn_and_a_tiny_pool_draws_no_curve() -> None:
-    payload = {
-        "engine": "vllm",
-        "kv_tokens": 3000,
-        "kv_bytes_per_token": 1024,
-        "ledger": [
-            {"item": "weights", "gib": 20.0},
-            {"item": "KV cache pool", "gib": 0.5},
-            {"item": "unattributed", "gib": -0.04},
-        ],
-    }
-    memory, capacity = sections_for("plan", payload)[1:3]
+    rows = [
+        {"item": "weights", "gib": 20.0},
+        {"item": "KV cache pool", "gib": 0.5},
+        {"item": "unattributed", "gib": -0.04},
+    ]
+    plan = plan_of_rows(rows, engine="vllm", kv_tokens=3000, kv_bytes_per_token=1024)
+    memory, capacity = sections_for("plan", plan)[1:3]
     assert bar_widths(memory.body) == pytest.approx([740 * 20 / 20.5, 740 * 0.5 / 20.5], abs=0.01)
     assert "Negative, so not drawn: unattributed -0.04 GiB." in memory.body
     assert 'class="chart"' not in capacity.body
     assert "Not one 4k context fits in the KV pool." in capacity.body
-    payload["ledger"] = [{"item": "weights", "gib": 0.0}]
     with pytest.raises(KvtierError, match="no memory to draw"):
-        sections_for("plan", payload)
+        sections_for("plan", plan_of_rows([{"item": "weights", "gib": 0.0}], engine="vllm"))
 
 
 VLLM_ROWS = [
@@ -233,7 +235,7 @@ VLLM_ROWS = [
 
 
 def test_overlapping_log_rows_are_listed_not_drawn() -> None:
-    section = memory_section("explain", {"engine": "vllm", "ledger": VLLM_ROWS})
+    section = memory_section("explain", explanation_of_rows(VLLM_ROWS, engine="vllm"))
     assert 'class="chart"' not in section.body
     assert "These rows overlap" in section.body
     assert section.body.count("<tr><td>") == len(VLLM_ROWS)
@@ -242,7 +244,7 @@ def test_overlapping_log_rows_are_listed_not_drawn() -> None:
 def test_total_and_note_tags_make_a_bar_of_the_pieces() -> None:
     rows = copy.deepcopy(VLLM_ROWS)
     rows[0]["part"], rows[-1]["part"] = "total", "note"
-    section = memory_section("explain", {"engine": "vllm", "ledger": rows})
+    section = memory_section("explain", explanation_of_rows(rows, engine="vllm"))
     widths = bar_widths(section.body.split("</svg>")[0])
     assert widths == pytest.approx([740 * g / 79.20 for g in (3.96, 14.99, 1.89, 0.25, 58.11)],
                                    abs=0.01)  # fmt: skip

@@ -10,9 +10,11 @@ import pytest
 
 from kvtier.cli import main
 from kvtier.errors import KvtierError
+from kvtier.payload import from_json
 from kvtier.report.html import render_html
 from kvtier.report.html_observe import observe_section
-from kvtier.report.schema import check_payload
+from kvtier.report.observe_payload import ObservePayload
+from report_cases import EMPTY_OBSERVATION, observation
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ROOT / "tests" / "fixtures" / "observe" / "metrics-sglang-2025-07-pd.prom"
@@ -67,7 +69,7 @@ def test_a_filling_pool_draws_every_series(tmp_path: Path, capsys: pytest.Captur
 
 def test_a_saved_observation_draws_what_it_holds(tmp_path: Path) -> None:
     saved = tmp_path / "observe.json"
-    payload = {"source": "m", "samples": 1, "diagnosis": "not-saturated",
+    payload = {**EMPTY_OBSERVATION, "source": "m", "samples": 1,
                "timeline": [{"kv_usage": 0.5, "running": 3, "samples": 1}]}  # fmt: skip
     saved.write_text(json.dumps(payload))
     out = tmp_path / "m.html"
@@ -86,13 +88,11 @@ def test_a_saved_observation_draws_what_it_holds(tmp_path: Path) -> None:
     ],
 )
 def test_a_bad_saved_observation_is_refused_by_name(change: dict, says: str) -> None:
-    payload = {"source": "s", "samples": 1, "diagnosis": "kv-bound", "timeline": [], **change}
     with pytest.raises(KvtierError, match=re.escape(says)):
-        check_payload("observe", payload, "obs.json")
+        from_json(ObservePayload, {**EMPTY_OBSERVATION, "diagnosis": "kv-bound", **change})
 
 
 def test_an_empty_timeline_still_reports_the_diagnosis() -> None:
-    section = observe_section({"source": "s", "samples": 0, "diagnosis": "not-saturated",
-                               "timeline": []})  # fmt: skip
+    section = observe_section(observation())
     html = render_html([section], title="t")
     assert _charts(html) == [] and html.count("the source gave no figures") == 4

@@ -2,9 +2,10 @@
 and a simulation sweep.
 
 It runs `kvtier explain LOG --json`, `kvtier observe SOURCE --json` and, when asked,
-`kvtier simulate ... --json` in this process, and draws their JSON: the same contract
-automation reads, so the report never shows a number the commands would not print. Saved
-`--json` output can be drawn too (`--from`).
+`kvtier simulate ... --json` in this process and draws the typed results they hand over (the
+objects their `--json` prints), so the report never shows a number the commands would not
+print. Saved `--json` output is read back into the same objects (`--from`); a file that does
+not fit is refused, naming the field.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
 from kvtier.files import check_output, load_json, read_input
+
+if TYPE_CHECKING:
+    from kvtier.report.payloads import Payload
 
 KINDS = ("plan", "advise", "explain", "observe", "simulate")
 
@@ -74,33 +77,28 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kvtier.report.html import write_html
-    from kvtier.report.schema import check_payload
 
     inputs = [args.log, args.observe, *_saved_paths(args.saved), *_simulate_inputs(args)]
     check_output(args.output, [i for i in inputs if i is None or "://" not in i])
-    payloads: dict[str, dict[str, Any]] = {}
+    payloads: dict[str, Payload] = {}
     for spec in args.saved:
         kind, payload = saved_payload(spec)
-        check_payload(kind, payload, spec.partition("=")[2])
         payloads[kind] = payload
     if args.log:
-        payloads["explain"] = command_json(["explain", args.log])
+        payloads["explain"] = command_payload(["explain", args.log])
     if args.observe:
-        payloads["observe"] = command_json(["observe", args.observe])
+        payloads["observe"] = command_payload(["observe", args.observe])
     if args.launch and args.simulate is None:
         raise KvtierError("report: a launch command after `--` belongs to --simulate ARGS")
     if args.simulate is not None:
         if not args.simulate:
             raise KvtierError("report: --simulate needs the arguments for `kvtier simulate`")
         launch = ["--", *args.launch] if args.launch else []
-        payloads["simulate"] = command_json(["simulate", *args.simulate, *launch])
+        payloads["simulate"] = command_payload(["simulate", *args.simulate, *launch])
     if not payloads:
         raise KvtierError(
             "report: give a LOG, --observe SOURCE, --simulate ARGS or --from KIND=FILE"
         )
-    for kind in ("explain", "observe", "simulate"):
-        if kind in payloads and not any(s.startswith(f"{kind}=") for s in args.saved):
-            check_payload(kind, payloads[kind], f"`kvtier {kind} --json`")
     title = args.title or default_title(payloads)
     size = write_html(args.output, payloads, title=title)
     print(f"wrote {args.output} ({size / 1000:.0f} kB): {', '.join(payloads)}")
@@ -116,8 +114,11 @@ def _simulate_inputs(args: argparse.Namespace) -> list[str]:
     return [w for w in args.simulate or () if not w.startswith("-")]
 
 
-def saved_payload(spec: str) -> tuple[str, dict[str, Any]]:
-    """Read `KIND=FILE`, the saved `--json` output of `kvtier KIND`."""
+def saved_payload(spec: str) -> tuple[str, Payload]:
+    """Read `KIND=FILE`, the saved `--json` output of `kvtier KIND`, into its payload."""
+    from kvtier.payload import from_json
+    from kvtier.report.payloads import PAYLOAD_TYPES
+
     kind, sep, path = spec.partition("=")
     if not sep or kind not in KINDS:
         raise KvtierError(f"report: --from wants KIND=FILE with KIND one of {', '.join(KINDS)}")
@@ -127,12 +128,16 @@ def saved_payload(spec: str) -> tuple[str, dict[str, Any]]:
         raise KvtierError(f"report: {exc}") from None
     if not isinstance(data, dict):
         raise KvtierError(f"report: {path} holds no JSON object")
-    return kind, data
+    try:
+        return kind, from_json(PAYLOAD_TYPES[kind], data)
+    except KvtierError as exc:
+        raise KvtierError(f"report: {path}: {exc}") from None
 
 
-def command_json(argv: list[str]) -> dict[str, Any]:
-    """Run `kvtier ARGV --json` in this process and return the object it printed."""
+def command_payload(argv: list[str]) -> Payload:
+    """Run `kvtier ARGV --json` in this process and return the payload it hands over."""
     from kvtier.cli import shared_parser
+    from kvtier.report.json_text import collecting
 
     parser = shared_parser()
     errors = io.StringIO()
@@ -144,18 +149,13 @@ def command_json(argv: list[str]) -> dict[str, Any]:
             raise
         last = errors.getvalue().strip().splitlines()[-1:] or ["bad arguments"]
         raise KvtierError(f"report: {last[0].removeprefix('kvtier: error: ')}") from exc
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stdout(io.StringIO()), collecting() as handed:
         code = int(args.run(args) or 0)
     if code != 0:
         raise KvtierError(f"report: `kvtier {' '.join(argv)}` exited with status {code}")
-    try:
-        data = json.loads(out.getvalue())
-    except json.JSONDecodeError as exc:
-        raise KvtierError(f"report: `kvtier {argv[0]} --json` printed no JSON") from exc
-    if not isinstance(data, dict):
-        raise KvtierError(f"report: `kvtier {argv[0]} --json` printed no JSON object")
-    return data
+    if len(handed) != 1:
+        raise KvtierError(f"report: `kvtier {argv[0]} --json` gave no result to draw")
+    return handed[0]  # type: ignore[no-any-return]
 
 
 def with_json(argv: list[str]) -> list[str]:
@@ -164,7 +164,7 @@ def with_json(argv: list[str]) -> list[str]:
     return [*argv[:cut], "--json", *argv[cut:]]
 
 
-def default_title(payloads: dict[str, dict[str, Any]]) -> str:
+def default_title(payloads: dict[str, Payload]) -> str:
     from kvtier.report.html_sections import model_name
 
     names = [model_name(p) for p in payloads.values() if model_name(p)]

@@ -12,7 +12,7 @@ from kvtier.cli.plan import deployment_from_args, warn_ignored
 from kvtier.cli.progress import Progress
 from kvtier.errors import KvtierError
 from kvtier.files import MAX_TRACE_BYTES, check_output, open_input
-from kvtier.report.json_text import json_text
+from kvtier.report.json_text import emit
 
 DESCRIPTION = """\
 Replay a Mooncake-format trace (JSONL: timestamp ms, input_length, output_length, hash_ids over
@@ -155,7 +155,7 @@ def _reference(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
         else:
             title = f"single-tier LRU of {capacities[0]:,} tokens (whole blocks, no clock)"
         if args.json:
-            print(json_text(results[0]))
+            emit(SimulatePayload(run=results[0]))
         elif args.quiet:
             print("\n".join(quiet_lines(results[0])))
         else:
@@ -163,7 +163,7 @@ def _reference(args: argparse.Namespace, trace: Any, progress: Progress) -> int:
         return 0
     sweep = Sweep("lru-tokens", tuple("unbounded" if c is None else str(c) for c in capacities))
     if args.json:
-        print(json_text(SimulatePayload(sweep=sweep_result(sweep, results))))
+        emit(SimulatePayload(sweep=sweep_result(sweep, results)))
     elif args.quiet:
         print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
     else:
@@ -269,7 +269,7 @@ def _sweep(
     progress.done()
     if args.json:
         payload = SimulatePayload(sweep=sweep_result(sweep, results), notes=tuple(runs.notes))
-        print(json_text(payload))
+        emit(payload)
         return None
     if args.quiet:
         print("\n".join(sweep_quiet_lines(sweep.param, sweep.values, results)))
@@ -288,7 +288,7 @@ def _single(
     result = runs(deployment, flags, {"time_scale": args.time_scale})
     progress.done()
     if args.json:
-        print(json_text(SimulatePayload(run=result, notes=tuple(runs.notes))))
+        emit(SimulatePayload(run=result, notes=tuple(runs.notes)))
         return None
     if args.quiet:
         print("\n".join(quiet_lines(result)))

@@ -10,7 +10,7 @@ from typing import Any
 
 from kvtier.cli.flags.simulate import DEFAULT_ROUTER
 from kvtier.errors import KvtierError
-from kvtier.report.json_text import json_text
+from kvtier.report.json_text import emit
 
 SHARED_PREFIX = "shared-prefix"
 FLEET_SWEEPS = ("router", "replicas")
@@ -214,11 +214,7 @@ def _print(
 
     notes = config.notes()
     if args.json:
-        if param:
-            body = [{"value": v, **r.to_json()} for v, r in zip(values, runs, strict=True)]
-            print(json_text({"sweep": {"param": param, "runs": body}, "notes": notes}))
-        else:
-            print(json_text({**runs[0].to_json(), "notes": notes}))
+        emit(fleet_payload(param, values, runs, notes))
         return
     if args.quiet:
         for v, r in zip(values, runs, strict=True):
@@ -236,3 +232,16 @@ def _print(
         print(f"note: {line}")
     for name, source in config.sources:
         print(f"source: {name}: {source}")
+
+
+def fleet_payload(param: str, values: list[str], runs: list[Any], notes: list[str]) -> Any:
+    """One fleet run, or a sweep of them, with the setup's notes."""
+    from kvtier.sim.fleet.payload import fleet_run
+    from kvtier.sim.payload import SimulatePayload
+    from kvtier.sim.sweep import SweepResult, SweepRun
+
+    if not param:
+        run, fleet = fleet_run(runs[0])
+        return SimulatePayload(run=run, fleet=fleet, notes=tuple(notes))
+    swept = tuple(SweepRun(v, *fleet_run(r)) for v, r in zip(values, runs, strict=True))
+    return SimulatePayload(sweep=SweepResult(param, swept), notes=tuple(notes))

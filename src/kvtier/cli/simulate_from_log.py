@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvtier.errors import KvtierError
 from kvtier.files import MAX_LOG_BYTES, check_output, open_input
-from kvtier.report.json_text import json_text
+from kvtier.report.json_text import emit
 
 if TYPE_CHECKING:
     from kvtier.sim.sweep import SweepResult
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
         sweep_view = sweep_table(sweep.param, sweep.values, results)
     if args.json:
         baseline = log_baseline(fit, calibration, fitted, rows)
-        print(json_text(SimulatePayload(from_log=baseline, sweep=sweep_payload)))
+        emit(SimulatePayload(from_log=baseline, sweep=sweep_payload))
         return 0
     if args.quiet:
         print("\n".join(quiet_lines(calibration, rows)))

@@ -8,9 +8,8 @@ merged and the stride doubles, so a day-long log and a minute-long one both end 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Annotated
 
-from kvtier.payload import Amount, Bounds, Count, Share
+from kvtier.payload import Amount, Count, Positive, Share
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +27,7 @@ class Point:
     prompt_tps: Amount | None
     gen_tps: Amount | None
     hit_rate: Share | None
-    samples: Annotated[int, Bounds(1)]
+    samples: Positive
     line: Count | None
 
 

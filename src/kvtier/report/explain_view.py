@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvtier.report.explain_payload import explain_payload, log_rows
-from kvtier.report.json_text import json_text
+from kvtier.report.json_text import emit
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,7 +56,7 @@ def print_explanation(
     from kvtier.report.card_view import card_quiet, print_card
 
     if as_json:
-        print(json_text(explain_payload(e, card)))
+        emit(explain_payload(e, card))
         return
     if quiet:
         print("\n".join(quiet_lines(e) + (card_quiet(card) if card is not None else [])))

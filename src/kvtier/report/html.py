@@ -1,8 +1,9 @@
 """A self-contained HTML report: one file, inline styles and SVG, nothing fetched at view time.
 
 `write_html(path, {"explain": payload, "simulate": payload})` is the one entry point the
-commands need; the payloads are their `--json` dicts. A Content-Security-Policy that allows only
-inline styles and data: images makes the browser refuse any network load the page might attempt.
+commands need; the payloads are their typed results (`kvtier.report.payloads`). A
+Content-Security-Policy that allows only inline styles and data: images makes the browser
+refuse any network load the page might attempt.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 
 from kvtier import __version__
 from kvtier.errors import KvtierError
-from kvtier.report.html_parts import Payload, Section
+from kvtier.report.html_parts import Section
 from kvtier.report.html_sections import sections_for
+from kvtier.report.payloads import Payload
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -80,7 +82,7 @@ def render_html(sections: Sequence[Section], *, title: str) -> str:
 def write_html(
     path: str | Path, payloads: Mapping[str, Payload], *, title: str = "kvtier report"
 ) -> int:
-    """Write one report from `{command: --json payload}` (plan, advise, explain, simulate).
+    """Write one report from `{command: payload}` (plan, advise, explain, observe, simulate).
 
     Returns the number of bytes written.
     """

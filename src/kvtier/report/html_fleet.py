@@ -8,25 +8,26 @@ requests); the table of the section lists every run's imbalance.
 from __future__ import annotations
 
 from kvtier.report.charts import PALETTE, Series, line_chart, nice_ticks
-from kvtier.report.html_parts import Payload, figure
+from kvtier.report.html_parts import figure
+from kvtier.sim.fleet.payload import FleetPart
 
 MAX_LINES = 16  # more lines than this read as a smear
 
 
-def replica_load_figure(run: Payload) -> str:
-    """The figure, or '' for a run that is no fleet's."""
-    replicas = run.get("replicas")
-    if not replicas or not any(r.get("series") for r in replicas):
+def replica_load_figure(run: FleetPart) -> str:
+    """The figure, or '' when no replica has a series."""
+    replicas = run.replicas
+    if not replicas or not any(r.series for r in replicas):
         return ""
     series = [
         Series(
             f"replica {i}",
-            tuple((float(t), float(running + waiting)) for t, running, waiting in r["series"]),
+            tuple((float(t), float(running + waiting)) for t, running, waiting in r.series),
             PALETTE[i % len(PALETTE)],
             dashed=i >= len(PALETTE),
         )
         for i, r in enumerate(replicas[:MAX_LINES])
-        if r.get("series")
+        if r.series
     ]
     times = [p[0] for s in series for p in s.points]
     title = "Load per replica over time"
@@ -42,6 +43,6 @@ def replica_load_figure(run: Payload) -> str:
     shown = f"the first {MAX_LINES} of {len(replicas)}" if len(replicas) > MAX_LINES else "each"
     caption = (
         f"Requests on {shown} replica(s) as the router spread them; "
-        f"imbalance (max / mean requests) {float(run.get('imbalance', 1.0)):.3f}."
+        f"imbalance (max / mean requests) {run.imbalance:.3f}."
     )
     return figure(title, svg, caption)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from html import escape
 
+from kvtier.observe.timeline import Point
 from kvtier.report.charts import PALETTE, Series, line_chart, nice_ticks
-from kvtier.report.html_parts import Payload, Section, figure, need, table
+from kvtier.report.html_parts import Section, figure, table
+from kvtier.report.observe_payload import ObservePayload
 
 _MAX_TICKS = 10
 
@@ -24,23 +26,20 @@ def _count(v: float) -> str:
     return f"{v:,.0f}"
 
 
-def _positions(timeline: list[Payload]) -> list[float]:
+def _positions(timeline: list[Point]) -> list[float]:
     """Each point's first sample number, 1-based: the running sum of the samples before it."""
     out, seen = [], 0
     for p in timeline:
         out.append(float(seen + 1))
-        seen += int(p.get("samples") or 1)
+        seen += p.samples or 1
     return out
 
 
 def _series(
-    name: str, key: str, xs: list[float], timeline: list[Payload], colour: str, scale: float = 1
+    name: str, key: str, xs: list[float], timeline: list[Point], colour: str, scale: float = 1
 ) -> Series:
-    pts = tuple(
-        (x, scale * float(p[key]))
-        for x, p in zip(xs, timeline, strict=True)
-        if p.get(key) is not None
-    )
+    values = [(x, getattr(p, key)) for x, p in zip(xs, timeline, strict=True)]
+    pts = tuple((x, scale * float(v)) for x, v in values if v is not None)
     return Series(name, pts, colour)
 
 
@@ -86,25 +85,25 @@ def _x_ticks(xs: list[float]) -> list[float] | None:
     return [t for t in nice_ticks(xs[0], xs[-1], 6) if xs[0] <= t <= xs[-1]] or [xs[0]]
 
 
-def observe_section(payload: Payload) -> Section:
+def observe_section(payload: ObservePayload) -> Section:
     """Diagnosis, headline figures and the time-series charts that have any points."""
-    timeline = list(need(payload, "timeline", "observe"))
-    verdict = str(need(payload, "diagnosis", "observe"))
+    timeline = list(payload.timeline)
+    verdict = payload.diagnosis
     facts = [
-        ("source", str(need(payload, "source", "observe"))),
-        ("engine", str(payload.get("engine") or "unknown")),
-        ("samples", f"{int(need(payload, 'samples', 'observe')):,}"),
+        ("source", payload.source),
+        ("engine", payload.engine or "unknown"),
+        ("samples", f"{payload.samples:,}"),
         ("diagnosis", verdict),
-        ("why", str(payload.get("reason") or "")),
+        ("why", payload.reason),
     ]
-    if payload.get("kv_usage_max") is not None:
-        facts.append(("peak KV usage", f"{100 * float(payload['kv_usage_max']):.1f}%"))
-    if payload.get("queue_max") is not None:
-        facts.append(("most queued", f"{int(payload['queue_max']):,}"))
+    if payload.kv_usage_max is not None:
+        facts.append(("peak KV usage", f"{100 * payload.kv_usage_max:.1f}%"))
+    if payload.queue_max is not None:
+        facts.append(("most queued", f"{payload.queue_max:,}"))
     items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
     body = [f'<dl class="facts">{items}</dl>']
     xs = _positions(timeline)
-    threshold = payload.get("kv_full_threshold")
+    threshold = payload.kv_full_threshold
     for title, y_label, fmt, caption, wanted in _CHARTS:
         series = [
             _series(name, key, xs, timeline, PALETTE[i], scale)
@@ -115,7 +114,7 @@ def observe_section(payload: Payload) -> Section:
             body.append(f'<p class="unit-note">{escape(title)}: the source gave no figures.</p>')
             continue
         if title == "KV cache usage" and threshold is not None and len(xs) > 1:
-            level = 100 * float(threshold)
+            level = 100 * threshold
             full = ((xs[0], level), (xs[-1], level))
             series.append(Series(f"full ({level:.0f}%)", full, PALETTE[5], dashed=True))
         svg = line_chart(
@@ -128,13 +127,13 @@ def observe_section(payload: Payload) -> Section:
             x_ticks=_x_ticks(xs),
         )
         body.append(figure(title, svg, caption))
-    evidence = payload.get("evidence") or []
+    evidence = payload.evidence
     if evidence:
-        rows = [[str(e.get("line") or "metrics"), str(e.get("text", ""))] for e in evidence]
+        rows = [[str(e.line or "metrics"), e.text] for e in evidence]
         body.append(table(["line", "what the server printed"], rows, "evidence"))
-    steps = payload.get("next_steps") or []
+    steps = payload.next_steps
     if steps:
         body.append(
-            '<ul class="notes">' + "".join(f"<li>{escape(str(s))}</li>" for s in steps) + "</ul>"
+            '<ul class="notes">' + "".join(f"<li>{escape(s)}</li>" for s in steps) + "</ul>"
         )
     return Section("observe", f"Serving: {verdict}", "".join(body))

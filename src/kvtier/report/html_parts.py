@@ -1,15 +1,12 @@
-"""Building blocks of the HTML report: sections, tables, figures, and strict payload access."""
+"""Building blocks of the HTML report: sections, tables, figures and log-line excerpts."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any
 
-from kvtier.errors import KvtierError
-
-Payload = Mapping[str, Any]
+from kvtier.report.explain_payload import LogSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,13 +16,6 @@ class Section:
     key: str
     title: str
     body: str
-
-
-def need(payload: Payload, key: str, where: str) -> Any:
-    """`payload[key]`, or a KvtierError naming what is missing from which payload."""
-    if key not in payload or payload[key] is None:
-        raise KvtierError(f"report: the {where} data has no '{key}'")
-    return payload[key]
 
 
 def tokens(value: float) -> str:
@@ -60,9 +50,9 @@ def excerpt(text: str, value: object) -> str:
     return ("..." if start else "") + cut + ("..." if start + LINE_EXCERPT < len(text) else "")
 
 
-def source_text(source: Any, value: object = None) -> str:
-    """A source as text: a formula string, or a log line `{line, text, rank}` excerpted."""
-    if not isinstance(source, dict):
+def source_text(source: str | LogSource | None, value: object = None) -> str:
+    """A source as text: a formula string, or a log line excerpted around `value`."""
+    if not isinstance(source, LogSource):
         return str(source or "")
-    where = f"line {source['line']}: " if source.get("line") is not None else ""
-    return where + excerpt(str(source.get("text", "")), value)
+    where = f"line {source.line}: " if source.line is not None else ""
+    return where + excerpt(source.text, value)

@@ -1,8 +1,8 @@
-"""HTML sections built from the `--json` payloads of plan, advise, explain and simulate.
+"""HTML sections built from the typed results of plan, advise, explain, observe and simulate.
 
-The payload dicts are the stable contract between the commands and this layer; nothing here
-imports the budget, logs or sim modules. A payload that lacks a key a section needs is refused
-with a message naming the key, rather than drawn half-empty.
+The payloads are the objects the commands print as `--json` (`kvtier.report.payloads`); a saved
+file is read back into the same objects, refused field by field when it does not fit, so a
+section only meets values it can draw. Nothing here imports the engines, logs or sim modules.
 """
 
 from __future__ import annotations
@@ -16,9 +16,14 @@ from kvtier.report.charts import (
     line_chart,
 )
 from kvtier.report.concurrency import requests_caption, whole_requests
+from kvtier.report.explain_payload import ExplainPayload, LogInput
 from kvtier.report.html_memory import memory_section
-from kvtier.report.html_parts import Payload, Section, figure, need, source_text, table, tokens
+from kvtier.report.html_parts import Section, figure, source_text, table, tokens
 from kvtier.report.html_sim import simulation_section
+from kvtier.report.observe_payload import ObservePayload
+from kvtier.report.payloads import LedgerPayload, Payload
+from kvtier.report.plan_payload import AdvisePayload, OptionPayload, PlanInput, PlanPayload
+from kvtier.sim.payload import SimulatePayload
 
 # Context lengths the capacity chart samples: 4k to 256k tokens, powers of two.
 CONTEXT_LENGTHS = tuple(1 << k for k in range(12, 19))
@@ -29,67 +34,84 @@ def context_label(value: float) -> str:
 
 
 def model_name(payload: Payload) -> str:
-    """The model id: a string in plan, `{id, source}` in explain."""
-    model = payload.get("model") or ""
-    return str(model.get("id", "")) if isinstance(model, dict) else str(model)
+    """The model id: a plan's model, an explanation's model id; none for the other kinds."""
+    if isinstance(payload, ExplainPayload):
+        return payload.model.id
+    if isinstance(payload, AdvisePayload):
+        return payload.plan.model
+    return payload.model if isinstance(payload, PlanPayload) else ""
 
 
-def summary_section(kind: str, payload: Payload) -> Section:
+def plan_of(payload: PlanPayload | AdvisePayload) -> PlanPayload:
+    return payload.plan if isinstance(payload, AdvisePayload) else payload
+
+
+def observed_tokens(payload: ExplainPayload) -> int:
+    """The log's KV token count; a failed start that printed none has nothing to draw."""
+    if payload.observed.kv_tokens is None:
+        raise KvtierError("report: the explain observed data has no 'kv_tokens'")
+    return payload.observed.kv_tokens
+
+
+def summary_section(kind: str, payload: LedgerPayload) -> Section:
     """Headline facts: engine, model, KV tokens and, for a log, observed against recomputed."""
-    facts = [("engine", str(need(payload, "engine", kind))), ("model", model_name(payload))]
-    for key, label in (("gpu", "GPU"), ("tp", "tensor parallel"), ("era", "rules of")):
-        if key in payload:
-            facts.append((label, str(payload[key])))
-    facts.append(("KV bytes per token per GPU", tokens(need(payload, "kv_bytes_per_token", kind))))
-    if kind == "explain":
-        observed = need(need(payload, "observed", kind), "kv_tokens", "explain observed")
-        predicted = need(payload, "predicted", kind)
-        recomputed = int(need(predicted, "kv_tokens", "explain predicted"))
+    if isinstance(payload, ExplainPayload):
+        facts = [("engine", payload.engine), ("model", model_name(payload))]
+        facts.append(("KV bytes per token per GPU", tokens(payload.kv_bytes_per_token)))
+        observed, predicted = observed_tokens(payload), payload.predicted
+        recomputed = predicted.kv_tokens
         facts.append(("KV tokens in the log", tokens(observed)))
+        low, high = predicted.range
         text = f"{tokens(recomputed)} ({recomputed - observed:+,})"
-        if predicted.get("range"):
-            low, high = predicted["range"]
-            text += f", {tokens(low)} to {tokens(high)} from the printed rounding"
+        text += f", {tokens(low)} to {tokens(high)} from the printed rounding"
         facts.append(("KV tokens recomputed", text))
-        if payload.get("verdict"):
-            facts.append(("verdict", str(payload["verdict"])))
-        if predicted.get("formula"):
-            facts.append(("formula", str(predicted["formula"])))
+        if payload.verdict:
+            facts.append(("verdict", payload.verdict))
+        if predicted.formula:
+            facts.append(("formula", predicted.formula))
+        notes = [*payload.warnings, *payload.notes]
     else:
-        facts.append(("KV tokens", tokens(need(payload, "kv_tokens", kind))))
-        if payload.get("kv_tokens_range"):
-            low, high = payload["kv_tokens_range"]
+        plan = plan_of(payload)
+        facts = [("engine", plan.engine), ("model", plan.model)]
+        facts += [("GPU", plan.gpu), ("tensor parallel", str(plan.tp)), ("rules of", plan.era)]
+        facts.append(("KV bytes per token per GPU", tokens(plan.kv_bytes_per_token)))
+        facts.append(("KV tokens", tokens(plan.kv_tokens)))
+        if plan.kv_tokens_range:
+            low, high = plan.kv_tokens_range
             facts.append(("KV tokens range", f"{tokens(low)} to {tokens(high)}"))
+        notes = list(plan.notes)
     items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
-    notes = [*(payload.get("warnings") or ()), *(payload.get("notes") or ())]
-    listed = "".join(f"<li>{escape(str(n))}</li>" for n in notes)
+    listed = "".join(f"<li>{escape(n)}</li>" for n in notes)
     body = f'<dl class="facts">{items}</dl>' + (f'<ul class="notes">{listed}</ul>' if notes else "")
     return Section(f"{kind}-summary", f"{kind}: summary", body)
 
 
-def baseline_tokens(kind: str, payload: Payload) -> int:
+def baseline_tokens(payload: LedgerPayload) -> int:
     """The KV tokens the deployment has now: the log's figure for explain, the plan's otherwise."""
-    if kind == "explain":
-        return int(need(need(payload, "observed", kind), "kv_tokens", "explain observed"))
-    return int(need(payload, "kv_tokens", kind))
+    if isinstance(payload, ExplainPayload):
+        return observed_tokens(payload)
+    return plan_of(payload).kv_tokens
 
 
-def contexts(payload: Payload) -> tuple[int, ...]:
+def contexts(payload: LedgerPayload) -> tuple[int, ...]:
     """The sampled context lengths up to the deployment's context length, when it is known."""
-    limit = payload.get("context_length")
-    if not limit:
+    if isinstance(payload, ExplainPayload):
         return CONTEXT_LENGTHS
-    return tuple(c for c in CONTEXT_LENGTHS if c <= limit) or (int(limit),)
+    limit = plan_of(payload).context_length
+    return tuple(c for c in CONTEXT_LENGTHS if c <= limit) or (limit,)
 
 
-def flags_text(flags: object) -> str:
-    return " ".join(str(f) for f in flags) if isinstance(flags, list | tuple) else str(flags or "")
+def options_of(payload: LedgerPayload) -> tuple[OptionPayload, ...]:
+    return () if isinstance(payload, PlanPayload) else payload.options
 
 
-def capacity_section(kind: str, payload: Payload) -> Section:
+def capacity_section(kind: str, payload: LedgerPayload) -> Section:
     """Concurrent requests of each context length the KV pool holds, now and with each option."""
-    base = baseline_tokens(kind, payload)
-    cap = payload.get("max_running_requests")
+    base = baseline_tokens(payload)
+    if isinstance(payload, ExplainPayload):
+        cap, span = payload.max_running_requests, None
+    else:
+        cap, span = plan_of(payload).max_running_requests, plan_of(payload).kv_tokens_range
     ctxs = contexts(payload)
 
     def fits(kv_tokens: int, ctx: int) -> int:
@@ -99,12 +121,8 @@ def capacity_section(kind: str, payload: Payload) -> Section:
         (tuple((c, fits(base, c)) for c in ctxs), False): ["now"]
     }
     rows = [["now", "", tokens(base), "1.00x", "", ""]]
-    for option in payload.get("options") or ():
-        name = str(need(option, "name", "option"))
-        kv = option.get("kv_tokens")
-        host = int(
-            option.get("host_tokens") or (option.get("host") or {}).get("tokens_per_rank") or 0
-        )
+    for option in options_of(payload):
+        name, kv, host = option.name, option.kv_tokens, int(option.host_tokens or 0)
         if kv is not None:
             lines.setdefault((tuple((c, fits(kv, c)) for c in ctxs), False), []).append(name)
         if kv is not None and host:
@@ -113,8 +131,7 @@ def capacity_section(kind: str, payload: Payload) -> Section:
         ratio = "" if kv is None or not base else f"{kv / base:.2f}x"
         kv_text = "-" if kv is None else tokens(kv)
         host_text = tokens(host) if host else ""
-        flags = flags_text(option.get("flags"))
-        rows.append([name, flags, kv_text, ratio, host_text, str(option.get("cost", ""))])
+        rows.append([name, " ".join(option.flags), kv_text, ratio, host_text, option.cost])
     # Options that change nothing at these lengths are named once, in the caption, not drawn;
     # options equal to each other share a line and a column.
     same_as_now = next(iter(lines.values()))[1:]
@@ -138,8 +155,8 @@ def capacity_section(kind: str, payload: Payload) -> Section:
         caption += f" Same requests as now at every length: {', '.join(same_as_now)}."
     headers = ["context"] + [s.name for s in series]
     grid = [[context_label(c)] + [tokens(dict(s.points)[c]) for s in series] for c in ctxs]
-    if payload.get("kv_tokens_range"):
-        low, high = payload["kv_tokens_range"]
+    if span:
+        low, high = span
         headers.insert(2, "now, range")
         for row, c in zip(grid, ctxs, strict=True):
             row.insert(2, f"{fits(low, c):,} - {fits(high, c):,}")
@@ -164,31 +181,31 @@ def capacity_section(kind: str, payload: Payload) -> Section:
     return Section(f"{kind}-capacity", "KV capacity and concurrency", body)
 
 
-def inputs_section(kind: str, payload: Payload) -> Section | None:
+def _input_row(i: PlanInput | LogInput) -> list[str]:
+    if isinstance(i, PlanInput):
+        return [i.name, i.value, source_text(i.origin)]
+    if i.value is None:
+        raise KvtierError("report: the input data has no 'value'")
+    return [i.name, str(i.value), source_text(i.source, i.value)]
+
+
+def inputs_section(kind: str, payload: LedgerPayload) -> Section | None:
     """Every input the figures came from, and where each was read or stated."""
-    inputs = payload.get("inputs")
+    inputs = payload.inputs if isinstance(payload, ExplainPayload) else plan_of(payload).inputs
     if not inputs:
         return None
-    rows = [
-        [
-            str(need(i, "name", "input")),
-            str(need(i, "value", "input")),
-            source_text(i.get("source") or i.get("origin"), i.get("value")),
-        ]
-        for i in inputs
-    ]
     return Section(
         f"{kind}-inputs",
         "Inputs and their sources",
-        table(["input", "value", "source"], rows, "inputs"),
+        table(["input", "value", "source"], [_input_row(i) for i in inputs], "inputs"),
     )
 
 
 def sections_for(kind: str, payload: Payload) -> list[Section]:
-    """The sections one command's `--json` payload becomes, in reading order."""
-    if kind == "simulate":
+    """The sections one command's payload becomes, in reading order."""
+    if isinstance(payload, SimulatePayload):
         return [simulation_section(payload)]
-    if kind == "observe":
+    if isinstance(payload, ObservePayload):
         from kvtier.report.html_observe import observe_section
 
         return [observe_section(payload)]

@@ -1,48 +1,40 @@
 """The simulation section: hit rate per tier, TTFT and throughput against a swept parameter.
 
-Reads `kvtier simulate --json`: one run, or `{"sweep": {"param": NAME, "runs": [run, ...]}}`
-where each run carries its parameter value as `value` or under `params[NAME]`. A run of a
-reference mode has no clock (`timed` false, `ttft_s` null); its timing charts are left out.
+Reads `kvtier simulate`'s payload: one run, or a sweep whose runs each carry their parameter
+value (`value`, or in a saved file `params[NAME]`). A run of a reference mode has no clock
+(`timed` false, no `ttft_s`); its timing charts are left out.
 """
 
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
 from kvtier.errors import KvtierError
 from kvtier.report.charts import PALETTE, Series, line_chart, stacked_columns
 from kvtier.report.html_fleet import replica_load_figure
-from kvtier.report.html_parts import Payload, Section, figure, need, table, tokens
+from kvtier.report.html_parts import Section, figure, table, tokens
+from kvtier.sim.metrics import SimResult
+from kvtier.sim.payload import SimulatePayload
+from kvtier.sim.sweep import SweepRun
 
 TIER_COLOURS = {"device": PALETTE[0], "host": PALETTE[1], "store": PALETTE[2]}
 
 
-def sweep_runs(payload: Payload) -> tuple[str, list[Payload]]:
-    """(parameter name, runs) of a simulate payload; a single run is a sweep of one, named ''."""
-    sweep = payload.get("sweep")
-    if sweep is None:
-        need(payload, "hit_rate_by_tier", "simulate")
-        return "", [payload]
-    runs = list(need(sweep, "runs", "simulate sweep"))
-    if not runs:
-        raise KvtierError("report: the simulate sweep has no runs")
-    return str(need(sweep, "param", "simulate sweep")), runs
-
-
-def run_value(run: Payload, param: str) -> Any:
+def run_value(run: SweepRun, param: str) -> object:
     """The swept parameter's value in one run."""
-    if "value" in run:
-        return run["value"]
-    return need(need(run, "params", "simulate run"), param, "simulate run params")
+    if run.value is not None:
+        return run.value
+    if run.run.params.get(param) is None:
+        raise KvtierError(f"report: the simulate run params data has no '{param}'")
+    return run.run.params[param]
 
 
-def hit_rate_figure(param: str, labels: list[str], runs: list[Payload]) -> str:
-    tiers = list(need(runs[0], "hit_rate_by_tier", "simulate run"))
+def hit_rate_figure(param: str, labels: list[str], runs: list[SimResult]) -> str:
+    tiers = list(runs[0].hit_rate_by_tier)
     stacks = [
         (
             tier,
-            [100 * float(need(r, "hit_rate_by_tier", "simulate run").get(tier, 0.0)) for r in runs],
+            [100 * r.hit_rate_by_tier.get(tier, 0.0) for r in runs],
             TIER_COLOURS.get(tier, PALETTE[3 + i % 4]),
         )
         for i, tier in enumerate(tiers)
@@ -60,7 +52,7 @@ def hit_rate_figure(param: str, labels: list[str], runs: list[Payload]) -> str:
     return figure(title, svg, caption)
 
 
-def timing_figures(param: str, labels: list[str], runs: list[Payload]) -> str:
+def timing_figures(param: str, labels: list[str], runs: list[SimResult]) -> str:
     """TTFT p50/p99 and throughput lines over the swept values.
 
     Numeric values (host ratio, fraction) are spaced by value; others (a KV dtype) evenly.
@@ -73,17 +65,14 @@ def timing_figures(param: str, labels: list[str], runs: list[Payload]) -> str:
     ttft = [
         Series(
             f"TTFT {q}",
-            tuple((x, float(r["ttft_s"][q])) for x, r in zip(xs, runs, strict=True)),
+            tuple((x, _ttft(r, q)) for x, r in zip(xs, runs, strict=True)),
             colour,
         )
         for q, colour in (("p50", PALETTE[0]), ("p99", PALETTE[5]))
     ]
     throughput = Series(
         "throughput",
-        tuple(
-            (x, float(need(r, "throughput_tok_s", "simulate run")))
-            for x, r in zip(xs, runs, strict=True)
-        ),
+        tuple((x, r.throughput_tok_s) for x, r in zip(xs, runs, strict=True)),
         PALETTE[2],
     )
     charts = (
@@ -102,29 +91,38 @@ def timing_figures(param: str, labels: list[str], runs: list[Payload]) -> str:
     )
 
 
-def timing_cells(run: Payload) -> list[str]:
-    ttft = run.get("ttft_s")
+def _ttft(run: SimResult, q: str) -> float:
+    assert run.ttft_s is not None  # timing is drawn for timed runs only
+    return float(getattr(run.ttft_s, q))
+
+
+def timing_cells(run: SimResult) -> list[str]:
+    ttft = run.ttft_s
     if not ttft:
         return ["untimed", "untimed", "untimed"]
-    thr = float(need(run, "throughput_tok_s", "simulate run"))
-    return [f"{float(ttft['p50']):.3f}", f"{float(ttft['p99']):.3f}", f"{thr:,.0f}"]
+    thr = run.throughput_tok_s
+    return [f"{ttft.p50:.3f}", f"{ttft.p99:.3f}", f"{thr:,.0f}"]
 
 
-def simulation_section(payload: Payload) -> Section:
+def simulation_section(payload: SimulatePayload) -> Section:
     """Hit rate per tier, TTFT p50/p99 and throughput against the swept parameter."""
-    param, runs = sweep_runs(payload)
-    labels = [str(run_value(r, param)) for r in runs] if param else ["run"]
+    param, swept = payload.runs()
+    if not swept:
+        what = "sweep has no runs" if payload.sweep is not None else "data holds no run"
+        raise KvtierError(f"report: the simulate {what} to draw")
+    labels = [str(run_value(r, param)) for r in swept] if param else ["run"]
+    runs = [r.run for r in swept]
     body = hit_rate_figure(param, labels, runs)
-    timed = all(r.get("ttft_s") for r in runs)
+    timed = all(r.ttft_s for r in runs)
     if param and len(runs) > 1 and timed:
         body += timing_figures(param, labels, runs)
-    if not param:
-        body += replica_load_figure(runs[0])
+    if not param and swept[0].fleet is not None:
+        body += replica_load_figure(swept[0].fleet)
     rows = [
         [
             label,
-            tokens(need(r, "requests", "simulate run")),
-            f"{100 * float(need(r, 'hit_rate', 'simulate run')):.1f}%",
+            tokens(r.requests),
+            f"{100 * r.hit_rate:.1f}%",
             *timing_cells(r),
         ]
         for label, r in zip(labels, runs, strict=True)
@@ -132,7 +130,7 @@ def simulation_section(payload: Payload) -> Section:
     headers = [param or "run", "requests", "hit rate", "TTFT p50 (s)", "TTFT p99 (s)",
                "throughput (tok/s)"]  # fmt: skip
     body += table(headers, rows, "runs")
-    notes = "".join(f"<li>{escape(str(n))}</li>" for n in payload.get("notes") or ())
+    notes = "".join(f"<li>{escape(n)}</li>" for n in payload.notes or ())
     if notes:
         body += f'<ul class="notes">{notes}</ul>'
     return Section("simulate", "Workload simulation", body)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvtier.engines.ledger import Ledger
 from kvtier.report.concurrency import requests_caption, whole_requests
-from kvtier.report.json_text import json_text
+from kvtier.report.json_text import emit
 from kvtier.report.plan_payload import advise_payload, plan_payload
 
 if TYPE_CHECKING:
@@ -177,13 +177,9 @@ def option_key(option: Option) -> str:
     return re.sub(r"[^a-z0-9.]+", "_", option.name.lower()).strip("_")
 
 
-def print_json(data: Any) -> None:
-    print(json_text(data))
-
-
 def print_ledger(ledger: Ledger, as_json: bool = False, quiet: bool = False) -> None:
     if as_json:
-        print_json(plan_payload(ledger))
+        emit(plan_payload(ledger))
     elif quiet:
         print("\n".join(quiet_lines(ledger)))
     else:
@@ -199,7 +195,7 @@ def print_advice(
 ) -> None:
     """The base ledger's key figures, the options table and the answer to a target, if asked."""
     if as_json:
-        print_json(advise_payload(ledger, options, answer))
+        emit(advise_payload(ledger, options, answer))
         return
     if quiet:
         lines = quiet_lines(ledger)

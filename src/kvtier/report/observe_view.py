@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from kvtier.observe.diagnosis import KV_FULL
 from kvtier.observe.observer import Observation
 from kvtier.observe.timeline import Point
-from kvtier.report.json_text import json_text
+from kvtier.report.json_text import emit
 from kvtier.report.observe_payload import observe_payload, rounded
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def print_observation(
     from kvtier.report.card_view import card_quiet, print_card
 
     if as_json:
-        print(json_text(observe_payload(o, card)))
+        emit(observe_payload(o, card))
         return
     if quiet:
         print("\n".join(quiet_lines(o) + (card_quiet(card) if card is not None else [])))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from kvtier.engines.ledger import Ledger
 from kvtier.ledger.advise import Option
 from kvtier.ledger.target import TargetAnswer
-from kvtier.payload import INLINE, OMITTED, Count, Share
+from kvtier.payload import INLINE, OMITTED, Count, Positive, Share
 
 PLAN_UNITS = "GiB (2**30 bytes) per GPU"
 
@@ -68,7 +68,7 @@ class PlanPayload:
     kv_tokens_range: tuple[Count, Count] | None
     kv_bytes_per_token: Count
     page_size: int
-    context_length: Count
+    context_length: Positive
     mem_fraction: Share
     max_running_requests: Count | None
     ledger: tuple[LedgerRow, ...]

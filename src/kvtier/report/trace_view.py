@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtier.report.json_text import json_text
+from kvtier.report.json_text import emit
 from kvtier.sim.from_requests import TraceBuild
 from kvtier.sim.request_sources import RequestSource
 
@@ -94,6 +94,6 @@ def print_trace(
     as_json: bool,
 ) -> None:
     if as_json:
-        print(json_text(trace_payload(build, source, input_path, output)))
+        emit(trace_payload(build, source, input_path, output))
     else:
         print("\n".join(trace_lines(build, source, input_path, output)))

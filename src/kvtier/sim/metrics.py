@@ -15,10 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from kvtier.cache.storage import Tier
-from kvtier.payload import Amount, Share
+from kvtier.payload import OMITTED, Amount, Share
 
 TIERS = (Tier.DEVICE, Tier.HOST, Tier.STORE)
 MAX_SERIES_POINTS = 200  # concurrency samples kept for charts
@@ -44,7 +43,11 @@ class RequestRecord:
         return not math.isnan(self.finish_s)
 
 
-class Percentiles(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    """Latency percentiles; a fleet run states its mean too (left out of the JSON when None)."""
+
+    mean: float | None = field(default=None, kw_only=True, metadata=OMITTED)
     p50: float
     p90: float
     p99: float

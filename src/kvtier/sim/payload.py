@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvtier.errors import KvtierError
 from kvtier.logs.workload import Inference
 from kvtier.payload import INLINE, OMITTED
 from kvtier.sim.baseline import Comparison
+from kvtier.sim.fleet.payload import FleetPart
 from kvtier.sim.metrics import SimResult
 from kvtier.sim.sweep import SweepResult, SweepRun
 
@@ -61,14 +61,13 @@ class LogBaseline:
 @dataclass(frozen=True, slots=True)
 class SimulatePayload:
     run: SimResult | None = field(default=None, metadata=INLINE)
+    fleet: FleetPart | None = field(default=None, metadata=INLINE)  # a fleet run's
     from_log: LogBaseline | None = field(default=None, metadata=INLINE)
     sweep: SweepResult | None = field(default=None, metadata=OMITTED)
     notes: tuple[str, ...] | None = field(default=None, metadata=OMITTED)
 
     def runs(self) -> tuple[str, tuple[SweepRun, ...]]:
-        """(swept parameter, runs); a single run is a sweep of one, named ''."""
+        """(swept parameter, runs); a single run is a sweep of one, named ''; none: ('', ())."""
         if self.sweep is not None:
             return self.sweep.param, self.sweep.runs
-        if self.run is None:
-            raise KvtierError("the simulate data holds no run and no sweep")
-        return "", (SweepRun(None, self.run),)
+        return "", () if self.run is None else (SweepRun(None, self.run, self.fleet),)

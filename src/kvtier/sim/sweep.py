@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from kvtier.errors import KvtierError
 from kvtier.payload import INLINE, Name
+from kvtier.sim.fleet.payload import FleetPart
 from kvtier.sim.metrics import SimResult
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ def run_sweep(
 class SweepRun:
     value: str | None  # the swept value; None only in a saved file whose params carry it
     run: SimResult = field(metadata=INLINE)
+    fleet: FleetPart | None = field(default=None, metadata=INLINE)  # a fleet run's
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvtier.payload import to_json
 from kvtier.sim.metrics import SimResult
 
 
@@ -25,15 +24,6 @@ class ReplicaStats:
     queue_mean: float
     queue_max: int
     series: tuple[tuple[float, int, int], ...] = ()  # (time, running, waiting), for charts
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "requests": self.requests,
-            "hit_rate": self.hit_rate,
-            "busy_fraction": self.busy_fraction,
-            "queue": {"mean": self.queue_mean, "max": self.queue_max},
-            "series": [list(p) for p in self.series],
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +51,3 @@ class FleetResult:
         if self.shared_store:
             return {("shared" if k == "store" else k): v for k, v in rates.items()}
         return rates
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = to_json(self.result)
-        ttft = out["ttft_s"]
-        if isinstance(ttft, dict):
-            out["ttft_s"] = {"mean": self.ttft_mean_s, **ttft}
-        out["hit_rate_by_tier"] = self.hit_rate_by_tier()
-        out["fleet"] = {
-            "replicas": len(self.replicas),
-            "router": self.router,
-            "router_options": self.router_options,
-            "router_decisions": self.decisions,
-            "queue": {"mean": self.queue_mean, "max": self.queue_max},
-            "preemptions": self.preemptions,
-            "shared_store": self.shared_store,
-        }
-        out["replicas"] = [r.to_json() for r in self.replicas]
-        out["imbalance"] = self.imbalance
-        return out
