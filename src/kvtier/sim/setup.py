@@ -266,8 +266,8 @@ def _sglang_part(
     if store_tokens:
         if not host:
             raise KvtierError(
-                "an L3 store stages its pages in the host tier: pass --hicache-ratio "
-                "or --hicache-size with --store-tokens"
+                "an L3 store (--store-tokens or --shared-store-tokens) stages its pages in "
+                "the host tier: pass --hicache-ratio or --hicache-size with it"
             )
         sources.append(("store tokens", "--store-tokens"))
         era = prefetch_era(d.engine_version)
