@@ -5,8 +5,10 @@
 The founding deployment (Kimi-K2.5, 8 x RTX PRO 6000, TP8, 159,277 device tokens, HiCache
 ratio 4, timing on). In-process phases are timed by wall clock and by this process's CPU time
 (the wall figure inflates on a loaded machine, the CPU figure does not); then the whole command
-runs in a fresh process the same way. The trace is read from ../shared when present. The
-command exits 1 when the fresh process's median wall time misses the budget it prints.
+runs in a fresh process the same way. Then both server models, SGLang's and vLLM V1's, replay
+the same trace on the same deployment (Llama-3.1-8B on one H100, 159,277 device tokens, no host
+tier), each timed by CPU. The trace is read from ../shared when present. The command exits 1 when
+the fresh process's median wall time misses the budget it prints.
 """
 
 from __future__ import annotations
@@ -45,6 +47,26 @@ def timed(fn, *args):  # type: ignore[no-untyped-def]
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn(*args)
     return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def both_models(trace, runs: int) -> None:  # type: ignore[no-untyped-def]
+    """Each engine's server model on one deployment and trace: median CPU seconds."""
+    from kvtier.engines.deployment import Deployment, Engine
+    from kvtier.sim.run import simulate
+    from kvtier.sim.setup import build_config
+
+    print("| server model | cpu median s | hit rate | preemptions |\n|---|---:|---:|---:|")
+    for engine in (Engine.SGLANG, Engine.VLLM):
+        config = build_config(Deployment(engine, "llama-3.1-8b", gpu="h100"), 512, 159_277)
+        cpus = []
+        for _ in range(runs):
+            result, _, cpu = timed(simulate, trace, config)
+            cpus.append(cpu)
+        preempted = result.params.get("preemptions", "-")
+        print(
+            f"| {engine.value} | {statistics.median(cpus):.2f} | {result.hit_rate:.4f} | "
+            f"{preempted} |"
+        )
 
 
 def main() -> int:
@@ -116,6 +138,7 @@ def main() -> int:
             f"| {name} | {min(walls):.2f} | {statistics.median(walls):.2f} | "
             f"{statistics.median(cpus):.2f} |"
         )
+    both_models(trace, args.runs)
     command = statistics.median(w for w, _ in cli)
     print(
         f"budget {BUDGET_S} s wall for the whole command (median {command:.2f} s); load average "
