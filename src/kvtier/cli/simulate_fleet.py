@@ -63,6 +63,12 @@ def check(args: argparse.Namespace) -> None:
 
         name = args.router or DEFAULT_ROUTER
         parse_options(name, lookup(name, 512), args.router_opt)
+    if args.ray is not None and _sweep_name(args) is None:
+        raise KvtierError(
+            "--ray runs a fleet sweep's points on a Ray cluster: give --sweep router= or replicas="
+        )
+    if args.ray is not None and args.jobs > 1:
+        raise KvtierError("give --jobs N (local processes) or --ray ADDRESS, not both")
     if args.jobs > 1 and _sweep_name(args) is None:
         raise KvtierError(
             "--jobs runs a fleet sweep's points in parallel: give --sweep router= or replicas="
@@ -181,6 +187,11 @@ def _run_points(
             out |= {"sweep_param": param, "sweep_value": value}
         return out
 
+    if args.ray is not None:
+        return _on_ray(
+            args.ray,
+            [(trace, config, spec, args.warmup_fraction, None, extra(v)) for v, spec in points],
+        )
     if args.jobs > 1 and len(points) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -199,6 +210,31 @@ def _run_points(
         )
         runs.append(simulate_fleet(trace, config, spec, args.warmup_fraction, bar, extra(value)))
     return runs
+
+
+def _on_ray(address: str, calls: list[tuple[Any, ...]]) -> list[Any]:
+    """Each point a Ray task on the cluster at `address` (empty: RAY_ADDRESS), in order."""
+    import logging
+    import os
+
+    address = address or os.environ.get("RAY_ADDRESS", "")
+    if not address:
+        raise KvtierError("--ray without ADDRESS reads RAY_ADDRESS, which is not set")
+    try:
+        import ray
+    except ImportError:
+        raise KvtierError("--ray needs the ray package: pip install 'kvtier[ray]'") from None
+    from kvtier.sim.fleet.run import simulate_fleet
+
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise KvtierError(f"--ray {address}: no Ray cluster there ({str(exc)[:80]})") from None
+    try:
+        task = ray.remote(simulate_fleet)
+        return list(ray.get([task.remote(*call) for call in calls]))
+    finally:
+        ray.shutdown()
 
 
 def _print(

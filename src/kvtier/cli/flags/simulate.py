@@ -192,6 +192,10 @@ FLEET = (
     flag("--jobs", group="fleet", commands=SIM, sample=("2",), type=count(1, 256), default=1,
          metavar="N",
          help="run a fleet sweep's points in N processes (default 1; results are the same)"),
+    flag("--ray", group="fleet", commands=SIM, sample=("127.0.0.1:6379",), nargs="?", const="",
+         metavar="ADDRESS",
+         help="run a fleet sweep's points as tasks on the Ray cluster at ADDRESS (alone: "
+         "RAY_ADDRESS); needs the ray package (pip install 'kvtier[ray]')"),
 )
 
 SHARED_PREFIX = (
