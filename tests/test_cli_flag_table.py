@@ -6,6 +6,7 @@ line that names it: none is ignored."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ import pytest
 from kvtier.cli import build_parser, main
 from kvtier.cli.flags import COMMANDS, EXPLAIN, FLAGS, PLAN, SIMULATE, KvFlag, rows
 from kvtier.cli.flags.row import USED
+from kvtier.engines.flags import FlagTable
 from kvtier.engines.sglang.flags import FLAGS as SGLANG_FLAGS
 from kvtier.engines.vllm.flags import FLAGS as VLLM_FLAGS
+from kvtier.ledger.advise import OFFLOADING_BACKEND
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI_LOG = "examples/logs/sglang-kimi-k25-eagle3.log"
@@ -314,3 +317,29 @@ def test_hicache_on_vllm_names_vllms_host_tier(capsys: pytest.CaptureFixture[str
         "kvtier: error: --hicache-ratio is an SGLang HiCache flag; a vLLM deployment's host tier "
         "is --kv-offloading-size\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("engine", "table", "extra"),
+    [
+        ("sglang", SGLANG_FLAGS, ["--target-requests", "64", "--context", "8k"]),
+        (
+            "vllm",
+            VLLM_FLAGS,
+            ["--max-model-len", "8192", "--target-requests", "70", "--context", "8k"],
+        ),
+    ],
+)
+def test_advise_prints_the_engines_own_spellings(
+    engine: str, table: FlagTable, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["advise", "--engine", engine, "--model", "llama-3.1-8b", "--gpu", "h100", *extra]
+    code, out, err = _run([*argv, "--json"], capsys)
+    assert code == 0, err
+    payload = json.loads(out)
+    options = [*payload["options"], payload["target"]["option"]]
+    printed = {w for option in options for w in option["flags"] if w.startswith("--")}
+    assert payload["target"]["option"] is not None and printed
+    for word in printed - {OFFLOADING_BACKEND}:
+        found = table.find(word[2:])
+        assert found is not None and table.spelling(found.field) == word, word
