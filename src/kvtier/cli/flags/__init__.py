@@ -2,8 +2,15 @@
 each command's argparse groups, the settings a command reads from the flags, and its refusals.
 
 A flag is one `KvFlag` row (flags/deployment.py, flags/simulate.py): its spellings, group,
-Deployment field, a sample value, and per command whether it is used or refused and why. The
-engine's own spelling of a field is its flag table's (engines/<engine>/flags.py).
+Deployment field, a sample value, argparse's keywords, per command whether it is used or refused
+and why, and the engines whose deployments refuse it and why. The engine's own spelling of a
+field is its flag table's (engines/<engine>/flags.py).
+
+Adding a flag is one row in the file of its group, e.g. for simulate
+    flag("--store-gbps", group="timing", commands=SIM, sample=("0.1",), type=GBPS, help="...")
+then reading `args.store_gbps` where it is used. A new group is one GROUPS entry and a place in
+LAYOUT. tests/test_cli_flag_table.py runs every row's sample and fails on a flag that changes
+nothing without being refused by name.
 """
 
 from __future__ import annotations
