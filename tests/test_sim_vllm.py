@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -104,6 +105,16 @@ def test_blocks_running_out_preempt_the_last_request_and_it_recomputes() -> None
     assert result.params["preemptions"] >= 1
     # a preempted request's lookup is not a first lookup: the hit counters stay at zero
     assert result.hit_tokens_by_tier["device"] == 0
+
+
+def test_priority_preempts_the_latest_arrival_and_requeues_by_arrival() -> None:
+    # three requests outgrow 40 blocks; FCFS preempts the last running one, priority (one
+    # priority for all) the latest arrival: the same one here, so both finish all three
+    rows = tuple(req(i, 0.0, 256, 200, (i + 1,)) for i in range(3))
+    for policy in ("fcfs", "priority"):
+        cfg = dataclasses.replace(config(40), scheduling_policy=policy)
+        result = simulate(Trace(rows), cfg)
+        assert result.finished == 3 and result.params["preemptions"] >= 1, policy
 
 
 def test_the_token_budget_chunks_a_long_prompt() -> None:

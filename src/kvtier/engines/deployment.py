@@ -116,6 +116,7 @@ class Deployment:
     kv_offloading_backend: str | None = None
     kv_transfer_config: str | None = None
     lmcache_env: tuple[tuple[str, str], ...] = ()
+    scheduling_policy: str | None = None  # vLLM --scheduling-policy (fcfs, priority)
     # SGLang HiCache policies the simulator follows (None: the version's default)
     hicache_write_policy: str | None = None
     hicache_storage_prefetch_policy: str | None = None

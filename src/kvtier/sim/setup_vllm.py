@@ -81,7 +81,11 @@ def vllm_part(
             "(BlockPool.__init__)",
         )
     )
+    policy = d.scheduling_policy or "fcfs"
+    given = "--scheduling-policy" if d.scheduling_policy else "vLLM's default"
+    sources.append(("scheduling policy", f"{policy} ({given})"))
     return {
+        "scheduling_policy": policy,
         "host_tokens": tiers.host_tokens,
         "store_tokens": tiers.store_tokens,
         "connector_chunk": tiers.chunk_tokens,

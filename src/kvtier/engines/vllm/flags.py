@@ -45,6 +45,12 @@ FLAGS = FlagTable(
             ("kv-offloading-backend",),
         ),
         Flag("kv_transfer_config", "kv_transfer_config", json_object, ("kv-transfer-config",)),
+        Flag(
+            "scheduling_policy",
+            "scheduling_policy",
+            one_of("fcfs", "priority"),
+            ("scheduling-policy",),
+        ),
         Flag("mamba_ssm_dtype", "mamba_ssm_cache_dtype", str, ("mamba-ssm-cache-dtype",)),
     )
 )
