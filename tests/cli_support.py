@@ -45,3 +45,15 @@ def error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("kvtier: error: "), err
     return err
+
+
+def refusal(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    """What `kvtier plan ARGV --json` answers for a deployment the engine would refuse to start:
+    exit 1, nothing on stderr, and the refusal object (`starts: false`)."""
+    code = main(argv if "--json" in argv else [*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert not err.strip(), err
+    answer = json.loads(out)
+    assert answer["starts"] is False
+    return answer

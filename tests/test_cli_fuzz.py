@@ -37,6 +37,10 @@ RAW_VALUES = ("NaN", "Infinity", "-Infinity", "1e400", "9" * 5000, "[" * 3000 + 
 CONFIGS = ("llama-3.1-8b", "qwen3-32b", "deepseek-v3", "kimi-k2.5", "gemma-3-27b")
 
 
+# the engines' own refusals to start (exit 1: an answer about the deployment, not bad input)
+ENGINE_REFUSALS = ("Not enough memory", "No available memory", "max seq len", "derived maximum")
+
+
 def call(argv: list[str]) -> tuple[Any, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -48,15 +52,20 @@ def call(argv: list[str]) -> tuple[Any, str, str]:
 
 
 def problem(argv: list[str], names: tuple[str, ...]) -> str | None:
-    """What is wrong with how `kvtier ARGV` ended, or None: it succeeded, or it refused with
-    exit 2 and one `kvtier: error:` line naming one of `names`."""
+    """What is wrong with how `kvtier ARGV` ended, or None: it succeeded, it refused with exit 2
+    and one `kvtier: error:` line naming one of `names`, or it exited 1 because the engine would
+    not start the deployment (plan's answer on stdout, or the engine's words in one line)."""
     try:
-        code, _, err = call(argv)
+        code, out, err = call(argv)
     except Exception as exc:  # the point: no exception may escape
         return f"{argv[:12]}: {type(exc).__name__}: {str(exc)[:120]}"
     if code == 0:
         return None
     lines = [line for line in err.strip().splitlines() if not line.startswith("kvtier: warning:")]
+    if code == 1 and not lines and out.startswith(("Does not start: ", "starts 0", "{")):
+        return None  # plan's answer: the engine would refuse to start this deployment
+    if code == 1 and len(lines) == 1 and any(m in lines[0] for m in ENGINE_REFUSALS):
+        return None  # another command on a deployment that does not start: the engine's words
     if code != 2 or len(lines) != 1 or not lines[0].startswith("kvtier: error: "):
         return f"{argv[:12]}: exit {code}, stderr {err[-300:]!r}"
     if not any(name in lines[0] for name in names):

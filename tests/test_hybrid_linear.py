@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cli_support import error_line, run_json
+from cli_support import error_line, refusal, run_json
 from kvtier.engines.sglang import mamba as sglang_mamba
 from kvtier.engines.sglang import versions as sglang_versions
 from kvtier.engines.version import Version
@@ -224,8 +224,8 @@ def test_sglang_0_5_3_fixes_512_slots(capsys: pytest.CaptureFixture[str]) -> Non
     """v0.5.3 reserves 512 slots whatever the budget: Qwen3-Next's 36 linear layers at
     2,146,304 B each (36.84 GiB) leave a B200 at the default fraction no KV."""
     argv = ["plan", "--engine", "sglang", "--model", "qwen3-next-80b-a3b", "--gpu", "B200"]
-    line = error_line(capsys, [*argv, "--sglang-version", "0.5.3"])
-    assert "512 state slots of 77,266,944 B (36.84 GiB)" in line
+    out = refusal(capsys, [*argv, "--sglang-version", "0.5.3"])
+    assert "512 state slots of 77,266,944 B (36.84 GiB)" in out["message"]
     # with 32 slots the same card has room
     out = run_json(capsys, [*argv, "--sglang-version", "0.5.3", "--max-running-requests", "32",
                             "--json"])  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli_support import error_line, run_json
+from cli_support import error_line, refusal, run_json
 from kvtier.spec.catalog import catalog_ids
 from kvtier.spec.gpu import resolve_gpu
 
@@ -114,6 +114,6 @@ def test_a_smaller_card_is_the_engines_refusal(
     engine: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Llama-3.1-8B's 15 GiB of weights on a 16 GiB RTX 5080: the engine's own out-of-memory."""
-    line = error_line(capsys, _argv("meta-llama/Llama-3.1-8B-Instruct", engine, "RTX 5080", 1))
-    assert "not modelled" not in line
-    assert ("Not enough memory" if engine == "sglang" else "No available memory") in line
+    out = refusal(capsys, _argv("meta-llama/Llama-3.1-8B-Instruct", engine, "RTX 5080", 1))
+    assert "not modelled" not in out["message"]
+    assert ("Not enough memory" if engine == "sglang" else "No available memory") in out["message"]

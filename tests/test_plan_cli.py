@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import KIMI_LAUNCH, error_line, run_json
+from cli_support import KIMI_LAUNCH, error_line, refusal, run_json
 from kvtier.cli import main
 
 SGLANG = KIMI_LAUNCH
@@ -135,45 +135,83 @@ def test_unknown_attention_is_refused_naming_the_field(
 
 
 def test_no_room_for_kv_is_said_as_the_engine_would(capsys: pytest.CaptureFixture[str]) -> None:
-    err = error_line(
-        capsys,
-        [
-            "plan",
-            "--engine",
-            "sglang",
-            "--model",
-            "Qwen/Qwen3-14B",
-            "--tp",
-            "4",
-            "--gpu",
-            "RTX 4090",
-            "--free-before-load-gib",
-            "23.08",
-            "--free-after-load-gib",
-            "16.0",
-            "--mem-fraction-static",
-            "0.25",
-        ],
-    )
-    assert "Not enough memory" in err and "increase --mem-fraction-static above 0.307" in err
+    """A deployment SGLang would refuse is an answer (exit 1), with the fraction that starts."""
+    argv = ["plan", "--engine", "sglang", "--model", "Qwen/Qwen3-14B", "--tp", "4"]
+    argv += ["--gpu", "RTX 4090", "--free-before-load-gib", "23.08", "--free-after-load-gib"]
+    argv += ["16.0", "--mem-fraction-static", "0.25"]
+    out = refusal(capsys, argv)
+    assert "Not enough memory" in out["message"]
+    assert "increase --mem-fraction-static above 0.307" in out["message"]
+    # 1 - 16.0 / 23.08 = 0.3068: the first fraction in thousandths above it
+    assert out["would_start"]["flag"] == "--mem-fraction-static"
+    assert out["would_start"]["value"] == 0.307
+    assert out["kv_tokens"] == 0
+    # and at 0.307 it starts
+    assert main([*argv[:-1], "0.307", "--quiet"]) == 0
+    capsys.readouterr()
 
 
 def test_weights_that_do_not_fit_at_all(capsys: pytest.CaptureFixture[str]) -> None:
-    err = error_line(
-        capsys,
-        [
-            "plan",
-            "--engine",
-            "sglang",
-            "--model",
-            "moonshotai/Kimi-K2.5",
-            "--tp",
-            "8",
-            "--gpu",
-            "RTX 4090",
-        ],
-    )
-    assert "do not fit" in err
+    argv = ["plan", "--engine", "sglang", "--model", "moonshotai/Kimi-K2.5", "--tp", "8"]
+    out = refusal(capsys, [*argv, "--gpu", "RTX 4090"])
+    assert "do not fit" in out["message"]
+    # no pool was sized, and no single flag starts it
+    assert out["kv_tokens"] is None and out["would_start"] is None
+    assert (out["engine"], out["model"], out["tp"]) == ("sglang", "moonshotai/Kimi-K2.5", 8)
+
+
+def test_a_context_the_pool_cannot_hold_says_the_longest_that_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """vLLM V1's check_enough_kv_cache_memory: Llama-3.1-8B at 131,072 tokens on an L4 does not
+    start; the count it sized is the longest context that does."""
+    argv = ["plan", "--engine", "vllm", "--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    argv += ["--gpu", "L4", "--max-model-len", "131072"]
+    out = refusal(capsys, argv)
+    assert "estimated maximum model length is" in out["message"]
+    fits = out["would_start"]["value"]
+    assert out["would_start"]["flag"] == "--max-model-len"
+    assert fits == out["kv_tokens"] and fits % 16 == 0
+    low, high = out["kv_tokens_range"]
+    assert low <= out["kv_tokens"] <= high
+    assert main([*argv[:-1], str(fits), "--quiet"]) == 0
+    assert main([*argv[:-1], str(fits + 16), "--quiet"]) == 1
+    text = capsys.readouterr().out
+    assert f"would_start --max-model-len {fits}" in text and "starts 0" in text
+
+
+def test_too_little_memory_says_the_utilization_that_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """vLLM with Llama-3.1-8B's 15 GiB of weights under 0.15 of an H100: no KV block; the
+    utilization it names starts, one hundredth less does not."""
+    argv = ["plan", "--engine", "vllm", "--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    argv += ["--gpu", "H100", "--max-model-len", "4096", "--gpu-memory-utilization"]
+    out = refusal(capsys, [*argv, "0.15"])
+    assert out["message"].startswith("No available memory for the cache blocks")
+    assert out["kv_tokens"] == 0
+    setting = out["would_start"]
+    assert setting["flag"] == "--gpu-memory-utilization" and 0.15 < setting["value"] < 0.5
+    assert main([*argv, str(setting["value"]), "--quiet"]) == 0
+    assert main([*argv, f"{setting['value'] - 0.01:.2f}", "--quiet"]) == 1
+    capsys.readouterr()
+    # 15 GiB of weights on a 16 GiB card: no utilization does
+    small = ["plan", "--engine", "vllm", "--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert refusal(capsys, [*small, "--gpu", "RTX 5080"])["would_start"] is None
+
+
+def test_a_context_beyond_the_model_is_the_engines_refusal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["plan", "--engine", "sglang", "--model", "Qwen/Qwen3-14B", "--gpu", "H100"]
+    out = refusal(capsys, [*argv, "--context-length", "1000000"])
+    assert "derived maximum" in out["message"]
+    assert out["would_start"]["flag"] == "--context-length"
+    assert out["kv_tokens"] is None
+
+
+def test_bad_input_stays_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    error_line(capsys, ["plan", "--engine", "vllm", "--model", "no/such-model", "--gpu", "L4"])
 
 
 @pytest.mark.parametrize("launch", [["docker", "run", "x"], ["python -m sglang.launch_server '"]])
@@ -270,7 +308,6 @@ def test_options_after_the_launch_command_belong_to_it(capsys: pytest.CaptureFix
 
 
 def test_context_longer_than_the_model_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    err = error_line(
-        capsys, ["plan", *GPU, "--", "vllm", "serve", "Qwen/Qwen3-8B", "--max-model-len", "100000"]
-    )
-    assert "40960" in err
+    launch = ["vllm", "serve", "Qwen/Qwen3-8B", "--max-model-len", "100000"]
+    out = refusal(capsys, ["plan", *GPU, "--json", "--", *launch])
+    assert "40960" in out["message"] and out["would_start"]["value"] == 40960

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class KvtierError(Exception):
     """A problem with the user's input or environment, stated for the user. Exit code 2."""
@@ -11,3 +13,32 @@ class KvtierError(Exception):
 
 class UnsupportedModel(KvtierError):
     """A model config kvtier does not understand; refused rather than guessed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One launch setting, and why the engine would start with it."""
+
+    flag: str
+    value: float
+    why: str
+
+
+class DoesNotStart(KvtierError):
+    """The engine would refuse to start the deployment: an answer about it, not bad input.
+    Exit code 1. Carries the engine's message, the KV tokens it sized before refusing (None when
+    it refuses before sizing a pool) with their range, and the nearest setting that starts."""
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        tokens: int | None = None,
+        tokens_range: tuple[int, int] | None = None,
+        would_start: Setting | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+        self.tokens_range = tokens_range
+        self.would_start = would_start

@@ -111,12 +111,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Exit 0 with the ledger; exit 1 when the engine would refuse to start the deployment
+    (that is the answer, with the count it sized and the setting that starts)."""
+    from kvtier.errors import DoesNotStart
     from kvtier.ledger.plan import plan
-    from kvtier.report.ledger_view import print_ledger
+    from kvtier.report.ledger_view import print_ledger, print_refusal
 
     refuse(args, PLAN)
     deployment = deployment_from_args(args, PLAN)
     warn_ignored(deployment)
-    ledger = plan(deployment, args.context, args.pcie_gbps)
+    try:
+        ledger = plan(deployment, args.context, args.pcie_gbps)
+    except DoesNotStart as refusal:
+        print_refusal(deployment, refusal, as_json=args.json, quiet=args.quiet)
+        return refusal.exit_code
     print_ledger(ledger, as_json=args.json, quiet=args.quiet)
     return 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kvtier.engines.deployment import Deployment
+from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.rules import rules_for
-from kvtier.errors import KvtierError
+from kvtier.errors import DoesNotStart, KvtierError, Setting
 from kvtier.spec.model import ModelSpec
 
 
@@ -29,9 +29,11 @@ def resolve(
     model = model or resolve_model(d.model)
     if not logged and d.context_length and d.context_length > model.context_length:
         # both engines refuse a longer context than the config derives unless forced by env
-        raise KvtierError(
+        flag = "--max-model-len" if d.engine is Engine.VLLM else "--context-length"
+        raise DoesNotStart(
             f"context length {d.context_length} is greater than the model's derived maximum "
-            f"{model.context_length} ({model.model_id}); the engine refuses it"
+            f"{model.context_length} ({model.model_id}); the engine refuses it",
+            would_start=Setting(flag, model.context_length, "the model's derived maximum"),
         )
     gpu_name, gpu_mem_mib, link = None, None, None
     if d.gpu is not None:

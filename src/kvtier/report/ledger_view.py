@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING
 from kvtier.engines.ledger import Ledger
 from kvtier.report.concurrency import requests_caption, whole_requests
 from kvtier.report.json_text import emit
-from kvtier.report.plan_payload import advise_payload, plan_payload
+from kvtier.report.plan_payload import advise_payload, plan_payload, refusal_payload
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from kvtier.engines.deployment import Deployment
+    from kvtier.errors import DoesNotStart
     from kvtier.ledger.advise import Option
     from kvtier.ledger.target import TargetAnswer
 
@@ -184,6 +186,39 @@ def print_ledger(ledger: Ledger, as_json: bool = False, quiet: bool = False) -> 
         print("\n".join(quiet_lines(ledger)))
     else:
         render_ledger(ledger, terminal())
+
+
+def refusal_lines(deployment: Deployment, refusal: DoesNotStart, quiet: bool) -> list[str]:
+    """What plan says of a deployment the engine would refuse to start."""
+    tokens, rng, setting = refusal.tokens, refusal.tokens_range, refusal.would_start
+    if quiet:
+        lines = ["starts 0"]
+        if tokens is not None:
+            lines.append(f"kv_tokens {tokens}")
+        if rng is not None:
+            lines.append(f"kv_tokens_range {rng[0]} {rng[1]}")
+        if setting is not None:
+            lines.append(f"would_start {setting.flag} {setting.value:g}")
+        return lines
+    lines = [
+        f"Does not start: {deployment.engine.value} would refuse {deployment.model}.",
+        str(refusal),
+    ]
+    if tokens is not None:
+        sized = f"KV tokens it sized before refusing: {tokens:,}"
+        lines.append(sized + (f" (range {rng[0]:,} - {rng[1]:,})" if rng else ""))
+    if setting is not None:
+        lines.append(f"Starts with {setting.flag} {setting.value:g} ({setting.why}).")
+    return lines
+
+
+def print_refusal(
+    deployment: Deployment, refusal: DoesNotStart, as_json: bool = False, quiet: bool = False
+) -> None:
+    if as_json:
+        emit(refusal_payload(deployment, refusal))
+    else:
+        print("\n".join(refusal_lines(deployment, refusal, quiet)))
 
 
 def print_advice(

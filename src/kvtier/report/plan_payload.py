@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kvtier.engines.deployment import Deployment
 from kvtier.engines.ledger import Ledger
+from kvtier.errors import DoesNotStart
 from kvtier.ledger.advise import Option
 from kvtier.ledger.target import TargetAnswer
 from kvtier.payload import INLINE, OMITTED, Count, Positive, Share
@@ -62,6 +64,7 @@ class PlanPayload:
     gpus: int
     tp: int
     pp: int
+    starts: bool
     era: str
     units: str
     kv_tokens: Count
@@ -76,6 +79,31 @@ class PlanPayload:
     host_pool: HostPoolPayload | None
     inputs: tuple[PlanInput, ...]
     notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SettingPayload:
+    flag: str
+    value: float
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalPayload:
+    """A deployment the engine would refuse to start: its message, the KV tokens it sized
+    before refusing (null when it refused before sizing a pool) and the nearest setting that
+    starts (null when no one flag does)."""
+
+    engine: str
+    model: str
+    gpu: str | None
+    tp: int
+    pp: int
+    starts: bool
+    message: str
+    kv_tokens: Count | None
+    kv_tokens_range: tuple[Count, Count] | None
+    would_start: SettingPayload | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +157,7 @@ def plan_payload(ledger: Ledger) -> PlanPayload:
         gpus=ledger.gpus,
         tp=ledger.tp,
         pp=ledger.pp,
+        starts=True,
         era=ledger.era,
         units=PLAN_UNITS,
         kv_tokens=ledger.kv_tokens,
@@ -148,6 +177,22 @@ def plan_payload(ledger: Ledger) -> PlanPayload:
         else HostPoolPayload(h.tokens, h.bytes_per_rank, h.bytes_per_node, h.source),
         inputs=tuple(PlanInput(i.name, i.value, i.origin) for i in ledger.inputs),
         notes=ledger.notes,
+    )
+
+
+def refusal_payload(deployment: Deployment, refusal: DoesNotStart) -> RefusalPayload:
+    s = refusal.would_start
+    return RefusalPayload(
+        engine=deployment.engine.value,
+        model=deployment.model,
+        gpu=deployment.gpu,
+        tp=deployment.tp,
+        pp=deployment.pp,
+        starts=False,
+        message=str(refusal),
+        kv_tokens=refusal.tokens,
+        kv_tokens_range=refusal.tokens_range,
+        would_start=None if s is None else SettingPayload(s.flag, s.value, s.why),
     )
 
 

@@ -19,7 +19,7 @@ from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.dtype import checkpoint_kv_dtype, run_dtype
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
-from kvtier.errors import KvtierError
+from kvtier.errors import DoesNotStart, KvtierError
 from kvtier.spec.gpu import GpuSpec, resolve_gpu
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB, MiB
@@ -72,9 +72,9 @@ class _LinearState:
         self.dp = d.dp if d.enable_dp_attention else 1
         self.deployment = d
 
-    def no_room(self, rest_gib: float) -> KvtierError:
+    def no_room(self, rest_gib: float) -> DoesNotStart:
         split = self.split(rest_gib)
-        return KvtierError(
+        return DoesNotStart(
             f"Not enough memory: {split.slots} state slots of {split.state_bytes:,} B "
             f"({split.state_gib:.2f} GiB) leave no KV cache for the full-attention layers out of "
             f"{rest_gib:.2f} GiB; lower --max-mamba-cache-size / --max-running-requests or raise "

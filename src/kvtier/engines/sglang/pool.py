@@ -15,6 +15,7 @@ fixed share of what was free before the weights loaded.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -34,7 +35,7 @@ from kvtier.engines.sglang.versions import (
     V0_5_18,
 )
 from kvtier.engines.version import Version
-from kvtier.errors import KvtierError
+from kvtier.errors import DoesNotStart, KvtierError, Setting
 from kvtier.spec.model import AttentionKind, KVGeometry
 from kvtier.units import GiB
 
@@ -204,18 +205,25 @@ def rest_gib(free_before_gib: float, free_after_gib: float, mem_fraction: float)
     return free_after_gib - free_before_gib * (1.0 - mem_fraction)
 
 
-def not_enough_memory(free_before_gib: float, free_after_gib: float) -> KvtierError:
+def not_enough_memory(free_before_gib: float, free_after_gib: float) -> DoesNotStart:
     """The engine's refusal, with the fraction that would leave a positive pool (Era C wording)."""
     if free_after_gib <= 0:
-        return KvtierError(
+        return DoesNotStart(
             f"Not enough memory: the weights ({free_before_gib - free_after_gib:.2f} GiB per GPU) "
             f"do not fit in the {free_before_gib:.2f} GiB free before load; use more GPUs "
             "(higher --tp / --pp) or a smaller checkpoint"
         )
     needed = 1.0 - free_after_gib / free_before_gib
-    return KvtierError(
+    above = math.floor(needed * 1000 + 1) / 1000
+    return DoesNotStart(
         "Not enough memory: the weights leave no GPU memory for the KV cache. Please increase "
-        f"--mem-fraction-static above {needed:.3f} (1 - available/pre-load free)"
+        f"--mem-fraction-static above {needed:.3f} (1 - available/pre-load free)",
+        tokens=0,
+        would_start=Setting(
+            "--mem-fraction-static", above, "the first fraction whose budget exceeds the weights"
+        )
+        if above < 1.0
+        else None,
     )
 
 

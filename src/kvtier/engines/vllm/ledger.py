@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -382,10 +383,11 @@ def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
         return vllm.blocks_in_gib(gib, page, pool.layers)
 
     blocks = blocks_for(available.value)
-    if blocks <= 0:
-        raise vllm.no_memory_error()
     ctx = p.context_length
     per_req = pool.blocks_per_request(ctx)
+    if blocks <= 0:
+        need = per_req * page * pool.layers / GiB
+        raise vllm.no_memory_error(_utilization_for(setup, budget, need))
     tokens = pool.tokens(blocks, ctx)
     rng_blocks = (
         None if available.exact else (blocks_for(available.low), blocks_for(available.high))
@@ -402,6 +404,18 @@ def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
         need = per_req * page * pool.layers / GiB
         raise vllm.too_short_error(ctx, need, available.value, fits, tokens, rng)
     return Split(pool, blocks, per_req, tokens, rng_blocks, rng)
+
+
+def _utilization_for(setup: Setup, budget: Budget, need_gib: float) -> float | None:
+    """The gpu_memory_utilization, up to 1.0 and rounded up to 0.01, whose budget holds
+    `need_gib`: the budget moves by total x the utilization's change (requested_memory =
+    total x gpu_memory_utilization; what the profile run measured does not move)."""
+    total = budget.terms.get("total")
+    if total is None or total.value <= 0:  # a pinned --kv-cache-memory-bytes: no utilization
+        return None
+    wanted = setup.util + (need_gib - budget.available.value) / total.value
+    wanted = math.ceil(wanted * 100 - 1e-9) / 100
+    return wanted if wanted <= 1.0 else None
 
 
 def _concurrency(p: PlanInputs, split: Split) -> tuple[Concurrency, ...]:

@@ -24,7 +24,7 @@ from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import versions
 from kvtier.engines.vllm.versions import V0_8, V0_20, V0_21
-from kvtier.errors import KvtierError
+from kvtier.errors import DoesNotStart, KvtierError, Setting
 from kvtier.spec.model import AttentionKind, KVGeometry
 from kvtier.units import GiB
 
@@ -162,21 +162,35 @@ def blocks_per_request(max_model_len: int, block_size: int) -> int:
     return -(-max_model_len // block_size)
 
 
-def no_memory_error() -> KvtierError:
-    return KvtierError(
+def no_memory_error(utilization: float | None) -> DoesNotStart:
+    """V1 `_check_enough_kv_cache_memory` / V0 `raise_if_cache_size_invalid` on an empty pool;
+    `utilization` is the gpu_memory_utilization whose budget would hold one request (None when
+    none up to 1.0 does)."""
+    setting = None
+    if utilization is not None:
+        setting = Setting(
+            "--gpu-memory-utilization", utilization, "the budget then holds one request"
+        )
+    return DoesNotStart(
         "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-        "when initializing the engine (or use more GPUs)"
+        "when initializing the engine (or use more GPUs)",
+        tokens=0,
+        would_start=setting,
     )
 
 
-class ContextTooLong(KvtierError):
+class ContextTooLong(DoesNotStart):
     """The engine's refusal of a max_model_len its pool cannot hold one request of, with the
-    token count of the pool it sized (the figure a failed start still prints) and its range."""
+    token count of the pool it sized (the figure a failed start still prints), its range, and
+    the longest max_model_len that starts."""
 
-    def __init__(self, message: str, tokens: int, tokens_range: tuple[int, int] | None) -> None:
-        super().__init__(message)
-        self.tokens = tokens
-        self.tokens_range = tokens_range
+    tokens: int
+
+    def __init__(
+        self, message: str, tokens: int, tokens_range: tuple[int, int] | None, fits: int
+    ) -> None:
+        setting = Setting("--max-model-len", fits, "the longest context the pool holds")
+        super().__init__(message, tokens, tokens_range, setting)
 
 
 def too_short_error(
@@ -195,6 +209,7 @@ def too_short_error(
         "increasing `gpu_memory_utilization` or decreasing `max_model_len`",
         tokens,
         tokens_range,
+        fits,
     )
 
 
@@ -209,6 +224,7 @@ def v0_too_short_error(
         "decreasing `max_model_len` when initializing the engine.",
         tokens,
         tokens_range,
+        tokens,
     )
 
 
