@@ -105,6 +105,8 @@ SIM_CONTEXT = {
         TIERS,
     ),
     **{name: ["--replicas", "2"] for name in ("--router", "--router-opt")},
+    # all-reduces run between tensor-parallel ranks
+    **{name: ["--tp", "2"] for name in ("--allreduce-gbps", "--allreduce-latency-us")},
     **{
         name: ["--device-tokens", "30000", "--hicache-ratio", "2"]
         for name in ("--shared-store-tokens", "--shared-store-gbps", "--shared-store-latency-ms")
@@ -113,22 +115,10 @@ SIM_CONTEXT = {
 # Gaps in the table's promise, stated so that closing one fails this test until its line goes.
 # Read, and with no effect on what the command prints:
 _LOG_STATES = "the log prints the pool this sizes; the flag fills in only a log that leaves it out"
-_SPECULATIVE = (
-    "the draft sits outside the pool simulate sizes; speculative decoding is not simulated"
-)
 _OUTSIDE = "a figure outside SGLang's pool formula; simulate prints no ledger"
 SILENT: dict[tuple[str, str], str] = {
     **{(EXPLAIN, name): _LOG_STATES for name in (*HYBRID_LOG, "--speculative-num-draft-tokens")},
     (EXPLAIN, "--dp"): "the log's pool is per GPU and the log states no DP attention",
-    **{
-        (SIMULATE, name): _SPECULATIVE
-        for name in (
-            "--speculative-draft-model-path",
-            "--draft-model",
-            "--speculative-num-draft-tokens",
-            "--draft-weights-gib",
-        )
-    },
     **{(SIMULATE, name): _OUTSIDE for name in ("--cuda-graph-gib", "--free-end-gib")},
 }
 # Refused in one line that names the deployment, not the flag:

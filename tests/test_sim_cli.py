@@ -160,7 +160,7 @@ def test_timed_run_carries_the_json_contract(
         "rejected",
     ):
         assert key in out
-    assert set(out["ttft_s"]) == {"p50", "p90", "p99"}
+    assert set(out["ttft_s"]) == {"mean", "p50", "p90", "p99"}
     assert out["ttft_s"]["p50"] <= out["ttft_s"]["p90"] <= out["ttft_s"]["p99"]
     assert out["measured_requests"] == 150
     assert out["params"]["device_blocks"] == 311
@@ -221,15 +221,17 @@ def test_options_before_or_after_the_trace(chat: Path, capsys: pytest.CaptureFix
 def test_help_states_the_simulator_names_and_defaults() -> None:
     from kvtier.cli import simulate as cli
     from kvtier.cli.flags import simulate as table
+    from kvtier.cli.simulate_bench import RANDOM
     from kvtier.cli.simulate_fleet import SHARED_PREFIX
     from kvtier.cli.simulate_hicache import MULTITURN
-    from kvtier.sim import timing
+    from kvtier.sim import bench, timing
     from kvtier.sim.fleet import run as fleet_run
     from kvtier.sim.sweep import SWEEPABLE
     from kvtier.sim.workload import GENERATORS
 
-    assert (*GENERATORS, MULTITURN, SHARED_PREFIX) == table.WORKLOADS
+    assert (*GENERATORS, MULTITURN, SHARED_PREFIX, RANDOM) == table.WORKLOADS
     assert table.MAX_REPLICAS == fleet_run.MAX_REPLICAS
+    assert table.CLIENTS == bench.CLIENTS
     assert tuple(SWEEPABLE) == table.SWEEPS
     assert f"prefill at {timing.COMPUTE_EFFICIENCY} of dense bf16 peak" in cli.EPILOG
     assert f"decode at\n{timing.HBM_EFFICIENCY} of HBM bandwidth" in cli.EPILOG

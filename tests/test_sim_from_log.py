@@ -215,8 +215,8 @@ def test_the_request_floor_is_the_boundary_of_the_refusal(admitted: float, refus
         # 11 requests in 1 s: 25 / 11 = 2.3 s
         (FIXTURES / "sglang-2025-05-prefill-shared-prefix.log", "at least 3 s"),
         # accept len 3.05, 2.63, 2.83 on its three decode lines
-        (SPECULATIVE, "speculative decoding (mean accept length 2.84 tokens a decode step"),
-        (SPECULATIVE, "over 3 line(s)); the timing model makes one token a step"),
+        # a speculative log is fitted now, but this one admits 8 requests in 9 s
+        (SPECULATIVE, "fit a window of at least 29 s"),
     ],
 )
 def test_logs_the_simulator_cannot_fit_are_refused_saying_why(
@@ -305,3 +305,48 @@ def test_fitted_trace_is_written_and_replays(
         ["simulate", str(out), "--block-tokens", "16", *DEPLOYMENT, "--json"], capsys
     )
     assert code == 0 and json.loads(replayed)["requests"] == trace["requests"]
+
+
+def _spec_config(algorithm: str | None):  # type: ignore[no-untyped-def]
+    from kvtier.engines.deployment import Deployment, Engine
+    from kvtier.sim.from_log import FIT_BLOCK_TOKENS
+    from kvtier.sim.setup import build_config
+
+    d = Deployment(Engine.SGLANG, "llama-3.1-8b", gpu="h100", speculative_algorithm=algorithm)
+    return lambda flags: build_config(d, FIT_BLOCK_TOKENS, 200_000, flags)
+
+
+def test_a_speculative_log_is_fitted_with_its_accept_length() -> None:
+    from kvtier.sim.calibrate import calibrate
+    from kvtier.sim.timing import TimingFlags
+
+    plain = _fit(DECODING, 2000)
+    spec = dataclasses.replace(plain, accept_length=2.5, accept_lines=3)
+    fitted = calibrate(spec, TimingFlags(), _spec_config("EAGLE3"))
+    assert fitted.flags.accept_length == 2.5
+    assert "the log's mean over 3 line(s)" in fitted.flags.accept_origin
+    # the same generation rate at 2.5 tokens a request an iteration: each iteration took 2.5x
+    # as long, the draft and a 4-token verify included, so the HBM reads fit a slower memory
+    one_token = calibrate(plain, TimingFlags(), _spec_config(None))
+    assert fitted.flags.hbm_efficiency < one_token.flags.hbm_efficiency
+    config = _spec_config("EAGLE3")(fitted.flags)
+    d = spec.decode[0]
+    step = config.timing.decode_steps_s(
+        1, (d.kv_usage or 0) * (spec.pool_tokens or 200_000), d.running
+    )
+    assert step == pytest.approx(d.running * 2.5 / d.gen_tps, rel=1e-3)
+
+
+def test_a_speculative_log_needs_the_deployments_algorithm() -> None:
+    from kvtier.sim.calibrate import calibrate
+    from kvtier.sim.timing import TimingFlags
+
+    spec = dataclasses.replace(_fit(DECODING, 2000), accept_length=2.5, accept_lines=3)
+    with pytest.raises(KvtierError, match="names no speculative algorithm"):
+        calibrate(spec, TimingFlags(), _spec_config(None))
+    with pytest.raises(KvtierError, match="contradicts the log's mean accept length"):
+        calibrate(spec, TimingFlags(accept_length=3.0), _spec_config("EAGLE3"))
+    with pytest.raises(KvtierError, match="must be from 1 to the draft's 3 token"):
+        calibrate(
+            dataclasses.replace(spec, accept_length=4.5), TimingFlags(), _spec_config("EAGLE3")
+        )

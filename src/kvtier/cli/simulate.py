@@ -86,12 +86,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, progress: Progress) -> int:
-    from kvtier.cli import simulate_fleet, simulate_hicache
+    from kvtier.cli import simulate_bench, simulate_fleet, simulate_hicache
     from kvtier.sim.trace import Trace, read_trace, scale_time, write_trace
     from kvtier.sim.workload import generate
 
     simulate_hicache.check(args)
     simulate_fleet.check(args)
+    simulate_bench.check(args)
     if args.from_log:
         return _timed(args, None, progress)
     trace_path = args.trace
@@ -102,6 +103,8 @@ def _run(args: argparse.Namespace, progress: Progress) -> int:
     if args.generate:
         if args.output:
             check_output(args.output, [args.model])
+        if args.generate == simulate_bench.RANDOM:
+            return _timed(args, simulate_bench.bench(args), progress)
         if args.generate == simulate_hicache.MULTITURN:
             trace = simulate_hicache.generate(args)
         elif args.generate == simulate_fleet.SHARED_PREFIX:
@@ -213,9 +216,12 @@ def _timing_flags(args: argparse.Namespace) -> Any:
             "store_gbps",
         )
     }
+    from kvtier.cli import simulate_bench
+
     return TimingFlags(
         gpus_per_node=args.gpus,
         **{name: value for name, value in given.items() if value is not None},
+        **simulate_bench.timing_flags(args),
     )
 
 
@@ -282,10 +288,12 @@ def _single(
     args: argparse.Namespace, deployment: Any, flags: Any, runs: _Runs, progress: Progress
 ) -> list[str | None] | None:
     """Run and print one simulation; the notes' lines, None when printed as --json or --quiet."""
+    from kvtier.cli import simulate_bench
     from kvtier.report.sim_view import quiet_lines, rejected_line, run_table
     from kvtier.sim.payload import SimulatePayload
 
-    result = runs(deployment, flags, {"time_scale": args.time_scale})
+    extra = simulate_bench.params(runs.trace)
+    result = runs(deployment, flags, {"time_scale": args.time_scale, **extra})
     progress.done()
     if args.json:
         emit(SimulatePayload(run=result, notes=tuple(runs.notes)))
@@ -294,7 +302,7 @@ def _single(
         print("\n".join(quiet_lines(result)))
         return None
     _print(run_table(result, f"{deployment.model} on {deployment.tp} x {deployment.gpu}"))
-    return [rejected_line(result)]
+    return [rejected_line(result), *simulate_bench.gain_lines(result)]
 
 
 def _print(table: Any) -> None:

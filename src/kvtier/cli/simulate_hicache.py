@@ -32,8 +32,8 @@ MULTITURN_FLAGS = (
 def check(args: argparse.Namespace) -> None:
     """Refuse generator flags that the chosen input does not use."""
     given = [f"--{f.replace('_', '-')}" for f in MULTITURN_FLAGS if getattr(args, f) is not None]
-    if args.generate == SHARED_PREFIX and args.output_tokens is not None:
-        given.remove("--output-tokens")  # the shared-prefix generator asks it too
+    if args.generate in (SHARED_PREFIX, "random") and args.output_tokens is not None:
+        given.remove("--output-tokens")  # the shared-prefix and random generators ask it too
     if args.round_barrier:
         given.append("--round-barrier")
     if args.generate == MULTITURN:
@@ -90,9 +90,12 @@ def generate(args: argparse.Namespace) -> Any:
 
 def request_count(source: Any) -> int:
     """Requests a trace holds, or turns the benchmark's clients will send."""
+    from kvtier.sim.bench import RandomBench
     from kvtier.sim.clients import ClientLoop
 
-    return source.turns if isinstance(source, ClientLoop) else len(source.requests)
+    if isinstance(source, ClientLoop | RandomBench):
+        return source.turns
+    return len(source.requests)
 
 
 # kvtier flags that a pasted SGLang launch command may also set (engines/sglang/flags.py)

@@ -1,24 +1,26 @@
 """The timing model's two efficiencies, set to what a serving log shows.
 
-decode   every line with a generation throughput and running requests times one decode step:
-         step = running / generation tokens/s (one token per running request a step). The
-         model's step reads the weights the batch touches plus the batch's KV (usage x pool
-         tokens); HBM efficiency = those bytes / (HBM bandwidth x step). The median over the
-         lines is taken. Speculative decoding makes several tokens a step and reads high.
+decode   every line with a generation throughput and running requests times one decode
+         iteration: step = running x accept length / generation tokens/s (accept length 1
+         without speculative decoding; with it, the log's mean `accept len`). The HBM
+         efficiency is searched (bisection on its logarithm) until the model's iteration at
+         that batch and KV (usage x pool tokens) takes that long: its weights and KV read, its
+         compute where longer, its all-reduces and its draft's passes. The median over the
+         lines is taken.
 prefill  only a saturated server shows its prefill speed (the queue is never empty): the
          compute efficiency is searched (bisection on its logarithm, 0.01 to 1) until the
          simulated prompt tokens admitted per second over the window meet the log's. With no
          request ever waiting, the prompt rate is the arrival rate and says nothing of the
          server's speed: the efficiency keeps its value.
 
-Refused before any of this (`refuse_unfittable`): a log that shows speculative decoding (the
-timing model makes one token per running request a decode step, and models no draft), and one
-that admits too few requests to estimate a rate from (baseline.MIN_REQUESTS). Refused by the
-calibration: a log that decodes faster than the model's bytes allow at full HBM bandwidth (read
-in closed form from the lines), or admits prompts faster than peak compute by more than the 20%
-the prompt rate is judged within (the simulated rate at peak is bounded by the fitted arrivals,
-which scatter around the log's): an efficiency beyond 1 is another deployment, not a fit. Short
-of the log's rate by less than that, the compute efficiency is capped at 1 and the output says so.
+Refused before any of this (`refuse_unfittable`): a log that admits too few requests to
+estimate a rate from (baseline.MIN_REQUESTS). Refused by the calibration: a log that shows
+speculative decoding for a deployment that names no speculative algorithm, one that decodes
+faster than the model allows at full HBM bandwidth, or admits prompts faster than peak compute
+by more than the 20% the prompt rate is judged within (the simulated rate at peak is bounded by
+the fitted arrivals, which scatter around the log's): an efficiency beyond 1 is another
+deployment, not a fit. Short of the log's rate by less than that, the compute efficiency is
+capped at 1 and the output says so.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from kvtier.sim.baseline import MIN_REQUESTS, THROUGHPUT_SHARE
 from kvtier.sim.from_log import FittedTrace, SimulatedWindow, fitted_trace, measure
 from kvtier.sim.run import replay
 from kvtier.sim.setup import SimConfig
-from kvtier.sim.timing import TimingFlags
+from kvtier.sim.timing import TimingFlags, TimingModel
 
 _LOWEST, _HIGHEST = 0.01, 1.0
 _STEPS = 14  # the log of the range halved 14 times: within 0.03% of the efficiency
@@ -53,21 +55,44 @@ def run_window(fit: FittedWorkload, config: SimConfig) -> tuple[FittedTrace, Sim
     return fitted, measure(replay(fitted.trace, config), fitted, fit.window)
 
 
+def _line_efficiency(timing: TimingModel, kv_tokens: float, running: int, step_s: float) -> float:
+    """The HBM efficiency at which one decode iteration of `running` requests over `kv_tokens`
+    takes `step_s` (all-reduces, compute and the draft as the model counts them); the ratio of
+    the model's time at full bandwidth to `step_s` when even that is too slow (above 1)."""
+
+    def took(eff: float) -> float:
+        lines = dataclasses.replace(timing, hbm_efficiency=eff).decode_lines(kv_tokens, running)
+        return lines.total(1)
+
+    if (fastest := took(_HIGHEST)) > step_s:
+        return _HIGHEST * fastest / step_s
+    if took(_LOWEST) <= step_s:
+        return _LOWEST
+    lo, hi = math.log(_LOWEST), math.log(_HIGHEST)
+    for _ in range(_STEPS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if took(math.exp(mid)) > step_s else (lo, mid)
+    return math.exp(hi)
+
+
 def _hbm(fit: FittedWorkload, config: SimConfig) -> tuple[float | None, str]:
     timing = config.timing
     pool = fit.pool_tokens or config.device_tokens
-    found = []
-    for d in fit.decode:
-        step_s = d.running / d.gen_tps
-        kv = (d.kv_usage or 0.0) * pool * timing.model.kv_bytes_per_token
-        found.append(
-            (timing.model.weight_bytes_read(d.running) + kv) / (timing.hw.hbm_gbps * 1e9 * step_s)
+    per_step = timing.tokens_per_step  # tokens a request commits an iteration
+    found = [
+        _line_efficiency(
+            timing, (d.kv_usage or 0.0) * pool, d.running, d.running * per_step / d.gen_tps
         )
+        for d in fit.decode
+    ]
     if not found:
         return None, "no line gives a generation throughput with requests running"
     value = statistics.median(found)
-    how = f"median of {len(found)} decode step(s): bytes read / (HBM x running / gen tokens/s)"
-    if value > _HIGHEST:  # read in closed form from the lines: above 1 is not this deployment
+    how = (
+        f"median of {len(found)} decode step(s): the efficiency at which the model's iteration "
+        f"takes running x {per_step:g} / gen tokens/s"
+    )
+    if value > _HIGHEST:  # the model is too slow even at full bandwidth: not this deployment
         raise KvtierError(
             f"{fit.source}: the log decodes {value:.2f}x faster than the given model can read "
             f"its bytes at the GPU's full {timing.hw.hbm_gbps:,.0f} GB/s: it is not this "
@@ -77,14 +102,24 @@ def _hbm(fit: FittedWorkload, config: SimConfig) -> tuple[float | None, str]:
     return value, how
 
 
+def with_log_accept(fit: FittedWorkload, flags: TimingFlags) -> TimingFlags:
+    """`flags` with the log's mean accept length (SGLang's `accept len`, vLLM's `Mean acceptance
+    length`) as speculative decoding's tokens per iteration; a different --accept-length is
+    refused."""
+    if fit.accept_length is None:
+        return flags
+    given = flags.accept_length
+    if given is not None and abs(given - fit.accept_length) > 1e-9:
+        raise KvtierError(
+            f"--accept-length {given:g} contradicts the log's mean accept length "
+            f"{fit.accept_length:.3f} ({fit.source}); give one"
+        )
+    origin = f"the log's mean over {fit.accept_lines} line(s)"
+    return dataclasses.replace(flags, accept_length=fit.accept_length, accept_origin=origin)
+
+
 def refuse_unfittable(fit: FittedWorkload) -> None:
     """Raise where the simulator cannot reproduce the log, or the log is too short to fit."""
-    if fit.accept_length is not None:
-        raise KvtierError(
-            f"{fit.source}: the log shows speculative decoding (mean accept length "
-            f"{fit.accept_length:.2f} tokens a decode step over {fit.accept_lines} line(s)); "
-            "the timing model makes one token a step and no draft: not modelled, not fitted"
-        )
     if fit.admitted < MIN_REQUESTS:
         rate = fit.admitted / fit.window.duration_s
         need = math.ceil(MIN_REQUESTS / rate)
@@ -102,6 +137,14 @@ def calibrate(
     """`flags` with the efficiencies the log sets, and how each was set; refused where
     `refuse_unfittable` says."""
     refuse_unfittable(fit)
+    if fit.accept_length is not None and config_for(flags).timing.spec is None:
+        raise KvtierError(
+            f"{fit.source}: the log shows speculative decoding (mean accept length "
+            f"{fit.accept_length:.2f} over {fit.accept_lines} line(s)) but the deployment names "
+            "no speculative algorithm: give the launch command's --speculative-algorithm "
+            "(vLLM: --speculative-config)"
+        )
+    flags = with_log_accept(fit, flags)
     hbm, hbm_how = _hbm(fit, config_for(flags))
     if hbm is not None:
         flags = dataclasses.replace(flags, hbm_efficiency=hbm)

@@ -15,9 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from kvtier.cache.storage import Tier
 from kvtier.payload import OMITTED, Amount, Share
+from kvtier.sim.token_latency import itl_values, tpot_values
 
 TIERS = (Tier.DEVICE, Tier.HOST, Tier.STORE)
 MAX_SERIES_POINTS = 200  # concurrency samples kept for charts
@@ -37,6 +41,7 @@ class RequestRecord:
     first_token_s: float = math.nan
     finish_s: float = math.nan
     rejected: str = ""  # why the request can never run; empty when it ran
+    decode_steps: tuple[int, int] = (0, 0)  # the server's decode iterations [first, end) it ran in
 
     @property
     def finished(self) -> bool:
@@ -45,7 +50,7 @@ class RequestRecord:
 
 @dataclass(frozen=True, slots=True)
 class Percentiles:
-    """Latency percentiles; a fleet run states its mean too (left out of the JSON when None)."""
+    """Latency percentiles and the mean (left out of the JSON when None)."""
 
     mean: float | None = field(default=None, kw_only=True, metadata=OMITTED)
     p50: float
@@ -92,6 +97,12 @@ class SimResult:
     concurrency: ConcurrencySummary
     evictions: dict[str, int]
     pcie_busy_fraction: float
+    # timed runs: latencies and rates as serving benchmarks state them (`sim.token_latency`)
+    tpot_s: Percentiles | None = None
+    itl_s: Percentiles | None = None  # None unless the run kept decode iteration times
+    output_tok_s: Amount | None = None
+    request_throughput: Amount | None = None
+    total_output_tokens: int | None = None
 
 
 def hit_rates(hit_tokens_by_tier: dict[str, int], input_tokens: int) -> dict[str, float]:
@@ -131,7 +142,8 @@ def percentiles(values: Sequence[float]) -> Percentiles | None:
     if not values:
         return None
     s = sorted(values)
-    return Percentiles(percentile(s, 50), percentile(s, 90), percentile(s, 99))
+    mean = math.fsum(s) / len(s)
+    return Percentiles(percentile(s, 50), percentile(s, 90), percentile(s, 99), mean=mean)
 
 
 class Concurrency:
@@ -201,6 +213,25 @@ def summarize_untimed(
     )
 
 
+def _token_latency(
+    measured: Sequence[RequestRecord],
+    finished: Sequence[RequestRecord],
+    duration_s: float,
+    decode_ends: np.ndarray | None,
+) -> dict[str, Any]:
+    """`SimResult`'s benchmark fields (`kvtier.sim.token_latency`): latencies over the measured
+    finished requests, rates over every finished one."""
+    out = sum(r.output_len for r in finished)
+    rate = 1.0 / duration_s if duration_s > 0 else 0.0
+    return {
+        "tpot_s": percentiles(tpot_values(measured)),
+        "itl_s": None if decode_ends is None else percentiles(itl_values(measured, decode_ends)),
+        "output_tok_s": out * rate,
+        "request_throughput": len(finished) * rate,
+        "total_output_tokens": out,
+    }
+
+
 def summarize(
     records: Sequence[RequestRecord],
     warmup_fraction: float,
@@ -209,8 +240,10 @@ def summarize(
     concurrency: Concurrency | None = None,
     pcie_busy_s: float = 0.0,
     params: dict[str, object] | None = None,
+    decode_ends: np.ndarray | None = None,
 ) -> SimResult:
-    """Fold per-request records (in trace order) into a `SimResult`."""
+    """Fold per-request records (in trace order) into a `SimResult`; `decode_ends`, every
+    decode iteration's end time, gives the inter-token latencies."""
     skip = math.floor(warmup_fraction * len(records))
     measured = records[skip:]
     ran = [r for r in records if not r.rejected]
@@ -256,4 +289,5 @@ def summarize(
         ),
         evictions=evictions,
         pcie_busy_fraction=pcie_busy_s / duration if duration > 0 else 0.0,
+        **(_token_latency(timed_done, done, duration, decode_ends) if timed else {}),
     )

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+
+from kvtier.sim.bench import RandomBench
 from kvtier.sim.clients import ClientLoop
 from kvtier.sim.metrics import Concurrency, RequestRecord, SimResult, summarize
 from kvtier.sim.servers import build_server
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.simulation import Simulation
+from kvtier.sim.speculative import gains
 from kvtier.sim.trace import Trace
 
 
@@ -23,18 +28,23 @@ class Replay:
     evictions: dict[str, int]
     prefetches: dict[str, object] | None = None  # the store prefetch's policy and counts
     preemptions: int | None = None  # None: the server model never preempts
+    decode_ends: np.ndarray | None = None  # every decode iteration's end (benchmark clients)
+
+
+Source = Trace | ClientLoop | RandomBench
+SPEC_BATCHES = (1, 16, 64)  # batch sizes at which a speculative run states its draft's gain
 
 
 def replay(
-    trace: Trace | ClientLoop, config: SimConfig, progress: Callable[[int], None] | None = None
+    trace: Source, config: SimConfig, progress: Callable[[int], None] | None = None
 ) -> Replay:
-    """Replay `trace` (or run the benchmark clients of a `ClientLoop`) on the deployment
-    `config` describes; `progress` gets settled requests."""
+    """Replay `trace` (or run the benchmark clients of a `ClientLoop` or `RandomBench`) on the
+    deployment `config` describes; `progress` gets settled requests."""
     if trace.block_size != config.block_size:
         raise ValueError("trace and config disagree on the block size")
     server = build_server(config)
-    clients = None
-    if isinstance(trace, ClientLoop):
+    clients: Any = None
+    if not isinstance(trace, Trace):
         clients = trace.start()
         sim = Simulation(clients, server)
     else:
@@ -46,11 +56,14 @@ def replay(
     if clients is not None and clients.left:
         raise RuntimeError(f"{clients.left} turns of the benchmark's clients were never sent")
     c = server.counters()
-    return Replay(records, sim.concurrency, c.pcie_busy_s, c.evictions, c.prefetches, c.preemptions)
+    ends = c.decode_log.ends() if isinstance(trace, RandomBench) and c.decode_log else None
+    return Replay(
+        records, sim.concurrency, c.pcie_busy_s, c.evictions, c.prefetches, c.preemptions, ends
+    )
 
 
 def simulate(
-    trace: Trace | ClientLoop,
+    trace: Source,
     config: SimConfig,
     warmup_fraction: float = 0.0,
     progress: Callable[[int], None] | None = None,
@@ -78,6 +91,13 @@ def simulate(
         run_params["prefetches"] = run.prefetches
     if run.preemptions is not None:
         run_params["preemptions"] = run.preemptions
+    if config.timing.spec is not None and run.records:
+        # what the draft costs and buys per decode iteration, at the run's mean context
+        context = round(sum(r.input_len + r.output_len / 2 for r in run.records) / len(run.records))
+        run_params["speculative_gain"] = {
+            "context_tokens": context,
+            "by_batch": [g.to_json() for g in gains(config.timing, context, SPEC_BATCHES)],
+        }
     return summarize(
         run.records,
         warmup_fraction,
@@ -86,4 +106,5 @@ def simulate(
         run.concurrency,
         run.pcie_busy_s,
         run_params,
+        run.decode_ends,
     )

@@ -28,9 +28,10 @@ from kvtier.engines.sglang.hicache import host_tokens
 from kvtier.engines.sglang.prefetch import prefetch_era
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
+from kvtier.sim import setup_timing
 from kvtier.sim.servers.prefetch import PrefetchFlags, PrefetchRules
 from kvtier.sim.setup_vllm import vllm_part
-from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
+from kvtier.sim.timing import ModelCost, TimingFlags, TimingModel
 from kvtier.spec.model import AttentionKind, ModelSpec
 from kvtier.spec.weights import weight_bytes
 
@@ -125,6 +126,7 @@ def model_cost(model: ModelSpec, d: Deployment, kv_bytes_per_token: int) -> Mode
         expert_bytes_per_rank=float(experts),
         num_experts=model.num_experts if experts else 0,
         experts_per_token=model.experts_per_token if experts else 0,
+        hidden_size=model.hidden_size,
     )
 
 
@@ -199,38 +201,7 @@ def build_config(
     if device_tokens < 1:
         raise KvtierError(f"device KV tokens must be positive, got {device_tokens}")
     part = _PARTS[d.engine](d, ledger, device_tokens, store_tokens, prefetch, sources)
-    pcie = flags.pcie_gbps or gpu.pcie_gbps
-    tflops = flags.bf16_tflops or gpu.bf16_dense_tflops
-    hbm = flags.hbm_gbps or gpu.hbm_gbps
-    missing = [
-        n
-        for n, v in (("--pcie-gbps", pcie), ("--bf16-tflops", tflops), ("--hbm-gbps", hbm))
-        if not v
-    ]
-    if missing:
-        raise KvtierError(
-            f"the GPU catalog has no figure for {gpu.name}: pass {', '.join(missing)}"
-        )
-    assert pcie and tflops and hbm
-    gpus_per_node = flags.gpus_per_node or d.gpus
-    hw = Hardware(
-        tflops,
-        hbm,
-        pcie,
-        flags.host_gbps or default_host_gbps(pcie, gpus_per_node),
-        gpus_per_node,
-        flags.store_gbps,
-    )
-    cost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
-    sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
-    timing_model = TimingModel(cost, hw, d.tp, flags.compute_efficiency, flags.hbm_efficiency)
-    timing_text = (
-        f"prefill at {flags.compute_efficiency} x {tflops:g} TFLOPS x {d.tp} GPUs; "
-        f"decode at {flags.hbm_efficiency} x {hbm:g} GB/s; "
-        f"loads at {timing_model.load_gbps:g} GB/s per GPU (link {pcie:g}, "
-        f"host side {hw.host_gbps:g} over {min(d.tp, gpus_per_node)} GPUs)"
-    )
-    sources.append(("timing", timing_text))
+    timing_model = setup_timing.timing_model(d, inputs, ledger, gpu, flags, sources)
     return SimConfig(
         device_tokens=device_tokens,
         page_size=ledger.page_size,

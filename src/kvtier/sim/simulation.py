@@ -66,10 +66,19 @@ class Simulation:
         self._seq = 0
         self._queue: list[tuple[float, int, int]] = []  # (time, kind, seq)
         self._settled = 0  # finished + rejected
+        self._arrival_at = math.inf  # when the pending arrival event fires
 
     def _push(self, time: float, kind: int) -> None:
         self._seq += 1
         heapq.heappush(self._queue, (time, kind, self._seq))
+        if kind == ARRIVAL:
+            self._arrival_at = time
+
+    def _settle(self, rid: int, ok: bool, now: float) -> None:
+        """Tell the source; clients that wait for a free slot may send earlier than planned."""
+        self.arrivals.settled(rid, ok)
+        if (after := self.arrivals.next_time()) < self._arrival_at:
+            self._push(max(after, now), ARRIVAL)
 
     def run(self, progress: Callable[[int], None] | None = None) -> list[RequestRecord]:
         if (first := self.arrivals.next_time()) < math.inf:
@@ -78,13 +87,17 @@ class Simulation:
         while self._queue:
             now, kind, _ = heapq.heappop(self._queue)
             if kind == ARRIVAL:
+                if now != self._arrival_at:
+                    continue  # superseded by an earlier one
+                self._arrival_at = math.inf
                 self._arrive(now)
             elif kind == STEP_END:
                 done = self.server.finish_step(now)
                 for rec in done:
-                    self.arrivals.settled(rec.rid, True)
+                    self._settle(rec.rid, True, now)
                 self._settled += len(done)
-                self._step(now)
+                if self._arrival_at > now:  # else the answer freed a slot: send, then step
+                    self._step(now)
             elif not self.server.busy:
                 self._step(now)
             self.concurrency.observe(now, self.server.running, self.server.queued)
@@ -96,7 +109,7 @@ class Simulation:
     def _arrive(self, now: float) -> None:
         req = self.arrivals.take(now)
         if (after := self.arrivals.next_time()) < math.inf:
-            self._push(after, ARRIVAL)
+            self._push(max(after, now), ARRIVAL)  # a client held back by its cap is due now
         if req is None:
             return
         rec = RequestRecord(req.rid, req.arrival_s, req.input_len, req.output_len, req.round)
@@ -104,7 +117,7 @@ class Simulation:
         rec.rejected = self.server.never_fits(req)
         if rec.rejected:
             self._settled += 1
-            self.arrivals.settled(req.rid, False)
+            self._settle(req.rid, False, now)
             return
         self.server.arrive(req, rec, now)
         if not self.server.busy:

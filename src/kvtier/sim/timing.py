@@ -4,11 +4,18 @@ Every constant here is named, sourced, and overridable from `kvtier simulate`'s 
 
   prefill  compute-bound: (2 x active params x new tokens + attention FLOPs over the prefix)
            / (TP ranks x bf16 dense peak x COMPUTE_EFFICIENCY)
-  decode   bandwidth-bound, one token for every running request:
-           (weight bytes read per rank + KV bytes of the batch per rank) / (HBM bandwidth x
-           HBM_EFFICIENCY); an MoE step reads the dense weights and only the routed experts its
-           batch touches: E x (1 - (1 - k/E)^batch) of E experts when each token picks k at
-           random
+  decode   one iteration of a batch of B requests holding K KV tokens, each verifying D
+           tokens (D = 1 without speculative decoding, `kvtier.sim.speculative`):
+           overhead + TP all-reduces + max(memory, compute) of the target, plus the draft's
+           passes; memory = (weight bytes read per rank + K x KV bytes per token per rank) /
+           (HBM bandwidth x HBM_EFFICIENCY), where an MoE step reads the dense weights and only
+           the routed experts its B x D tokens touch: E x (1 - (1 - k/E)^(B x D)) of E experts
+           when each token picks k at random; compute = (2 x active params x B x D + 2 x layers
+           x attention width x D x K) / (TP x bf16 peak x COMPUTE_EFFICIENCY). The iteration
+           commits the accept length (1 without a draft) of tokens per request.
+  all-reduce  two per layer (attention and MLP outputs) of B x D x hidden x 2 bytes (bf16
+           activations), ring over the TP ranks: latency + 2 (n - 1) / n x bytes / bus
+           bandwidth (nccl-tests' busbw); none at TP 1
   load     host->device over PCIe: each TP rank copies its share of the KV of the host hits over
            its own link; the ranks of a node load at once and share the host side, so one rank
            gets min(link, host / GPUs loading)
@@ -23,6 +30,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from kvtier.sim.speculative import SpecDecode
 
 # Fraction of dense bf16 peak a prefill reaches; large-batch prefill MFU is typically 0.3-0.5.
 COMPUTE_EFFICIENCY = 0.4
@@ -48,13 +61,66 @@ class ModelCost:
     expert_bytes_per_rank: float = 0.0  # routed-expert weights on one rank, read when touched
     num_experts: int = 0
     experts_per_token: int = 0
+    hidden_size: int = 0  # width of the activations all-reduced after attention and MLP
 
-    def weight_bytes_read(self, batch: int) -> float:
-        """Weight bytes one decode step of `batch` requests reads on one rank."""
+    def weight_bytes_read(self, tokens: float) -> float:
+        """Weight bytes one forward pass over `tokens` tokens reads on one rank."""
         if not self.num_experts:
             return self.weight_bytes_per_rank + self.expert_bytes_per_rank
-        touched = 1.0 - (1.0 - self.experts_per_token / self.num_experts) ** batch
-        return self.weight_bytes_per_rank + self.expert_bytes_per_rank * touched
+        touched = 1.0 - (1.0 - self.experts_per_token / self.num_experts) ** float(tokens)
+        return self.weight_bytes_per_rank + self.expert_bytes_per_rank * float(touched)
+
+
+Line = tuple[float, float]  # a + b x i over the iteration index i
+
+
+def _sum_line(line: Line, n: int) -> float:
+    a, b = line
+    return n * a + b * n * (n - 1) / 2
+
+
+def sum_max(first: Line, second: Line, n: int) -> float:
+    """Sum over i in [0, n) of max(first(i), second(i)): the lines cross at most once."""
+    if n <= 0:
+        return 0.0
+    (a1, b1), (a2, b2) = first, second
+    if b1 == b2:
+        return _sum_line(first if a1 >= a2 else second, n)
+    cross = (a2 - a1) / (b1 - b2)  # first(i) >= second(i) from here on when b1 > b2
+    k = min(n, max(0, math.ceil(cross)))
+    before, after = (second, first) if b1 > b2 else (first, second)
+    shifted = (after[0] + after[1] * k, after[1])
+    return _sum_line(before, k) + _sum_line(shifted, n - k)
+
+
+@dataclass(frozen=True, slots=True)
+class StepLines:
+    """A decode iteration's time, i iterations into a run of a fixed batch:
+    const + max(mem(i), comp(i)) + draft passes x max(draft mem(i), draft comp)."""
+
+    const: float
+    mem: Line
+    comp: Line
+    draft: tuple[float, Line, Line] | None = None  # (passes, memory, compute) of the draft
+
+    def total(self, n: int) -> float:
+        """Seconds of the first `n` iterations."""
+        t = n * self.const + sum_max(self.mem, self.comp, n)
+        if self.draft is not None:
+            passes, mem, comp = self.draft
+            t += passes * sum_max(mem, comp, n)
+        return t
+
+    def ends(self, n: int) -> np.ndarray:
+        """Seconds from the run's start to the end of each of its first `n` iterations."""
+        i = np.arange(n, dtype=np.float64)
+        per = self.const + np.maximum(
+            self.mem[0] + self.mem[1] * i, self.comp[0] + self.comp[1] * i
+        )
+        if self.draft is not None:
+            passes, mem, comp = self.draft
+            per = per + passes * np.maximum(mem[0] + mem[1] * i, comp[0] + comp[1] * i)
+        return np.cumsum(per)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +133,9 @@ class Hardware:
     host_gbps: float  # the node's host side, shared by the GPUs that load at once
     gpus_per_node: int
     store_gbps: float = STORE_GBPS  # the node's L3 store, read by every rank for its copy
+    allreduce_gbps: float = 0.0  # all-reduce bus bandwidth between the TP ranks (0: free)
+    allreduce_latency_s: float = 0.0  # one all-reduce's fixed cost
+    step_overhead_s: float = 0.0  # per decode iteration: scheduler, CUDA-graph replay
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +147,64 @@ class TimingModel:
     tp: int
     compute_efficiency: float = COMPUTE_EFFICIENCY
     hbm_efficiency: float = HBM_EFFICIENCY
+    spec: SpecDecode | None = None
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens one decode iteration commits per request (the accept length)."""
+        return self.spec.accept_length if self.spec else 1.0
+
+    def decode_iterations(self, tokens: int) -> int:
+        """Decode iterations that commit `tokens` tokens of one request."""
+        return math.ceil(tokens / self.tokens_per_step - 1e-9)
+
+    def allreduce_s(self, tokens: float, layers: int | None = None) -> float:
+        """Two all-reduces per layer of `tokens` tokens' activations across the TP ranks."""
+        n = self.tp
+        if n == 1 or not self.hw.allreduce_gbps:
+            return 0.0
+        layers = self.model.num_layers if layers is None else layers
+        nbytes = tokens * self.model.hidden_size * 2 * 2 * (n - 1) / n
+        return 2 * layers * (self.hw.allreduce_latency_s + nbytes / (self.hw.allreduce_gbps * 1e9))
+
+    def decode_lines(self, batch_kv_tokens: float, batch: int) -> StepLines:
+        """One decode iteration's time as lines in the iteration index i (the KV grows by
+        batch x accept length a step): constant + max(memory line, compute line) of the target,
+        plus the draft's."""
+        m = self.model
+        rate = self.hw.hbm_gbps * 1e9 * self.hbm_efficiency
+        peak = self.tp * self.hw.bf16_dense_tflops * 1e12 * self.compute_efficiency
+        verify = self.spec.draft_tokens if self.spec else 1
+        tokens = batch * verify
+        grow = batch * self.tokens_per_step
+        kv0 = batch_kv_tokens
+        mem = (
+            (m.weight_bytes_read(tokens) + kv0 * m.kv_bytes_per_token) / rate,
+            grow * m.kv_bytes_per_token / rate,
+        )
+        attn = 2.0 * m.num_layers * m.attention_dim * verify
+        comp = ((2.0 * m.active_params * tokens + attn * kv0) / peak, attn * grow / peak)
+        const = self.hw.step_overhead_s + self.allreduce_s(tokens)
+        draft = self.spec.draft_lines(self, kv0, grow, batch) if self.spec else None
+        return StepLines(const, mem, comp, draft)
+
+    def decode_steps_s(self, steps: int, batch_kv_tokens: float, batch: int) -> float:
+        """`steps` consecutive decode iterations of a fixed batch."""
+        return self.decode_lines(batch_kv_tokens, batch).total(steps)
+
+    def decode_steps_before(self, budget_s: float, batch_kv_tokens: float, batch: int) -> int:
+        """Fewest decode iterations (>= 1) of a fixed batch that take at least `budget_s`."""
+        lines = self.decode_lines(batch_kv_tokens, batch)
+        if lines.total(1) >= budget_s:
+            return 1
+        hi = 2
+        while lines.total(hi) < budget_s:
+            hi *= 2
+        lo = hi // 2  # total(lo) < budget <= total(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if lines.total(mid) < budget_s else (lo, mid)
+        return hi
 
     def prefill_flops(self, new_tokens: int, prefix_tokens: int) -> float:
         """FLOPs of a prefill chunk of `new_tokens` after `prefix_tokens` already in KV.
@@ -92,32 +219,7 @@ class TimingModel:
 
     def prefill_s(self, new_tokens: int, prefix_tokens: int) -> float:
         peak = self.tp * self.hw.bf16_dense_tflops * 1e12 * self.compute_efficiency
-        return self.prefill_flops(new_tokens, prefix_tokens) / peak
-
-    def decode_steps_s(self, steps: int, batch_kv_tokens: int, batch: int) -> float:
-        """`steps` consecutive decode steps of a fixed batch whose KV grows by `batch` a step."""
-        m = self.model
-        grown = steps * batch_kv_tokens + batch * steps * (steps - 1) / 2
-        nbytes = steps * m.weight_bytes_read(batch) + grown * m.kv_bytes_per_token
-        return nbytes / (self.hw.hbm_gbps * 1e9 * self.hbm_efficiency)
-
-    def decode_steps_before(self, budget_s: float, batch_kv_tokens: int, batch: int) -> int:
-        """Fewest decode steps (>= 1) of a fixed batch that take at least `budget_s`."""
-        m = self.model
-        rate = self.hw.hbm_gbps * 1e9 * self.hbm_efficiency
-        a = (m.weight_bytes_read(batch) + batch_kv_tokens * m.kv_bytes_per_token) / rate
-        b = batch * m.kv_bytes_per_token / rate  # growth of one step's time per step
-        if budget_s <= a:
-            return 1
-        if b == 0:
-            return math.ceil(budget_s / a)
-        # steps*a + b*steps*(steps-1)/2 >= budget_s
-        half_b = b / 2
-        k = (-(a - half_b) + math.sqrt((a - half_b) ** 2 + 4 * half_b * budget_s)) / (2 * half_b)
-        steps = max(1, math.ceil(k - 1e-9))
-        while self.decode_steps_s(steps, batch_kv_tokens, batch) < budget_s:
-            steps += 1
-        return steps
+        return self.prefill_flops(new_tokens, prefix_tokens) / peak + self.allreduce_s(new_tokens)
 
     @property
     def load_gbps(self) -> float:
@@ -159,3 +261,8 @@ class TimingFlags:
     host_gbps: float | None = None
     gpus_per_node: int | None = None
     store_gbps: float = STORE_GBPS
+    allreduce_gbps: float | None = None
+    allreduce_latency_us: float | None = None
+    step_overhead_ms: float = 0.0
+    accept_length: float | None = None  # speculative decoding's tokens per iteration
+    accept_origin: str = "--accept-length"

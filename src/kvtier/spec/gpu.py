@@ -52,6 +52,11 @@ class GpuSpec:
     # whether two PCIe cards of the model reach each other's memory, as NCCL's P2P transport
     # needs (False: it moves data through host memory); None: not stated
     peer_to_peer: bool | None = None
+    # all-reduce between the node's GPUs (nccl-tests busbw, GB/s) and its published spread
+    allreduce_gbps: float | None = None
+    allreduce_gbps_range: tuple[float, float] | None = None
+    allreduce_latency_us: float | None = None
+    interconnect: str = ""  # what the all-reduce figures rest on, and whether calibrated
 
     @property
     def memory_gib(self) -> float:
@@ -96,6 +101,10 @@ def gpu_catalog() -> tuple[GpuSpec, ...]:
             g["source"],
             _capability(g.get("compute_capability")),
             g.get("peer_to_peer"),
+            g.get("allreduce_gbps"),
+            tuple(g["allreduce_gbps_range"]) if "allreduce_gbps_range" in g else None,
+            g.get("allreduce_latency_us"),
+            g.get("interconnect", ""),
         )
         for g in json.loads(text)["gpus"]
     )

@@ -19,7 +19,7 @@ import argparse
 
 from kvtier.cli.flags.deployment import ADVICE, DEPLOYMENT, EXPLAIN_OWN, MEASURED, OUTPUT
 from kvtier.cli.flags.row import ADVISE, EXPLAIN, PLAN, SIMULATE, USED, KvFlag
-from kvtier.cli.flags.simulate import FLEET_HELP, MULTITURN_HELP, SHARED_PREFIX_HELP
+from kvtier.cli.flags.simulate import FLEET_HELP, MULTITURN_HELP, RANDOM_HELP, SHARED_PREFIX_HELP
 from kvtier.cli.flags.simulate import ROWS as SIMULATE_ROWS
 from kvtier.engines.settings import GivenFlags
 from kvtier.errors import KvtierError
@@ -71,6 +71,7 @@ GROUPS: dict[str, tuple[str, str | None]] = {
         "--generate shared-prefix: inference-perf's shared_prefix data",
         SHARED_PREFIX_HELP,
     ),
+    "bench": ("--generate random: a serving benchmark's random dataset", RANDOM_HELP),
     "timing": ("timing model (defaults: see the end of this help)", None),
     "from_log": ("a workload fitted from a serving log", None),
 }
@@ -87,6 +88,7 @@ LAYOUT: dict[str, tuple[str, ...]] = {
         "multiturn",
         "fleet",
         "shared_prefix",
+        "bench",
         "timing",
         "from_log",
         *_DEPLOYMENT,

@@ -27,7 +27,8 @@ SIM = used(SIMULATE)
 
 # Names the help states; kvtier.sim is imported only when a simulation runs (tests check these
 # against kvtier.sim.workload.GENERATORS, sim.sweep.SWEEPABLE, sim.multiturn, sim.engine.prefetch).
-WORKLOADS = ("chat", "system-prompt", "agent", "doc-qa", "multiturn", "shared-prefix")
+WORKLOADS = ("chat", "system-prompt", "agent", "doc-qa", "multiturn", "shared-prefix", "random")
+CLIENTS = ("sglang", "vllm")  # whose random draws (tests check them against kvtier.sim.bench)
 SWEEPS = ("hicache-ratio", "mem-fraction-static", "kv-cache-dtype", "pcie-gbps")
 READY_QUEUES = ("random", "fifo")
 # the multi-turn benchmark's own defaults (tests check them against kvtier.sim.multiturn)
@@ -77,12 +78,23 @@ SHARED_PREFIX_HELP = (
     "at Poisson times of --rate, --requests in all, each asking --output-tokens."
 )
 
+RANDOM_HELP = """\
+The random dataset of `python -m sglang.bench_serving --dataset-name random` (or, with --bench
+vllm, of `vllm bench serve`), with the same length draws for the same --seed, run against the
+simulated server: every request is sent at once (or at Poisson times of --request-rate), at
+most --max-concurrency at a time. --json adds ttft_s, tpot_s and itl_s {mean, p50, p90, p99},
+output_tok_s and request_throughput, as the benchmarks define them.
+  kvtier simulate --generate random --input-tokens 1024 --output-tokens 1024 \\
+      --range-ratio 0.5 --requests 200 --seed 1 --max-concurrency 16 --gpu h100 \\
+      --json -- python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct"""
+
 FROM_LOG_HELP = """\
 fit a workload to a SGLang or vLLM serving log's periodic lines (arrivals, prompt and output
 lengths, reuse), calibrate the timing model's efficiencies to the throughput the log shows, and
 print observed vs simulated (hit rate, throughput, queue); with --sweep, the options for that
-traffic. Refused (exit 2, one line): a log with speculative decoding, or one admitting fewer than
-25 requests (the window a fit needs is said)"""
+traffic. A log with speculative decoding is fitted with its mean accept length (the deployment
+must name the algorithm). Refused (exit 2, one line): a log admitting fewer than 25 requests
+(the window a fit needs is said)"""
 
 # The two HiCache policies set Deployment fields through simulate_hicache.with_policies, which
 # refuses a pasted launch command's other value instead of overriding it.
@@ -209,6 +221,30 @@ SHARED_PREFIX = (
          type=count(1, 1 << 27), metavar="Q"),
 )
 
+BENCH = (
+    flag("--input-tokens", group="bench", commands=SIM, sample=("100",),
+         type=count(1, 1 << 27), metavar="L",
+         help="--random-input-len (default 1024, both tools')"),
+    flag("--range-ratio", group="bench", commands=SIM, sample=("0.5",), type=number(0.0, 1.0),
+         metavar="R",
+         help="--random-range-ratio: lengths in [L x R, L] (sglang) or [L(1-R), L(1+R)] "
+         "(vllm, R < 1); default 0.0, both tools'"),
+    flag("--max-concurrency", group="bench", commands=SIM, sample=("4",),
+         type=count(1, MAX_REQUESTS), metavar="C", help="requests out at once (default: no cap)"),
+    flag("--request-rate", group="bench", commands=SIM, sample=("5",), type=number(1e-6, 1e6),
+         metavar="R",
+         help="requests per second, Poisson (default: all at once, the tools' inf)"),
+    flag("--bench", group="bench", commands=SIM, sample=("vllm",), choices=CLIENTS,
+         help="whose draws: sglang (default) or vllm"),
+    flag("--bench-version", group="bench", commands=SIM, sample=("0.5.2",), metavar="V",
+         help="the sglang release whose bench_serving draws (default 0.5.7 and later: outputs "
+         "from max(int(O x R), 1); up to 0.5.6 from int(O x R))"),
+    flag("--special-tokens", group="bench", commands=SIM, sample=("1",), type=count(0, 16),
+         metavar="N",
+         help="the tokenizer's num_special_tokens_to_add() (Llama 3, DeepSeek: 1 BOS; Qwen: "
+         "0); the tools take it off the input length (default 0)"),
+)
+
 TIMING = (
     flag("--compute-efficiency", group="timing", commands=SIM, sample=("0.1",), type=FRACTION,
          help="share of dense bf16 peak prefill reaches"),
@@ -225,6 +261,18 @@ TIMING = (
          help="L3 store read GB/s of the node"),
     flag("--gpus-per-node", group="timing", commands=SIM, field="gpus_per_node",
          sample=("16",), type=GPUS, dest="gpus", help="same as --gpus"),
+    flag("--accept-length", group="timing", commands=SIM, sample=("2",),
+         type=number(0.0, 1e3), metavar="A",
+         help="speculative decoding: tokens a request commits per decode iteration (SGLang's "
+         "`accept len`), from 1 to the draft steps + 1; default per method"),
+    flag("--allreduce-gbps", group="timing", commands=SIM, sample=("100",), type=GBPS,
+         help="all-reduce bus bandwidth between TP ranks (default: catalog)"),
+    flag("--allreduce-latency-us", group="timing", commands=SIM, sample=("5",),
+         type=number(0.0, 1e5), metavar="US",
+         help="one all-reduce's fixed cost (default: catalog)"),
+    flag("--step-overhead-ms", group="timing", commands=SIM, sample=("1",),
+         type=number(0.0, 1e4), metavar="MS",
+         help="fixed cost of a decode iteration (scheduler, CUDA-graph replay; default 0)"),
 )
 
 FITTED = (
@@ -240,4 +288,14 @@ FITTED = (
 )
 # fmt: on
 
-ROWS = (*WORKLOAD, *SIMULATION, *MULTITURN, *PREFETCH, *FLEET, *SHARED_PREFIX, *TIMING, *FITTED)
+ROWS = (
+    *WORKLOAD,
+    *SIMULATION,
+    *MULTITURN,
+    *PREFETCH,
+    *FLEET,
+    *SHARED_PREFIX,
+    *BENCH,
+    *TIMING,
+    *FITTED,
+)

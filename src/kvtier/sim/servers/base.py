@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from kvtier.sim.decode_log import DecodeLog
 from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.trace import TraceRequest
 
@@ -31,6 +32,7 @@ class ServerCounters:
     preemptions: int | None = None  # requests sent back to waiting (vLLM's num_preemptions);
     # None: the model never preempts
     prefetches: dict[str, object] | None = None  # an L3 prefetch's policy and counts
+    decode_log: DecodeLog | None = None  # when each decode iteration ended (token times)
 
 
 class ServerModel(Protocol):

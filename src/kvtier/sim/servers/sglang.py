@@ -8,7 +8,8 @@ device pages last; the head of the queue blocks the rest. An admitted request re
 pages for its whole prompt and output, so nothing is ever retracted (SGLang reserves an
 estimate and retracts on overflow; this is the conservative side of that).
 
-A decode step produces one token for every running request. Consecutive decode steps of an
+A decode step produces one token for every running request (with speculative decoding, the
+accept length: `kvtier.sim.speculative`). Consecutive decode steps of an
 unchanged batch are advanced together, up to the next finish or the next arrival (or the next
 time a waiting request's store prefetch may stop).
 
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from kvtier.cache.storage import Tier
 from kvtier.engines.sglang.prefetch import ERA_0_5_3
+from kvtier.sim.decode_log import DecodeLog
 from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.servers.base import ServerCounters
 from kvtier.sim.servers.cache_port import CachePort
@@ -63,6 +65,7 @@ class Live:
     prefilled: int = 0  # prompt tokens whose KV exists (hits included)
     load_tokens: int = 0  # hit tokens still to copy to the device in the next step
     fetched: tuple[int, int] = (0, 0)  # (first block, blocks) its store prefetch brought in
+    first_step: int = 0  # the decode iteration it joined the batch at
 
 
 class SGLangServer:
@@ -83,8 +86,9 @@ class SGLangServer:
         self.prefilling: list[Live] = []
         self.decoding: dict[int, Live] = {}
         self._finish_heap: list[tuple[int, int]] = []  # (decode step it finishes at, rid)
-        self._decode_kv = 0  # KV tokens of the decode batch
+        self._decode_kv = 0.0  # KV tokens of the decode batch
         self._steps = 0  # decode steps so far
+        self.decode_log = DecodeLog()
         self._pending: list[Live] = []  # what the step in flight prefills (chunked batch)
         self._pending_decode = 0  # decode steps the step in flight covers
         self._run_yields = False  # the decode run in flight stops for an arrival (nothing waited)
@@ -115,7 +119,9 @@ class SGLangServer:
                 "completed": q.completed,
                 "stopped_early": q.partial,
             }
-        return ServerCounters(self.cache.evictions(), self.pcie_busy_s, None, prefetches)
+        return ServerCounters(
+            self.cache.evictions(), self.pcie_busy_s, None, prefetches, self.decode_log
+        )
 
     def pages_for(self, req: TraceRequest) -> tuple[int, int]:
         """(prompt blocks, private pages for the output) a request holds at its peak."""
@@ -265,7 +271,9 @@ class SGLangServer:
             steps = min(steps, until)
         self._pending_decode = steps
         self._run_yields = not self.waiting
-        return self.timing.decode_steps_s(steps, self._decode_kv, batch)
+        lines = self.timing.decode_lines(self._decode_kv, batch)
+        self.decode_log.record(now, self._steps, steps, lines)
+        return lines.total(steps)
 
     def cut(self, start: float, now: float) -> float | None:
         """Stop the decode run begun at `start` at its first step boundary at or after `now`,
@@ -280,6 +288,7 @@ class SGLangServer:
         if until >= self._pending_decode:
             return None
         self._pending_decode = until
+        self.decode_log.shorten(until)
         return self.timing.decode_steps_s(until, self._decode_kv, batch)
 
     def finish_step(self, now: float) -> list[RequestRecord]:
@@ -287,14 +296,19 @@ class SGLangServer:
         self.busy = False
         done: list[RequestRecord] = []
         if self._pending_decode:
+            per_step = self.timing.tokens_per_step
             self._steps += self._pending_decode
-            self._decode_kv += self._pending_decode * len(self.decoding)
+            self._decode_kv += self._pending_decode * len(self.decoding) * per_step
             self._pending_decode = 0
             while self._finish_heap and self._finish_heap[0][0] <= self._steps:
                 _, rid = heapq.heappop(self._finish_heap)
                 live = self.decoding.pop(rid)
-                self._decode_kv -= live.req.input_len + live.req.output_len
+                ran = self._steps - live.first_step
+                self._decode_kv -= live.req.input_len + 1 + ran * per_step
+                live.rec.decode_steps = (live.first_step, self._steps)
                 done.append(self._finish(live, now))
+            if not self.decoding:
+                self._decode_kv = 0.0  # what float sums leave behind
             return done
         for live in self._pending:
             if live.prefilled < live.req.input_len:
@@ -307,10 +321,13 @@ class SGLangServer:
             if live.req.output_len == 1:
                 done.append(self._finish(live, now))
                 continue
-            # the first token came from prefill; the rest take one decode step each
+            # the first token came from prefill; the rest take decode iterations of the accept
+            # length each
             self.decoding[live.req.rid] = live
+            live.first_step = self._steps
             self._decode_kv += live.req.input_len + 1
-            heapq.heappush(self._finish_heap, (self._steps + live.req.output_len - 1, live.req.rid))
+            steps = self.timing.decode_iterations(live.req.output_len - 1)
+            heapq.heappush(self._finish_heap, (self._steps + steps, live.req.rid))
         self._pending = []
         return done
 

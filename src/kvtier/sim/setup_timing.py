@@ -1,0 +1,179 @@
+"""The timing model of a deployment: the GPU's figures, its interconnect, the model's costs and
+the speculative draft, each with its source (`kvtier.sim.setup.build_config` calls this)."""
+
+from __future__ import annotations
+
+from kvtier.engines.deployment import Deployment
+from kvtier.engines.figures import SGLangFigures
+from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.ledger import Ledger
+from kvtier.errors import KvtierError
+from kvtier.sim import speculative
+from kvtier.sim.speculative import SpecDecode
+from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
+from kvtier.spec.gpu import GpuSpec
+from kvtier.units import GiB
+
+Sources = list[tuple[str, str]]
+
+
+def hardware(gpu: GpuSpec, d: Deployment, flags: TimingFlags, sources: Sources) -> Hardware:
+    """The GPU and node figures: the flags', else the catalog's."""
+    pcie = flags.pcie_gbps or gpu.pcie_gbps
+    tflops = flags.bf16_tflops or gpu.bf16_dense_tflops
+    hbm = flags.hbm_gbps or gpu.hbm_gbps
+    missing = [
+        n
+        for n, v in (("--pcie-gbps", pcie), ("--bf16-tflops", tflops), ("--hbm-gbps", hbm))
+        if not v
+    ]
+    if missing:
+        raise KvtierError(
+            f"the GPU catalog has no figure for {gpu.name}: pass {', '.join(missing)}"
+        )
+    assert pcie and tflops and hbm
+    allreduce = flags.allreduce_gbps or gpu.allreduce_gbps or 0.0
+    latency_us = (
+        flags.allreduce_latency_us
+        if flags.allreduce_latency_us is not None
+        else gpu.allreduce_latency_us or 0.0
+    )
+    if d.tp > 1:
+        if not allreduce:
+            raise KvtierError(
+                f"the GPU catalog has no all-reduce bandwidth for {gpu.name}: pass "
+                "--allreduce-gbps (nccl-tests all_reduce busbw across the TP ranks)"
+            )
+        given = flags.allreduce_gbps is not None or flags.allreduce_latency_us is not None
+        sources.append(
+            (
+                "all-reduce",
+                f"{allreduce:g} GB/s bus bandwidth, {latency_us:g} us each, 2 a layer "
+                + ("(--allreduce-gbps / --allreduce-latency-us)" if given else gpu.interconnect),
+            )
+        )
+    gpus_per_node = flags.gpus_per_node or d.gpus
+    return Hardware(
+        tflops,
+        hbm,
+        pcie,
+        flags.host_gbps or default_host_gbps(pcie, gpus_per_node),
+        gpus_per_node,
+        flags.store_gbps,
+        allreduce,
+        latency_us * 1e-6,
+        flags.step_overhead_ms * 1e-3,
+    )
+
+
+def draft_weights(ledger: Ledger, cost: ModelCost) -> tuple[float, str]:
+    """The draft's weight bytes per rank: the ledger's (measured or from the draft's config),
+    else one decoder layer of the target (an EAGLE head and an MTP module are one layer)."""
+    try:
+        item = ledger.item("draft weights")
+    except KeyError:
+        layer = (cost.weight_bytes_per_rank + cost.expert_bytes_per_rank) / cost.num_layers
+        return layer, (
+            f"draft weights assumed one target layer, {layer / GiB:.3f} GiB a rank "
+            "(give --draft-weights-gib)"
+        )
+    return item.gib * GiB, f"draft weights {item.gib:.3f} GiB a rank ({item.source})"
+
+
+def _draft_kv_bytes(ledger: Ledger, cost: ModelCost) -> float:
+    """The draft's KV bytes per token on one rank: SGLang's draft pool cell; vLLM pools the
+    draft's layer with the target's, one layer of the target's cell."""
+    if isinstance(ledger.figures, SGLangFigures):
+        return float(ledger.figures.draft_cell_bytes)
+    return cost.kv_bytes_per_token / cost.num_layers
+
+
+def spec_decode(
+    d: Deployment, ledger: Ledger, cost: ModelCost, flags: TimingFlags, sources: Sources
+) -> SpecDecode | None:
+    """The deployment's speculative decoding with its draft's per-rank costs, or None."""
+    speculative.check_flags(d)
+    method = speculative.method_of(d)
+    if method is None:
+        if flags.accept_length is not None:
+            raise KvtierError(
+                "--accept-length applies to speculative decoding: give --speculative-algorithm "
+                "(a pasted launch command's, or kvtier's)"
+            )
+        return None
+    engine = d.engine.value
+    passes, topk, draft = speculative.shape(d, engine)
+    accept, how = speculative.accept_length(
+        method, passes, flags.accept_length, flags.accept_origin
+    )
+    weights, kv, weights_how = 0.0, 0.0, "no draft model"
+    if method != "NGRAM":
+        weights, weights_how = draft_weights(ledger, cost)
+        kv = _draft_kv_bytes(ledger, cost)
+    spec = SpecDecode(method, passes, topk, draft, accept, how, weights, kv)
+    sources.append(("speculative decoding", f"{spec.describe()}; {weights_how}"))
+    return spec
+
+
+YEAR_S = 3.2e7  # longer than this for one step is a typo in a rate, not a deployment
+
+
+def _check_finite(tm: TimingModel, flags: TimingFlags) -> None:
+    """Refuse rates so small that one step would take longer than a year, naming them."""
+    m, hw = tm.model, tm.hw
+    terms = (
+        (
+            "--hbm-gbps x --hbm-efficiency",
+            m.weight_bytes_read(1) / (hw.hbm_gbps * 1e9 * tm.hbm_efficiency),
+        ),
+        ("--bf16-tflops x --compute-efficiency", tm.prefill_s(1, 0) - tm.allreduce_s(1)),
+        ("--allreduce-gbps", tm.allreduce_s(1)),
+        ("--pcie-gbps / --host-gbps", tm.load_s(1)),
+        ("--store-gbps", tm.store_read_s(1)),
+    )
+    for names, seconds in terms:
+        if not seconds < YEAR_S:
+            raise KvtierError(
+                f"{names} too small: one token's step would take {seconds:.3g} s; give rates "
+                "in GB/s and TFLOP/s"
+            )
+
+
+def timing_model(
+    d: Deployment,
+    inputs: PlanInputs,
+    ledger: Ledger,
+    gpu: GpuSpec,
+    flags: TimingFlags,
+    sources: Sources,
+) -> TimingModel:
+    from kvtier.sim.setup import model_cost
+
+    hw = hardware(gpu, d, flags, sources)
+    cost: ModelCost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
+    sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
+    tm = TimingModel(
+        cost,
+        hw,
+        d.tp,
+        flags.compute_efficiency,
+        flags.hbm_efficiency,
+        spec_decode(d, ledger, cost, flags, sources),
+    )
+    _check_finite(tm, flags)
+    overhead = (
+        f"; {flags.step_overhead_ms:g} ms a decode iteration (--step-overhead-ms)"
+        if flags.step_overhead_ms
+        else "; no per-iteration overhead (--step-overhead-ms)"
+    )
+    sources.append(
+        (
+            "timing",
+            f"prefill at {flags.compute_efficiency} x {hw.bf16_dense_tflops:g} TFLOPS x {d.tp} "
+            f"GPUs; decode at {flags.hbm_efficiency} x {hw.hbm_gbps:g} GB/s, or the prefill "
+            f"efficiency of compute where that is longer{overhead}; loads at "
+            f"{tm.load_gbps:g} GB/s per GPU (link {hw.pcie_gbps:g}, host side "
+            f"{hw.host_gbps:g} over {min(d.tp, hw.gpus_per_node)} GPUs)",
+        )
+    )
+    return tm
