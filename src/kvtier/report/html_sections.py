@@ -2,13 +2,14 @@
 
 The payloads are the objects the commands print as `--json` (`kvtier.report.payloads`); a saved
 file is read back into the same objects, refused field by field when it does not fit, so a
-section only meets values it can draw. Nothing here imports the engines, logs or sim modules.
+section only meets values it can draw. The sections read the payloads and compute nothing.
 """
 
 from __future__ import annotations
 
 from html import escape
 
+from kvtier.engines.ledger import Input
 from kvtier.errors import KvtierError
 from kvtier.report.charts import (
     PALETTE,
@@ -22,7 +23,7 @@ from kvtier.report.html_parts import Section, figure, source_text, table, tokens
 from kvtier.report.html_sim import simulation_section
 from kvtier.report.observe_payload import ObservePayload
 from kvtier.report.payloads import LedgerPayload, Payload
-from kvtier.report.plan_payload import AdvisePayload, OptionPayload, PlanInput, PlanPayload
+from kvtier.report.plan_payload import AdvisePayload, OptionPayload, PlanPayload
 from kvtier.sim.payload import SimulatePayload
 
 # Context lengths the capacity chart samples: 4k to 256k tokens, powers of two.
@@ -181,8 +182,8 @@ def capacity_section(kind: str, payload: LedgerPayload) -> Section:
     return Section(f"{kind}-capacity", "KV capacity and concurrency", body)
 
 
-def _input_row(i: PlanInput | LogInput) -> list[str]:
-    if isinstance(i, PlanInput):
+def _input_row(i: Input | LogInput) -> list[str]:
+    if isinstance(i, Input):
         return [i.name, i.value, source_text(i.origin)]
     if i.value is None:
         raise KvtierError("report: the input data has no 'value'")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvtier.engines.deployment import Deployment
-from kvtier.engines.ledger import Ledger
+from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger
 from kvtier.errors import DoesNotStart
 from kvtier.ledger.advise import Option
 from kvtier.ledger.target import TargetAnswer
@@ -29,31 +29,6 @@ class LedgerRow:
     source: str
     exact: bool
     part: str | None = field(default=None, metadata=OMITTED)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestsAt:
-    """Requests of `context` tokens the pool holds at once, with the estimate's range."""
-
-    context: int
-    requests: float
-    low: float | None
-    high: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class HostPoolPayload:
-    tokens: Count
-    bytes_per_rank: int
-    bytes_per_node: int
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
-class PlanInput:
-    name: str
-    value: str
-    origin: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +50,9 @@ class PlanPayload:
     mem_fraction: Share
     max_running_requests: Count | None
     ledger: tuple[LedgerRow, ...]
-    concurrency: tuple[RequestsAt, ...]
-    host_pool: HostPoolPayload | None
-    inputs: tuple[PlanInput, ...]
+    concurrency: tuple[Concurrency, ...]  # requests to 2 decimals
+    host_pool: HostPool | None
+    inputs: tuple[Input, ...]
     notes: tuple[str, ...]
 
 
@@ -149,7 +124,6 @@ def _r(x: float | None) -> float | None:
 
 
 def plan_payload(ledger: Ledger) -> PlanPayload:
-    h = ledger.host_pool
     return PlanPayload(
         engine=ledger.engine,
         model=ledger.model,
@@ -169,13 +143,11 @@ def plan_payload(ledger: Ledger) -> PlanPayload:
         max_running_requests=ledger.max_running_requests,
         ledger=tuple(LedgerRow(i.item, round(i.gib, 4), i.source, i.exact) for i in ledger.items),
         concurrency=tuple(
-            RequestsAt(c.context, round(c.requests, 2), _r(c.low), _r(c.high))
+            Concurrency(c.context, round(c.requests, 2), _r(c.low), _r(c.high))
             for c in ledger.concurrency
         ),
-        host_pool=None
-        if h is None
-        else HostPoolPayload(h.tokens, h.bytes_per_rank, h.bytes_per_node, h.source),
-        inputs=tuple(PlanInput(i.name, i.value, i.origin) for i in ledger.inputs),
+        host_pool=ledger.host_pool,
+        inputs=ledger.inputs,
         notes=ledger.notes,
     )
 
