@@ -37,5 +37,12 @@ class Version:
     def release_of(cls, major: int, minor: int, patch: int = 0) -> Version:
         return cls(False, (major, minor, patch), f"{major}.{minor}.{patch}")
 
+    @classmethod
+    def given_or(cls, version: str | Version | None, default: Version, engine: str) -> Version:
+        """`version` (parsed when text), or `default` when none is given."""
+        if version is None:
+            return default
+        return version if isinstance(version, Version) else cls.parse(version, engine)
+
     def __str__(self) -> str:
         return self.text

@@ -55,6 +55,4 @@ DEFAULT_ERA_LABEL = "SGLang v0.5.3-v0.5.9 heuristics (Era B; default, pass --sgl
 
 def resolve(version: str | Version | None) -> Version:
     """The release whose rules apply: `version`, or `DEFAULT` when none is given."""
-    if version is None:
-        return DEFAULT
-    return version if isinstance(version, Version) else Version.parse(version, "SGLang")
+    return Version.given_or(version, DEFAULT, "SGLang")

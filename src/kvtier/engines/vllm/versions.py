@@ -25,6 +25,4 @@ DEFAULT_ERA_LABEL = "vLLM V1 >= v0.21 (default, pass --vllm-version)"
 
 def resolve(version: str | Version | None) -> Version:
     """The release whose rules apply: `version`, or `DEFAULT` when none is given."""
-    if version is None:
-        return DEFAULT
-    return version if isinstance(version, Version) else Version.parse(version, "vLLM")
+    return Version.given_or(version, DEFAULT, "vLLM")
