@@ -940,9 +940,9 @@ def test_redis_entry_faults(redis_server: RedisServer, fault_name: str) -> None:
         else:
             blob = encode_blob(FP.digest, hashes[k], payloads[k])
             visible = _damaged_value(raw, key, blob, rng, hashes[k])
-        op = rng.choice(("get", "exists", "put"))
-        if op == "get":
-            got = store.get(hashes)
+        op = rng.choice(("get", "get_into", "exists", "put"))
+        if op in ("get", "get_into"):
+            got = store.get(hashes) if op == "get" else _redis_get_into(store, payloads, hashes)
             want = [None if i == k else p for i, p in enumerate(payloads)]
             assert got == want, where
             assert raw.exists(key) == 0, f"{where}: bad key left in place"
@@ -960,6 +960,16 @@ def test_redis_entry_faults(redis_server: RedisServer, fault_name: str) -> None:
     store.close()
 
 
+def _redis_get_into(
+    store: ResilientStore, payloads: list[bytes], hashes: list[bytes]
+) -> list[bytes | None]:
+    """`get_into` targets of each page's size, split in two runs; None where it missed."""
+    targets = [bytearray(len(p)) for p in payloads]
+    runs = [[memoryview(t)[: len(t) // 2], memoryview(t)[len(t) // 2 :]] for t in targets]
+    found = store.get_into(hashes, runs)
+    return [bytes(t) if ok else None for t, ok in zip(targets, found, strict=True)]
+
+
 def _mid_batch(srv: RedisServer, action: str, store: ResilientStore, rng: random.Random) -> None:
     """Run batches while another thread kills or stops the server after a random delay."""
     hashes = [rng.randbytes(16) for _ in range(64)]
@@ -970,6 +980,8 @@ def _mid_batch(srv: RedisServer, action: str, store: ResilientStore, rng: random
     try:
         for _ in range(6):
             got = store.get(hashes)
+            assert all(g is None or g == p for g, p in zip(got, payloads, strict=True))
+            got = _redis_get_into(store, payloads, hashes)
             assert all(g is None or g == p for g, p in zip(got, payloads, strict=True))
             store.put(hashes, payloads)
             assert 0 <= store.exists_prefix(hashes) <= len(hashes)

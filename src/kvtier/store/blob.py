@@ -148,6 +148,29 @@ def verify_blob(
         raise ForeignBlob("blob holds another page")
 
 
+class PayloadCheck:
+    """The checksum of a payload fed piece by piece as it arrives (each piece hashed while it
+    is still in the CPU's cache), against a head that passed `check_head`."""
+
+    def __init__(self, fingerprint: bytes, page_hash: PageHash, head: Buffer) -> None:
+        self.length = check_head(fingerprint, page_hash, head)
+        self._want = struct.unpack_from("<Q", head, _SUMMED)[0]
+        self._digest = xxhash.xxh3_64(memoryview(head)[:_SUMMED])
+        self._digest.update(page_hash)
+        self._seen = 0
+
+    def update(self, part: Buffer) -> None:
+        self._digest.update(part)
+        self._seen += memoryview(part).nbytes
+
+    def finish(self) -> None:
+        """Raise `CorruptBlob` unless the pieces were the whole payload the head vouches for."""
+        if self._seen != self.length:
+            raise CorruptBlob(f"payload is {self._seen} bytes, header says {self.length}")
+        if self._digest.intdigest() != self._want:
+            raise CorruptBlob("checksum mismatch")
+
+
 def decode_blob(fingerprint: bytes, page_hash: PageHash, blob: bytes) -> bytes:
     """The payload of `blob`, after `verify_blob`."""
     start = head_size(blob)

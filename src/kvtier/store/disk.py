@@ -60,13 +60,14 @@ from kvtier.store.blob import (
     CorruptBlob,
     ForeignBlob,
     Parts,
+    PayloadCheck,
     check_head,
     encode_head,
     parts_size,
     read_header,
     verify_blob,
 )
-from kvtier.store.pageio import IO_THREADS, read_into, run_parallel, split, write_all
+from kvtier.store.pageio import IO_THREADS, pieces, read_into, run_parallel, split, write_all
 
 _T = TypeVar("_T")
 
@@ -568,10 +569,17 @@ class DiskStore:
             if st.st_size != len(head) + size:
                 _, length = self._head(fd, st, page_hash)
                 raise ForeignBlob(f"a {length}-byte page where {size} bytes were asked for")
-            if read_into(fd, [head, *target], 0) != st.st_size:
+            groups = pieces(target)
+            offset = read_into(fd, [head, *groups[0]], 0)
+            check = PayloadCheck(self.fingerprint.digest, page_hash, head)
+            for n, group in enumerate(groups):
+                if n:
+                    offset += read_into(fd, group, offset)
+                for piece in group:
+                    check.update(piece)
+            if offset != st.st_size:
                 raise CorruptBlob("file shrank while it was read")
-            check_head(self.fingerprint.digest, page_hash, head)
-            verify_blob(self.fingerprint.digest, page_hash, head, target)
+            check.finish()
             _stamp(fd, stamp_ns)
             return True
 

@@ -20,6 +20,7 @@ _T = TypeVar("_T")
 IOV_MAX = max(16, os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024)
 IO_THREADS = max(1, min(4, os.cpu_count() or 1))
 PARALLEL_BYTES = 16 << 20  # a batch moving at least this much is split over the pool's threads
+PIECE_BYTES = 256 << 10  # a page is read in pieces this large, each hashed while still cached
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -71,6 +72,21 @@ def read_into(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
         total += n
         first = advance(views, first, n)
     return total
+
+
+def pieces(buffers: Sequence[Buffer], size: int = PIECE_BYTES) -> list[list[memoryview]]:
+    """The buffers cut into consecutive groups of at most `size` bytes, in order."""
+    groups: list[list[memoryview]] = [[]]
+    room = size
+    for view in as_views(buffers):
+        while view.nbytes:
+            if not room:
+                groups.append([])
+                room = size
+            take = min(room, view.nbytes)
+            groups[-1].append(view[:take])
+            view, room = view[take:], room - take
+    return groups
 
 
 def split(count: int, nbytes: int, threads: int) -> list[tuple[int, int]]:

@@ -47,13 +47,14 @@ from kvtier.store.blob import (
     CorruptBlob,
     ForeignBlob,
     Parts,
+    PayloadCheck,
     check_head,
     decode_blob,
     encode_head,
     parts_size,
-    verify_blob,
 )
 from kvtier.store.options import check_timeout, check_ttl, check_url_text
+from kvtier.store.pageio import pieces
 from kvtier.store.resp import ProtocolError, Reader, ReplyError, frame, send_all
 
 if TYPE_CHECKING:
@@ -336,10 +337,19 @@ class RedisStore:
         head = bytearray(HEADER_SIZE + len(page_hash))
         try:
             if length == len(head) + size:
-                reader.into([head, *target])
+                reader.into([head])
+                try:
+                    check = PayloadCheck(digest, page_hash, head)
+                except (CorruptBlob, ForeignBlob):
+                    reader.skip(size)
+                    reader.crlf()
+                    raise
+                for group in pieces(target):  # each piece hashed while still in the cache
+                    reader.into(group)
+                    for piece in group:
+                        check.update(piece)
                 reader.crlf()
-                check_head(digest, page_hash, head)
-                verify_blob(digest, page_hash, head, target)
+                check.finish()
                 return None
             data = reader.skip(length)
             reader.crlf()
