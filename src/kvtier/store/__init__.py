@@ -18,7 +18,8 @@ from kvtier.store.base import PageStore, StoreFingerprint, StoreStats, StoreUnav
 from kvtier.store.disk import DiskStore
 from kvtier.store.hook import StoreHook
 from kvtier.store.options import check_capacity, check_timeout, check_ttl, check_url_text
-from kvtier.store.redis_store import CLUSTER_SCHEME_PREFIX, RedisStore, redact
+from kvtier.store.redis_store import RedisStore
+from kvtier.store.redis_url import CLUSTER_SCHEME_PREFIX, redact
 from kvtier.store.resilient import ResilientStore
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")

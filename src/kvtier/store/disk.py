@@ -41,7 +41,7 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
@@ -67,6 +67,7 @@ from kvtier.store.blob import (
     read_header,
     verify_blob,
 )
+from kvtier.store.pageindex import INDEX_LIMIT, PageIndex
 from kvtier.store.pageio import IO_THREADS, pieces, read_into, run_parallel, split, write_all
 
 _T = TypeVar("_T")
@@ -78,7 +79,6 @@ STALE_TMP_S = 3600.0  # a temporary file this old belongs to a writer that died
 RESCAN_FRACTION = 0.1
 MAX_PAGE_BYTES = 1 << 30  # the largest payload written or read; a header claiming more is corrupt
 QUARANTINE_LIMIT = 4096  # bad entries remembered where they cannot be removed
-INDEX_LIMIT = 1 << 18  # pages a store remembers as held (about 30 MB of 32-byte hashes)
 
 _FP_NAME = re.compile(r"[0-9a-f]{32}")
 _SHARD_NAME = re.compile(r"[0-9a-f]{2}")
@@ -138,49 +138,6 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
 
 def _store_wide(exc: OSError) -> bool:
     return exc.errno in _STORE_WIDE
-
-
-class PageIndex:
-    """The pages this process wrote or read whole, so a probe asks no file about them.
-
-    It is a hint, not the truth: another process may remove or damage a page since, and then
-    the read that follows the probe misses it and the page is forgotten. A fingerprint
-    directory removed and made again (a clear, from any process) is another directory: the
-    index starts afresh. Bounded: past `limit` pages the oldest entries are dropped (a dropped
-    page is probed from its header again).
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.directory: tuple[int, int, int] | None = None  # where the pages were seen
-        self._held: dict[PageHash, None] = {}
-        self._lock = threading.Lock()
-
-    def check(self, directory: tuple[int, int, int] | None) -> None:
-        """Forget everything unless the fingerprint directory is still `directory`."""
-        if directory != self.directory:
-            with self._lock:
-                self._held.clear()
-                self.directory = directory
-
-    def add(self, page_hash: PageHash) -> None:
-        with self._lock:
-            self._held[page_hash] = None
-            if len(self._held) > self.limit:
-                del self._held[next(iter(self._held))]
-
-    def forget(self, hashes: Iterable[PageHash]) -> None:
-        with self._lock:
-            for page_hash in hashes:
-                self._held.pop(page_hash, None)
-
-    def prefix(self, hashes: Sequence[PageHash]) -> int:
-        """How many leading pages of `hashes` are held."""
-        held = self._held
-        for i, page_hash in enumerate(hashes):
-            if page_hash not in held:
-                return i
-        return len(hashes)
 
 
 class _Dirs:

@@ -562,7 +562,7 @@ def _clear_store(store: ResilientStore, timeout_s: float) -> None:
 
 
 def _shown_url(url: str) -> str:
-    from kvtier.store.redis_store import redact
+    from kvtier.store.redis_url import redact
 
     return redact(url)
 
