@@ -3,6 +3,8 @@ and what the draft costs and buys as the batch grows."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from kvtier.cli import main
@@ -60,7 +62,7 @@ def _speedups(model: str, gpu: str, tp: int, batches: tuple[int, ...]) -> list[f
 def test_a_dense_models_gain_falls_as_the_batch_grows() -> None:
     # Llama-3.1-8B on an H100: verify's 4 tokens a request turn compute-bound as the batch grows
     gain = _speedups("llama-3.1-8b", "h100", 1, (1, 4, 16, 64, 128, 256))
-    assert all(a > b for a, b in zip(gain, gain[1:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(gain))
     assert gain[0] > 2.5 and gain[-1] < 1.8
 
 
