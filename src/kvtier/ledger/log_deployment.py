@@ -21,9 +21,10 @@ def log_deployment(inp: LogInputs, measured_flags: Measured | None = None) -> De
         "pp": inp.pp.value,
         "dp": inp.dp.value,
         "enable_dp_attention": inp.enable_dp_attention.value,
-        # an unprinted `auto` of a known model is resolved by the builder, as plan resolves it
-        # (ModelOpt FP8 checkpoints, float32 configs); printed or stated, it is what the log says
-        "kv_cache_dtype": "auto" if inp.kv_dtype_auto and inp.model_known else inp.kv_dtype.name,
+        # an unprinted `auto` is resolved by the builder, as plan resolves it (ModelOpt FP8
+        # checkpoints, float32 configs, the stated --dtype); printed or stated, it is what the
+        # log says
+        "kv_cache_dtype": "auto" if inp.kv_dtype_auto else inp.kv_dtype.name,
         "page_size": inp.page_size.value,
     }
     origins = {

@@ -24,6 +24,7 @@ from kvtier.engines.rules import rules_for
 from kvtier.engines.settings import Settings, to_bool, to_int, to_ratio, to_str
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, stated
+from kvtier.spec.dtypes import canonical_dtype
 from kvtier.spec.model import ModelSpec
 
 # The model dtype a stand-in geometry assumes when the log does not print one.
@@ -60,7 +61,7 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object], by_class: bool = 
     page = rules.page_size(startup, settings)
     base = _model_dtype(settings, found)
     printed_dtype, auto = rules.kv_dtype(startup, found, settings, page.value, pp.value)
-    kv_dtype, kv_source, kv_auto = _kv_dtype(engine, printed_dtype, settings, base.value, auto)
+    kv_dtype, kv_source, kv_auto = _kv_dtype(engine, printed_dtype, settings, base, auto)
     geometry = rules.geometry(startup, page.value, kv_dtype.element_bytes)
     model = found
     if model is None:
@@ -180,6 +181,8 @@ def _stand_in_context(observed: Fact[int] | None) -> int:
 _TP_RANK = re.compile(r"\bTP(\d{1,4})\b")
 
 _PLAN_SETTINGS = (
+    # the dtype the model runs in, when stated: a float32 or float16 run sizes its KV by it
+    ("dtype", to_str),
     ("context_length", to_int),
     ("max_running_requests", to_int),
     ("chunked_prefill_size", to_int),
@@ -207,6 +210,9 @@ def _plan_settings(
         fact: Fact[object] | None = settings.get(name, convert)
         if name == "context_length" and (fact is None or fact.line is None):
             fact = rules.context(startup) or fact  # the engine's summary beats a flag
+        if name == "dtype" and fact is not None:
+            plain = canonical_dtype(str(fact.value))
+            fact = None if plain == "auto" else Fact(plain, fact.line, fact.text, fact.rank)
         if fact is not None and not (name == "speculative_algorithm" and fact.value == "None"):
             found.append((name, fact))
     found += rules.plan_settings(startup, settings, {name for name, _ in found})
@@ -222,7 +228,7 @@ def _model_dtype(settings: Settings, model: ModelSpec | None) -> Fact[str]:
     """The dtype the weights load in: the argument, else the model's, else assumed bf16."""
     flag = settings.get("dtype", to_str, "auto")
     if flag is not None and flag.value != "auto":
-        return stated(str(flag.value).removeprefix("torch."), flag.where)
+        return stated(canonical_dtype(str(flag.value)), flag.where)
     if model is not None:
         return stated(model.dtype, "model config")
     return stated(ASSUMED_DTYPE, f"assumed {ASSUMED_DTYPE} (the log names no dtype)")
@@ -232,7 +238,7 @@ def _kv_dtype(
     engine: Engine,
     printed: Fact[str] | None,
     settings: Settings,
-    base: str,
+    base: Fact[str],
     auto: Fact[KVDtype] | None = None,
 ) -> tuple[KVDtype, Fact[str], bool]:
     """The KV element type: the engine's own dtype line, else the argument, else the model's
@@ -250,13 +256,13 @@ def _kv_dtype(
     plain = name.removeprefix("torch.")
     plain = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}.get(plain, plain)
     try:
-        dtype = resolve_kv_dtype(engine, plain, base)
+        dtype = resolve_kv_dtype(engine, plain, base.value)
     except KvtierError as exc:
         raise KvtierError(f"KV cache dtype {name!r} ({source.where}): {exc}") from None
     if plain == "auto" and auto is not None:
         return auto.value, Fact(auto.value.name, auto.line, auto.text, auto.rank), False
     if plain == "auto":  # say what "auto" resolved to
-        how = f"auto = the model dtype ({source.where})"
+        how = f"auto = the model dtype ({source.where}; {base.value}: {base.where})"
         text = source.text if source.line is not None else how
         return dtype, Fact(dtype.name, source.line, text, source.rank), True
     return dtype, source, False

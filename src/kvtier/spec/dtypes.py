@@ -19,6 +19,23 @@ DTYPE_BYTES = {
 }
 
 
+# the torch dtype each spelling names
+CANONICAL = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float": "float32",
+}
+
+
+def canonical_dtype(name: str) -> str:
+    """'half' -> 'float16', 'torch.float' -> 'float32'; a name not in the table is returned as
+    given (lowered, without 'torch.')."""
+    key = name.strip().lower().removeprefix("torch.")
+    return CANONICAL.get(key, key)
+
+
 def dtype_bytes(name: str) -> int:
     """Width of one element of a model dtype ("bfloat16", "torch.float16", "fp32", ...)."""
     key = name.strip().lower().removeprefix("torch.") if isinstance(name, str) else ""

@@ -1,0 +1,63 @@
+"""vLLM's printed `non-default args` are the deployment: a `dtype` or `kv_cache_dtype` there sizes
+the pool. The L05 startup (Llama-3.1-8B on an H100, vLLM 0.19, 58.11 GiB for KV) with one
+argument changed, and the count vLLM's get_num_blocks gives for it: a float32 run takes 4 B an
+element (238,016 tokens, was explained at bfloat16's 476,032: +100%), fp8 one (952,064)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvtier.ledger.explain import explain_log
+
+L05 = Path(__file__).parent / "fixtures" / "logs" / "l05-vllm.log"
+ARGS = "'enable_prefix_caching': False}"
+COUNT = "GPU KV cache size: 476,016 tokens"
+
+
+def _blocks_tokens(kv_gib: float, element_bytes: int) -> int:
+    """get_num_blocks for Llama-3.1-8B (32 layers, 8 KV heads of 128, block 16) at TP1."""
+    page = 16 * 8 * 128 * element_bytes * 2
+    return int(kv_gib * 2**30) // page // 32 * 16
+
+
+@pytest.mark.parametrize(
+    ("arg", "element_bytes", "dtype"),
+    [
+        ("'dtype': 'float32'", 4, "float32"),
+        ("'dtype': 'float16'", 2, "float16"),
+        ("'dtype': 'half'", 2, "float16"),
+        ("'kv_cache_dtype': 'fp8'", 1, "fp8"),
+        ("'dtype': 'float32', 'kv_cache_dtype': 'fp8_e5m2'", 1, "fp8_e5m2"),
+    ],
+)
+def test_printed_dtype_sizes_the_pool(arg: str, element_bytes: int, dtype: str) -> None:
+    tokens = _blocks_tokens(58.11, element_bytes)
+    text = L05.read_text(encoding="utf-8").replace(ARGS, f"{arg}, {ARGS}")
+    text = text.replace(COUNT, f"GPU KV cache size: {tokens:,} tokens")
+    e = explain_log(text, {})
+    rec = e.reconciliation
+    assert rec.observed is not None and rec.observed.value == tokens
+    assert rec.predicted == tokens
+    assert e.inputs.kv_dtype.name == dtype
+    assert e.inputs.kv_dtype.element_bytes == element_bytes
+
+
+def test_the_dtype_row_names_the_argument_line() -> None:
+    text = L05.read_text(encoding="utf-8").replace(ARGS, f"'dtype': 'float32', {ARGS}")
+    e = explain_log(text, {})
+    assert "float32: line 2" in e.inputs.kv_dtype_source.text
+
+
+def test_an_unknown_model_run_in_float32_is_recomputed() -> None:
+    """A model kvtier does not know, run in float32: the stand-in's KV is float32 too (was
+    refused: 'float32' is no vLLM KV dtype)."""
+    tokens = _blocks_tokens(58.11, 4)
+    text = L05.read_text(encoding="utf-8").replace(ARGS, f"'dtype': 'float32', {ARGS}")
+    text = text.replace("meta-llama/Llama-3.1-8B-Instruct", "someone/private-8b")
+    text = text.replace(COUNT, f"GPU KV cache size: {tokens:,} tokens")
+    e = explain_log(text, {})
+    assert not e.inputs.model_known
+    assert e.reconciliation.unchecked is None
+    assert e.reconciliation.predicted == tokens
