@@ -38,11 +38,12 @@ def plan_of_rows(ledger: list[dict[str, Any]], **fields: Any) -> PlanPayload:
     """A plan payload holding `ledger` rows (exact, no source unless given); the other fields a
     small SGLang plan's unless given."""
     data = {
-        "engine": "sglang", "model": "m", "gpu": "g", "gpus": 1, "tp": 1, "pp": 1, "era": "e",
-        "units": "GiB", "kv_tokens": 1000, "kv_tokens_range": None, "kv_bytes_per_token": 1024,
-        "page_size": 1, "context_length": 262144, "mem_fraction": 0.8,
-        "max_running_requests": None, "concurrency": [], "host_pool": None, "inputs": [],
-        "notes": [], "ledger": [{"source": "", "exact": True, **row} for row in ledger],
+        "engine": "sglang", "model": "m", "gpu": "g", "gpus": 1, "tp": 1, "pp": 1,
+        "starts": True, "era": "e", "units": "GiB", "kv_tokens": 1000, "kv_tokens_range": None,
+        "kv_bytes_per_token": 1024, "page_size": 1, "context_length": 262144,
+        "mem_fraction": 0.8, "max_running_requests": None, "concurrency": [], "host_pool": None,
+        "inputs": [], "notes": [],
+        "ledger": [{"source": "", "exact": True, **row} for row in ledger],
     }  # fmt: skip
     return from_json(PlanPayload, {**data, **fields})
 
