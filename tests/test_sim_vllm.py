@@ -125,6 +125,19 @@ def test_the_token_budget_chunks_a_long_prompt() -> None:
     assert result.ttft_s.p50 == pytest.approx(chunks, rel=1e-12)
 
 
+def test_a_long_prefill_threshold_cuts_chunks_only_with_company() -> None:
+    alone = req(0, 0.0, 5000, 1, tuple(range(10)))
+    cfg = dataclasses.replace(config(1000, batched=2048), long_prefill_threshold=1000)
+    result = simulate(Trace((alone,)), cfg)
+    chunks = TM.prefill_s(2048, 0) + TM.prefill_s(2048, 2048) + TM.prefill_s(904, 4096)
+    assert result.ttft_s is not None
+    assert result.ttft_s.p50 == pytest.approx(chunks, rel=1e-12)  # nobody to starve: no cap
+    pair = (alone, req(1, 0.0, 5000, 1, tuple(range(20, 30))))
+    first = simulate(Trace(pair), cfg)
+    # both run in 1,000-token chunks: the first needs 5 steps, not 3
+    assert first.ttft_s is not None and first.ttft_s.p50 > 2 * chunks
+
+
 def _kvtier(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kvtier", *args], capture_output=True, text=True, timeout=300

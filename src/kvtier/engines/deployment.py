@@ -117,6 +117,7 @@ class Deployment:
     kv_transfer_config: str | None = None
     lmcache_env: tuple[tuple[str, str], ...] = ()
     scheduling_policy: str | None = None  # vLLM --scheduling-policy (fcfs, priority)
+    long_prefill_token_threshold: int | None = None  # vLLM; None: 0, no cap on a prefill chunk
     # SGLang HiCache policies the simulator follows (None: the version's default)
     hicache_write_policy: str | None = None
     hicache_storage_prefetch_policy: str | None = None

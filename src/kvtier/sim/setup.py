@@ -71,6 +71,7 @@ class SimConfig:
     prefix_caching: bool = True  # vLLM --enable-prefix-caching (SGLang: the radix cache is on)
     scheduling_policy: str = "fcfs"  # vLLM --scheduling-policy
     connector_chunk: int = 0  # vLLM: a connector's hits count in chunks of this (0: blocks)
+    long_prefill_threshold: int = 0  # vLLM: a prefill takes at most this a step (0: no cap)
 
     @property
     def block_tokens(self) -> int:

@@ -81,11 +81,17 @@ def vllm_part(
             "(BlockPool.__init__)",
         )
     )
+    threshold = d.long_prefill_token_threshold or 0
+    if threshold < 0:
+        raise KvtierError(f"--long-prefill-token-threshold must be 0 or more, got {threshold}")
+    if threshold:
+        sources.append(("long prefill threshold", f"{threshold:,} tokens a step per request"))
     policy = d.scheduling_policy or "fcfs"
     given = "--scheduling-policy" if d.scheduling_policy else "vLLM's default"
     sources.append(("scheduling policy", f"{policy} ({given})"))
     return {
         "scheduling_policy": policy,
+        "long_prefill_threshold": threshold,
         "host_tokens": tiers.host_tokens,
         "store_tokens": tiers.store_tokens,
         "connector_chunk": tiers.chunk_tokens,

@@ -46,6 +46,12 @@ FLAGS = FlagTable(
         ),
         Flag("kv_transfer_config", "kv_transfer_config", json_object, ("kv-transfer-config",)),
         Flag(
+            "long_prefill_token_threshold",
+            "long_prefill_token_threshold",
+            int,
+            ("long-prefill-token-threshold",),
+        ),
+        Flag(
             "scheduling_policy",
             "scheduling_policy",
             one_of("fcfs", "priority"),

@@ -2,8 +2,10 @@
 
 Mirrors vllm/v1/core/sched/scheduler.py (read in v0.32.0; the same loop since v0.11):
   * every step has a budget of `max_num_batched_tokens` tokens shared by decode and chunked
-    prefill (V1 always chunks). The running requests go first, in order, each taking what it
-    still has to compute (one token when decoding), cut to the budget left;
+    prefill (V1 always chunks); with `--long-prefill-token-threshold` T, no request takes more
+    than T tokens a step while another request runs or waits (v0.32's rule). The running
+    requests go first, in order, each taking what it still has to compute (one token when
+    decoding), cut to the budget left;
   * a running request that cannot get its blocks preempts the last running request (FCFS; under
     `priority` the latest arrival, the trace giving every request one priority), freeing its
     blocks, resetting its progress and putting it back at the front of waiting (by arrival under
@@ -55,6 +57,7 @@ class VllmLimits:
     max_num_batched_tokens: int
     max_model_len: int | None = None
     policy: str = FCFS
+    long_prefill: int = 0  # long_prefill_token_threshold (0: none)
 
 
 @dataclass(slots=True, eq=False)
@@ -103,6 +106,7 @@ class VllmServer:
         self.preemptions = 0
         self._plan: list[tuple[VReq, int]] = []
         self._steps = 1  # decode steps the step in flight covers (1 unless advanced together)
+        self._cap = limits.max_num_batched_tokens  # tokens one request may take this step
         # the waiting head at its last failed try: the pool's version then, the budget it had
         self._failed: tuple[VReq | None, int, int] = (None, -1, 0)
 
@@ -156,6 +160,9 @@ class VllmServer:
     def start_step(self, now: float, horizon: float) -> float | None:
         self._plan = []
         self._steps = 1
+        # v0.32: the threshold holds only while another request could use the budget
+        cap = self.limits.long_prefill if len(self.run) + len(self.waiting) > 1 else 0
+        self._cap = cap or self.limits.max_num_batched_tokens
         budget, preempted = self._schedule_running(self.limits.max_num_batched_tokens)
         load = 0 if preempted else self._schedule_waiting(budget, now)
         if not self._plan:
@@ -184,23 +191,27 @@ class VllmServer:
     def _schedule_running(self, budget: int) -> tuple[int, bool]:
         size = self.limits.block_size
         preempted = False
+        run, plan = self.run, self._plan
         i = 0
-        while i < len(self.run) and budget > 0:
-            r = self.run[i]
-            n = min(r.num_tokens - r.computed, budget)
-            end = r.computed + n
+        while i < len(run) and budget > 0:
+            r = run[i]
+            computed = r.computed
+            n = min(r.num_tokens - computed, self._cap)
+            if n > budget:
+                n = budget
+            end = computed + n
             # most decode steps need no new block and complete none
-            slow = end > r.blocks * size or r.next_unit < len(r.units)
-            while slow and not self._allocate(r, end):
-                victim = self._victim()
-                if self.run.index(victim) < i:
-                    i -= 1
-                budget += self._unplan(victim)
-                self._preempt(victim)
-                preempted = True
-                if victim is r:
-                    return budget, preempted
-            self._plan.append((r, n))
+            if end > r.blocks * size or r.next_unit < len(r.units):
+                while not self._allocate(r, end):
+                    victim = self._victim()
+                    if run.index(victim) < i:
+                        i -= 1
+                    budget += self._unplan(victim)
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is r:
+                        return budget, preempted
+            plan.append((r, n))
             budget -= n
             i += 1
         return budget, preempted
@@ -325,7 +336,7 @@ class VllmServer:
                 break  # nothing that could make it fit has happened since it last failed
             hit, local, idle, host, store = self._lookup(r)
             cached = (local + host + store) * size
-            n = min(r.num_tokens - cached, budget)
+            n = min(r.num_tokens - cached, budget, self._cap)
             need = -(-(cached + n) // size) - local + idle
             if need > self.pool.free:
                 self._failed = (r, self.pool.version, budget)
@@ -431,5 +442,6 @@ def build(config: SimConfig) -> VllmServer:
         config.chunked_prefill_size,
         config.context_length,
         config.scheduling_policy,
+        config.long_prefill_threshold,
     )
     return VllmServer(pool, config.timing, limits, host, store, config.connector_chunk)
