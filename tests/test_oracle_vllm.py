@@ -24,7 +24,7 @@ import pytest
 
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.vllm import ledger as vllm_ledger
+from kvtier.engines.vllm import builder as vllm_builder
 from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec
@@ -158,7 +158,7 @@ def kvtier(case: dict[str, Any], version: str) -> Kvtier:
         dtype="float32" if model_dtype == "float32" else "auto",
     )
     try:
-        ledger = vllm_ledger.build(PlanInputs(d, model, None, None, None, ""))
+        ledger = vllm_builder.build(PlanInputs(d, model, None, None, None, ""))
     except KvtierError as exc:
         return Kvtier(None, None, None, None, str(exc))
     chunked = "C" in case["kinds"]  # every layer full attention (hybrid manager off)

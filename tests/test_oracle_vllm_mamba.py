@@ -23,7 +23,7 @@ import pytest
 
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.vllm import ledger as vllm_ledger
+from kvtier.engines.vllm import builder as vllm_builder
 from kvtier.errors import KvtierError
 from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, LinearAttention, ModelSpec
 
@@ -127,7 +127,7 @@ def kvtier(case: dict[str, Any], version: str) -> dict[str, Any]:
         mamba_ssm_dtype=case["ssm_cache_dtype"],
     )
     try:
-        ledger = vllm_ledger.build(PlanInputs(d, model, None, None, None, ""))
+        ledger = vllm_builder.build(PlanInputs(d, model, None, None, None, ""))
     except KvtierError as exc:
         return {"error": str(exc)}
     (conc,) = [c.requests for c in ledger.concurrency if c.context == case["max_model_len"]]

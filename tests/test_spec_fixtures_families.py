@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from kvtier.cli import main
+from kvtier.engines.sglang import builder as sglang_builder
 from kvtier.engines.sglang import hicache
-from kvtier.engines.sglang import ledger as sglang_ledger
 from kvtier.engines.sglang import pool as sglang_pool
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
@@ -107,7 +107,7 @@ def test_sglang_dsa_auto_kv_is_fp8_on_a_compute_capability_10_card(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     card = dataclasses.replace(resolve_gpu("B200"), compute_capability=(10, 0))
-    monkeypatch.setattr(sglang_ledger, "resolve_gpu", lambda name: card)
+    monkeypatch.setattr(sglang_builder, "resolve_gpu", lambda name: card)
     model = str(CONFIGS / "deepseek-v3.2.json")
     out = _plan(capsys, "--engine", "sglang", "--model", model, "--gpu", "B200", "--tp", "8")
     assert _inputs(out)["kv cache dtype"] == "fp8_e4m3"

@@ -1,7 +1,7 @@
 """Recompute a logged KV pool with the engine's own ledger builder and say whether it matches.
 
 The log's printed figures are measured inputs of the builder `kvtier plan` uses
-(`kvtier.engines.<engine>.ledger.build`), so explain, plan and the options it prices can never
+(`kvtier.engines.<engine>.builder.build`), so explain, plan and the options it prices can never
 disagree: `predicted.kv_tokens` is the builder's count and the options start from that ledger.
 Printed figures carry two decimals, so the prediction is a range over their rounding: the
 builder runs again at every corner of the printed values' half units, and a logged count inside

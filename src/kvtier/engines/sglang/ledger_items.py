@@ -1,5 +1,5 @@
 """The words of an SGLang ledger: its inputs, items, notes and pool formula, from the figures
-`ledger.build` computed (cells -> budget -> token split -> request table)."""
+`builder.build` computed (cells -> budget -> token split -> request table)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from kvtier.engines.sglang.pool import PoolEra
 from kvtier.units import GiB, MiB
 
 if TYPE_CHECKING:
-    from kvtier.engines.sglang.ledger import Budget, Cells, Requests, Split
+    from kvtier.engines.sglang.builder import Budget, Cells, Requests, Split
 
 Rows = tuple[list[LedgerItem], list[str]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.host import HostTier
 from kvtier.engines.interface import EngineRules
-from kvtier.engines.sglang import explain, hicache, ledger, log, pool, quantization, router
+from kvtier.engines.sglang import builder, explain, hicache, log, pool, quantization, router
 from kvtier.engines.sglang.flags import FLAGS
 from kvtier.spec.model import ModelSpec
 
@@ -22,8 +22,8 @@ RULES = EngineRules(
     engine=Engine.SGLANG,
     flags=FLAGS,
     era_label=lambda version: pool.era_for(version).label,
-    build_ledger=ledger.build,
-    rounded_measures=ledger.rounded_measures,
+    build_ledger=builder.build,
+    rounded_measures=builder.rounded_measures,
     parse_startup=log.parse_sglang,
     load_model=_load_model,
     explain=explain.EXPLAIN,

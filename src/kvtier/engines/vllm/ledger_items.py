@@ -1,5 +1,5 @@
 """The words of a vLLM ledger: its inputs, items, notes and pool formula, from the figures
-`ledger.build` computed (setup -> budget -> blocks and tokens)."""
+`builder.build` computed (setup -> budget -> blocks and tokens)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kvtier.engines.vllm import pool as vllm
 from kvtier.units import GiB
 
 if TYPE_CHECKING:
-    from kvtier.engines.vllm.ledger import Budget, Pool, Setup, Split
+    from kvtier.engines.vllm.builder import Budget, Pool, Setup, Split
 
 
 @dataclass(frozen=True)
