@@ -22,7 +22,7 @@ finite32 = st.floats(
 
 
 def test_bounds_are_the_half_ulp_of_each_format() -> None:
-    e4m3, e5m2 = quant.kv_dtype("fp8_e4m3"), quant.kv_dtype("fp8_e5m2")
+    e4m3, e5m2 = quant.storage_format("fp8_e4m3"), quant.storage_format("fp8_e5m2")
     assert (e4m3.relative_bound, e4m3.subnormal_bound) == (2**-4, 2**-10)
     assert (e5m2.relative_bound, e5m2.subnormal_bound) == (2**-3, 2**-17)
     # the format limits agree with torch's float8 types
@@ -32,7 +32,7 @@ def test_bounds_are_the_half_ulp_of_each_format() -> None:
 
 @pytest.mark.parametrize("name", FP8)
 def test_bound_is_reached_by_a_tie(name: str) -> None:
-    fmt = quant.kv_dtype(name)
+    fmt = quant.storage_format(name)
     # 1 + half an ULP is a tie between 1 and 1 + ULP; round-to-even goes to 1, the full half-ULP
     x = torch.tensor([1.0 + fmt.relative_bound])
     one = torch.tensor(1.0)
@@ -43,7 +43,7 @@ def test_bound_is_reached_by_a_tie(name: str) -> None:
 
 @pytest.mark.parametrize("name", FP8)
 def test_scales_are_powers_of_two_that_never_saturate(name: str) -> None:
-    fmt = quant.kv_dtype(name)
+    fmt = quant.storage_format(name)
     amax = torch.tensor([0.0, 1e-40, 1.0, fmt.max_value, fmt.max_value * 1.0001, 1e38])
     scales = quant.page_scales(amax, fmt)
     mantissa, _ = torch.frexp(scales)
@@ -57,23 +57,23 @@ def test_scales_are_powers_of_two_that_never_saturate(name: str) -> None:
 
 @pytest.mark.parametrize("name", FP8)
 def test_non_finite_values_are_refused(name: str) -> None:
-    fmt = quant.kv_dtype(name)
+    fmt = quant.storage_format(name)
     for bad in (math.inf, math.nan, 2.0**127):
         with pytest.raises(ValueError, match="finite and below 2"):
             quant.page_scales(torch.tensor([1.0, bad]), fmt)
 
 
 def test_unknown_dtype_is_refused() -> None:
-    assert quant.kv_dtype("bf16").name == "bfloat16"
+    assert quant.storage_format("bf16").name == "bfloat16"
     with pytest.raises(ValueError, match="unknown KV cache dtype 'int3'"):
-        quant.kv_dtype("int3")
+        quant.storage_format("int3")
 
 
 @pytest.mark.parametrize("name", FP8)
 @settings(max_examples=150, deadline=None)
 @given(values=st.lists(finite32, min_size=1, max_size=64))
 def test_round_trip_within_bound(name: str, values: list[float]) -> None:
-    fmt = quant.kv_dtype(name)
+    fmt = quant.storage_format(name)
     x = torch.tensor(values, dtype=torch.float32)
     scale = quant.page_scales(x.abs().amax(), fmt)
     y = quant.dequantize(quant.quantize(x, scale, fmt), scale, fmt)
@@ -94,7 +94,7 @@ def _page_storage(name: str, page_size: int) -> TensorStorage:
 def test_a_later_write_that_raises_the_page_scale_keeps_earlier_tokens_bounded(
     name: str, first: list[float], second: list[float]
 ) -> None:
-    fmt = quant.kv_dtype(name)
+    fmt = quant.storage_format(name)
     storage = _page_storage(name, page_size=2)
     a = torch.tensor(first).view(1, 1, 4)
     b = torch.tensor(second).view(1, 1, 4)
@@ -111,7 +111,7 @@ def test_a_later_write_that_raises_the_page_scale_keeps_earlier_tokens_bounded(
 
 @pytest.mark.parametrize("name", FP8)
 def test_a_whole_page_write_starts_the_scale_afresh(name: str) -> None:
-    fmt = quant.kv_dtype(name)
+    fmt = quant.storage_format(name)
     storage = _page_storage(name, page_size=2)
     storage.write_kv(0, [0, 1], torch.full((2, 1, 4), 1000.0), torch.full((2, 1, 4), 1000.0))
     small = torch.linspace(-1e-3, 1e-3, 8).view(2, 1, 4)

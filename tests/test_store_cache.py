@@ -44,7 +44,7 @@ def _cache(layout: KVLayout, url: str) -> tuple[TieredCache, TensorStorage]:
 
 def _layout(kind: AttentionKind, kv_dtype: str) -> KVLayout:
     heads = 1 if kind is AttentionKind.MLA else 2
-    return KVLayout(kind, LAYERS, PAGE, heads, 8, quant.kv_dtype(kv_dtype))
+    return KVLayout(kind, LAYERS, PAGE, heads, 8, quant.storage_format(kv_dtype))
 
 
 def _fill(device: TensorStorage, pages: list[int], seed: int) -> None:

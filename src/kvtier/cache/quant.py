@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class KVDtype:
-    """How one KV element is stored."""
+class StorageFormat:
+    """How one KV element is stored in the cache's tensors."""
 
     name: str  # "bfloat16", "float16", "float32", "fp8_e4m3", "fp8_e5m2"
     itemsize: int  # bytes per stored element
@@ -75,12 +75,14 @@ class KVDtype:
 
 # e4m3fn: 3 mantissa bits, bias 7, no infinities, max 448 (OCP FP8 spec);
 # e5m2: 2 mantissa bits, bias 15, IEEE-like, max 57344.
-KV_DTYPES: dict[str, KVDtype] = {
-    "bfloat16": KVDtype("bfloat16", 2),
-    "float16": KVDtype("float16", 2),
-    "float32": KVDtype("float32", 4),
-    "fp8_e4m3": KVDtype("fp8_e4m3", 1, mantissa_bits=3, min_normal_exp=-6, max_value=448.0),
-    "fp8_e5m2": KVDtype("fp8_e5m2", 1, mantissa_bits=2, min_normal_exp=-14, max_value=57344.0),
+STORAGE_FORMATS: dict[str, StorageFormat] = {
+    "bfloat16": StorageFormat("bfloat16", 2),
+    "float16": StorageFormat("float16", 2),
+    "float32": StorageFormat("float32", 4),
+    "fp8_e4m3": StorageFormat("fp8_e4m3", 1, mantissa_bits=3, min_normal_exp=-6, max_value=448.0),
+    "fp8_e5m2": StorageFormat(
+        "fp8_e5m2", 1, mantissa_bits=2, min_normal_exp=-14, max_value=57344.0
+    ),
 }
 
 _ALIASES = {
@@ -94,13 +96,13 @@ _ALIASES = {
 }
 
 
-def kv_dtype(name: str) -> KVDtype:
+def storage_format(name: str) -> StorageFormat:
     """Look up a KV storage format by name; unknown names fail."""
     key = _ALIASES.get(name.lower(), name.lower())
-    if key not in KV_DTYPES:
-        known = ", ".join(KV_DTYPES)
+    if key not in STORAGE_FORMATS:
+        known = ", ".join(STORAGE_FORMATS)
         raise ValueError(f"unknown KV cache dtype {name!r}; known: {known}")
-    return KV_DTYPES[key]
+    return STORAGE_FORMATS[key]
 
 
 # The scale of an all-zero page, and the smallest one handed out: a normal float32.
@@ -108,7 +110,7 @@ _MIN_SCALE_EXP = -126
 _MAX_INPUT = 2.0**127
 
 
-def page_scales(amax: torch.Tensor, fmt: KVDtype) -> torch.Tensor:
+def page_scales(amax: torch.Tensor, fmt: StorageFormat) -> torch.Tensor:
     """Power-of-two scales that map each absolute maximum into the format's range."""
     import torch
 
@@ -125,7 +127,7 @@ def page_scales(amax: torch.Tensor, fmt: KVDtype) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(ratio), exponent)
 
 
-def quantize(x: torch.Tensor, scale: torch.Tensor, fmt: KVDtype) -> torch.Tensor:
+def quantize(x: torch.Tensor, scale: torch.Tensor, fmt: StorageFormat) -> torch.Tensor:
     """FP8 bits (as uint8) of `x / scale`; `scale` broadcasts against `x`."""
     import torch
 
@@ -133,14 +135,14 @@ def quantize(x: torch.Tensor, scale: torch.Tensor, fmt: KVDtype) -> torch.Tensor
     return scaled.to(fmt.fp8_dtype()).view(torch.uint8)
 
 
-def dequantize(bits: torch.Tensor, scale: torch.Tensor, fmt: KVDtype) -> torch.Tensor:
+def dequantize(bits: torch.Tensor, scale: torch.Tensor, fmt: StorageFormat) -> torch.Tensor:
     """float32 values of FP8 `bits` (uint8) times `scale`."""
     import torch
 
     return bits.view(fmt.fp8_dtype()).to(torch.float32) * scale
 
 
-def error_bound(x: torch.Tensor, scale: torch.Tensor, fmt: KVDtype) -> torch.Tensor:
+def error_bound(x: torch.Tensor, scale: torch.Tensor, fmt: StorageFormat) -> torch.Tensor:
     """The documented round-trip bound for each element of `x` quantized with `scale`."""
     import torch
 

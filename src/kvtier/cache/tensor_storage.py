@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from kvtier.cache import quant
 from kvtier.cache.page_copy import PageCopy, words
-from kvtier.cache.quant import KVDtype
+from kvtier.cache.quant import StorageFormat
 from kvtier.cache.storage import PageStorage, Tier
 from kvtier.errors import UnsupportedModel
 from kvtier.spec.model import AttentionKind, KVGeometry
@@ -53,7 +53,7 @@ class KVLayout:
     page_size: int
     num_kv_heads: int  # per rank; 1 for MLA
     head_dim: int  # MHA: K and V head dim; MLA: latent width
-    dtype: KVDtype
+    dtype: StorageFormat
 
     @classmethod
     def from_geometry(
@@ -64,14 +64,16 @@ class KVLayout:
             raise ValueError("page_size and tp must be positive")
         if kv.kind is AttentionKind.MLA:
             width = kv.kv_lora_rank + kv.qk_rope_head_dim if kv.kv_lora_rank else kv.head_dim
-            return cls(kv.kind, kv.num_layers, page_size, 1, width, quant.kv_dtype(dtype))
+            return cls(kv.kind, kv.num_layers, page_size, 1, width, quant.storage_format(dtype))
         if kv.v_head_dim != kv.head_dim:
             raise UnsupportedModel(
                 f"KV tensor storage needs equal K and V head dims, got {kv.head_dim} and "
                 f"{kv.v_head_dim}"
             )
         heads = kv.kv_heads_per_rank(tp)
-        return cls(kv.kind, kv.num_layers, page_size, heads, kv.head_dim, quant.kv_dtype(dtype))
+        return cls(
+            kv.kind, kv.num_layers, page_size, heads, kv.head_dim, quant.storage_format(dtype)
+        )
 
     @property
     def parts(self) -> int:
