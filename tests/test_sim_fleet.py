@@ -89,6 +89,22 @@ def test_fleet_json_carries_the_fleet_figures(sp: Path, capsys: pytest.CaptureFi
     assert sum(decisions.values()) == 240 and decisions["cache_hit"] > 150
 
 
+def test_llmd_precise_kv_events_arriving_late_lower_the_hit_rate(
+    sp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", str(sp), *SMALL, "--device-tokens", "20000", "--replicas", "4"]
+    argv += ["--router", "llm-d-precise", "--json"]
+    at_once = _out(capsys, argv)
+    assert _out(capsys, [*argv, "--router-opt", "event-delay-ms=0"]) == at_once
+    # 2 s late: a group's next prompt (1.5 s apart on average) is routed before the events
+    # of its last one have told the index where its prefix went
+    late = json.loads(_out(capsys, [*argv, "--router-opt", "event-delay-ms=2000"]))
+    now = json.loads(at_once)
+    assert now["fleet"]["router_options"]["event-delay-ms"] == 0
+    assert late["hit_rate"] < now["hit_rate"] - 0.05
+    assert late["ttft_s"]["p90"] > now["ttft_s"]["p90"]
+
+
 def test_a_vllm_fleet_counts_its_preemptions(sp: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["simulate", str(sp), "--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100"]
     out = run_json(capsys, [*argv, "--replicas", "2", "--router", "power-of-two", "--json"])

@@ -20,7 +20,10 @@ highest (ties at random, seeded by --seed). Weights default to llm-d's well-lit-
 * llm-d-precise, precise-prefix-cache-scorer (llm-d-inference-scheduler `pkg/plugins/scorer/
   precise_prefix_cache.go` over llm-d-kv-cache-manager's index): each replica's longest prefix
   of the prompt's blocks resident on its device, as its KV events report it, min-max normalised
-  over the replicas holding any (1 when they hold equally), 0 for the others.
+  over the replicas holding any (1 when they hold equally), 0 for the others. The events reach
+  the index `event-delay-ms` after the engine stored or evicted the blocks (0, the default: at
+  once; llm-d has no such setting, its delay is the ZMQ publisher's and the indexer's own): the
+  router then scores each replica by what its cache held that long ago.
 
 Trace granularity: a block here is one trace block (its ids name whole prefixes, as the chained
 hashes do), and a partial last block is left out, as the scorers leave it.
@@ -29,7 +32,8 @@ hashes do), and a partial last block is left out, as the scorers leave it.
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Callable
 
 from kvtier.sim.fleet.policy import FleetView, Option, Policy, Router, number
 from kvtier.sim.trace import TraceRequest
@@ -71,6 +75,40 @@ class PrefixIndex:
         return [c / len(blocks) if blocks else 0.0 for c in counts]
 
 
+class DelayedEvents:
+    """Each replica's device blocks as its KV events have told the router: a replica's change
+    (its blocks stored and removed since the last look) reaches the index `delay_s` later."""
+
+    def __init__(self, view: FleetView, replicas: int, delay_s: float) -> None:
+        self.view = view
+        self.delay_s = delay_s
+        self.known: list[set[int]] = [set() for _ in range(replicas)]
+        self._sent: list[set[int]] = [set() for _ in range(replicas)]
+        self._queue: deque[tuple[float, int, set[int], set[int]]] = deque()
+
+    def changed(self, now: float, replica: int) -> None:
+        held, sent = self.view.resident(replica), self._sent[replica]
+        if held != sent:
+            self._queue.append((now + self.delay_s, replica, held - sent, sent - held))
+            self._sent[replica] = held
+
+    def prefixes(self, blocks: tuple[int, ...], now: float) -> list[int]:
+        queue, known = self._queue, self.known
+        while queue and queue[0][0] <= now:
+            _, r, stored, removed = queue.popleft()
+            known[r] -= removed
+            known[r] |= stored
+        out = []
+        for held in known:
+            n = 0
+            for block in blocks:
+                if block not in held:
+                    break
+                n += 1
+            out.append(n)
+        return out
+
+
 class LlmdScheduler:
     def __init__(
         self, replicas: int, opts: dict[str, float], seed: int, view: FleetView, precise: bool
@@ -88,6 +126,12 @@ class LlmdScheduler:
         self.index = PrefixIndex(replicas, max(1, capacity))
         self.block_size = int(opts["block-size"])
         self.max_tokens = int(opts.get("max-prefix-tokens", 0))
+        delay = opts.get("event-delay-ms", 0.0) / 1e3
+        self._events = DelayedEvents(view, replicas, delay) if precise and delay else None
+        # the fleet loop calls this after every event on a replica (None: no delayed events)
+        self.watch: Callable[[float, int], None] | None = (
+            self._events.changed if self._events is not None else None
+        )
 
     def _blocks(self, req: TraceRequest) -> tuple[int, ...]:
         full = req.input_len // self.block_size
@@ -95,13 +139,15 @@ class LlmdScheduler:
             full = min(full, self.max_tokens // self.block_size)
         return req.blocks[:full]
 
-    def _prefix_scores(self, req: TraceRequest, blocks: tuple[int, ...]) -> list[float]:
+    def _prefix_scores(self, req: TraceRequest, blocks: tuple[int, ...], now: float) -> list[float]:
         if not self.precise:
             return self.index.scores(blocks, self.replicas)
         cap = len(blocks)
-        held = {
-            r: (p if p < cap else cap) for r, p in enumerate(self.view.device_prefixes(req)) if p
-        }
+        if self._events is not None:
+            prefixes = self._events.prefixes(blocks, now)
+        else:
+            prefixes = list(self.view.device_prefixes(req))
+        held = {r: (p if p < cap else cap) for r, p in enumerate(prefixes) if p}
         held = {r: p for r, p in held.items() if p}
         if not held:
             return [0.0] * self.replicas
@@ -113,7 +159,7 @@ class LlmdScheduler:
 
     def route(self, req: TraceRequest, now: float) -> int:
         blocks = self._blocks(req)
-        prefix = self._prefix_scores(req, blocks)
+        prefix = self._prefix_scores(req, blocks, now)
         q = self._queues
         lo, hi = min(q), max(q)
         queue = [1.0 if hi == lo else (hi - x) / (hi - lo) for x in q]
@@ -173,7 +219,11 @@ def policies(block_size: int) -> tuple[Policy, Policy]:
         "multi/prefix/plugin.go + indexer.go; llm-d-inference-scheduler "
         "pkg/plugins/scorer/precise_prefix_cache.go; weights from llm-d's guides"
     )
+    precise = dict(_common(block_size))
+    precise["event-delay-ms"] = Option(
+        number(0, 3.6e6), 0.0, "how late a replica's KV events reach the index (0: at once)"
+    )
     return (
         Policy(approx, build_approx, source),
-        Policy(_common(block_size), build_precise, source),
+        Policy(precise, build_precise, source),
     )

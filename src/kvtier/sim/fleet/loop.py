@@ -55,6 +55,7 @@ class FleetLoop:
         self._version = [0] * len(self.engines)  # a cut step's old end is ignored
         self._seen = [(0, 0)] * len(self.engines)  # (running, queued) last observed per replica
         self._running = self._queued = 0  # their sums: the fleet's, kept as replicas change
+        self._watch = getattr(router, "watch", None)  # told after every event on a replica
 
     def _push(self, time: float, kind: int, replica: int = -1, version: int = 0) -> None:
         self._seq += 1
@@ -105,6 +106,8 @@ class FleetLoop:
         self._running += running - old_running
         self._queued += queued - old_queued
         self.concurrency.observe(now, self._running, self._queued)
+        if self._watch is not None:
+            self._watch(now, r)
 
     def _arrive(self, now: float) -> int:
         req = self.requests[self._next]

@@ -38,6 +38,11 @@ class FleetView(Protocol):
         them; read without touching the caches."""
         ...
 
+    def resident(self, replica: int) -> set[int]:
+        """The trace blocks resident on `replica`'s device, as its KV events (stored less
+        removed) have reported them."""
+        ...
+
     def pending_prefill(self) -> Sequence[Sequence[tuple[int, int]]]:
         """Each replica's requests not yet through prefill, as (rid, prompt tokens left), as a
         global scheduler that tracks its requests knows them."""

@@ -117,6 +117,22 @@ class ReplicaView:
             return 0.0
         return self.timing.prefill_s(new_tokens, prefix_tokens)
 
+    def resident(self, replica: int) -> set[int]:
+        """The trace blocks resident on `replica`'s device: what its KV events, stored less
+        removed, have said so far."""
+        kind, index = self._indexes[replica]
+        if kind == "pool":
+            return set(index)
+        out: set[int] = set()
+        if kind == "tree":
+            stack = list(index.children.values())
+            while stack:
+                node = stack.pop()
+                if node.device is not None:
+                    out.update(node.keys)
+                    stack.extend(node.children.values())
+        return out
+
     def device_prefixes(self, req: TraceRequest) -> list[int]:
         blocks = req.blocks
         if not blocks:
