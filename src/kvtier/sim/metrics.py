@@ -146,7 +146,7 @@ def percentiles(values: Sequence[float]) -> Percentiles | None:
     return Percentiles(percentile(s, 50), percentile(s, 90), percentile(s, 99), mean=mean)
 
 
-class Concurrency:
+class ConcurrencyRecorder:
     """Time-weighted running/waiting counts, sampled at every change."""
 
     def __init__(self) -> None:
@@ -237,7 +237,7 @@ def summarize(
     warmup_fraction: float,
     timed: bool,
     evictions: dict[str, int],
-    concurrency: Concurrency | None = None,
+    concurrency: ConcurrencyRecorder | None = None,
     pcie_busy_s: float = 0.0,
     params: dict[str, object] | None = None,
     decode_ends: np.ndarray | None = None,

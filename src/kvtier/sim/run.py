@@ -10,7 +10,7 @@ import numpy as np
 
 from kvtier.sim.bench import RandomBench
 from kvtier.sim.clients import ClientLoop
-from kvtier.sim.metrics import Concurrency, RequestRecord, SimResult, summarize
+from kvtier.sim.metrics import ConcurrencyRecorder, RequestRecord, SimResult, summarize
 from kvtier.sim.servers import build_server
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.simulation import Simulation
@@ -23,7 +23,7 @@ class Replay:
     """A timed run's per-request records, with what the engine and cache counted."""
 
     records: list[RequestRecord]
-    concurrency: Concurrency
+    concurrency: ConcurrencyRecorder
     pcie_busy_s: float
     evictions: dict[str, int]
     prefetches: dict[str, object] | None = None  # the store prefetch's policy and counts

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
-from kvtier.sim.metrics import Concurrency, RequestRecord
+from kvtier.sim.metrics import ConcurrencyRecorder, RequestRecord
 from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.trace import Trace, TraceRequest
 
@@ -62,7 +62,7 @@ class Simulation:
         self.arrivals = TraceArrivals(source) if isinstance(source, Trace) else source
         self.server = server
         self.records: list[RequestRecord] = []
-        self.concurrency = Concurrency()
+        self.concurrency = ConcurrencyRecorder()
         self._seq = 0
         self._queue: list[tuple[float, int, int]] = []  # (time, kind, seq)
         self._settled = 0  # finished + rejected

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvtier.sim.fleet.policy import Router
-from kvtier.sim.metrics import Concurrency, RequestRecord
+from kvtier.sim.metrics import ConcurrencyRecorder, RequestRecord
 from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.trace import Trace
 
@@ -33,7 +33,7 @@ class ReplicaLog:
 
     rids: list[int] = field(default_factory=list)
     busy_s: float = 0.0
-    concurrency: Concurrency = field(default_factory=Concurrency)
+    concurrency: ConcurrencyRecorder = field(default_factory=ConcurrencyRecorder)
 
 
 class FleetLoop:
@@ -44,7 +44,7 @@ class FleetLoop:
         self.records: list[RequestRecord] = []
         self.replica_of: list[int] = []
         self.logs = [ReplicaLog() for _ in engines]
-        self.concurrency = Concurrency()
+        self.concurrency = ConcurrencyRecorder()
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self._next = 0

@@ -22,7 +22,7 @@ from kvtier.sim.fleet.registry import make_router
 from kvtier.sim.fleet.result import FleetResult, ReplicaStats
 from kvtier.sim.fleet.shared_store import SharedStoreQueue
 from kvtier.sim.fleet.view import ReplicaView
-from kvtier.sim.metrics import Concurrency, RequestRecord, summarize
+from kvtier.sim.metrics import ConcurrencyRecorder, RequestRecord, summarize
 from kvtier.sim.servers import build_server
 from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.servers.hicache import TieredCachePort
@@ -183,7 +183,7 @@ def result_span(records: Sequence[RequestRecord]) -> tuple[float, float]:
     return start, end
 
 
-def queue_stats(c: Concurrency, start: float, end: float) -> tuple[float, int]:
+def queue_stats(c: ConcurrencyRecorder, start: float, end: float) -> tuple[float, int]:
     """Time-weighted mean and maximum of the waiting requests between `start` and `end`."""
     samples = c.samples
     area = 0.0
