@@ -34,7 +34,7 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class Cut:
+class Truncation:
     """SGLang's truncation: the first and the last halves of a longer string or list."""
 
     head: object
@@ -66,7 +66,7 @@ def read_value(text: str, pos: int, depth: int = 0) -> tuple[object, int]:
     value, end = _atom(text, pos, depth)
     if text.startswith(_CUT, end) and end + len(_CUT) < len(text):
         tail, end = _atom(text, end + len(_CUT), depth)
-        return Cut(value, tail), end
+        return Truncation(value, tail), end
     return value, end
 
 

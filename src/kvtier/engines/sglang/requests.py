@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any, TypeGuard
 
 from kvtier.errors import KvtierError
-from kvtier.logs.pyrepr import Call, Cut, ReprError, read_value
+from kvtier.logs.pyrepr import Call, ReprError, Truncation, read_value
 from kvtier.logs.requests import ISO_TIME, HashPrompt, LoggedRequest, iso_seconds, token_ids
 
 ENGINE = "sglang"
@@ -119,7 +119,11 @@ class SglangRequests:
         ids, text = fields.get("input_ids"), fields.get("text")
         # text format: 'head' ... 'tail'; JSON: [head..., "...", tail...]
         cut_json = isinstance(ids, list) and "..." in ids
-        if isinstance(ids, Cut) or cut_json or (ids is None and isinstance(text, Cut)):
+        if (
+            isinstance(ids, Truncation)
+            or cut_json
+            or (ids is None and isinstance(text, Truncation))
+        ):
             raise KvtierError(
                 f"{where}: SGLang cut this prompt to its first and last 1,024 items "
                 "(--log-requests-level 2); level 3 prints it whole"
