@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 
-from kvtier.sim.fleet.policy import FleetView, Option, Policy, Router, number
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
 from kvtier.sim.trace import TraceRequest
 
 
@@ -91,8 +91,10 @@ def policy(block_size: int) -> Policy:
 
     return Policy(
         {
-            "overlap-score-weight": Option(number(0.0, 1e6), 1.0, "weight of prefill blocks"),
-            "router-temperature": Option(number(0.0, 1e6), 0.0, "softmax temperature (0: argmin)"),
+            "overlap-score-weight": RouterOption(number(0.0, 1e6), 1.0, "weight of prefill blocks"),
+            "router-temperature": RouterOption(
+                number(0.0, 1e6), 0.0, "softmax temperature (0: argmin)"
+            ),
         },
         build,
         "ai-dynamo lib/llm/src/kv_router (worker selection: overlap_score_weight, "

@@ -35,7 +35,7 @@ import random
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from kvtier.sim.fleet.policy import FleetView, Option, Policy, Router, number
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
 from kvtier.sim.trace import TraceRequest
 
 APPROX_MAX_TOKENS = 256 * 64 // 4  # DefaultMaxPrefixBlocks x DefaultBlockSize chars / 4 a token
@@ -185,26 +185,28 @@ class LlmdScheduler:
         self._next = now + self.interval_s
 
 
-def _common(block_size: int) -> dict[str, Option]:
+def _common(block_size: int) -> dict[str, RouterOption]:
     weight = number(0.0, 1e6)
     return {
-        "prefix-weight": Option(weight, 3.0, "weight of the prefix scorer"),
-        "queue-weight": Option(weight, 2.0, "weight of the queue scorer"),
-        "kv-usage-weight": Option(weight, 2.0, "weight of the KV-cache utilization scorer"),
-        "metrics-interval-ms": Option(
+        "prefix-weight": RouterOption(weight, 3.0, "weight of the prefix scorer"),
+        "queue-weight": RouterOption(weight, 2.0, "weight of the queue scorer"),
+        "kv-usage-weight": RouterOption(weight, 2.0, "weight of the KV-cache utilization scorer"),
+        "metrics-interval-ms": RouterOption(
             number(0.001, 3.6e6), 50.0, "how stale the scraped queue and KV usage are"
         ),
-        "block-size": Option(number(1, 1 << 20, integer=True), block_size, "trace block tokens"),
+        "block-size": RouterOption(
+            number(1, 1 << 20, integer=True), block_size, "trace block tokens"
+        ),
     }
 
 
 def policies(block_size: int) -> tuple[Policy, Policy]:
     """(llm-d-approximate, llm-d-precise)."""
     approx = dict(_common(block_size))
-    approx["lru-capacity-per-server"] = Option(
+    approx["lru-capacity-per-server"] = RouterOption(
         number(0, 1 << 40, integer=True), 0, "blocks the index keeps per server (0: the GPU's)"
     )
-    approx["max-prefix-tokens"] = Option(
+    approx["max-prefix-tokens"] = RouterOption(
         number(0, 1 << 40, integer=True), APPROX_MAX_TOKENS, "tokens hashed (0: all)"
     )
 

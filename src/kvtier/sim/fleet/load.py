@@ -20,7 +20,7 @@ import math
 import random
 from collections import deque
 
-from kvtier.sim.fleet.policy import FleetView, Option, Policy, Router, number
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
 from kvtier.sim.trace import TraceRequest
 
 
@@ -88,7 +88,7 @@ LEAST_LOAD = Policy(
 )
 POWER_OF_TWO = Policy(
     {
-        "load-check-interval-secs": Option(
+        "load-check-interval-secs": RouterOption(
             number(0.001, 86400.0), 5.0, "seconds between /get_load polls (5)"
         )
     },

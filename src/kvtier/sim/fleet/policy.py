@@ -79,7 +79,7 @@ class Router(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Option:
+class RouterOption:
     """One `--router-opt` key: its parser (raises ValueError with a reason) and default."""
 
     parse: Callable[[str], float]
@@ -105,7 +105,7 @@ def number(lo: float, hi: float, integer: bool = False) -> Callable[[str], float
 class Policy:
     """A routing policy: its options and how to build it for `replicas` servers."""
 
-    options: dict[str, Option]
+    options: dict[str, RouterOption]
     build: Callable[[int, dict[str, float], int, FleetView], Router]
     source: str  # the router, file and release it is modelled from
 
