@@ -222,7 +222,7 @@ def policies(block_size: int) -> tuple[Policy, Policy]:
         "pkg/plugins/scorer/precise_prefix_cache.go; weights from llm-d's guides"
     )
     precise = dict(_common(block_size))
-    precise["event-delay-ms"] = Option(
+    precise["event-delay-ms"] = RouterOption(
         number(0, 3.6e6), 0.0, "how late a replica's KV events reach the index (0: at once)"
     )
     return (
