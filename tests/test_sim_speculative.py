@@ -121,3 +121,21 @@ def test_bad_speculative_input_exits_2_with_one_line(
         code = int(stop.code or 0)
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_vllm_speculative_config_commits_the_accept_length_a_step(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    argv = ["simulate", "--generate", "random", "--input-tokens", "512", "--output-tokens", "256"]
+    argv += ["--range-ratio", "1", "--requests", "8", "--seed", "1", "--max-concurrency", "1"]
+    argv += ["--gpu", "h100", "--json", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    spec = '{"method": "eagle3", "model": "x/eagle3", "num_speculative_tokens": 3}'
+    tpot = []
+    for extra in ([], ["--speculative-config", spec]):
+        assert main([*argv, *extra]) == 0
+        tpot.append(json.loads(capsys.readouterr().out)["tpot_s"]["mean"])
+    # vLLM's server model counts tokens: each costs an iteration / 2.61 (3 drafts + a 4-token
+    # verify), against a plain step's one; one request at a time, the draft wins
+    assert 2.0 < tpot[0] / tpot[1] < 2.61

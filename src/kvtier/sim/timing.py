@@ -192,6 +192,16 @@ class TimingModel:
         """`steps` consecutive decode iterations of a fixed batch."""
         return self.decode_lines(batch_kv_tokens, batch).total(steps)
 
+    def decode_tokens_s(self, tokens: int, batch_kv_tokens: float, batch: int) -> float:
+        """Seconds for a fixed batch to commit `tokens` tokens a request, iterations amortised
+        over the accept length (for a server model that counts tokens, not iterations)."""
+        return self.decode_lines(batch_kv_tokens, batch).total(tokens / self.tokens_per_step)
+
+    def decode_tokens_before(self, budget_s: float, batch_kv_tokens: float, batch: int) -> int:
+        """Fewest tokens a request (>= 1) a fixed batch commits in at least `budget_s`."""
+        steps = self.decode_steps_before(budget_s, batch_kv_tokens, batch)
+        return max(1, math.ceil(steps * self.tokens_per_step - 1e-9))
+
     def decode_steps_before(self, budget_s: float, batch_kv_tokens: float, batch: int) -> int:
         """Fewest decode iterations (>= 1) of a fixed batch that take at least `budget_s`."""
         lines = self.decode_lines(batch_kv_tokens, batch)

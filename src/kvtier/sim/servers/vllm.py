@@ -181,7 +181,7 @@ class VllmServer:
             # nothing can be admitted before a finish: waiting is empty or its head failed
             self._steps = self._decode_run(math.inf if self.waiting else horizon, now)
         if decode:
-            compute += self.timing.decode_steps_s(self._steps, kv, decode)
+            compute += self.timing.decode_tokens_s(self._steps, kv, decode)
         load_s = self.timing.load_s(load)
         self.pcie_busy_s += load_s
         read_s = self.timing.store_read_s(self._store_load)
@@ -384,7 +384,7 @@ class VllmServer:
         steps = min(r.req.output_len - r.generated for r in batch)
         kv = sum(r.num_tokens for r in batch)
         if now < horizon < math.inf:
-            steps = min(steps, self.timing.decode_steps_before(horizon - now, kv, len(batch)))
+            steps = min(steps, self.timing.decode_tokens_before(horizon - now, kv, len(batch)))
         size = self.limits.block_size
 
         def new_blocks(k: int) -> int:
