@@ -74,12 +74,12 @@ class ModelCost:
 Line = tuple[float, float]  # a + b x i over the iteration index i
 
 
-def _sum_line(line: Line, n: int) -> float:
+def _sum_line(line: Line, n: float) -> float:
     a, b = line
     return n * a + b * n * (n - 1) / 2
 
 
-def sum_max(first: Line, second: Line, n: int) -> float:
+def sum_max(first: Line, second: Line, n: float) -> float:
     """Sum over i in [0, n) of max(first(i), second(i)): the lines cross at most once."""
     if n <= 0:
         return 0.0
@@ -103,8 +103,8 @@ class StepLines:
     comp: Line
     draft: tuple[float, Line, Line] | None = None  # (passes, memory, compute) of the draft
 
-    def total(self, n: int) -> float:
-        """Seconds of the first `n` iterations."""
+    def total(self, n: float) -> float:
+        """Seconds of the first `n` iterations (a fraction: iterations amortised over tokens)."""
         t = n * self.const + sum_max(self.mem, self.comp, n)
         if self.draft is not None:
             passes, mem, comp = self.draft
