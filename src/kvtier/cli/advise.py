@@ -40,6 +40,11 @@ def run(args: argparse.Namespace) -> int:
     from kvtier.report.ledger_view import print_advice
 
     refuse(args, ADVISE)
+    from kvtier.cli import advise_workload
+
+    advise_workload.check(args)
+    if args.workload:
+        return advise_workload.run(args)
     deployment = deployment_from_args(args, ADVISE)
     warn_ignored(deployment)
     inputs = resolve(deployment, args.context, args.pcie_gbps)

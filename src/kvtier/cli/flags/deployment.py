@@ -21,6 +21,9 @@ from kvtier.engines.sglang import versions as sglang_versions
 from kvtier.engines.vllm import versions as vllm_versions
 
 PAGE = count(1, 1 << 20)
+MAX_SLO_S = 1e6
+# advise --objective's names (tests check them against kvtier.sim.advise.OBJECTIVES)
+OBJECTIVES = ("ttft-p90", "throughput", "cost")
 CARD_GIB = number(1.0, MAX_GIB)
 
 BUILT = used(PLAN, ADVISE, SIMULATE)  # commands that build the deployment from the flags
@@ -193,6 +196,25 @@ ADVICE = (
          help="host-to-GPU GB/s the node sustains in total (shared by its GPUs)"),
     flag("--target-requests", group="advice", commands=used(ADVISE), sample=("64",),
          type=TOKENS, help="requests that must run at once (with one --context length)"),
+    flag("--workload", group="advice", commands=used(ADVISE), action="append",
+         metavar="SOURCE", sample=("tests/fixtures/advise/chat-40.jsonl",),
+         help="simulate every option on this traffic and rank them: a Mooncake trace, a "
+         "request log, a serving log (observe's verdict first) or a saved /metrics text "
+         "(the verdict; give a second --workload to replay). Pairs of the top three options "
+         "that beat the baseline (at most 3) are simulated too"),
+    flag("--objective", group="advice", commands=used(ADVISE), sample=("throughput",),
+         choices=OBJECTIVES, default="ttft-p90",
+         help="what --workload ranks by: the lowest TTFT p90, the highest output throughput, "
+         "or the least cost (extra GPUs, then host RAM, then TTFT p90) (default ttft-p90)"),
+    flag("--ttft-p90-max", group="advice", commands=used(ADVISE), sample=("2",),
+         type=number(0.0, MAX_SLO_S, above=True), metavar="SECONDS",
+         help="SLO: an option whose TTFT p90 is above this ranks after those that meet it"),
+    flag("--jobs", group="advice", commands=used(ADVISE), sample=("2",), type=count(1, 256),
+         default=1, help="simulate the --workload options in N processes"),
+    flag("--mean-prompt-tokens", group="advice", commands=used(ADVISE), sample=("100",),
+         type=TOKENS, help="a serving log --workload: as `simulate --from-log` takes it"),
+    flag("--mean-output-tokens", group="advice", commands=used(ADVISE), sample=("100",),
+         type=TOKENS, help="a serving log --workload: as `simulate --from-log` takes it"),
 )
 
 EXPLAIN_OWN = (

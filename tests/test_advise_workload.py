@@ -1,0 +1,181 @@
+"""`kvtier advise --workload`: every option's figures are what `kvtier simulate` prints for its
+flags, the ranking follows the objective, a compute-bound log says so first, bad input exits 2."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtier.cli import main
+from kvtier.cli.flags.deployment import OBJECTIVES as FLAG_OBJECTIVES
+from kvtier.cli.report import with_json
+from kvtier.sim.advise import GAIN_MIN, OBJECTIVES
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAT = "tests/fixtures/advise/chat-40.jsonl"
+COMPUTE_BOUND_LOG = "tests/fixtures/observe/sglang-2025-11-prefill-trailing-comma.log"
+KIMI = [
+    "--gpu", "RTX PRO 6000", "--host-ram-gb", "396", "--",
+    "python", "-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2.5", "--tp", "8",
+    "--mem-fraction-static", "0.88", "--speculative-algorithm", "EAGLE3",
+]  # fmt: skip
+LLAMA = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _advise(*argv: str) -> dict[str, Any]:
+    code, out, err = _run(with_json(["advise", *argv]))
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+@pytest.fixture(scope="module")
+def kimi(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The founding deployment on 200 chat requests, where the pool overflows."""
+    trace = str(tmp_path_factory.mktemp("advise") / "chat.jsonl")
+    code, _, err = _run(["simulate", "--generate", "chat", "--requests", "200", "--seed", "1",
+                         "-o", trace])  # fmt: skip
+    assert code == 0, err
+    return _advise("--workload", trace, "--jobs", "2", *KIMI)
+
+
+def _simulated(data: dict[str, Any]) -> list[dict[str, Any]]:
+    every = [data["baseline"], *data["options"], *data["combinations"]]
+    return [o for o in every if o["outcome"] is not None]
+
+
+def test_every_option_is_what_simulate_prints_for_its_flags(
+    kimi: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    options = _simulated(kimi)
+    assert len(options) >= 15 and kimi["combinations"]
+    for option in options:
+        words = option["simulate_args"]
+        code, out, err = _run(with_json(["simulate", *words]))
+        assert code == 0, (option["name"], err)
+        run = json.loads(out)
+        got = option["outcome"]
+        assert got["hit_rate"] == run["hit_rate"], option["name"]
+        assert got["ttft_p50_s"] == run["ttft_s"]["p50"]
+        assert got["ttft_p90_s"] == run["ttft_s"]["p90"]
+        assert got["throughput_tok_s"] == run["throughput_tok_s"]
+        assert got["rejected"] == run["rejected"]
+        assert got["pcie_busy_fraction"] == run["pcie_busy_fraction"]
+        assert got["preemptions"] == run["params"].get("preemptions")
+        assert got["device_tokens"] == run["params"]["device_tokens"]
+        assert got["host_tokens"] == run["params"].get("host_tokens")
+
+
+def test_the_options_flags_reach_the_simulation(kimi: dict[str, Any]) -> None:
+    by_name = {o["name"]: o for o in kimi["options"]}
+    base = kimi["baseline"]["outcome"]
+    assert by_name["KV cache fp8_e4m3"]["outcome"]["device_tokens"] > 1.9 * base["device_tokens"]
+    ratio4 = by_name["HiCache ratio 4"]
+    # HostKVCache: ratio x the device pool, in whole pages (page size 1 here, plus one)
+    assert 0 <= ratio4["outcome"]["host_tokens"] - 4 * base["device_tokens"] <= 1
+    assert ratio4["flags"] == ["--enable-hierarchical-cache", "--hicache-ratio", "4"]
+    # 8 x the pool does not fit in 396 GB of host RAM: shown, not run
+    ratio8 = by_name["HiCache ratio 8"]
+    assert not ratio8["fits"] and ratio8["outcome"] is None and "usable" in ratio8["why_not"]
+    assert ratio8["rank"] is None
+    replicas = by_name["2 replicas behind sglang-cache-aware"]
+    assert replicas["gpus"] == 2 * kimi["baseline"]["gpus"] == 16
+
+
+def _key(objective: str, o: dict[str, Any]) -> tuple[float, ...]:
+    out = o["outcome"]
+    if objective == "throughput":
+        return (-out["throughput_tok_s"],)
+    if objective == "cost":
+        return (o["gpus"], o["host_gb_per_node"])
+    return (out["ttft_p90_s"],)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_the_ranking_follows_the_objective(objective: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    data = _advise("--workload", CHAT, "--objective", objective, *LLAMA)
+    ranked = [o for o in data["options"] if o["rank"] is not None]
+    assert [o["rank"] for o in ranked] == list(range(1, len(ranked) + 1))
+    gaining = [o for o in ranked if o["gain"] is not None and o["gain"] >= GAIN_MIN]
+    assert ranked[: len(gaining)] == gaining  # what beats the baseline comes first
+    keys = [_key(objective, o) for o in gaining]
+    assert keys == sorted(keys)
+    rest = ranked[len(gaining) :]
+    assert [_key(objective, o) for o in rest] == sorted(_key(objective, o) for o in rest)
+
+
+def test_an_slo_puts_what_misses_it_after_what_meets_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    data = _advise("--workload", CHAT, "--ttft-p90-max", "0.105", *LLAMA)
+    meets = [o["meets_slo"] for o in data["options"] if o["rank"] is not None]
+    assert True in meets and False in meets
+    assert meets == sorted(meets, reverse=True)
+    assert data["baseline"]["meets_slo"] is False
+
+
+def test_a_compute_bound_log_says_so_first_and_no_option_ranks_without_a_gain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    args = ["--workload", COMPUTE_BOUND_LOG, "--mean-output-tokens", "256", *LLAMA]
+    data = _advise(*args)
+    assert data["verdict"]["verdict"] == "compute-bound"
+    assert data["headline"].startswith("compute-bound: more KV space cannot shorten the queue")
+    assert "chunked prefill, replicas, speculative decoding" in data["headline"]
+    seen_no_gain = False
+    for o in data["options"]:
+        gained = o["gain"] is not None and o["gain"] >= GAIN_MIN and o["fits"]
+        seen_no_gain = seen_no_gain or not gained
+        assert gained or seen_no_gain
+        if seen_no_gain:
+            assert not (gained and o["rank"] is not None), o["name"]
+    fp8 = next(o for o in data["options"] if o["name"] == "KV cache fp8_e4m3")
+    assert fp8["gain"] < GAIN_MIN  # a bigger pool does not shorten this queue
+    code, out, _ = _run(["advise", *args])
+    assert code == 0 and out.splitlines()[0] == data["headline"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--objective", "fastest"], "--objective"),
+        (["--ttft-p90-max", "0"], "--ttft-p90-max"),
+        (["--ttft-p90-max", "-2"], "--ttft-p90-max"),
+        (["--ttft-p90-max", "nan"], "--ttft-p90-max"),
+        (["--ttft-p90-max", "inf"], "--ttft-p90-max"),
+        (["--ttft-p90-max", "2s"], "--ttft-p90-max"),
+        (["--workload", "README.md"], "--workload README.md"),
+        (["--workload", "tests/fixtures/budget_cases.json"], "--workload"),
+        (["--workload", "missing.jsonl"], "missing.jsonl"),
+        (["--objective", "cost"], "--objective applies to --workload"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_naming_it(
+    extra: list[str], named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    workload = [] if "--workload" in extra or "cost" in extra else ["--workload", CHAT]
+    code, out, err = _run(["advise", *LLAMA, *workload, *extra])
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and named in err, err
+
+
+def test_the_flag_table_names_the_objectives() -> None:
+    assert FLAG_OBJECTIVES == OBJECTIVES
