@@ -58,3 +58,15 @@ def test_custom_gpu_knows_only_its_memory() -> None:
     assert gpu.hbm_gbps is None and gpu.pcie_gbps is None
     with pytest.raises(KvtierError):
         GpuSpec.custom(0)
+
+
+def test_every_catalog_gpu_states_its_all_reduce_figures_and_whether_calibrated() -> None:
+    from kvtier.spec.gpu import gpu_catalog
+
+    for gpu in gpu_catalog():
+        assert gpu.allreduce_gbps and gpu.allreduce_gbps_range and gpu.allreduce_latency_us
+        low, high = gpu.allreduce_gbps_range
+        assert low <= gpu.allreduce_gbps <= high, gpu.name
+        # no published serving result has set them yet: each says so, with what it rests on
+        assert gpu.interconnect.startswith("uncalibrated: "), gpu.name
+        assert f"{low:g}-{high:g} GB/s" in gpu.interconnect, gpu.name
