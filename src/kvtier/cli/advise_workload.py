@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from kvtier.cli.advise_menu import (
 from kvtier.cli.advise_source import Workload, command_payload, prepare
 from kvtier.cli.progress import Progress
 from kvtier.errors import KvtierError
+from kvtier.files import check_output
 from kvtier.sim.advise import (
     MAX_COMBINATIONS,
     AdvisedOption,
@@ -36,7 +38,14 @@ from kvtier.sim.advise import (
 from kvtier.units import GB
 
 # advise's flags that only the --workload run reads
-WORKLOAD_ONLY = ("objective", "ttft_p90_max", "jobs", "mean_prompt_tokens", "mean_output_tokens")
+WORKLOAD_ONLY = (
+    "objective",
+    "ttft_p90_max",
+    "jobs",
+    "html",
+    "mean_prompt_tokens",
+    "mean_output_tokens",
+)
 FAMILY = {"store": "host-tier"}  # options of one family are not paired
 
 
@@ -209,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
     from kvtier.report.advise_workload_view import print_workload_advice
 
     check(args)
+    if args.html:
+        check_output(args.html, [*args.workload, args.model], "--html")
     ctx = _Context(args)
     with (
         tempfile.TemporaryDirectory(prefix="kvtier-advise-") as tmp,
@@ -216,6 +227,11 @@ def run(args: argparse.Namespace) -> int:
     ):
         advice = advise(args, ctx, tmp, progress)
     print_workload_advice(advice, as_json=args.json, quiet=args.quiet)
+    if args.html:
+        from kvtier.report.html import write_html
+
+        size = write_html(args.html, {"advise-workload": advice}, title=advice.headline)
+        print(f"wrote {args.html} ({size / 1000:.0f} kB)", file=sys.stderr)
     return 0
 
 

@@ -22,7 +22,7 @@ from kvtier.files import check_output, load_json, read_input
 if TYPE_CHECKING:
     from kvtier.report.payloads import Payload
 
-KINDS = ("plan", "advise", "explain", "observe", "simulate")
+KINDS = ("plan", "advise", "advise-workload", "explain", "observe", "simulate")
 
 
 EPILOG = """\

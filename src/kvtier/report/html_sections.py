@@ -24,6 +24,7 @@ from kvtier.report.html_sim import simulation_section
 from kvtier.report.observe_payload import ObservePayload
 from kvtier.report.payloads import LedgerPayload, Payload
 from kvtier.report.plan_payload import AdvisePayload, OptionPayload, PlanPayload
+from kvtier.sim.advise import WorkloadAdvice
 from kvtier.sim.payload import SimulatePayload
 
 # Context lengths the capacity chart samples: 4k to 256k tokens, powers of two.
@@ -206,6 +207,10 @@ def sections_for(kind: str, payload: Payload) -> list[Section]:
     """The sections one command's payload becomes, in reading order."""
     if isinstance(payload, SimulatePayload):
         return [simulation_section(payload)]
+    if isinstance(payload, WorkloadAdvice):
+        from kvtier.report.html_advise import advice_section
+
+        return [advice_section(payload)]
     if isinstance(payload, ObservePayload):
         from kvtier.report.html_observe import observe_section
 

@@ -211,6 +211,10 @@ ADVICE = (
          help="SLO: an option whose TTFT p90 is above this ranks after those that meet it"),
     flag("--jobs", group="advice", commands=used(ADVISE), sample=("2",), type=count(1, 256),
          default=1, help="simulate the --workload options in N processes"),
+    flag("--html", group="advice", commands=used(ADVISE), metavar="FILE",
+         sample=("{tmp}/advise.html",),
+         help="--workload: also write the answer as one self-contained HTML file, with a "
+         "chart of each option's TTFT p90 and throughput against the baseline"),
     flag("--mean-prompt-tokens", group="advice", commands=used(ADVISE), sample=("100",),
          type=TOKENS, help="a serving log --workload: as `simulate --from-log` takes it"),
     flag("--mean-output-tokens", group="advice", commands=used(ADVISE), sample=("100",),
