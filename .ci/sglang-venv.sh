@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The SGLang virtualenv tests/test_sglang_hicache.py runs SGLang's side in:
 # benchmarks/peers/.venv-sglang, SGLang 0.5.23 without its GPU dependencies, as
-# benchmarks/peers/setup.sh makes it, plus redis-py for kvtier's Redis store. Nothing is
-# installed when the virtualenv already has both; the time taken is printed either way.
+# benchmarks/peers/setup.sh makes it, plus redis-py for kvtier's Redis store and xxhash for its
+# page checksum. Nothing is installed when the virtualenv already has them; the time taken is
+# printed either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=benchmarks/peers/.venv-sglang
@@ -14,5 +15,8 @@ import sglang.srt.mem_cache.hicache_storage'; then
 fi
 if ! has 'import redis'; then
   "$venv/bin/pip" install --quiet 'redis>=5'
+fi
+if ! has 'import xxhash'; then  # kvtier's store checksum (pyproject's range); SGLang needs it too
+  "$venv/bin/pip" install --quiet 'xxhash>=3.1,<5'
 fi
 echo ".ci/sglang-venv.sh: SGLang virtualenv ready in $((SECONDS - start)) s"
