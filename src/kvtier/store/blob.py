@@ -57,7 +57,7 @@ class StaleBlob(ForeignBlob):
 
 def parts_size(parts: Parts) -> int:
     """Bytes in a payload given as runs."""
-    return sum(memoryview(p).nbytes for p in parts)
+    return sum(p.nbytes if type(p) is memoryview else memoryview(p).nbytes for p in parts)
 
 
 def _checksum(fixed: Buffer, page_hash: PageHash, parts: Parts) -> int:
@@ -161,7 +161,7 @@ class PayloadCheck:
 
     def update(self, part: Buffer) -> None:
         self._digest.update(part)
-        self._seen += memoryview(part).nbytes
+        self._seen += part.nbytes if type(part) is memoryview else memoryview(part).nbytes
 
     def finish(self) -> None:
         """Raise `CorruptBlob` unless the pieces were the whole payload the head vouches for."""

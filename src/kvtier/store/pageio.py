@@ -28,8 +28,12 @@ _pool_lock = threading.Lock()
 
 def as_views(buffers: Sequence[Buffer]) -> list[memoryview]:
     """The buffers as byte memoryviews (no copy)."""
-    views = [memoryview(b) for b in buffers]
-    return [v if v.format == "B" else v.cast("B") for v in views]
+    return [b if type(b) is memoryview and b.format == "B" else _byte_view(b) for b in buffers]
+
+
+def _byte_view(buffer: Buffer) -> memoryview:
+    view = memoryview(buffer)
+    return view if view.format == "B" else view.cast("B")
 
 
 def advance(views: list[memoryview], start: int, done: int) -> int:
@@ -49,28 +53,30 @@ def advance(views: list[memoryview], start: int, done: int) -> int:
 def write_all(fd: int, buffers: Sequence[Buffer]) -> int:
     """Write every buffer in order at the file's position (writev, repeated on a short write);
     the bytes written."""
-    views, total = as_views(buffers), 0
-    first = advance(views, 0, 0)
-    while first < len(views):
+    views = as_views(buffers)
+    want, total, first = sum(v.nbytes for v in views), 0, 0
+    while total < want:
         n = os.writev(fd, views[first : first + IOV_MAX])
         if n <= 0:
             raise OSError("writev wrote nothing")
         total += n
-        first = advance(views, first, n)
+        if total < want:
+            first = advance(views, first, n)
     return total
 
 
 def read_into(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
     """Fill the buffers in order from the file at `offset` (preadv, repeated on a short read);
     the bytes read, fewer only at the end of the file."""
-    views, total = as_views(buffers), 0
-    first = advance(views, 0, 0)
-    while first < len(views):
+    views = as_views(buffers)
+    want, total, first = sum(v.nbytes for v in views), 0, 0
+    while total < want:
         n = os.preadv(fd, views[first : first + IOV_MAX], offset + total)
         if n <= 0:
             break
         total += n
-        first = advance(views, first, n)
+        if total < want:
+            first = advance(views, first, n)
     return total
 
 
