@@ -10,6 +10,7 @@ import pytest
 
 from cli_support import error_line, run_json
 from kvtier.cli import main
+from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.shared_prefix import SharedPrefixSpec, shared_prefix
 
 SMALL = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
@@ -238,8 +239,19 @@ def test_generator_needs_its_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert "needs --prompts-per-group, --system-tokens, --question-tokens" in err
 
 
+def _same_requests(one: list[RequestRecord], fleet: list[RequestRecord]) -> None:
+    # a run of k decode steps and the same run stopped at every arrival end within float
+    # rounding of each other; everything counted is the same
+    assert len(one) == len(fleet) == 240
+    for a, b in zip(one, fleet, strict=True):
+        assert a.first_token_s == pytest.approx(b.first_token_s, rel=1e-9, abs=1e-9)
+        assert a.finish_s == pytest.approx(b.finish_s, rel=1e-9, abs=1e-9)
+        assert a.hit_tokens == b.hit_tokens and a.admit_s == pytest.approx(b.admit_s, abs=1e-9)
+
+
+@pytest.mark.parametrize(("engine", "cuts"), [("sglang", 50), ("vllm", 50)])
 def test_a_replica_cut_at_its_own_arrivals_runs_as_one_server_cut_at_every_arrival(
-    sp: Path,
+    sp: Path, engine: str, cuts: int
 ) -> None:
     # one replica behind the fleet loop (decode runs cut only when a request reaches it) against
     # the single-server loop (runs stopped at every arrival): the same request times
@@ -252,17 +264,19 @@ def test_a_replica_cut_at_its_own_arrivals_runs_as_one_server_cut_at_every_arriv
     from kvtier.sim.trace import load_trace, scale_time
 
     trace = scale_time(load_trace(sp), 4.0)  # 2 requests/s: arrivals meet decode runs
-    d = Deployment(engine=Engine.SGLANG, model="llama-3.1-8b", gpu="h100")
+    d = Deployment(engine=Engine(engine), model="llama-3.1-8b", gpu="h100")
     config = build_config(d, trace.block_size, 20000)
     one = Simulation(trace, build_server(config)).run()
     loop = FleetLoop(trace, [build_server(config)], RoundRobin(1))
     fleet = loop.run()
-    assert loop._version[0] > 50  # decode runs were cut at arrivals (92 of 240)
-    assert len(one) == len(fleet) == 240
-    for a, b in zip(one, fleet, strict=True):
-        assert a.first_token_s == pytest.approx(b.first_token_s, rel=1e-9, abs=1e-9)
-        assert a.finish_s == pytest.approx(b.finish_s, rel=1e-9, abs=1e-9)
-        assert a.hit_tokens == b.hit_tokens
+    assert loop._version[0] > cuts  # decode runs were cut at arrivals (SGLang 92, vLLM 93)
+    _same_requests(one, fleet)
+    # four replicas: cut at their own arrivals, or stopped at every one of the fleet's
+    uncut = FleetLoop(trace, [build_server(config) for _ in range(4)], RoundRobin(4))
+    uncut._cuts = [None] * 4
+    cut = FleetLoop(trace, [build_server(config) for _ in range(4)], RoundRobin(4))
+    _same_requests(uncut.run(), cut.run())
+    assert sum(cut._version) > 0 and cut.replica_of == uncut.replica_of
 
 
 def test_the_report_draws_each_replicas_load_and_the_policies_side_by_side(

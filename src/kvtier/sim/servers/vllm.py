@@ -107,6 +107,8 @@ class VllmServer:
         self._plan: list[tuple[VReq, int]] = []
         self._steps = 1  # decode steps the step in flight covers (1 unless advanced together)
         self._cap = limits.max_num_batched_tokens  # tokens one request may take this step
+        self._cost: tuple[float, int, int, float, float] = (0.0, 0, 0, 0.0, 0.0)
+        self._run_yields = False  # the step in flight is a decode run the next arrival stops
         # the waiting head at its last failed try: the pool's version then, the budget it had
         self._failed: tuple[VReq | None, int, int] = (None, -1, 0)
 
@@ -177,16 +179,38 @@ class VllmServer:
                 kv += r.num_tokens
             else:
                 compute += self.timing.prefill_s(n, r.computed)
+        self._run_yields = False
         if decode == len(self._plan) and not preempted:
             # nothing can be admitted before a finish: waiting is empty or its head failed
+            self._run_yields = not self.waiting
             self._steps = self._decode_run(math.inf if self.waiting else horizon, now)
-        if decode:
-            compute += self.timing.decode_tokens_s(self._steps, kv, decode)
         load_s = self.timing.load_s(load)
         self.pcie_busy_s += load_s
         read_s = self.timing.store_read_s(self._store_load)
         self._store_load = 0
+        self._cost = (compute, kv, decode, load_s, read_s)
+        return self._duration(self._steps)
+
+    def _duration(self, steps: int) -> float:
+        compute, kv, decode, load_s, read_s = self._cost
+        if decode:
+            compute += self.timing.decode_tokens_s(steps, kv, decode)
         return compute + load_s + read_s
+
+    def cut(self, start: float, now: float) -> float | None:
+        """Stop the decode run begun at `start` at its first step boundary at or after `now`,
+        as `start_step` would have with `now` as its horizon (a request arrived); the run's new
+        duration, or None when it already ends there, ignored the horizon (requests were
+        waiting, or it preempted) or is a single step. A fleet cuts a replica's run only when a
+        request reaches that replica, where one server stops at every arrival."""
+        if not (self.busy and self._run_yields and self._steps > 1) or now <= start:
+            return None
+        _, kv, decode, _, _ = self._cost
+        until = max(1, self.timing.decode_tokens_before(now - start, kv, decode))
+        if until >= self._steps:
+            return None
+        self._steps = until
+        return self._duration(until)
 
     def _schedule_running(self, budget: int) -> tuple[int, bool]:
         size = self.limits.block_size
