@@ -204,6 +204,8 @@ def test_each_flag_is_used_or_refused_by_name(
     argv = BASE[command]
     if command == EXPLAIN and name in HYBRID_LOG:
         argv = [EXPLAIN, HYBRID_LOG[name]]
+    if command == EXPLAIN and name == "--startup":  # a log of two starts; the first is picked
+        argv = [EXPLAIN, "tests/fixtures/logs/vllm-0.6-two-starts-3090.log"]
     sample = [word.format(tmp=tmp_path) for word in row.sample]
     if (command, name) in UNNAMED:
         code, _, err = _run([*argv, *output, *before, name, *sample, *launch], capsys)

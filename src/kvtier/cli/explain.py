@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         from kvtier.observe.nvidia_smi import parse_nvidia_smi
 
         gpus = parse_nvidia_smi(read_text(args.nvidia_smi, "nvidia-smi"), args.nvidia_smi)
-    explanation = explain_log(read_text(args.log, "log"), flags, measured)
+    text = read_text(args.log, "log")
+    explanation = explain_log(text, flags, measured, startup=args.startup)
     refuse_for_engine(args, EXPLAIN, explanation.engine)
     if args.nvidia_smi is not None:
         from kvtier.observe.nvidia_smi import reconcile_card

@@ -1,9 +1,10 @@
-"""Which engine wrote a log, and the last server start in it, parsed."""
+"""Which engine wrote a log, and one server start in it (the last by default), parsed."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from kvtier.engines.sglang import log as sglang
 from kvtier.engines.vllm import log as vllm
@@ -57,6 +58,8 @@ class ParsedLog:
     startup: sglang.SGLangStartup | vllm.VllmStartup
     first_line: int
     notes: tuple[str, ...]
+    starts: tuple[tuple[int, int], ...] = ()  # every start's first and last line
+    index: int = 0  # the start explained, 0-based
 
 
 def detect_engine(lines: list[LogLine]) -> tuple[str | None, dict[str, LogLine]]:
@@ -88,8 +91,9 @@ def _mixed_note(lines: list[LogLine], detected: str, sample: dict[str, LogLine])
     )
 
 
-def parse_log(text: str, engine: str | None = None) -> ParsedLog:
-    """Parse the last server start in `text`; refuse a log of the other engine than `engine`."""
+def parse_log(text: str, engine: str | None = None, startup: int | None = None) -> ParsedLog:
+    """Parse one server start in `text`: `startup` (1-based), else the last that printed memory
+    lines; refuse a log of the other engine than `engine`."""
     lines = read_lines(text)
     detected, sample = detect_engine(lines)
     if detected is None:
@@ -113,34 +117,77 @@ def parse_log(text: str, engine: str | None = None) -> ParsedLog:
         lines,
         starts_run=lambda t: any(m in t for m in module.START_MARKERS),
         reports_memory=lambda t: any(m in t for m in module.MEMORY_MARKERS),
+        restarts_run=lambda t: any(m in t for m in module.RESTART_MARKERS),
+        reports_count=lambda t: any(m in t for m in module.COUNT_MARKERS),
     )
     notes: list[str] = []
     if len(sample) > 1:
         notes.append(_mixed_note(lines, detected, sample))
-    chosen = runs[-1]
-    if len(runs) > 1:
-        has_memory = [any(any(m in x.text for m in module.MEMORY_MARKERS) for x in r) for r in runs]
-        opened = [any(any(m in x.text for m in module.START_MARKERS) for x in r) for r in runs]
-        if not has_memory[-1] and len(runs) == 2 and not opened[0]:
-            # the start's own arguments, pasted after its memory lines: one start, not two
-            chosen = runs[0] + runs[1]
-            first, last = runs[1][0].number, runs[1][-1].number
-            span = f"line {first}" if first == last else f"lines {first}-{last}"
-            notes.append(
-                f"{span} (the start's arguments) follow its memory lines as pasted; "
-                "they are read as the same start"
-            )
-        elif not has_memory[-1]:
-            chosen = runs[-2]
-            notes.append(
-                f"the log holds {len(runs)} server starts; the last one (from line "
-                f"{runs[-1][0].number}) printed no memory lines, so the one before it "
-                f"(from line {chosen[0].number}) is explained"
-            )
-        else:
-            notes.append(
-                f"the log holds {len(runs)} server starts; the last one "
-                f"(from line {chosen[0].number}) is explained"
-            )
-    startup = sglang.parse_sglang(chosen) if detected == "sglang" else vllm.parse_vllm(chosen)
-    return ParsedLog(detected, startup, chosen[0].number, tuple(notes))
+    starts, memory = _merge_pasted_arguments(runs, module, notes)
+    index = _choose(starts, memory, startup, notes)
+    chosen = starts[index]
+    parsed = sglang.parse_sglang(chosen) if detected == "sglang" else vllm.parse_vllm(chosen)
+    spans = tuple((run[0].number, run[-1].number) for run in starts)
+    return ParsedLog(detected, parsed, chosen[0].number, tuple(notes), spans, index)
+
+
+def _has(run: list[LogLine], markers: tuple[str, ...]) -> bool:
+    return any(any(m in x.text for m in markers) for x in run)
+
+
+def _merge_pasted_arguments(
+    runs: list[list[LogLine]], module: Any, notes: list[str]
+) -> tuple[list[list[LogLine]], list[bool]]:
+    """The starts, with a start's own arguments pasted after its memory lines read as that
+    start; and whether each printed a memory line."""
+    memory = [_has(r, module.MEMORY_MARKERS) for r in runs]
+    if len(runs) == 2 and not memory[1] and not _has(runs[0], module.START_MARKERS):
+        first, last = runs[1][0].number, runs[1][-1].number
+        span = f"line {first}" if first == last else f"lines {first}-{last}"
+        notes.append(
+            f"{span} (the start's arguments) follow its memory lines as pasted; "
+            "they are read as the same start"
+        )
+        return [runs[0] + runs[1]], [True]
+    return runs, memory
+
+
+def _choose(
+    starts: list[list[LogLine]], memory: list[bool], startup: int | None, notes: list[str]
+) -> int:
+    """The start explained (0-based): `startup` (1-based) when given, else the last one that
+    printed a memory line; a note lists every start's lines when there are several."""
+    count = len(starts)
+    if startup is not None and not 1 <= startup <= count:
+        spans = _spans(starts, memory)
+        raise KvtierError(
+            f"--startup {startup}: the log holds {count} server start"
+            f"{'s' if count > 1 else ''} ({spans}); pass 1 to {count}"
+        )
+    if startup is not None:
+        index = startup - 1
+    elif memory[-1] or count == 1:
+        index = count - 1
+    else:
+        index = max((i for i in range(count) if memory[i]), default=count - 1)
+    if count > 1:
+        first, last = starts[index][0].number, starts[index][-1].number
+        why = "" if startup is not None else _default_reason(memory, index)
+        notes.append(
+            f"the log holds {count} server starts ({_spans(starts, memory)}); start "
+            f"{index + 1} (lines {first}-{last}) is explained{why}; --startup K picks another"
+        )
+    return index
+
+
+def _default_reason(memory: list[bool], index: int) -> str:
+    if index == len(memory) - 1:
+        return ", the last"
+    return f", the last that printed memory lines (start {len(memory)} printed none)"
+
+
+def _spans(starts: list[list[LogLine]], memory: list[bool]) -> str:
+    return "; ".join(
+        f"{i + 1}: lines {run[0].number}-{run[-1].number}" + ("" if has else ", no memory lines")
+        for i, (run, has) in enumerate(zip(starts, memory, strict=True))
+    )

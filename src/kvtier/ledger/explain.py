@@ -34,9 +34,13 @@ class Explanation:
 
 
 def explain_log(
-    text: str, flags: Mapping[str, object], measured: Measured | None = None
+    text: str,
+    flags: Mapping[str, object],
+    measured: Measured | None = None,
+    startup: int | None = None,
 ) -> Explanation:
-    """Explain the last server start in `text`.
+    """Explain one server start in `text`: `startup` (1-based), else the last that printed
+    memory lines.
 
     `flags` holds the user's settings by name (`engine`, `model`, `tp`, `pp`, `dp`,
     `mem_fraction`, `kv_cache_dtype`, `page_size`, `max_total_tokens`, `gpu`, `gpus_per_node`,
@@ -45,7 +49,7 @@ def explain_log(
     does not print.
     """
     engine = flags.get("engine")
-    parsed = parse_log(text, engine if isinstance(engine, str) else None)
+    parsed = parse_log(text, engine if isinstance(engine, str) else None, startup)
     e = _explain(parsed, flags, measured, log_inputs(parsed, flags))
     inputs, geometry = e.inputs, e.inputs.geometry
     cell = e.reconciliation.kv_bytes_per_token

@@ -64,19 +64,27 @@ def clean_line(raw: str) -> str:
 
 
 def split_startups(
-    lines: list[LogLine], starts_run: Callable[[str], bool], reports_memory: Callable[[str], bool]
+    lines: list[LogLine],
+    starts_run: Callable[[str], bool],
+    reports_memory: Callable[[str], bool],
+    restarts_run: Callable[[str], bool] = lambda _: False,
+    reports_count: Callable[[str], bool] = lambda _: False,
 ) -> list[list[LogLine]]:
     """Cut a log holding several server starts into one list of lines per start.
 
     A line for which `starts_run` holds begins a new start only once the current one has printed
     a memory line, so the banner, the argument dump and the engine init of one start stay together.
+    A line for which `restarts_run` holds (a weights-loaded line) begins one only once the current
+    start has printed its count or refusal (`reports_count`): excerpts pasted back to back
+    without their argument lines, while every rank's own load line stays in its start.
     """
     runs: list[list[LogLine]] = [[]]
-    has_memory = False
+    has_memory = has_count = False
     for line in lines:
-        if has_memory and starts_run(line.text):
+        if (has_memory and starts_run(line.text)) or (has_count and restarts_run(line.text)):
             runs.append([])
-            has_memory = False
+            has_memory = has_count = False
         runs[-1].append(line)
         has_memory = has_memory or reports_memory(line.text)
+        has_count = has_count or reports_count(line.text)
     return runs

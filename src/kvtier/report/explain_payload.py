@@ -16,6 +16,7 @@ from kvtier.report.card_view import CardPayload, card_payload
 from kvtier.report.plan_payload import LedgerRow, OptionPayload, option_payload
 
 if TYPE_CHECKING:
+    from kvtier.engines.detect import ParsedLog
     from kvtier.engines.explain import LogLedger
     from kvtier.engines.ledger import LedgerItem
     from kvtier.ledger.explain import Explanation
@@ -76,6 +77,21 @@ class Unlogged:
 
 
 @dataclass(frozen=True, slots=True)
+class LineSpan:
+    first_line: int
+    last_line: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartupPayload:
+    """Which of a log's server starts was explained (1-based) and every start's lines; present
+    only when the log holds several."""
+
+    explained: int
+    starts: tuple[LineSpan, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ExplainPayload:
     engine: str
     model: ModelRef
@@ -102,6 +118,7 @@ class ExplainPayload:
     notes: tuple[str, ...]
     warnings: tuple[str, ...]
     nvidia_smi: CardPayload | None = field(default=None, metadata=OMITTED)
+    startup: StartupPayload | None = field(default=None, metadata=OMITTED)
 
 
 def _where(fact: Fact[Any]) -> LogSource:
@@ -160,4 +177,12 @@ def explain_payload(e: Explanation, card: CardReconciliation | None = None) -> E
         notes=(*rec.notes, *([e.options.note] if e.options and e.options.note else [])),
         warnings=rec.warnings,
         nvidia_smi=card_payload(card) if card is not None else None,
+        startup=_startup(e.inputs.parsed),
     )
+
+
+def _startup(parsed: ParsedLog) -> StartupPayload | None:
+    if len(parsed.starts) < 2:
+        return None
+    spans = tuple(LineSpan(first, last) for first, last in parsed.starts)
+    return StartupPayload(parsed.index + 1, spans)

@@ -24,6 +24,7 @@ PAGE = count(1, 1 << 20)
 MAX_SLO_S = 1e6
 # advise --objective's names (tests check them against kvtier.sim.advise.OBJECTIVES)
 OBJECTIVES = ("ttft-p90", "throughput", "cost")
+STARTUP = count(1, 1 << 16)
 CARD_GIB = number(1.0, MAX_GIB)
 
 BUILT = used(PLAN, ADVISE, SIMULATE)  # commands that build the deployment from the flags
@@ -225,6 +226,9 @@ EXPLAIN_OWN = (
     flag("--host-ram-gb", group="", commands=used(EXPLAIN), field="host_ram_gb",
          sample=("64",), type=HOST_GB,
          help="host RAM available per node, decimal GB (HiCache check)"),
+    flag("--startup", group="", commands=used(EXPLAIN), metavar="K", sample=("1",),
+         type=STARTUP, help="the server start to explain when the log holds several (1 the "
+         "first; default: the last that printed memory lines)"),
     flag("--nvidia-smi", group="", commands=used(EXPLAIN), metavar="FILE",
          sample=("tests/fixtures/observe/nvidia-smi/kimi-k25-serving.txt",),
          help="nvidia-smi's table or --query-gpu=index,memory.used,memory.total CSV, taken "

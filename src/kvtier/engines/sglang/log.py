@@ -83,6 +83,8 @@ MEMORY_MARKERS = (
 )
 # 'Load weight begin' opens a start, so it is no memory line: every rank prints one in turn.
 START_MARKERS = ("server_args", "Load weight begin")
+RESTART_MARKERS = ("Load weight end",)
+COUNT_MARKERS = ("max_total_num_tokens=", *FAILURE_MARKERS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,10 @@ MEMORY_MARKERS = (
     *FAILURE_MARKERS,
 )
 START_MARKERS = ("non-default args", "args: Namespace(", "LLM engine (v", "vllm serve")
+# A weights-loaded line after a start's count or refusal opens the next start (excerpts pasted
+# back to back, without their argument lines).
+RESTART_MARKERS = ("Model loading took", "Loading model weights took")
+COUNT_MARKERS = ("GPU KV cache size", "CPU KV cache size", "GPU blocks: ", *FAILURE_MARKERS)
 
 
 @dataclass(frozen=True, slots=True)
