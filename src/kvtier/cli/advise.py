@@ -16,6 +16,16 @@ examples:
   kvtier advise --engine sglang --model kimi-k2.5 --gpu "RTX PRO 6000" --tp 8 \\
       --mem-fraction-static 0.88 --target-requests 64 --context 32k
   kvtier advise --engine vllm --model llama-3.1-8b --gpu h100 --max-model-len 8192 --json
+
+on your traffic (--workload): every option above, the running-request cap, the prefill chunk, an
+L3 store and a second replica run through `kvtier simulate`, ranked by --objective, the baseline
+first; then pairs of the top three options of different kinds (at most 3 pairs):
+  kvtier simulate --generate agent --seed 1 --requests 400 -o agent.jsonl
+  kvtier advise --gpu "RTX PRO 6000" --host-ram-gb 396 --workload agent.jsonl --jobs 2 -- \
+      python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8 \
+      --mem-fraction-static 0.88 --speculative-algorithm EAGLE3
+  kvtier advise --engine sglang --model llama-3.1-8b --gpu h100 --workload server.log \
+      --mean-output-tokens 256 --objective throughput --ttft-p90-max 2 --html advise.html
 """
 
 

@@ -160,7 +160,8 @@ def candidates(
                 (),
                 "draft acceptance decides its gain",
                 fits=False,
-                why_not="not simulated: kvtier's timing model has no draft acceptance",
+                why_not="not varied here: the draft runs as the launch command sets it in every "
+                "option; `kvtier simulate --accept-length` shows what its acceptance buys",
             )
         )
     return out

@@ -176,9 +176,14 @@ def _family(kind: str) -> str:
 
 
 def combinations(ranked: Sequence[AdvisedOption], cands: Sequence[Candidate]) -> list[Candidate]:
-    """Pairs of the top three options that beat the baseline, of different kinds."""
+    """Pairs of the top three options that beat the baseline, each the best of its kind."""
     by_name = {c.name: c for c in cands}
-    top = [by_name[o.name] for o in ranked if beats_baseline(o) and o.name in by_name][:3]
+    top: list[Candidate] = []
+    for o in ranked:  # the best of each family, three families at most
+        c = by_name.get(o.name)
+        if c and beats_baseline(o) and all(_family(t.kind) != _family(c.kind) for t in top):
+            top.append(c)
+    top = top[:3]
     out = []
     for i, a in enumerate(top):
         for b in top[i + 1 :]:

@@ -65,7 +65,8 @@ def detail_lines(options: Sequence[AdvisedOption]) -> list[str]:
     lines = []
     for o in options:
         flags = " ".join(o.flags) or "(no engine flag)"
-        if o.outcome is None:
+        unfit = (o.why_not or "").startswith(("host RAM", "no room"))
+        if o.outcome is None and not unfit:
             lines.append(f"- {o.name}: not run: {o.why_not}")
         elif not o.fits:
             lines.append(f"- {o.name}: does not fit: {o.why_not}")
