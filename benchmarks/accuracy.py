@@ -48,7 +48,7 @@ PLAN_RANGE_GOAL = 0.90
 # how explain says a log prints a count but not the figures to recompute it
 UNCHECKED_PREFIX = "the log lacks the figures to recompute it ("
 
-# What a log does not state, given as the flags a user would pass (as tests/test_logs_cases.py).
+# What a log does not state, given as the flags a user would pass (as tests/test_explain_cases.py).
 FLAGS: dict[str, dict[str, object]] = {
     "S09": {"model": "Qwen/Qwen3-0.6B", "gpu": "RTX 5080", "engine_version": "0.4.10"},
     # no version line; the memory-profiling line's format is vLLM 0.6.4-0.6.5's (index.json)

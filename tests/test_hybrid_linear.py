@@ -262,7 +262,7 @@ def test_sglang_counts_the_padding_slot_as_a_public_log_shows() -> None:
     assert int(padded.rest_gib * GiB) // cell == 580_364
     # the rule before v0.5.17 would spend that budget on 83 slots; it charges rest only the 82
     # it prints, so it fits a budget 1 slot smaller: the log's own figures fit both rules, and
-    # the launch line's fraction settles it for v0.5.9 (test_logs_public_2026)
+    # the launch line's fraction settles it for v0.5.9 (test_explain_public_2026)
     assert sglang_mamba.split_budget(sglang_mamba.SlotRule.RATIO, *args).slots == 83
     ratio_rest = ((580_364 + 0.5) * cell + 82 * per_slot) / GiB
     ratio = sglang_mamba.split_budget(sglang_mamba.SlotRule.RATIO, ratio_rest, *args[1:])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from budget_support import kimi
+from founding_support import kimi
 from kvtier.engines.deployment import Deployment, Engine, Measured
 from kvtier.engines.vllm import pool as vllm
 from kvtier.ledger.plan import plan

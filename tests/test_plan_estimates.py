@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from budget_support import kimi
+from founding_support import kimi
 from kvtier.engines import estimate
 from kvtier.engines.deployment import Measured
 from kvtier.engines.estimate import Term, spread

@@ -1,4 +1,4 @@
-"""The founding deployment as budget tests build it, with its measured figures chosen per test."""
+"""The founding deployment as the plan tests build it, with its measured figures chosen per test."""
 
 from __future__ import annotations
 
