@@ -39,6 +39,9 @@ class FakeView:
     def device_prefixes(self, req: TraceRequest) -> list[int]:
         return [self.resident.get(r, 0) for r in range(len(self.loads))]
 
+    def held_prefixes(self, req: TraceRequest) -> dict[int, int]:
+        return {r: n for r, n in sorted(self.resident.items()) if n}
+
     def pending_prefill(self) -> list[list[tuple[int, int]]]:
         return [[(-1 - r, n)] if n else [] for r, n in enumerate(self.waiting)]
 

@@ -31,6 +31,7 @@ hashes do), and a partial last block is left out, as the scorers leave it.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -119,8 +120,11 @@ class LlmdScheduler:
         self.weights = (opts["prefix-weight"], opts["queue-weight"], opts["kv-usage-weight"])
         self.interval_s = opts["metrics-interval-ms"] / 1e3
         self._rng = random.Random(seed)
-        self._queues: list[int] = [0] * replicas
-        self._usage: list[float] = [0.0] * replicas
+        self._queue_scores: list[float] = []
+        self._usage: list[float] = []
+        self._base: list[float] = []
+        self._by_base: list[int] = []
+        self._scraped([0] * replicas, [0.0] * replicas)
         self._next = 0.0
         capacity = int(opts.get("lru-capacity-per-server", 0)) or view.device_blocks
         self.index = PrefixIndex(replicas, max(1, capacity))
@@ -139,36 +143,46 @@ class LlmdScheduler:
             full = min(full, self.max_tokens // self.block_size)
         return req.blocks[:full]
 
-    def _prefix_scores(self, req: TraceRequest, blocks: tuple[int, ...], now: float) -> list[float]:
+    def _prefix_scores(
+        self, req: TraceRequest, blocks: tuple[int, ...], now: float
+    ) -> dict[int, float]:
+        """The replicas whose prefix score is above 0, and their scores."""
         if not self.precise:
-            return self.index.scores(blocks, self.replicas)
+            scores = self.index.scores(blocks, self.replicas)
+            return {r: s for r, s in enumerate(scores) if s}
         cap = len(blocks)
         if self._events is not None:
-            prefixes = self._events.prefixes(blocks, now)
+            prefixes = dict(enumerate(self._events.prefixes(blocks, now)))
         else:
-            prefixes = list(self.view.device_prefixes(req))
-        held = {r: (p if p < cap else cap) for r, p in enumerate(prefixes) if p}
-        held = {r: p for r, p in held.items() if p}
+            prefixes = self.view.held_prefixes(req)
+        held = {r: (p if p < cap else cap) for r, p in prefixes.items() if p}
         if not held:
-            return [0.0] * self.replicas
+            return {}
         lo, hi = min(held.values()), max(held.values())
-        return [
-            (1.0 if lo == hi else (held[r] - lo) / (hi - lo)) if r in held else 0.0
-            for r in range(self.replicas)
-        ]
+        if lo == hi:
+            return dict.fromkeys(held, 1.0)
+        return {r: s for r, p in held.items() if (s := (p - lo) / (hi - lo))}
 
     def route(self, req: TraceRequest, now: float) -> int:
+        """The max-score pick. A replica scoring 0 on prefix totals its queue and KV-usage
+        scores alone (the same float: 0 + x is x), fixed between scrapes: only the replicas
+        scoring on prefix are summed here."""
         blocks = self._blocks(req)
         prefix = self._prefix_scores(req, blocks, now)
-        q = self._queues
-        lo, hi = min(q), max(q)
-        queue = [1.0 if hi == lo else (hi - x) / (hi - lo) for x in q]
         wp, wq, wk = self.weights
-        total = [
-            wp * prefix[r] + wq * queue[r] + wk * (1 - self._usage[r]) for r in range(self.replicas)
-        ]
-        best = max(total)
-        choice = self._rng.choice([r for r, t in enumerate(total) if t == best])
+        queue, usage, base = self._queue_scores, self._usage, self._base
+        total = {r: wp * s + wq * queue[r] + wk * (1 - usage[r]) for r, s in prefix.items()}
+        best = max(total.values(), default=-math.inf)
+        rest = next((base[r] for r in self._by_base if r not in prefix), -math.inf)
+        best = max(best, rest)
+        pick = [r for r, t in total.items() if t == best]
+        if rest == best:
+            for r in self._by_base:
+                if base[r] != best:
+                    break
+                if r not in prefix:
+                    pick.append(r)
+        choice = self._rng.choice(sorted(pick))
         if not self.precise:
             self.index.add(blocks, choice)
         return choice
@@ -180,9 +194,19 @@ class LlmdScheduler:
         return self._next
 
     def tick(self, now: float) -> None:
-        self._queues = list(self.view.queues())
-        self._usage = list(self.view.kv_usage())
+        self._scraped(list(self.view.queues()), list(self.view.kv_usage()))
         self._next = now + self.interval_s
+
+    def _scraped(self, queues: list[int], usage: list[float]) -> None:
+        """The scrape's queue scores, and each replica's total without a prefix score,
+        replicas by that total, highest first (equals in replica order)."""
+        lo, hi = min(queues), max(queues)
+        self._queue_scores = [1.0 if hi == lo else (hi - x) / (hi - lo) for x in queues]
+        self._usage = usage
+        _, wq, wk = self.weights
+        q = self._queue_scores
+        self._base = [wq * q[r] + wk * (1 - usage[r]) for r in range(self.replicas)]
+        self._by_base = sorted(range(self.replicas), key=lambda r: -self._base[r])
 
 
 def _common(block_size: int) -> dict[str, RouterOption]:

@@ -38,6 +38,10 @@ class FleetView(Protocol):
         them; read without touching the caches."""
         ...
 
+    def held_prefixes(self, req: TraceRequest) -> dict[int, int]:
+        """`device_prefixes`, only the replicas holding at least one block."""
+        ...
+
     def resident(self, replica: int) -> set[int]:
         """The trace blocks resident on `replica`'s device, as its KV events (stored less
         removed) have reported them."""

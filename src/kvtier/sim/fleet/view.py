@@ -68,6 +68,9 @@ class ReplicaView:
                 self._indexes.append(("pool", s.pool.cached))
             else:
                 self._indexes.append(("none", None))
+        # each tree's root and its children (a dict kept for the tree's life)
+        self._trees = [(r, i, i.children) for r, (k, i) in enumerate(self._indexes) if k == "tree"]
+        self._pools = [(r, i) for r, (kind, i) in enumerate(self._indexes) if kind == "pool"]
 
     @property
     def device_blocks(self) -> int:
@@ -131,6 +134,22 @@ class ReplicaView:
                 if node.device is not None:
                     out.update(node.keys)
                     stack.extend(node.children.values())
+        return out
+
+    def held_prefixes(self, req: TraceRequest) -> dict[int, int]:
+        """`device_prefixes` without the replicas holding none (most, in a large fleet)."""
+        blocks = req.blocks
+        out: dict[int, int] = {}
+        if not blocks:
+            return out
+        first = blocks[0]
+        for r, root, children in self._trees:
+            child = children.get(first)
+            if child is not None and child.device is not None:
+                out[r] = _tree_prefix(root, blocks)
+        for r, cached in self._pools:
+            if first in cached:
+                out[r] = _pool_prefix(cached, blocks)
         return out
 
     def device_prefixes(self, req: TraceRequest) -> list[int]:
