@@ -46,9 +46,13 @@ def resolve(
         gpu_name = gpu_name or f"custom {d.measured.gpu_mem_gib:g} GiB"
     model, loaded = rules_for(d.engine).load_model(model, d)
     dtype = None if d.dtype == "auto" else d.dtype
-    weights = weight_bytes(model, d.tp, dtype)
+    # SGLang's DP attention splits the attention layers over tp / dp (the embedding whole)
+    attn_tp = d.tp // d.dp if d.enable_dp_attention and d.dp > 1 else None
+    weights = weight_bytes(model, d.tp, dtype, attn_tp)
     per_gpu = weights.total_bytes
     source = f"estimated: spec weights at TP{d.tp}" + (f" ({loaded})" if loaded else "")
+    if attn_tp is not None:
+        source += f", attention at TP{attn_tp} and the embedding whole (DP attention)"
     if d.pp > 1:  # an even split: the stages holding the embedding or the head carry a bit more
         per_gpu = -(-per_gpu // d.pp)
         source += f" / PP{d.pp}"

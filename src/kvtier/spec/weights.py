@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from kvtier.errors import KvtierError
 from kvtier.spec.dtypes import dtype_bytes
 from kvtier.spec.model import ModelSpec
-from kvtier.spec.params import ATTENTION_KV, EMBEDDING, LM_HEAD, ROUTER_FP32
+from kvtier.spec.params import (
+    ATTENTION,
+    ATTENTION_KV,
+    EMBEDDING,
+    LM_HEAD,
+    MLA_ABSORBED,
+    ROUTER_FP32,
+)
 from kvtier.units import gib
 
 _VOCAB_PADDING = 64
@@ -60,10 +67,16 @@ class WeightBytes:
         return sum(g.bytes_per_rank for g in self.groups if not g.buffer)
 
 
-def weight_bytes(spec: ModelSpec, tp: int, dtype: str | None = None) -> WeightBytes:
+def weight_bytes(
+    spec: ModelSpec, tp: int, dtype: str | None = None, attn_tp: int | None = None
+) -> WeightBytes:
     """Per-rank weight bytes of `spec` at tensor parallelism `tp`.
 
     `dtype` overrides the config's dtype for unquantized groups (an engine's `--dtype`).
+    `attn_tp` is the attention layers' own TP size under SGLang's DP attention (tp / dp): the
+    attention projections are split over it, and the embedding is whole on every rank
+    (deepseek_v2.py / qwen2_moe.py `VocabParallelEmbedding(enable_tp=not
+    is_dp_attention_enabled())`).
     """
     if tp < 1:
         raise KvtierError(f"tensor parallel size must be >= 1, got {tp}")
@@ -77,13 +90,16 @@ def weight_bytes(spec: ModelSpec, tp: int, dtype: str | None = None) -> WeightBy
     padded_vocab = -(-spec.vocab_size // _VOCAB_PADDING) * _VOCAB_PADDING
     groups = []
     tagged = [(g, False) for g in spec.params] + [(g, True) for g in spec.load_buffers]
+    heads_tp = tp if attn_tp is None else attn_tp
     for g, buffer in tagged:
-        if not g.sharded:
+        if not g.sharded or (g.name == EMBEDDING and attn_tp is not None):
             params = g.count
         elif g.name in (EMBEDDING, LM_HEAD):
             params = -(-padded_vocab // tp) * (g.count // spec.vocab_size)
         elif g.name == ATTENTION_KV:
-            params = g.count // min(tp, spec.kv.num_kv_heads)
+            params = g.count // min(heads_tp, spec.kv.num_kv_heads)
+        elif g.name in (ATTENTION, MLA_ABSORBED):
+            params = g.count // heads_tp
         else:
             params = g.count // tp
         width = quant.bytes_per_param if g.quantized and quant else plain
