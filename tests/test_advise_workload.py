@@ -23,6 +23,8 @@ KIMI = [
     "--gpu", "RTX PRO 6000", "--host-ram-gb", "396", "--",
     "python", "-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2.5", "--tp", "8",
     "--mem-fraction-static", "0.88", "--speculative-algorithm", "EAGLE3",
+    "--speculative-draft-model-path", "lightseekorg/kimi-k2.5-eagle3", "--speculative-num-steps",
+    "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
 ]  # fmt: skip
 LLAMA = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
 
@@ -94,6 +96,12 @@ def test_the_options_flags_reach_the_simulation(kimi: dict[str, Any]) -> None:
     ratio8 = by_name["HiCache ratio 8"]
     assert not ratio8["fits"] and ratio8["outcome"] is None and "usable" in ratio8["why_not"]
     assert ratio8["rank"] is None
+    # a draft step fewer: the launch command's own --speculative-num-steps 3 becomes 2
+    fewer = by_name["speculative steps 2"]
+    assert fewer["outcome"] is not None
+    launch = fewer["simulate_args"][fewer["simulate_args"].index("--") :]
+    assert launch.count("--speculative-num-steps") == 1
+    assert launch[launch.index("--speculative-num-steps") + 1] == "2"
     replicas = by_name["2 replicas behind sglang-cache-aware"]
     assert replicas["gpus"] == 2 * kimi["baseline"]["gpus"] == 16
 

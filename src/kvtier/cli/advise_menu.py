@@ -153,18 +153,40 @@ def candidates(
         out.append(_store(p, base))
     out.append(_replicas())
     if d.speculative_algorithm:
-        out.append(
+        out += _speculative(p)
+    return out
+
+
+def _speculative(p: PlanInputs) -> list[Candidate]:
+    """One draft step fewer and one more (a chain draft, top-k 1: draft tokens = steps + 1),
+    where the launch command states its steps; otherwise listed, not run."""
+    d = p.deployment
+    steps, topk = d.speculative_num_steps, d.speculative_eagle_topk or 1
+    if d.engine is not Engine.SGLANG or steps is None or topk != 1:
+        return [
             Candidate(
                 f"speculative decoding ({d.speculative_algorithm}) settings",
                 "speculative",
                 (),
                 "draft acceptance decides its gain",
                 fits=False,
-                why_not="not varied here: the draft runs as the launch command sets it in every "
-                "option; `kvtier simulate --accept-length` shows what its acceptance buys",
+                why_not="not varied: give SGLang's --speculative-num-steps with "
+                "--speculative-eagle-topk 1 in the launch command",
             )
+        ]
+    return [
+        Candidate(
+            f"speculative steps {n}",
+            "speculative",
+            ("--speculative-num-steps", str(n), spelled(p, "speculative_num_draft_tokens"),
+             str(n + 1)),
+            f"{n} draft steps a decode iteration instead of {steps}: each accepted run "
+            "is longer" if n > steps else f"{n} draft steps instead of {steps}: a cheaper "
+            "draft, fewer tokens accepted a verify",
         )
-    return out
+        for n in (steps - 1, steps + 1)
+        if n >= 1
+    ]  # fmt: skip
 
 
 def _store(p: PlanInputs, base: Ledger) -> Candidate:

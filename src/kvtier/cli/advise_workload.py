@@ -89,8 +89,23 @@ def words_for(
     own += cand.sim_words
     words = [*workload.replay, *deployment_words(args, set(fields_of(own))), *own]
     if args.launch:
-        words += ["--", *args.launch, *extra]
+        words += ["--", *with_launch(args.launch, extra)]
     return tuple(words), None
+
+
+def with_launch(launch: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """The launch command with `extra`'s flags set: a flag it has takes the new value in its
+    place (the launch parser refuses a flag given twice), another is appended."""
+    out = list(launch)
+    for flag, values in pairs(extra):
+        at = next((i for i, w in enumerate(out) if w == flag or w.startswith(f"{flag}=")), None)
+        if at is None:
+            out += [flag, *values]
+        elif "=" in out[at]:
+            out[at] = f"{flag}={values[0]}" if values else flag
+        else:
+            out[at + 1 : at + 1 + len(values)] = values
+    return out
 
 
 def _run_all(
