@@ -291,3 +291,27 @@ def test_a_batch_of_a_billion_requests_is_refused_before_anything_is_built(
     out, err = capsys.readouterr()
     assert (code, out) == (2, "")
     assert "admit 1,000,000,0" in err and "a fitted workload holds at most 1,000,000" in err
+
+
+def _decode(head: str, second: int, running: int) -> str:
+    return (
+        f"[2026-03-01 10:00:{second:02d} {head}] Decode batch, #running-req: {running}, "
+        "#token: 100, token usage: 0.50, cuda graph: True, gen throughput (token/s): 100.00, "
+        "#queue-req: 3, \n"
+    )
+
+
+def test_ranks_that_print_copies_count_once(tmp_path: Path) -> None:
+    from kvtier.observe.logread import read_stream
+
+    # context-parallel ranks print the same line, one of them a second late; DP ranks have their
+    # own schedulers; a pool line printed first by another rank does not pick the batch lines' rank
+    text = "[2026-03-01 09:59:59 DP0 ATTN_CP3 TP3] KV Cache is allocated. #tokens: 1000\n"
+    for second in range(3):
+        text += _decode("DP0 ATTN_CP0 TP0", second, 5) + _decode("DP0 ATTN_CP1 TP1", second + 1, 5)
+        text += _decode("DP1 ATTN_CP0 TP2", second, 7)
+    observer = Observer("ranks.log")
+    read_stream(io.BytesIO(text.encode()), observer)
+    result = observer.result()
+    assert result.samples == 6  # 3 lines of DP0, 3 of DP1
+    assert result.pool_tokens == 1000 and result.peak is not None and result.peak.running == 5

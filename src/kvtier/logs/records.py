@@ -15,7 +15,7 @@ T = TypeVar("T")
 # longer number does not match at all (it is not cut to its first digits).
 NUM = r"(-?\d{1,12}(?:\.\d{1,12})?)(?!\d)"
 INT = r"(\d{1,15})(?!\d)"
-GROUPED_INT = r"(\d{1,3}(?:,\d{3}){0,5}|\d{1,15})(?![\d,]\d)"  # "476,016" or "476016"
+GROUPED_INT = r"(\d{1,3}(?:,\d{3}){0,5}|\d{1,15})(?!\d|,\d)"  # "476,016" or "476016"
 
 
 @dataclass(frozen=True, slots=True)

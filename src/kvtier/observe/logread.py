@@ -46,6 +46,20 @@ def _when(prefix: str) -> str | None:
     return None if found is None else found.group(0).strip()
 
 
+# A data-parallel rank's tag ("DP1" in SGLang's "[... DP1 TP4]", vLLM's "EngineCore_DP1"): each DP
+# rank runs its own scheduler, so its lines are its own; TP, CP, PP and EP ranks print copies.
+_DP_TAG = re.compile(r"(?<![A-Za-z0-9])DP(\d{1,4})(?![A-Za-z0-9])")
+
+
+def _rank(head: str) -> str | None:
+    """The rank a message's prefix names, its data-parallel rank first ("DP1 TP4")."""
+    rank = rank_of(head, len(head))
+    dp = _DP_TAG.search(head[:160])
+    if dp is None:
+        return rank
+    return f"DP{dp.group(1)}" + (f" {rank}" if rank else "")
+
+
 _ENGINE_OF = {m: ("sglang", sglang) for m in sglang.MARKERS} | {
     m: ("vllm", vllm) for m in vllm.MARKERS
 }
@@ -63,7 +77,7 @@ class _Prefixes:
         if found is None:
             if len(self.known) >= _PREFIXES_KEPT:
                 self.known.clear()
-            found = self.known[head] = (_when(head[-120:]), rank_of(head, len(head)))
+            found = self.known[head] = (_when(head[-120:]), _rank(head))
         return found
 
 

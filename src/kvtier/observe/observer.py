@@ -7,6 +7,7 @@ keeps its first few lines, however long the log.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from kvtier.observe.diagnosis import KV_FULL, Counts, Diagnosis, Evidence, diagnose
@@ -17,6 +18,7 @@ _TEXT_KEPT = 400
 _SEEN_KEPT = 4096
 SAMPLE_KINDS = frozenset({"decode", "prefill", "fill", "stats", "metrics"})
 _EVENTS = frozenset({"retracted", "preemptions", "preempted_total"})
+_TITLE = re.compile(r"[A-Za-z#][A-Za-z_# -]{0,40}")  # a message's words before its figures
 _SHARE = (0.0, 1.0, False)
 _COUNT = (0.0, 1e9, True)  # requests or events: more than a server can hold or see in a day
 _TOKENS = (0.0, 1e11, True)  # tokens in one batch line, a pool, or since start
@@ -112,6 +114,8 @@ class Observer:
         self.skipped = 0
         self.skipped_lines: list[Evidence] = []
         self._seen: dict[tuple[str | None, str], str | None] = {}
+        # (DP group, kind of message) -> the rank whose lines are read
+        self._speakers: dict[tuple[str | None, str], str] = {}
 
     @staticmethod
     def _keep(lines: list[Evidence], line: int | None, text: str) -> None:
@@ -124,7 +128,19 @@ class Observer:
         self._keep(self.skipped_lines, line, text)
 
     def duplicate(self, time: str | None, message: str, rank: str | None) -> bool:
-        """Whether another rank already printed this message at this time (every rank logs it)."""
+        """Whether this message is a copy another rank printed: every TP, CP, PP or EP rank of
+        one scheduler prints the same batch line, not always within the same second. The first
+        rank of each data-parallel group ("DP1 ...", or the untagged group) to print a kind of
+        serving line is the one read for it; the others' lines of that kind are copies. Among untagged lines, one message at
+        one time printed again by another rank is a copy too."""
+        if rank is not None:
+            group = rank.split(" ", 1)[0] if rank.startswith("DP") else None
+            # per kind of message: the rank printing the batch lines need not print the others
+            title = _TITLE.match(message)
+            key = (group, title.group(0) if title else "")
+            speaker = self._speakers.setdefault(key, rank)
+            if speaker != rank:
+                return True
         key = (time, message)
         if key in self._seen:
             return self._seen[key] != rank
