@@ -96,6 +96,9 @@ def test_the_options_flags_reach_the_simulation(kimi: dict[str, Any]) -> None:
     ratio8 = by_name["HiCache ratio 8"]
     assert not ratio8["fits"] and ratio8["outcome"] is None and "usable" in ratio8["why_not"]
     assert ratio8["rank"] is None
+    # the fraction step past the highest safe one is shown, not run
+    over = by_name["--mem-fraction-static 0.96"]
+    assert not over["fits"] and over["outcome"] is None and "OOM margin" in over["why_not"]
     # a draft step fewer: the launch command's own --speculative-num-steps 3 becomes 2
     fewer = by_name["speculative steps 2"]
     assert fewer["outcome"] is not None

@@ -13,7 +13,17 @@ from kvtier.cli.flags.row import USED, KvFlag
 from kvtier.engines.deployment import Engine
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
-from kvtier.ledger.advise import HostSetup, Option, all_options, spelled
+from kvtier.ledger.advise import (
+    FRACTION_STEPS,
+    HostSetup,
+    Option,
+    all_options,
+    fraction_flag,
+    free_at_end,
+    max_safe_fraction,
+    spelled,
+    variant,
+)
 from kvtier.units import GB, GiB
 
 STORE_POOLS = 20  # the L3 option's store: this many device pools of tokens
@@ -129,6 +139,7 @@ def candidates(
     prefill chunk) say are in force."""
     d = p.deployment
     out = [_from_ledger(o, host) for o in all_options(p, base, margin_gib, host)]
+    out += _over_margin(p, base, margin_gib)
     cap, chunk = params.get("max_running_requests"), params.get("chunked_prefill_size")
     if isinstance(cap, int) and cap > 1:
         out.append(
@@ -187,6 +198,28 @@ def _speculative(p: PlanInputs) -> list[Candidate]:
         for n in (steps - 1, steps + 1)
         if n >= 1
     ]  # fmt: skip
+
+
+def _over_margin(p: PlanInputs, base: Ledger, margin_gib: float) -> list[Candidate]:
+    """The first fraction step past the highest safe one, shown as not fitting the margin."""
+    if p.deployment.kv_cache_memory_bytes is not None:
+        return []
+    top = max_safe_fraction(p, base, margin_gib)
+    over = next((f for f in FRACTION_STEPS if f > max(top, base.mem_fraction)), None)
+    led = None if over is None else variant(p, mem_fraction=over)
+    if over is None or led is None:
+        return []
+
+    def kv_gib(ledger: Ledger) -> float:
+        return sum(i.gib for i in ledger.items if i.item in ("KV cache pool", "draft KV pool"))
+
+    left = free_at_end(base) - (kv_gib(led) - kv_gib(base))
+    flag = fraction_flag(p)
+    why = (
+        f"OOM margin: {left:.2f} GiB left free at the end of startup, under --margin-gib "
+        f"{margin_gib:.2f}"
+    )
+    return [Candidate(f"{flag} {over:.2f}", "fraction", (flag, f"{over:.2f}"), why, (), False, why)]
 
 
 def _store(p: PlanInputs, base: Ledger) -> Candidate:

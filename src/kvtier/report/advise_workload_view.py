@@ -65,7 +65,7 @@ def detail_lines(options: Sequence[AdvisedOption]) -> list[str]:
     lines = []
     for o in options:
         flags = " ".join(o.flags) or "(no engine flag)"
-        unfit = (o.why_not or "").startswith(("host RAM", "no room"))
+        unfit = (o.why_not or "").startswith(("host RAM", "no room", "OOM margin"))
         if o.outcome is None and not unfit:
             lines.append(f"- {o.name}: not run: {o.why_not}")
         elif not o.fits:
