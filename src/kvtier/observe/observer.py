@@ -131,8 +131,8 @@ class Observer:
         """Whether this message is a copy another rank printed: every TP, CP, PP or EP rank of
         one scheduler prints the same batch line, not always within the same second. The first
         rank of each data-parallel group ("DP1 ...", or the untagged group) to print a kind of
-        serving line is the one read for it; the others' lines of that kind are copies. Among untagged lines, one message at
-        one time printed again by another rank is a copy too."""
+        serving line is the one read for it; the others' lines of that kind are copies. One
+        message at one time printed again by another rank is a copy too."""
         if rank is not None:
             group = rank.split(" ", 1)[0] if rank.startswith("DP") else None
             # per kind of message: the rank printing the batch lines need not print the others
