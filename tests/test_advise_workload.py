@@ -190,3 +190,14 @@ def test_bad_input_exits_2_with_one_line_naming_it(
 
 def test_the_flag_table_names_the_objectives() -> None:
     assert FLAG_OBJECTIVES == OBJECTIVES
+
+
+def test_a_request_log_is_replayed_as_kvtier_trace_writes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    log = "tests/fixtures/requests/sglang-0.5.9-level3.log"
+    data = _advise("--workload", log, *LLAMA)
+    assert data["verdict"] is None or data["verdict"]["source"] == log
+    assert any(f"kvtier trace {log} -o FILE" in note for note in data["notes"])
+    assert data["baseline"]["outcome"]["hit_rate"] >= 0

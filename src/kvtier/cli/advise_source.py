@@ -124,7 +124,8 @@ def _fitted(path: str, deploy: Sequence[str], fit_flags: Sequence[str], tmp: str
     note = (
         f"the workload is fitted to {path} ({fit.trace.requests} requests, "
         f"{fit.trace.before_window} before its window as warm-up; timing calibrated to it); "
-        "each option's pool is the ledger's, not the log's"
+        "each option's pool is the ledger's, not the log's; `simulate --from-log -o FILE` "
+        "writes the trace (simulate_args name a temporary copy)"
     )
     return Workload(path, replay, None, (note,))
 
@@ -155,7 +156,11 @@ def prepare(
             continue
         trace = _as_trace(path, tmp)
         if trace is not None:
-            replay = Workload(path, (trace,), None, (f"{path}: its requests, as `kvtier trace`",))
+            note = (
+                f"{path}: its requests as `kvtier trace {path} -o FILE` writes them "
+                "(simulate_args name a temporary copy)"
+            )
+            replay = Workload(path, (trace,), None, (note,))
         elif kind == "log" and found is not None:
             replay = _fitted(path, [*deploy, *tail], fit_flags, tmp)
         else:
