@@ -31,9 +31,7 @@ from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.sim import setup_timing
 from kvtier.sim.servers.prefetch import PrefetchFlags, PrefetchRules
 from kvtier.sim.setup_vllm import vllm_part
-from kvtier.sim.timing import ModelCost, TimingFlags, TimingModel
-from kvtier.spec.model import AttentionKind, ModelSpec
-from kvtier.spec.weights import weight_bytes
+from kvtier.sim.timing import TimingFlags, TimingModel
 
 # ServerArgs.hicache_write_policy, the same in every release read (v0.5.3 - v0.5.23)
 DEFAULT_WRITE_POLICY = "write_through"
@@ -97,38 +95,6 @@ class SimConfig:
                 block_tokens=self.block_tokens, block=self.block_size, engine=self.page_size
             )
         ]
-
-
-def attention_dim(model: ModelSpec) -> int:
-    """Multiply-adds per (query, key) pair per layer, over all heads: QK^T plus PV widths.
-
-    MLA as SGLang runs it with the weights absorbed: QK^T over the latent plus its rope part,
-    PV over the latent.
-    """
-    kv = model.kv
-    heads = model.num_attention_heads
-    if kv.kind is AttentionKind.MLA:
-        return heads * (2 * kv.kv_lora_rank + kv.qk_rope_head_dim)
-    return heads * (kv.head_dim + kv.v_head_dim)
-
-
-def model_cost(model: ModelSpec, d: Deployment, kv_bytes_per_token: int) -> ModelCost:
-    """Per-rank costs of `model` at the deployment's TP; routed experts kept apart (their
-    `active` count is below their `count`) so decode reads only the experts a batch touches."""
-    weights = weight_bytes(model, d.tp, None if d.dtype == "auto" else d.dtype)
-    routed = {g.name for g in model.params if g.active < g.count}
-    experts = sum(g.bytes_per_rank for g in weights.groups if g.name in routed)
-    return ModelCost(
-        active_params=model.active_params,
-        weight_bytes_per_rank=float(weights.total_bytes - experts),
-        kv_bytes_per_token=kv_bytes_per_token,
-        num_layers=model.kv.num_layers,
-        attention_dim=attention_dim(model),
-        expert_bytes_per_rank=float(experts),
-        num_experts=model.num_experts if experts else 0,
-        experts_per_token=model.experts_per_token if experts else 0,
-        hidden_size=model.hidden_size,
-    )
 
 
 def _policy_source(d: Deployment, name: str, default: str) -> str:

@@ -12,6 +12,8 @@ from kvtier.sim import speculative
 from kvtier.sim.speculative import SpecDecode
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
 from kvtier.spec.gpu import GpuSpec
+from kvtier.spec.model import AttentionKind, ModelSpec
+from kvtier.spec.weights import weight_bytes
 from kvtier.units import GiB
 
 Sources = list[tuple[str, str]]
@@ -139,6 +141,38 @@ def _check_finite(tm: TimingModel, flags: TimingFlags) -> None:
             )
 
 
+def attention_dim(model: ModelSpec) -> int:
+    """Multiply-adds per (query, key) pair per layer, over all heads: QK^T plus PV widths.
+
+    MLA as SGLang runs it with the weights absorbed: QK^T over the latent plus its rope part,
+    PV over the latent.
+    """
+    kv = model.kv
+    heads = model.num_attention_heads
+    if kv.kind is AttentionKind.MLA:
+        return heads * (2 * kv.kv_lora_rank + kv.qk_rope_head_dim)
+    return heads * (kv.head_dim + kv.v_head_dim)
+
+
+def model_cost(model: ModelSpec, d: Deployment, kv_bytes_per_token: int) -> ModelCost:
+    """Per-rank costs of `model` at the deployment's TP; routed experts kept apart (their
+    `active` count is below their `count`) so decode reads only the experts a batch touches."""
+    weights = weight_bytes(model, d.tp, None if d.dtype == "auto" else d.dtype)
+    routed = {g.name for g in model.params if g.active < g.count}
+    experts = sum(g.bytes_per_rank for g in weights.groups if g.name in routed)
+    return ModelCost(
+        active_params=model.active_params,
+        weight_bytes_per_rank=float(weights.total_bytes - experts),
+        kv_bytes_per_token=kv_bytes_per_token,
+        num_layers=model.kv.num_layers,
+        attention_dim=attention_dim(model),
+        expert_bytes_per_rank=float(experts),
+        num_experts=model.num_experts if experts else 0,
+        experts_per_token=model.experts_per_token if experts else 0,
+        hidden_size=model.hidden_size,
+    )
+
+
 def timing_model(
     d: Deployment,
     inputs: PlanInputs,
@@ -147,8 +181,6 @@ def timing_model(
     flags: TimingFlags,
     sources: Sources,
 ) -> TimingModel:
-    from kvtier.sim.setup import model_cost
-
     hw = hardware(gpu, d, flags, sources)
     cost: ModelCost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
     sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
