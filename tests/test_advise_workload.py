@@ -201,3 +201,41 @@ def test_a_request_log_is_replayed_as_kvtier_trace_writes_it(
     assert data["verdict"] is None or data["verdict"]["source"] == log
     assert any(f"kvtier trace {log} -o FILE" in note for note in data["notes"])
     assert data["baseline"]["outcome"]["hit_rate"] >= 0
+
+
+def test_an_option_sets_a_launch_flag_in_its_place() -> None:
+    from kvtier.cli.advise_workload import with_launch
+
+    launch = ["python", "-m", "sglang.launch_server", "--speculative-num-steps", "3", "--tp=8"]
+    assert with_launch(launch, ["--speculative-num-steps", "2", "--tp", "4", "--new", "1"]) == [
+        "python", "-m", "sglang.launch_server", "--speculative-num-steps", "2", "--tp=4",
+        "--new", "1",
+    ]  # fmt: skip
+
+
+def _option(name: str, p90: float, tok_s: float, fits: bool = True) -> Any:
+    from kvtier.sim.advise import AdvisedOption, Outcome
+
+    outcome = Outcome(0.5, p90 / 2, p90, tok_s, None, 0, 0.0, 1000, 0, 8, 8192)
+    return AdvisedOption(name, "knob", (), (), fits, None, "", 0.0, 8, outcome)
+
+
+def test_no_option_ranks_above_the_baseline_without_a_gain() -> None:
+    from kvtier.sim.advise import rank
+
+    base = _option("baseline", 10.0, 100.0)
+    options = [
+        _option("same", 10.0, 100.0),
+        _option("tiny", 9.97, 100.0),  # 0.3%: below GAIN_MIN
+        _option("slower", 12.0, 100.0),
+        _option("faster", 5.0, 90.0),
+        _option("unfit", 1.0, 500.0, fits=False),
+    ]
+    _, ranked = rank(base, options, "ttft-p90", None)
+    assert [o.name for o in ranked] == ["faster", "tiny", "same", "slower", "unfit"]
+    assert [o.rank for o in ranked] == [1, 2, 3, 4, None]
+    _, ranked = rank(base, options, "throughput", None)  # none serves more tokens a second
+    assert all(o.gain is not None and o.gain < GAIN_MIN for o in ranked if o.name != "unfit")
+    assert [o.name for o in ranked][:4] == ["tiny", "same", "slower", "faster"]  # ties: TTFT p90
+    _, ranked = rank(base, options, "ttft-p90", 6.0)
+    assert [o.meets_slo for o in ranked][:2] == [True, False]
