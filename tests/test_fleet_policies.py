@@ -10,7 +10,8 @@ from kvtier.errors import KvtierError
 from kvtier.sim.fleet.approx_tree import ApproxTree
 from kvtier.sim.fleet.cache_aware import OPTIONS, CacheAware, f32
 from kvtier.sim.fleet.load import LeastLoad, PowerOfTwo
-from kvtier.sim.fleet.registry import NAMES, make_router, policies
+from kvtier.sim.fleet.names import NAMES
+from kvtier.sim.fleet.registry import make_router, policies
 from kvtier.sim.fleet.rotation import RoundRobin, Uniform
 from kvtier.sim.fleet.session import SessionAffinity
 from kvtier.sim.trace import TraceRequest

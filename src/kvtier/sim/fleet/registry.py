@@ -8,20 +8,6 @@ from kvtier.errors import KvtierError
 from kvtier.sim.fleet import cache_aware, dynamo, llmd, load, predict, rotation, session
 from kvtier.sim.fleet.policy import FleetView, Policy, Router, parse_options
 
-# the CLI's names, in the order the help lists them (tests check them against `policies`)
-NAMES = (
-    "round-robin",
-    "random",
-    "least-load",
-    "power-of-two",
-    "session-affinity",
-    "sglang-cache-aware",
-    "llm-d-approximate",
-    "llm-d-precise",
-    "ttft-predict",
-    "dynamo-kv",
-)
-
 
 def policies(block_size: int) -> dict[str, Policy]:
     approximate, precise = llmd.policies(block_size)
