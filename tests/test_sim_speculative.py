@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from cli_support import KIMI_LAUNCH
 from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.sim.setup import build_config
@@ -21,17 +22,7 @@ EAGLE3 = {
 }
 KIMI_EAGLE3 = [
     "--",
-    "python",
-    "-m",
-    "sglang.launch_server",
-    "--model-path",
-    "moonshotai/Kimi-K2.5",
-    "--tp",
-    "8",
-    "--mem-fraction-static",
-    "0.88",
-    "--speculative-algorithm",
-    "EAGLE3",
+    *KIMI_LAUNCH,
     "--speculative-draft-model-path",
     "lightseekorg/kimi-k2.5-eagle3",
     "--speculative-num-steps",
