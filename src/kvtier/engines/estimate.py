@@ -110,4 +110,47 @@ def spread(terms: Mapping[str, Term], formula: Callable[[Mapping[str, float]], f
         for n, pick in zip(loose, corner, strict=True):
             values[n] = terms[n].high if pick else terms[n].low
         results.append(formula(values))
-    return Term.estimated(nominal, min(results), max(results), "")
+    low, high = min(results), max(results)
+    return Term.estimated(nominal, low, high, _dominant(terms, formula, nominal, high - low))
+
+
+def widest(budget: Term) -> tuple[str, ...]:
+    """The note naming the estimated input a budget's range is widest in (none when exact)."""
+    if budget.exact or not budget.source.startswith("the range is widest"):
+        return ()
+    return (budget.source,)
+
+
+# what the builders call their estimated terms, for the note that names the widest
+TERM_NAMES = {
+    "pre": "free memory before load (driver, CUDA context, NCCL)",
+    "total": "device total (card minus the driver's reserve)",
+    "weights": "weights per GPU",
+    "activation": "profile run's activation peak",
+    "non_torch": "non-torch memory (NCCL, backend buffers)",
+    "graphs": "CUDA graph memory",
+}
+
+
+def _dominant(
+    terms: Mapping[str, Term],
+    formula: Callable[[Mapping[str, float]], float],
+    nominal: float,
+    width: float,
+) -> str:
+    """Which estimated input the range's width comes from most: each moved alone over its own
+    range, the others nominal."""
+    base = {n: t.value for n, t in terms.items()}
+    moved = {}
+    for name, term in terms.items():
+        if not term.exact:
+            ends = [formula({**base, name: term.low}), formula({**base, name: term.high})]
+            moved[name] = max(ends) - min(ends)
+    name = max(moved, key=lambda n: moved[n])
+    if width <= 0:
+        return ""
+    return (
+        f"the range is widest in the estimated {TERM_NAMES.get(name, name)}: "
+        f"{moved[name]:.2f} of the budget's {width:.2f} GiB spread (pass its measured figure "
+        "to narrow it)"
+    )

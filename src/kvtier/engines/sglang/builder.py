@@ -416,7 +416,7 @@ def build(p: PlanInputs) -> Ledger:
         max_running_requests=requests.limits.running,
         concurrency=_concurrency(p, split.tokens, split.token_range),
         inputs=text.inputs,
-        notes=text.notes,
+        notes=(*text.notes, *estimate.widest(budget.rest)),
         host_pool=host_pool,
         pool_formula=text.pool_formula,
         figures=SGLangFigures(

@@ -457,7 +457,7 @@ def build(p: PlanInputs) -> Ledger:
         max_running_requests=p.deployment.max_running_requests,
         concurrency=_concurrency(p, split),
         inputs=text.inputs,
-        notes=text.notes,
+        notes=(*text.notes, *estimate.widest(budget.available)),
         host_pool=ledger_items.host_pool(p, setup),
         pool_formula=text.pool_formula,
         figures=VllmFigures(
