@@ -95,7 +95,7 @@ def baseline_tokens(payload: LedgerPayload) -> int:
     return plan_of(payload).kv_tokens
 
 
-def contexts(payload: LedgerPayload) -> tuple[int, ...]:
+def sampled_contexts(payload: LedgerPayload) -> tuple[int, ...]:
     """The sampled context lengths up to the deployment's context length, when it is known."""
     if isinstance(payload, ExplainPayload):
         return CONTEXT_LENGTHS
@@ -114,7 +114,7 @@ def capacity_section(kind: str, payload: LedgerPayload) -> Section:
         cap, span = payload.max_running_requests, None
     else:
         cap, span = plan_of(payload).max_running_requests, plan_of(payload).kv_tokens_range
-    ctxs = contexts(payload)
+    ctxs = sampled_contexts(payload)
 
     def fits(kv_tokens: int, ctx: int) -> int:
         return whole_requests(kv_tokens / ctx, cap)
