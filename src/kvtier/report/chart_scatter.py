@@ -12,7 +12,9 @@ from kvtier.report.charts import PALETTE, Fmt, _axis_labels, _legend, _svg_open,
 
 
 @dataclass(frozen=True, slots=True)
-class Point:
+class Dot:
+    """One point of a scatter chart."""
+
     label: str  # drawn beside the point (a rank)
     tip: str  # the tooltip
     x: float
@@ -21,8 +23,8 @@ class Point:
 
 
 def scatter(
-    points: Sequence[Point],
-    reference: Point,
+    points: Sequence[Dot],
+    reference: Dot,
     *,
     title: str,
     x_label: str,

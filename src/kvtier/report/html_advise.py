@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
-from kvtier.report.chart_scatter import Point, scatter
+from kvtier.report.chart_scatter import Dot, scatter
 from kvtier.report.html_parts import Section, figure, table
 from kvtier.sim.advise import AdvisedOption, WorkloadAdvice, beats_baseline
 
@@ -26,7 +26,7 @@ def options_chart(advice: WorkloadAdvice) -> str:
     base = advice.baseline
     assert base.outcome is not None and base.outcome.ttft_p90_s is not None
     points = [
-        Point(
+        Dot(
             str(o.rank) if o.rank is not None else "",
             _tip(o, f"{o.rank}. " if o.rank is not None else ""),
             o.outcome.ttft_p90_s,
@@ -36,7 +36,7 @@ def options_chart(advice: WorkloadAdvice) -> str:
         for o in _drawn((*advice.options, *advice.combinations))
         if o.outcome is not None and o.outcome.ttft_p90_s is not None
     ]
-    ref = Point("", _tip(base, ""), base.outcome.ttft_p90_s, base.outcome.throughput_tok_s, True)
+    ref = Dot("", _tip(base, ""), base.outcome.ttft_p90_s, base.outcome.throughput_tok_s, True)
     svg = scatter(
         points,
         ref,
