@@ -26,6 +26,13 @@ first; then pairs of the top three options of different kinds (at most 3 pairs):
       --mem-fraction-static 0.88 --speculative-algorithm EAGLE3
   kvtier advise --engine sglang --model llama-3.1-8b --gpu h100 --workload server.log \
       --mean-output-tokens 256 --objective throughput --ttft-p90-max 2 --html advise.html
+
+from a startup log (the deployment as `kvtier explain LOG` reads it; the baseline and the options
+that keep the pool run on the log's KV token count, --device-tokens; fraction and KV dtype on the
+ledger's pool from its measured figures; the log does not name the card, so give --gpu):
+  kvtier simulate --generate chat --requests 200 --seed 1 -o chat.jsonl
+  kvtier advise examples/logs/sglang-kimi-k25-eagle3.log --workload chat.jsonl \
+      --gpu "RTX PRO 6000" --host-ram-gb 396
 """
 
 
@@ -33,11 +40,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = add_subcommand(
         subparsers,
         "advise",
-        usage="%(prog)s [options] [-- LAUNCH COMMAND ...]",
+        usage="%(prog)s [STARTUP_LOG] [options] [-- LAUNCH COMMAND ...]",
         help="options for more KV capacity, and which flag reaches a target",
         description="Each option with its predicted KV tokens, concurrency, cost or risk, and "
         "the exact engine flags. GPU figures in GiB (2^30), host RAM in decimal GB.",
         epilog=EPILOG,
+    )
+    p.add_argument(
+        "log",
+        nargs="?",
+        metavar="STARTUP_LOG",
+        help="an SGLang or vLLM startup log: the deployment as `kvtier explain LOG` reads it "
+        "(with --workload)",
     )
     add_flags(p, ADVISE)
     p.set_defaults(run=run)
@@ -55,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
     advise_workload.check(args)
     if args.workload:
         return advise_workload.run(args)
+    if args.log:
+        raise KvtierError(
+            f"advise {args.log}: a startup log is advised on traffic: add --workload SOURCE "
+            f"(`kvtier explain {args.log}` prices the options without one)"
+        )
     deployment = deployment_from_args(args, ADVISE)
     warn_ignored(deployment)
     inputs = resolve(deployment, args.context, args.pcie_gbps)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import sys
 import tempfile
@@ -73,9 +74,10 @@ def simulate_words(words: Sequence[str]) -> tuple[Outcome | None, str | None]:
 
 
 def words_for(
-    args: argparse.Namespace, workload: Workload, cand: Candidate
+    args: argparse.Namespace, workload: Workload, cand: Candidate, pinned: int | None = None
 ) -> tuple[tuple[str, ...], str | None]:
-    """The simulate words that model `cand`, or why it cannot be simulated."""
+    """The simulate words that model `cand` (its device pool `pinned` when given), or why it
+    cannot be simulated."""
     table = sim_rows()
     own: list[str] = []
     extra: list[str] = []  # engine flags kvtier has no flag for: they join the launch command
@@ -87,6 +89,8 @@ def words_for(
         elif flag not in IMPLIED:
             return (), f"{flag} is read from the engine's command: give it after --"
     own += cand.sim_words
+    if pinned is not None:
+        own += ["--device-tokens", str(pinned)]
     words = [*workload.replay, *deployment_words(args, set(fields_of(own))), *own]
     if args.launch:
         words += ["--", *with_launch(args.launch, extra)]
@@ -137,7 +141,8 @@ class _Runner:
         self.args, self.workload, self.ctx, self.progress = args, workload, ctx, progress
 
     def options(self, cands: Sequence[Candidate], label: str) -> list[AdvisedOption]:
-        planned = [(c, *words_for(self.args, self.workload, c)) for c in cands]
+        cands = [self.ctx.priced(c) for c in cands]
+        planned = [(c, *words_for(self.args, self.workload, c, self.ctx.pinned(c))) for c in cands]
         runnable = [words for c, words, why in planned if c.fits and why is None]
         bar = self.progress.bar(f"simulating {len(runnable)} {label}", len(runnable))
         results = iter(_run_all(self.args.jobs, runnable, bar))
@@ -220,7 +225,9 @@ def combinations(ranked: Sequence[AdvisedOption], cands: Sequence[Candidate]) ->
 
 
 class _Context:
-    def __init__(self, args: argparse.Namespace) -> None:
+    """The deployment advised on; `logged_tokens` is the pool a startup log states."""
+
+    def __init__(self, args: argparse.Namespace, logged_tokens: int | None = None) -> None:
         from kvtier.cli.flags import ADVISE
         from kvtier.cli.plan import deployment_from_args, warn_ignored
         from kvtier.ledger.advise import HostSetup
@@ -232,6 +239,25 @@ class _Context:
         self.base = build_ledger(self.inputs)
         self.host = HostSetup(args.host_ram_gb, args.load_tokens, args.node_host_gbps)
         self.gpus = self.inputs.deployment.gpus
+        self.logged_tokens = logged_tokens
+
+    def _same_pool(self, c: Candidate) -> bool:
+        from kvtier.ledger.advise import variant
+
+        fields = fields_of((*c.flags, *c.sim_words))
+        led = variant(self.inputs, **fields) if fields else self.base
+        return led is not None and led.kv_tokens == self.base.kv_tokens
+
+    def pinned(self, c: Candidate) -> int | None:
+        """The logged pool, for an option that leaves the ledger's pool as it is."""
+        return self.logged_tokens if self.logged_tokens and self._same_pool(c) else None
+
+    def priced(self, c: Candidate) -> Candidate:
+        """`c`, its risk saying so where its pool is the ledger's rather than the log's."""
+        if not self.logged_tokens or self._same_pool(c):
+            return c
+        note = "its pool is the ledger's, from the log's measured figures, not a logged count"
+        return dataclasses.replace(c, risk=f"{c.risk}; {note}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,7 +266,12 @@ def run(args: argparse.Namespace) -> int:
     check(args)
     if args.html:
         check_output(args.html, [*args.workload, args.model], "--html")
-    ctx = _Context(args)
+    logged = None
+    if args.log:
+        from kvtier.cli.advise_log import read_log
+
+        logged = read_log(args)
+    ctx = _Context(args, logged)
     with (
         tempfile.TemporaryDirectory(prefix="kvtier-advise-") as tmp,
         Progress(not (args.quiet or args.json)) as progress,
@@ -280,7 +311,17 @@ def advise(args: argparse.Namespace, ctx: _Context, tmp: str, progress: Any) -> 
         options=ranked,
         combinations=combos,
         verdict=workload.verdict,
-        notes=workload.notes,
+        notes=(*_log_note(args, ctx), *workload.notes),
+    )
+
+
+def _log_note(args: argparse.Namespace, ctx: _Context) -> tuple[str, ...]:
+    if not ctx.logged_tokens:
+        return ()
+    return (
+        f"the deployment is read from {args.log} as `kvtier explain` reads it; the baseline and "
+        f"every option that leaves the pool as it is run on its logged {ctx.logged_tokens:,} "
+        "KV tokens (--device-tokens), the others on the ledger's pool from its measured figures",
     )
 
 
