@@ -7,10 +7,10 @@ import math
 import pytest
 
 from kvtier.errors import KvtierError
+from kvtier.routers import NAMES
 from kvtier.sim.fleet.approx_tree import ApproxTree
 from kvtier.sim.fleet.cache_aware import OPTIONS, CacheAware, f32
 from kvtier.sim.fleet.load import LeastLoad, PowerOfTwo
-from kvtier.sim.fleet.names import NAMES
 from kvtier.sim.fleet.registry import make_router, policies
 from kvtier.sim.fleet.rotation import RoundRobin, Uniform
 from kvtier.sim.fleet.session import SessionAffinity

@@ -2,7 +2,7 @@
 and the package docstrings state it:
 
     cli -> report -> sim / observe -> ledger -> engines -> spec / logs
-                                                   (errors, units, files, payload: under all)
+                                   (errors, units, files, payload, routers: under all)
 
 An import runs down the layers only, never sideways between two packages of one layer, nor
 between two engines' packages; ledger/ reaches an engine only through its rules (engines/rules.py);
@@ -35,7 +35,7 @@ LAYERS = {
     "model": 1,
     "logs": 1,  # the records every engine's log grammar shares
 }
-BASE = {"kvtier", "errors", "units", "files", "payload"}  # anyone may import these
+BASE = {"kvtier", "errors", "units", "files", "payload", "routers"}  # anyone may import these
 # Packages that stand apart, and the only packages that may import each.
 APART = {"cache": {"sim"}, "store": {"integrations"}, "integrations": set()}
 APART_FLOOR = 1  # what an apart package may import: the layers up to spec and logs

@@ -22,7 +22,7 @@ from kvtier.cli.values import (
     number,
 )
 from kvtier.engines.sglang.flags import PREFETCH_POLICIES, WRITE_POLICIES
-from kvtier.sim.fleet.names import NAMES
+from kvtier.routers import NAMES
 
 SIM = used(SIMULATE)
 
@@ -48,7 +48,7 @@ store prefetches it while it waits; --hicache-storage-prefetch-policy says how l
       --hicache-storage-prefetch-policy wait_complete --json"""
 
 MAX_REPLICAS = 4096  # tests check it against kvtier.sim.fleet.run.MAX_REPLICAS
-ROUTERS = NAMES  # the policies' CLI names (kvtier.sim.fleet.names)
+ROUTERS = NAMES  # the policies' CLI names (kvtier.routers)
 DEFAULT_ROUTER = "sglang-cache-aware"  # sglang-router's own default policy, cache_aware
 FLEET_HELP = f"""\
 N identical replicas (each sized by the ledger as one server is) behind a router that sees only
