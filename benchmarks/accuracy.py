@@ -34,9 +34,9 @@ from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import build_ledger, resolve
-from kvtier.spec.catalog import resolve_model
-from kvtier.spec.gpu import resolve_gpu
-from kvtier.spec.model import ModelSpec
+from kvtier.model.catalog import resolve_model
+from kvtier.model.description import ModelSpec
+from kvtier.model.gpu import resolve_gpu
 from kvtier.units import GiB, MiB
 
 ROOT = Path(__file__).resolve().parents[1]

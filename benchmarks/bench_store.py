@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from kvtier.cache.keys import page_hashes
 from kvtier.cache.tensor_storage import KVLayout
-from kvtier.spec.catalog import resolve_model
+from kvtier.model.catalog import resolve_model
 from kvtier.store.base import PageStore, StoreFingerprint, StoreUnavailable
 from kvtier.store.disk import DiskStore
 from kvtier.store.redis_store import RedisStore

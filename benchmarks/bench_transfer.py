@@ -46,7 +46,7 @@ from kvtier.cache.pool import PagePool
 from kvtier.cache.storage import AccountingStorage, PageStorage, Tier
 from kvtier.cache.tensor_storage import KVLayout, TensorStorage
 from kvtier.cache.transfer import AsyncTransfer
-from kvtier.spec.catalog import resolve_model
+from kvtier.model.catalog import resolve_model
 
 MODEL, PAGE_TOKENS, KV_DTYPE = "meta-llama/Llama-3.1-8B", 16, "bfloat16"
 # copy_pages must move gathers and scatters at >= 70% of a contiguous copy's wall-clock bandwidth

@@ -73,7 +73,7 @@ json.dump(results, sys.stdout)
 
 
 def _catalog_models() -> list[str]:
-    folder = ROOT / "src" / "kvtier" / "spec" / "catalog" / "models"
+    folder = ROOT / "src" / "kvtier" / "model" / "catalog" / "models"
     if not folder.is_dir():
         folder = ROOT / "src" / "kvtier" / "model" / "catalog" / "models"
     return sorted(p.stem for p in folder.glob("*.json"))

@@ -10,7 +10,7 @@ from kvtier.cache import TieredCache, WritePolicy, admit, finish, page_keys
 from kvtier.cache.storage import Tier
 from kvtier.cache.tensor_storage import KVLayout, TensorStorage
 from kvtier.cache.transfer import AsyncTransfer
-from kvtier.spec.catalog import resolve_model
+from kvtier.model.catalog import resolve_model
 
 PAGE = 16
 layout = KVLayout.from_geometry(resolve_model("llama-3.1-8b").kv, page_size=PAGE)

@@ -10,7 +10,7 @@ import torch
 
 from kvtier.cache.storage import Tier
 from kvtier.cache.tensor_storage import KVLayout, TensorStorage
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind
 
 # The device tier runs on the CPU everywhere and on CUDA where a GPU is present.
 DEVICES = [

@@ -23,7 +23,7 @@ from kvtier.cache.page_copy import PageCopy
 from kvtier.cache.storage import AccountingStorage, PageStorage, Tier
 from kvtier.cache.tensor_storage import KVLayout, TensorStorage
 from kvtier.errors import UnsupportedModel
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind
 
 LLAMA_31_8B = KVGeometry(AttentionKind.MHA, 8, 128, 128, (LayerKind.FULL,) * 32)
 KIMI_K25 = KVGeometry(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from kvtier.cli import main, shared_parser
-from kvtier.spec.catalog import catalog_entry
+from kvtier.model.catalog import catalog_entry
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = str(ROOT / "examples" / "logs" / "sglang-kimi-k25-eagle3.log")

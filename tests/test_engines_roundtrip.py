@@ -21,8 +21,8 @@ from kvtier.engines.ledger import Ledger
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import Explanation, explain_log
 from kvtier.ledger.plan import plan
+from kvtier.model.catalog import resolve_model
 from kvtier.report.explain_payload import explain_payload
-from kvtier.spec.catalog import resolve_model
 
 ROUND_TRIPS = 1200  # examples per run, CI included
 

@@ -51,7 +51,7 @@ def _local_outside_catalog() -> list[dict[str, object]]:
     """Public logs of models served from a local path that kvtier does not resolve, whose lines
     print the pool's bytes next to a count."""
     from kvtier.errors import KvtierError
-    from kvtier.spec.catalog import resolve_model
+    from kvtier.model.catalog import resolve_model
 
     picked = []
     for entry in _index():

@@ -19,7 +19,7 @@ from kvtier.engines.sglang.log import parse_sglang
 from kvtier.engines.vllm.log import VllmStartup, parse_vllm
 from kvtier.ledger.explain import explain_log
 from kvtier.logs.lines import read_lines
-from kvtier.spec.catalog import resolve_model
+from kvtier.model.catalog import resolve_model
 
 PUBLIC = Path(__file__).parent / "fixtures" / "logs" / "public"
 

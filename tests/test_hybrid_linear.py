@@ -21,9 +21,9 @@ from kvtier.engines.sglang import versions as sglang_versions
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import mamba as vllm_mamba
 from kvtier.errors import UnsupportedModel
-from kvtier.spec.catalog import resolve_model
-from kvtier.spec.config import model_from_config
-from kvtier.spec.model import LinearAttention
+from kvtier.model.catalog import resolve_model
+from kvtier.model.config import model_from_config
+from kvtier.model.description import LinearAttention
 from kvtier.units import GiB
 
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"

@@ -31,14 +31,13 @@ LAYERS = {
     "observe": 4,
     "ledger": 3,
     "engines": 2,
-    "spec": 1,  # what the model and hardware are
-    "model": 1,
+    "model": 1,  # what the model and hardware are
     "logs": 1,  # the records every engine's log grammar shares
 }
 BASE = {"kvtier", "errors", "units", "files", "payload", "routers"}  # anyone may import these
 # Packages that stand apart, and the only packages that may import each.
 APART = {"cache": {"sim"}, "store": {"integrations"}, "integrations": set()}
-APART_FLOOR = 1  # what an apart package may import: the layers up to spec and logs
+APART_FLOOR = 1  # what an apart package may import: the layers up to model and logs
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,8 @@ import pytest
 from conftest import in_ci, missing
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang.defaults import default_mem_fraction
-from kvtier.spec.config import model_from_config
-from kvtier.spec.model import AttentionKind, ModelSpec
+from kvtier.model.config import model_from_config
+from kvtier.model.description import AttentionKind, ModelSpec
 from sglang_wheels import sglang_wheel
 
 ROOT = Path(__file__).resolve().parents[1]

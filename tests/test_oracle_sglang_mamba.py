@@ -30,7 +30,7 @@ from conftest import in_ci
 from kvtier.engines.sglang import mamba, pool
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
-from kvtier.spec.model import LinearAttention
+from kvtier.model.description import LinearAttention
 from kvtier.units import GiB
 from sglang_wheels import CACHE, sglang_wheel
 

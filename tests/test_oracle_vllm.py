@@ -27,7 +27,7 @@ from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.vllm import builder as vllm_builder
 from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind, ModelSpec
 
 HERE = Path(__file__).parent / "oracle_vllm"
 sys.path.insert(0, str(HERE))

@@ -25,7 +25,13 @@ from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.vllm import builder as vllm_builder
 from kvtier.errors import KvtierError
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, LinearAttention, ModelSpec
+from kvtier.model.description import (
+    AttentionKind,
+    KVGeometry,
+    LayerKind,
+    LinearAttention,
+    ModelSpec,
+)
 
 HERE = Path(__file__).parent / "oracle_vllm"
 sys.path.insert(0, str(HERE))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from cli_support import error_line, refusal, run_json
-from kvtier.spec.catalog import catalog_ids
-from kvtier.spec.gpu import resolve_gpu
+from kvtier.model.catalog import catalog_ids
+from kvtier.model.gpu import resolve_gpu
 
 CONTEXT = 8192
 ENGINES = ("sglang", "vllm")

@@ -15,7 +15,7 @@ from kvtier.cli import main
 SGLANG = KIMI_LAUNCH
 GPU = ["--gpu", "RTX PRO 6000", "--gpus", "8"]
 MEASURED = ["--free-before-load-gib", "94.04", "--free-after-load-gib", "21.71"]
-CATALOG = Path(__file__).resolve().parents[1] / "src" / "kvtier" / "spec" / "catalog" / "models"
+CATALOG = Path(__file__).resolve().parents[1] / "src" / "kvtier" / "model" / "catalog" / "models"
 
 
 def test_founding_plan_with_measured_figures(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,9 +11,9 @@ import json
 import pytest
 
 from kvtier.cli import main
-from kvtier.spec.catalog import resolve_model
-from kvtier.spec.params import ATTENTION, EMBEDDING, LM_HEAD, ROUTED_EXPERTS
-from kvtier.spec.weights import weight_bytes
+from kvtier.model.catalog import resolve_model
+from kvtier.model.params import ATTENTION, EMBEDDING, LM_HEAD, ROUTED_EXPERTS
+from kvtier.model.weights import weight_bytes
 
 LAUNCH = ["--", "python", "-m", "sglang.launch_server", "--model", "deepseek-ai/DeepSeek-V3.2"]
 LAUNCH += ["--tp", "8", "--dp", "8", "--enable-dp-attention"]

@@ -12,7 +12,7 @@ import pytest
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang.dtype import run_dtype
 from kvtier.ledger.plan import plan
-from kvtier.spec.catalog import resolve_model
+from kvtier.model.catalog import resolve_model
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 RULE = "configs/model_config.py _get_and_verify_dtype, SGLang v0.5.3 - v0.5.23"

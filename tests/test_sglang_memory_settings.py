@@ -13,7 +13,7 @@ from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.memory_settings import PrefillGraph, prefill_capture_sizes, prefill_graph
 from kvtier.engines.version import Version
-from kvtier.spec.catalog import resolve_model
+from kvtier.model.catalog import resolve_model
 
 H100_MIB = 81_559
 

@@ -17,8 +17,8 @@ from kvtier.engines.sglang.defaults import default_mem_fraction, vlm_factor
 from kvtier.engines.sglang.pool import FractionRule, PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
-from kvtier.spec.config import model_from_config
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec
+from kvtier.model.config import model_from_config
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind, ModelSpec
 from kvtier.units import GB, GiB
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"

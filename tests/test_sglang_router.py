@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from kvtier.engines.sglang.router import loaded_router
-from kvtier.spec.catalog import resolve_model
-from kvtier.spec.params import ROUTER, ROUTER_FP32
-from kvtier.spec.weights import weight_bytes
+from kvtier.model.catalog import resolve_model
+from kvtier.model.params import ROUTER, ROUTER_FP32
+from kvtier.model.weights import weight_bytes
 
 # GLM-4.7: 92 layers, the first 3 dense, 160 experts over a hidden size of 5120, bfloat16
 MOE_LAYERS, EXPERTS, HIDDEN = 89, 160, 5120

@@ -22,8 +22,8 @@ from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
-from kvtier.spec.config import model_from_config
-from kvtier.spec.model import ModelSpec
+from kvtier.model.config import model_from_config
+from kvtier.model.description import ModelSpec
 from kvtier.units import GiB
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvtier.engines.sglang.weight_segments import rounding_bytes, segment_bytes
-from kvtier.spec.catalog import resolve_model
-from kvtier.spec.weights import weight_bytes
+from kvtier.model.catalog import resolve_model
+from kvtier.model.weights import weight_bytes
 from kvtier.units import GiB, MiB
 
 

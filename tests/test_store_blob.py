@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind, ModelSpec
 from kvtier.store.base import StoreFingerprint, StoreStats
 from kvtier.store.blob import (
     HEADER_SIZE,

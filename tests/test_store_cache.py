@@ -18,7 +18,7 @@ from kvtier.cache.hierarchy import TieredCache  # noqa: E402
 from kvtier.cache.keys import page_hashes  # noqa: E402
 from kvtier.cache.storage import Tier  # noqa: E402
 from kvtier.cache.tensor_storage import KVLayout, TensorStorage  # noqa: E402
-from kvtier.spec.model import AttentionKind  # noqa: E402
+from kvtier.model.description import AttentionKind  # noqa: E402
 from kvtier.store import open_store  # noqa: E402
 from kvtier.store.hook import StoreHook  # noqa: E402
 

@@ -11,7 +11,7 @@ from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import plan
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB
 
 BF16 = KVDtype("bfloat16", 2)

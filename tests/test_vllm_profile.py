@@ -20,7 +20,7 @@ from kvtier.ledger.advise import knob_options
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import build_ledger, plan, resolve
-from kvtier.spec.catalog import resolve_model
+from kvtier.model.catalog import resolve_model
 from kvtier.units import GiB
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"

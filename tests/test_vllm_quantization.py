@@ -18,10 +18,10 @@ from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import plan
-from kvtier.spec.catalog import resolve_model
-from kvtier.spec.params import EMBEDDING, LM_HEAD, NORMS
-from kvtier.spec.quant import kv_cache_quant_algo
-from kvtier.spec.weights import weight_bytes
+from kvtier.model.catalog import resolve_model
+from kvtier.model.params import EMBEDDING, LM_HEAD, NORMS
+from kvtier.model.quant import kv_cache_quant_algo
+from kvtier.model.weights import weight_bytes
 from kvtier.units import GiB
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"

@@ -35,7 +35,7 @@ from common import (
     run_timed,
 )
 
-from kvtier.spec.catalog import resolve_model
+from kvtier.model.catalog import resolve_model
 
 BLOCK = 512
 GIB = 2**30

@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 
 from common import KVTIER, PEERS, SHARED, TOOLS_VENV, machine, markdown_table, need
 
-from kvtier.spec.catalog import catalog_entry, resolve_model
-from kvtier.spec.gpu import resolve_gpu
-from kvtier.spec.weights import weight_bytes
+from kvtier.model.catalog import catalog_entry, resolve_model
+from kvtier.model.gpu import resolve_gpu
+from kvtier.model.weights import weight_bytes
 
 CASES = SHARED / "cases" / "dev-logs.json"
 # model_type of each public config.json (kvtier's catalog keeps only the fields it reads)

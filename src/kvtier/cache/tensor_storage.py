@@ -33,7 +33,7 @@ from kvtier.cache.page_copy import PageCopy, words
 from kvtier.cache.quant import StorageFormat
 from kvtier.cache.storage import PageStorage, Tier
 from kvtier.errors import UnsupportedModel
-from kvtier.spec.model import AttentionKind, KVGeometry
+from kvtier.model.description import AttentionKind, KVGeometry
 
 if TYPE_CHECKING:
     import torch

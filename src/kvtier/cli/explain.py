@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         )
     refuse(args, EXPLAIN)
     if args.gpu is not None:
-        from kvtier.spec.gpu import resolve_gpu
+        from kvtier.model.gpu import resolve_gpu
 
         resolve_gpu(args.gpu)  # an unknown name fails here, not later in the options note
     flags = settings(args, EXPLAIN)

@@ -66,7 +66,7 @@ def _check_kv_bytes(deployment: Deployment) -> None:
         return
     card_gib = deployment.measured.gpu_mem_gib
     if card_gib is None and deployment.gpu is not None:
-        from kvtier.spec.gpu import resolve_gpu
+        from kvtier.model.gpu import resolve_gpu
 
         card_gib = resolve_gpu(deployment.gpu).memory_mib / 1024
     if card_gib is not None and wanted > card_gib * 2**30:

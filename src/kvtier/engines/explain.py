@@ -19,7 +19,7 @@ from kvtier.engines.log_geometry import LogGeometry
 from kvtier.engines.settings import Settings
 from kvtier.logs.facts import Fact
 from kvtier.logs.records import Args
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
 
 if TYPE_CHECKING:
     from kvtier.engines.detect import ParsedLog

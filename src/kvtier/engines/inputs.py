@@ -8,7 +8,7 @@ from typing import Any
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import Input, Ledger
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
 from kvtier.units import GiB, MiB
 
 

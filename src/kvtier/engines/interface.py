@@ -18,7 +18,7 @@ from kvtier.engines.host import HostTier
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
 from kvtier.logs.lines import LogLine
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
 
 if TYPE_CHECKING:  # the explain half loads with the engine's rules, not with the interface
     from kvtier.engines.explain import ExplainRules

@@ -1,6 +1,6 @@
 """KV-cache element types each engine accepts for `--kv-cache-dtype`, and their byte widths.
 
-`auto` stores the model dtype, whose width comes from the one dtype table (`kvtier.spec.dtypes`).
+`auto` stores the model dtype, whose width comes from the one dtype table (`kvtier.model.dtypes`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from kvtier.engines.deployment import Engine
 from kvtier.errors import KvtierError
-from kvtier.spec.dtypes import DTYPE_BYTES, dtype_bytes
+from kvtier.model.dtypes import DTYPE_BYTES, dtype_bytes
 
 # SGLang server_args `--kv-cache-dtype` choices (v0.5.x). FP8 pools store uint8: 1 byte, per-tensor
 # scales only, so no per-token overhead (memory_pool.py, MHATokenToKVPool).

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvtier.logs.facts import Fact
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind, ModelSpec
 
 HALF = 0.005  # both engines print GiB with two decimals
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, stated
 from kvtier.logs.records import Args
-from kvtier.spec.catalog import model_for_architecture, resolve_model
-from kvtier.spec.model import ModelSpec
+from kvtier.model.catalog import model_for_architecture, resolve_model
+from kvtier.model.description import ModelSpec
 
 # Argument names that carry the model path, SGLang first, then vLLM.
 _MODEL_KEYS = ("model_path", "model")

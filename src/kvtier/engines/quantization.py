@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from kvtier.errors import KvtierError
-from kvtier.spec.model import ModelSpec, Quantization
-from kvtier.spec.params import (
+from kvtier.model.description import ModelSpec, Quantization
+from kvtier.model.params import (
     ATTENTION,
     ATTENTION_KV,
     ATTENTION_LATENT,
@@ -31,7 +31,7 @@ from kvtier.spec.params import (
     SHARED_EXPERTS,
 )
 
-# parameter groups built from LinearBase or FusedMoE layers (spec/params.py)
+# parameter groups built from LinearBase or FusedMoE layers (model/params.py)
 LINEAR_GROUPS = frozenset(
     {ATTENTION, ATTENTION_KV, ATTENTION_LATENT, DENSE_MLP, ROUTED_EXPERTS, SHARED_EXPERTS}
 )

@@ -24,8 +24,8 @@ from kvtier.engines.rules import rules_for
 from kvtier.engines.settings import Settings, to_bool, to_int, to_ratio, to_str
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, stated
-from kvtier.spec.dtypes import canonical_dtype
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
+from kvtier.model.dtypes import canonical_dtype
 
 # The model dtype a stand-in geometry assumes when the log does not print one.
 ASSUMED_DTYPE = "bfloat16"

@@ -7,7 +7,7 @@ from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.rules import rules_for
 from kvtier.errors import DoesNotStart, KvtierError, Setting
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
 
 
 def resolve(
@@ -22,8 +22,8 @@ def resolve(
     `model` is the spec when the caller already resolved it; `logged` marks a deployment a real
     startup log describes, whose context length the engine already accepted.
     """
-    from kvtier.spec.catalog import resolve_model
-    from kvtier.spec.weights import weight_bytes
+    from kvtier.model.catalog import resolve_model
+    from kvtier.model.weights import weight_bytes
 
     d = deployment
     model = model or resolve_model(d.model)
@@ -37,7 +37,7 @@ def resolve(
         )
     gpu_name, gpu_mem_mib, link = None, None, None
     if d.gpu is not None:
-        from kvtier.spec.gpu import resolve_gpu
+        from kvtier.model.gpu import resolve_gpu
 
         gpu = resolve_gpu(d.gpu)
         gpu_name, gpu_mem_mib, link = gpu.name, gpu.memory_mib, gpu.pcie_gbps

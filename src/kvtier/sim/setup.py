@@ -147,7 +147,7 @@ def build_config(
         )
     if d.gpu is None:
         raise KvtierError("the timing model needs the GPU: pass --gpu (e.g. --gpu 'RTX PRO 6000')")
-    from kvtier.spec.gpu import resolve_gpu
+    from kvtier.model.gpu import resolve_gpu
 
     flags = timing or TimingFlags()
     inputs = resolve(d)

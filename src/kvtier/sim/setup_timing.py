@@ -8,12 +8,12 @@ from kvtier.engines.figures import SGLangFigures
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
 from kvtier.errors import KvtierError
+from kvtier.model.description import AttentionKind, ModelSpec
+from kvtier.model.gpu import GpuSpec
+from kvtier.model.weights import weight_bytes
 from kvtier.sim import speculative
 from kvtier.sim.speculative import SpecDecode
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
-from kvtier.spec.gpu import GpuSpec
-from kvtier.spec.model import AttentionKind, ModelSpec
-from kvtier.spec.weights import weight_bytes
 from kvtier.units import GiB
 
 Sources = list[tuple[str, str]]

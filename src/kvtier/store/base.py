@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Protocol, TypeAlias, runtime_checkable
 
-from kvtier.spec.model import AttentionKind, ModelSpec
+from kvtier.model.description import AttentionKind, ModelSpec
 
 PageHash = bytes
 Buffer: TypeAlias = bytes | bytearray | memoryview

@@ -20,8 +20,8 @@ from kvtier.engines.sglang.dtype import checkpoint_kv_dtype, run_dtype
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import DoesNotStart, KvtierError
-from kvtier.spec.gpu import GpuSpec, resolve_gpu
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind
+from kvtier.model.gpu import GpuSpec, resolve_gpu
 from kvtier.units import GiB, MiB
 
 MTP_ALGORITHMS = frozenset({"NEXTN", "MTP"})

@@ -42,7 +42,7 @@ from kvtier.engines.sglang.pool import (
 )
 from kvtier.engines.sglang.versions import V0_4_9, V0_4_10, V0_5_2, V0_5_11, V0_5_13
 from kvtier.engines.version import Version
-from kvtier.spec.model import AttentionKind, ModelSpec
+from kvtier.model.description import AttentionKind, ModelSpec
 
 STANDALONE = "STANDALONE"
 NGRAM = "NGRAM"

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from kvtier.engines.sglang.versions import V0_5_3
 from kvtier.engines.version import Version
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
 
 RULE = "configs/model_config.py _get_and_verify_dtype, SGLang v0.5.3 - v0.5.23"
 

@@ -26,8 +26,8 @@ from kvtier.engines.sglang.log import SGLangStartup
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, stated
 from kvtier.logs.records import Args, Printed
-from kvtier.spec.gpu import resolve_gpu
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
+from kvtier.model.gpu import resolve_gpu
 from kvtier.units import GiB
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kvtier.engines.host import HostCheck
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.sglang.pool import dsa_indexer_bytes
-from kvtier.spec.model import AttentionKind, KVGeometry
+from kvtier.model.description import AttentionKind, KVGeometry
 from kvtier.units import GB, GiB
 
 # HICACHE_HOST_MEMORY_RESERVE_BYTES (older builds: ten_gb = 10 * (1024**3)).

@@ -50,8 +50,8 @@ from kvtier.engines.sglang.versions import (
 )
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
-from kvtier.spec.dtypes import DTYPE_BYTES
-from kvtier.spec.model import LinearAttention
+from kvtier.model.description import LinearAttention
+from kvtier.model.dtypes import DTYPE_BYTES
 from kvtier.units import GiB
 
 CONV_DTYPE = "bfloat16"  # SGLANG_MAMBA_CONV_DTYPE unset

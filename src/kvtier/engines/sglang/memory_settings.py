@@ -33,7 +33,7 @@ from kvtier.engines.sglang.versions import (
     V0_5_23,
 )
 from kvtier.engines.version import Version
-from kvtier.spec.model import AttentionKind, ModelSpec
+from kvtier.model.description import AttentionKind, ModelSpec
 
 # server_args max_prefill_tokens default: the activation term when chunked prefill is off (-1)
 MAX_PREFILL_TOKENS = 16384

@@ -36,7 +36,7 @@ from kvtier.engines.sglang.versions import (
 )
 from kvtier.engines.version import Version
 from kvtier.errors import DoesNotStart, KvtierError, Setting
-from kvtier.spec.model import AttentionKind, KVGeometry
+from kvtier.model.description import AttentionKind, KVGeometry
 from kvtier.units import GiB
 
 # memory_pool.py: FP4 pools keep one scale per 16 elements.

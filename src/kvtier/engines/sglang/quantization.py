@@ -10,7 +10,7 @@ v0.5.9). The names that read a checkpoint: `ModelConfig._verify_quantization`
 from __future__ import annotations
 
 from kvtier.engines import quantization
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
 
 NAMES = quantization.QuantizationNames(
     engine="SGLang",

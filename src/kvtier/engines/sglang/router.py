@@ -13,8 +13,8 @@ import dataclasses
 
 from kvtier.engines.sglang import versions
 from kvtier.engines.sglang.versions import V0_5_19
-from kvtier.spec.model import ModelSpec, ParamGroup
-from kvtier.spec.params import ROUTER, ROUTER_FP32
+from kvtier.model.description import ModelSpec, ParamGroup
+from kvtier.model.params import ROUTER, ROUTER_FP32
 
 
 def loaded_router(model: ModelSpec, version: str | None) -> tuple[ModelSpec, str | None]:

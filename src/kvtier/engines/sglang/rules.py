@@ -7,7 +7,7 @@ from kvtier.engines.host import HostTier
 from kvtier.engines.interface import EngineRules
 from kvtier.engines.sglang import builder, explain, hicache, log, pool, quantization, router
 from kvtier.engines.sglang.flags import FLAGS
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
 
 
 def _load_model(model: ModelSpec, d: Deployment) -> tuple[ModelSpec, str | None]:

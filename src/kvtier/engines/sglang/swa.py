@@ -28,7 +28,7 @@ from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.sglang.pool import Era, PoolEra, SwaTokens, cell_size, hybrid_swa_tokens
 from kvtier.engines.sglang.versions import V0_4_10, V0_5_1, V0_5_7, V0_5_10
 from kvtier.engines.version import Version
-from kvtier.spec.model import KVGeometry, LayerKind, ModelSpec
+from kvtier.model.description import KVGeometry, LayerKind, ModelSpec
 from kvtier.units import GiB
 
 LLAMA4 = "Llama4ForConditionalGeneration"

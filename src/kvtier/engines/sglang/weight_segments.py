@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvtier.spec.dtypes import dtype_bytes
-from kvtier.spec.model import AttentionKind, ModelSpec
-from kvtier.spec.params import EMBEDDING, LM_HEAD, ROPE_CACHE
-from kvtier.spec.weights import weight_bytes
+from kvtier.model.description import AttentionKind, ModelSpec
+from kvtier.model.dtypes import dtype_bytes
+from kvtier.model.params import EMBEDDING, LM_HEAD, ROPE_CACHE
+from kvtier.model.weights import weight_bytes
 from kvtier.units import MiB
 
 MIN_BLOCK = 512  # kMinBlockSize

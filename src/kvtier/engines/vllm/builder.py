@@ -23,8 +23,8 @@ from kvtier.engines.vllm import ledger_items, mamba, profile
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm.versions import V0_19
 from kvtier.errors import KvtierError
-from kvtier.spec.gpu import resolve_gpu
-from kvtier.spec.model import LayerKind
+from kvtier.model.description import LayerKind
+from kvtier.model.gpu import resolve_gpu
 from kvtier.units import GiB, MiB
 
 # config.json model_type of the architectures vLLM refuses in float16 (vllm.NO_FLOAT16_MODEL_TYPES)

@@ -25,7 +25,7 @@ from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, min_over_ranks
 from kvtier.logs.records import Args
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
 from kvtier.units import GiB
 
 

@@ -21,8 +21,8 @@ per request   MambaSpec.max_memory_usage_bytes: one block per linear group (cach
 from __future__ import annotations
 
 from kvtier.errors import KvtierError
-from kvtier.spec.dtypes import DTYPE_BYTES
-from kvtier.spec.model import LinearAttention
+from kvtier.model.description import LinearAttention
+from kvtier.model.dtypes import DTYPE_BYTES
 
 KERNEL_BLOCK_ALIGNMENT = 16  # FullAttentionSpec backends' kernel block size (MultipleOf(16))
 QWEN3_5_ARCHITECTURES = frozenset(

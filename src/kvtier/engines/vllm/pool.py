@@ -25,7 +25,7 @@ from kvtier.engines.version import Version
 from kvtier.engines.vllm import versions
 from kvtier.engines.vllm.versions import V0_8, V0_20, V0_21
 from kvtier.errors import DoesNotStart, KvtierError, Setting
-from kvtier.spec.model import AttentionKind, KVGeometry
+from kvtier.model.description import AttentionKind, KVGeometry
 from kvtier.units import GiB
 
 DEFAULT_BLOCK_SIZE = 16  # CUDA platform default (CacheConfig block_size)

@@ -60,8 +60,8 @@ from kvtier.engines.vllm.pool import (
     default_max_num_batched_tokens,
 )
 from kvtier.engines.vllm.versions import V0_6_5
-from kvtier.spec.dtypes import dtype_bytes
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
+from kvtier.model.dtypes import dtype_bytes
 
 V0_MAX_NUM_SEQS = 256  # EngineArgs.max_num_seqs (v0.6.4, v0.6.6)
 V1_MAX_NUM_SEQS = 1024  # get_batch_defaults, devices of >= 70 GiB that are not A100

@@ -9,7 +9,7 @@ checkpoint: `ModelConfig._verify_quantization` (config/model.py, v0.21.0).
 from __future__ import annotations
 
 from kvtier.engines import quantization
-from kvtier.spec.model import ModelSpec
+from kvtier.model.description import ModelSpec
 
 NAMES = quantization.QuantizationNames(
     engine="vLLM",

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvtier.errors import UnsupportedModel
-from kvtier.spec.model import ParamGroup
-from kvtier.spec.quant import ModuleFilter
+from kvtier.model.description import ParamGroup
+from kvtier.model.quant import ModuleFilter
 
 EMBEDDING = "embedding"
 ATTENTION = "attention"  # q/o projections (MHA) or the TP-sharded MLA up-projections

@@ -3,7 +3,7 @@
 SGLang and vLLM build their model config with transformers' config class for the `model_type`,
 so a field the file omits takes that class's default (google/gemma-3-27b-it states neither
 `vocab_size` nor `max_position_embeddings`). Only fields kvtier reads are listed; each entry names
-the class it mirrors, and tests/test_spec_defaults.py checks every value against transformers.
+the class it mirrors, and tests/test_model_defaults.py checks every value against transformers.
 Fields whose default is derived (num_key_value_heads = num_attention_heads, head_dim = hidden_size
 // num_attention_heads) are derived in config.py, as transformers derives them.
 

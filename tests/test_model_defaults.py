@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import transformers
 
-from kvtier.spec.config_defaults import TEXT_DEFAULTS, TEXT_MODEL_TYPE, VISION_DEFAULTS, Defaults
+from kvtier.model.config_defaults import TEXT_DEFAULTS, TEXT_MODEL_TYPE, VISION_DEFAULTS, Defaults
 
 # table keys read with another model_type's class: the text section of an older Qwen2.5-VL file
 # sits at its top level; Kimi's text config is built as a DeepseekV3Config

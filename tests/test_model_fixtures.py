@@ -11,12 +11,12 @@ import pytest
 
 from kvtier.cli import main
 from kvtier.errors import KvtierError
-from kvtier.spec.catalog import resolve_model
-from kvtier.spec.config import model_from_config
-from kvtier.spec.dtypes import dtype_bytes
-from kvtier.spec.model import ModelSpec
-from kvtier.spec.params import VISION_TOWER
-from kvtier.spec.weights import weight_bytes
+from kvtier.model.catalog import resolve_model
+from kvtier.model.config import model_from_config
+from kvtier.model.description import ModelSpec
+from kvtier.model.dtypes import dtype_bytes
+from kvtier.model.params import VISION_TOWER
+from kvtier.model.weights import weight_bytes
 
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
 FIXTURES = sorted(p.stem for p in CONFIGS.glob("*.json"))

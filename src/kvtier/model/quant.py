@@ -21,7 +21,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from kvtier.errors import UnsupportedModel
-from kvtier.spec.model import Quantization
+from kvtier.model.description import Quantization
 
 # Decides whether one module (HF name, is it an nn.Linear) is stored quantized.
 ModuleFilter = Callable[[str, bool], bool]

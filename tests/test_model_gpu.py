@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvtier.errors import KvtierError
-from kvtier.spec.gpu import GpuSpec, gpu_catalog, resolve_gpu
+from kvtier.model.gpu import GpuSpec, gpu_catalog, resolve_gpu
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_custom_gpu_knows_only_its_memory() -> None:
 
 
 def test_every_catalog_gpu_states_its_all_reduce_figures_and_whether_calibrated() -> None:
-    from kvtier.spec.gpu import gpu_catalog
+    from kvtier.model.gpu import gpu_catalog
 
     for gpu in gpu_catalog():
         assert gpu.allreduce_gbps and gpu.allreduce_gbps_range and gpu.allreduce_latency_us

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 
 from kvtier.errors import KvtierError
 from kvtier.files import MAX_CONFIG_BYTES, load_json, read_input
-from kvtier.spec.config import model_from_config
-from kvtier.spec.model import ModelSpec
-from kvtier.spec.published import NESTED_TEXT_KEYS
+from kvtier.model.config import model_from_config
+from kvtier.model.description import ModelSpec
+from kvtier.model.published import NESTED_TEXT_KEYS
 
 _HF_CACHE_DIR = "models--"
 _HF_QUANT_CONFIG = "hf_quant_config.json"

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvtier.errors import UnsupportedModel
-from kvtier.spec.model import LayerKind, LinearAttention, ParamGroup
-from kvtier.spec.params import (
+from kvtier.model.description import LayerKind, LinearAttention, ParamGroup
+from kvtier.model.params import (
     ATTENTION,
     ATTENTION_KV,
     DENSE_MLP,
@@ -28,7 +28,7 @@ from kvtier.spec.params import (
     Groups,
     moe_layout,
 )
-from kvtier.spec.quant import ModuleFilter
+from kvtier.model.quant import ModuleFilter
 
 LINEAR_ATTENTION = "linear_attention"  # the Gated DeltaNet projections, conv and gates
 HYBRID_LINEAR_ARCHITECTURES = frozenset(

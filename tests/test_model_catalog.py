@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvtier.errors import KvtierError
-from kvtier.spec import catalog
-from kvtier.spec.catalog import catalog_ids, model_for_architecture, resolve_model
+from kvtier.model import catalog
+from kvtier.model.catalog import catalog_ids, model_for_architecture, resolve_model
 
 DEV_LOG_MODELS = [
     "moonshotai/Kimi-K2.5",

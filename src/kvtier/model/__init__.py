@@ -5,11 +5,11 @@ Public entry points: `resolve_model`, `model_from_config`, `weight_bytes`, `reso
 
 from __future__ import annotations
 
-from kvtier.spec.catalog import catalog_ids, model_for_architecture, resolve_model
-from kvtier.spec.config import model_from_config
-from kvtier.spec.gpu import GpuSpec, resolve_gpu
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec, ParamGroup
-from kvtier.spec.weights import WeightBytes, weight_bytes
+from kvtier.model.catalog import catalog_ids, model_for_architecture, resolve_model
+from kvtier.model.config import model_from_config
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind, ModelSpec, ParamGroup
+from kvtier.model.gpu import GpuSpec, resolve_gpu
+from kvtier.model.weights import WeightBytes, weight_bytes
 
 __all__ = [
     "AttentionKind",

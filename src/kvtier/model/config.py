@@ -14,16 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvtier.errors import UnsupportedModel
-from kvtier.spec.linear_attention import (
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind, ModelSpec, ParamGroup
+from kvtier.model.linear_attention import (
     HYBRID_LINEAR_ARCHITECTURES,
     hybrid_decoder_params,
     linear_state,
 )
-from kvtier.spec.model import AttentionKind, KVGeometry, LayerKind, ModelSpec, ParamGroup
-from kvtier.spec.params import VISION_TOWER, decoder_params, load_buffers, moe_layout
-from kvtier.spec.published import model_dtype, text_section, vision_section
-from kvtier.spec.quant import kv_cache_quant_algo, parse_quantization
-from kvtier.spec.vision import vision_params
+from kvtier.model.params import VISION_TOWER, decoder_params, load_buffers, moe_layout
+from kvtier.model.published import model_dtype, text_section, vision_section
+from kvtier.model.quant import kv_cache_quant_algo, parse_quantization
+from kvtier.model.vision import vision_params
 
 # Decoder-only architectures understood here
 TEXT_ARCHITECTURES = frozenset(

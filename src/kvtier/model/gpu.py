@@ -88,7 +88,7 @@ def _capability(text: str | None) -> tuple[int, int] | None:
 @cache
 def gpu_catalog() -> tuple[GpuSpec, ...]:
     """Every catalog GPU, in file order."""
-    text = resources.files("kvtier.spec.catalog").joinpath("gpus.json").read_text("utf-8")
+    text = resources.files("kvtier.model.catalog").joinpath("gpus.json").read_text("utf-8")
     return tuple(
         GpuSpec(
             g["name"],

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from kvtier.errors import UnsupportedModel
-from kvtier.spec.config_defaults import TEXT_DEFAULTS, TEXT_MODEL_TYPE, VISION_DEFAULTS
-from kvtier.spec.dtypes import DTYPE_BYTES
+from kvtier.model.config_defaults import TEXT_DEFAULTS, TEXT_MODEL_TYPE, VISION_DEFAULTS
+from kvtier.model.dtypes import DTYPE_BYTES
 
 NESTED_TEXT_KEYS = ("text_config", "language_config", "llm_config")
 

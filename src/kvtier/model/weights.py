@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvtier.errors import KvtierError
-from kvtier.spec.dtypes import dtype_bytes
-from kvtier.spec.model import ModelSpec
-from kvtier.spec.params import (
+from kvtier.model.description import ModelSpec
+from kvtier.model.dtypes import dtype_bytes
+from kvtier.model.params import (
     ATTENTION,
     ATTENTION_KV,
     EMBEDDING,

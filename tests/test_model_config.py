@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from kvtier.errors import UnsupportedModel
-from kvtier.spec import catalog
-from kvtier.spec.config import model_from_config
-from kvtier.spec.model import LayerKind
-from kvtier.spec.params import (
+from kvtier.model import catalog
+from kvtier.model.config import model_from_config
+from kvtier.model.description import LayerKind
+from kvtier.model.params import (
     ATTENTION,
     ATTENTION_KV,
     ATTENTION_LATENT,

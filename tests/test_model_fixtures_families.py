@@ -26,11 +26,11 @@ from kvtier.engines.sglang import hicache
 from kvtier.engines.sglang import pool as sglang_pool
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
-from kvtier.spec.catalog import resolve_model
-from kvtier.spec.config import model_from_config
-from kvtier.spec.gpu import resolve_gpu
-from kvtier.spec.model import ModelSpec
-from kvtier.spec.params import (
+from kvtier.model.catalog import resolve_model
+from kvtier.model.config import model_from_config
+from kvtier.model.description import ModelSpec
+from kvtier.model.gpu import resolve_gpu
+from kvtier.model.params import (
     ATTENTION,
     ATTENTION_KV,
     INDEXER,
@@ -39,7 +39,7 @@ from kvtier.spec.params import (
     ROUTED_EXPERTS,
     ROUTER_FP32,
 )
-from kvtier.spec.weights import weight_bytes
+from kvtier.model.weights import weight_bytes
 
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from conftest import require_shared
 from kvtier.errors import KvtierError, UnsupportedModel
-from kvtier.spec.catalog import catalog_ids, resolve_model
-from kvtier.spec.dtypes import dtype_bytes
-from kvtier.spec.params import (
+from kvtier.model.catalog import catalog_ids, resolve_model
+from kvtier.model.dtypes import dtype_bytes
+from kvtier.model.params import (
     ATTENTION_KV,
     EMBEDDING,
     LM_HEAD,
@@ -22,7 +22,7 @@ from kvtier.spec.params import (
     ROUTER_FP32,
     VISION_TOWER,
 )
-from kvtier.spec.weights import weight_bytes
+from kvtier.model.weights import weight_bytes
 from kvtier.units import GiB
 
 # (model, tp, GiB per GPU the engine logged after loading, case id in shared/cases, log text,
@@ -161,8 +161,8 @@ def test_load_buffers() -> None:
 
 
 def test_unknown_rope_scaling_is_refused() -> None:
-    from kvtier.spec.catalog import catalog_entry
-    from kvtier.spec.config import model_from_config
+    from kvtier.model.catalog import catalog_entry
+    from kvtier.model.config import model_from_config
 
     entry = catalog_entry("qwen3-8b")
     assert entry is not None
