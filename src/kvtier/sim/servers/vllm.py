@@ -30,7 +30,6 @@ first), and stops one token short of the prompt as on the device.
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,6 +37,7 @@ from kvtier.cache.storage import Tier
 from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.servers.base import ServerCounters
 from kvtier.sim.servers.vllm_blocks import BlockPool, HostLRU, Key, Unit, own_key, prompt_units
+from kvtier.sim.servers.vllm_queue import FcfsQueue, PriorityQueue
 from kvtier.sim.timing import TimingModel
 from kvtier.sim.trace import TraceRequest
 
@@ -80,6 +80,11 @@ class VReq:
     load_tokens: int = 0  # host hit to load in the step that admits it
 
 
+def _arrival(r: VReq) -> int:
+    """A request's place under `priority`: one priority for all, so its arrival (its rid)."""
+    return r.req.rid
+
+
 class VllmServer:
     """The simulated vLLM V1 server (`kvtier.sim.servers.base.ServerModel`)."""
 
@@ -99,7 +104,9 @@ class VllmServer:
         self.store = store  # LMCache's disk or remote, behind the host tier
         self.chunk = chunk  # a connector's hit ends on a multiple of this many tokens (0: any)
         self._store_load = 0  # store tokens the step in flight reads
-        self.waiting: deque[VReq] = deque()
+        self.waiting: FcfsQueue[VReq] | PriorityQueue[VReq] = (
+            PriorityQueue(_arrival) if limits.policy == PRIORITY else FcfsQueue()
+        )
         self.run: list[VReq] = []
         self.busy = False
         self.pcie_busy_s = 0.0
@@ -145,16 +152,10 @@ class VllmServer:
         self._enqueue(VReq(req, rec, units, num_tokens=req.input_len))
 
     def _enqueue(self, r: VReq, front: bool = False) -> None:
-        if self.limits.policy == PRIORITY:
-            # a heap of (priority, arrival): one priority, so arrival order
-            i = 0
-            while i < len(self.waiting) and self.waiting[i].req.rid < r.req.rid:
-                i += 1
-            self.waiting.insert(i, r)
-        elif front:
-            self.waiting.appendleft(r)
+        if front:
+            self.waiting.prepend(r)
         else:
-            self.waiting.append(r)
+            self.waiting.add(r)
 
     def next_wake(self) -> float:
         return math.inf
@@ -354,7 +355,7 @@ class VllmServer:
         size = self.limits.block_size
         load = 0
         while budget > 0 and self.waiting and len(self.run) < self.limits.max_num_seqs:
-            r = self.waiting[0]
+            r = self.waiting.peek()
             failed = self._failed
             if failed[0] is r and failed[1] == self.pool.version and budget >= failed[2]:
                 break  # nothing that could make it fit has happened since it last failed
@@ -365,7 +366,7 @@ class VllmServer:
             if need > self.pool.free:
                 self._failed = (r, self.pool.version, budget)
                 break
-            self.waiting.popleft()
+            self.waiting.pop()
             self.pool.touch(hit)
             if host and self.host is not None:
                 self.host.touch(
