@@ -198,7 +198,7 @@ class ExplainRules(Protocol):
         """The KV dtype the engine printed, and what an unprinted `auto` becomes when the engine
         has its own rule for this model (None: the model's dtype)."""
 
-    def geometry(self, startup: Any, page: int, element_bytes: int) -> LogGeometry | None:
+    def geometry(self, startup: Any, page: int, element_bytes: int, pp: int) -> LogGeometry | None:
         """The bytes-per-token bracket the log's pool figures allow, or None if it prints none."""
 
     def context(self, startup: Any) -> Fact[object] | None:

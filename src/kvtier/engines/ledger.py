@@ -84,6 +84,9 @@ class Ledger:
     notes: tuple[str, ...] = ()
     host_pool: HostPool | None = None
     pool_formula: str = ""  # the pool formula with this ledger's numbers in it
+    # why the count is a range even where every input is measured (vLLM PP: the stages the log
+    # prints no figures for); also among `notes`
+    range_why: str = ""
 
     @property
     def exact(self) -> bool:

@@ -62,7 +62,7 @@ def log_inputs(parsed: ParsedLog, flags: Mapping[str, object], by_class: bool = 
     base = _model_dtype(settings, found)
     printed_dtype, auto = rules.kv_dtype(startup, found, settings, page.value, pp.value)
     kv_dtype, kv_source, kv_auto = _kv_dtype(engine, printed_dtype, settings, base, auto)
-    geometry = rules.geometry(startup, page.value, kv_dtype.element_bytes)
+    geometry = rules.geometry(startup, page.value, kv_dtype.element_bytes, pp.value)
     model = found
     if model is None:
         context = rules.context(startup) or settings.get("context_length", to_int)

@@ -90,6 +90,8 @@ def reconcile(
     if ledger.kv_tokens_range is not None:  # inputs the builder estimated from the spec
         low, high = min(low, ledger.kv_tokens_range[0]), max(high, ledger.kv_tokens_range[1])
     notes = list(inp.notes)
+    if ledger.range_why:
+        notes.append(ledger.range_why)
     high = _unaligned_top(inp, plan, high, notes)
     if inp.failure is not None and inp.observed is None:
         notes.append(f"kvtier's builder at the log's figures: {ledger.kv_tokens:,} tokens")

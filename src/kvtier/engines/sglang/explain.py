@@ -79,7 +79,9 @@ class SGLangExplain:
         auto = _dsa_auto_dtype(startup, model, settings, page, pp)
         return startup.kv_dtype or _pool_dtype(startup), auto
 
-    def geometry(self, startup: SGLangStartup, page: int, element_bytes: int) -> LogGeometry | None:
+    def geometry(
+        self, startup: SGLangStartup, page: int, element_bytes: int, pp: int
+    ) -> LogGeometry | None:
         return _geometry(startup, page, element_bytes)
 
     def context(self, startup: SGLangStartup) -> Fact[object] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from kvtier.engines.ledger import (
     context_lengths,
 )
 from kvtier.engines.version import Version
-from kvtier.engines.vllm import ledger_items, mamba, profile
+from kvtier.engines.vllm import ledger_items, mamba, profile, stages
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm.versions import V0_19
 from kvtier.errors import KvtierError
@@ -87,17 +88,18 @@ def _kv_cache_dtype(p: PlanInputs, version: Version) -> str:
     return MODELOPT_KV.get(algo, d.kv_cache_dtype)  # an unknown one: vLLM warns, keeps `auto`
 
 
-def _activation(p: PlanInputs, era: vllm.Era, batch: profile.ProfileBatch, run_dtype: str) -> Term:
+def _activation(p: PlanInputs, setup: Setup) -> Term:
     """The profiled torch peak from the batch and the model's shape (profile.py), with the stated
     range of what that model leaves out; a model without its MLP widths falls back to the
-    per-8,192-token constant."""
-    shape = profile.ProfileShape.of(p.model, p.deployment.tp, run_dtype)
+    per-8,192-token constant. Pipeline stage 0 runs no sampler."""
+    era, batch = setup.era, setup.batch
+    shape = profile.ProfileShape.of(p.model, p.deployment.tp, setup.run_dtype)
     if shape is None:
         return estimate.from_constant(
             estimate.VLLM_ACTIVATION_GIB_PER_8K_TOKENS,
             f"estimated: profile_run peak for {batch.tokens} batched tokens (model shape unknown)",
         ).scaled(batch.tokens / 8192)
-    modelled = profile.activation_peak(era, batch, shape)
+    modelled = profile.activation_peak(era, batch, shape, samples=not setup.stages)
     peak = modelled.bytes / GiB
     rest = (
         estimate.VLLM_V0_PROFILE_UNMODELLED_GIB
@@ -112,11 +114,9 @@ def _activation(p: PlanInputs, era: vllm.Era, batch: profile.ProfileBatch, run_d
     )
 
 
-def _terms(
-    p: PlanInputs, era: vllm.Era, batch: profile.ProfileBatch, run_dtype: str
-) -> dict[str, Term]:
+def _terms(p: PlanInputs, setup: Setup) -> dict[str, Term]:
     """total, weights, activation, non-torch and graph terms: measured, else estimated."""
-    d, m = p.deployment, p.deployment.measured
+    d, m, era = p.deployment, p.deployment.measured, setup.era
     terms: dict[str, Term] = {}
     if m.gpu_mem_gib is not None:
         terms["total"] = Term.known(m.gpu_mem_gib, "device total as the engine sees it")
@@ -134,7 +134,7 @@ def _terms(
     if m.activation_gib is not None:
         terms["activation"] = Term.known(m.activation_gib, "measured: torch peak increase")
     else:
-        terms["activation"] = _activation(p, era, batch, run_dtype)
+        terms["activation"] = _activation(p, setup)
     if m.non_torch_gib is not None:
         terms["non_torch"] = Term.known(m.non_torch_gib, "measured: non-torch increase")
     else:
@@ -157,11 +157,11 @@ def _terms(
 class Pool:
     """Uniform layers share one block count per layer; hybrid models group layers (V1)."""
 
-    def __init__(self, p: PlanInputs, block: int, era: vllm.Era, batched: int) -> None:
-        d, kv = p.deployment, p.model.kv
+    def __init__(self, p: PlanInputs, setup: Setup) -> None:
+        d, kv, block, era = p.deployment, p.model.kv, setup.block, setup.era
         self.block = block
         self.era = era
-        self.layers = stage_layers(kv.num_layers, d.pp)
+        self.layers = setup.layers
         self.layout: vllm.HybridLayout | None = None
         self.linear_blocks = 0  # blocks one request holds per linear-attention group
         self.mtp_layers = 0  # MTP draft layers counted in the pool
@@ -193,7 +193,7 @@ class Pool:
         self.layout = vllm.hybrid_layout(kv.num_full_layers, kv.num_local_layers)
         self.layers = self.layout.group_size
         self.window = kv.sliding_window or 0
-        self.batched = batched
+        self.batched = setup.batch.tokens
 
     def _linear(self, p: PlanInputs, era: vllm.Era) -> None:
         """Full-attention and linear-attention groups of one page size (engines/vllm/mamba.py)."""
@@ -275,7 +275,8 @@ class Setup:
     chunked: tuple[bool, str]  # V0 chunked prefill, and why
     batch: profile.ProfileBatch
     block: int  # tokens a block (padded to the state page on a linear-attention model)
-    layers: int  # this pipeline stage's layers
+    layers: int  # this pipeline stage's layers (stage 0's when `stages` are set)
+    stages: tuple[stages.Stage, ...]  # V1 under PP: every stage, whose least pool the engine takes
     state: tuple[int, str, str] | None  # linear-attention state page: bytes, conv, SSM dtype
     page: int  # bytes of one layer's block
     util: float  # gpu_memory_utilization
@@ -313,7 +314,11 @@ def _setup(p: PlanInputs) -> Setup:
         state_bytes = mamba.state_page_bytes(kv.linear, d.tp, conv, ssm)
         block = mamba.attention_block_size(state_bytes, vllm.page_bytes(kv, d.tp, 1, dtype), block)
         state = (state_bytes, conv, ssm)
-    layers = stage_layers(kv.num_layers, d.pp)
+    staged: tuple[stages.Stage, ...] = ()
+    # a geometry read from the log is one layer of the whole cell: no stages to split it in
+    if d.pp > 1 and era.worker is not vllm.Worker.V0 and kv.num_layers >= d.pp:
+        staged = stages.stages(p.model, d.tp, d.pp, None if d.dtype == "auto" else d.dtype)
+    layers = staged[0].layers if staged else stage_layers(kv.num_layers, d.pp)
     page = vllm.page_bytes(kv, d.tp, block, dtype)
     util = d.mem_fraction or vllm.DEFAULT_GPU_MEMORY_UTILIZATION
     return Setup(
@@ -325,6 +330,7 @@ def _setup(p: PlanInputs) -> Setup:
         batch,
         block,
         layers,
+        staged,
         state,
         page,
         util,
@@ -340,15 +346,15 @@ class Budget:
 
 
 def _budget(p: PlanInputs, setup: Setup) -> Budget:
-    d, era, batch = p.deployment, setup.era, setup.batch
+    d = p.deployment
     terms: dict[str, Term] = {}
     if d.kv_cache_memory_bytes is not None:
         available = Term.known(d.kv_cache_memory_bytes / GiB, "--kv-cache-memory-bytes")
     elif d.measured.kv_available_gib is not None:
-        terms = _terms(p, era, batch, setup.run_dtype) if _total_known(p) else {}
+        terms = _terms(p, setup) if _total_known(p) else {}
         available = _measured_available(d, setup.util, terms)
     else:
-        terms = _terms(p, era, batch, setup.run_dtype)
+        terms = _terms(p, setup)
         available = estimate.spread(
             terms,
             lambda v: vllm.available_gib(
@@ -373,16 +379,43 @@ class Split:
     tokens: int
     range_blocks: tuple[int, int] | None
     token_range: tuple[int, int] | None
+    stage_tokens: tuple[tuple[stages.Stage, int], ...] = ()  # under PP: each stage's own count
+
+
+def _sampler_excess(p: PlanInputs, setup: Setup) -> float:
+    """GiB the sampler lifts the last stage's profiled peak above a stage without it."""
+    shape = profile.ProfileShape.of(p.model, p.deployment.tp, setup.run_dtype)
+    if shape is None:
+        return 0.0
+    peak = profile.activation_peak(setup.era, setup.batch, shape)
+    return max(0, peak.sampler - peak.forward) / GiB
+
+
+def _stage_budgets(p: PlanInputs, setup: Setup, budget: Budget) -> list[tuple[int, Term]]:
+    """(layers, KV budget) of every pipeline stage; one entry without PP."""
+    if not setup.stages:
+        return [(setup.layers, budget.available)]
+    first, sampler = setup.stages[0], _sampler_excess(p, setup)
+    rest = estimate.VLLM_PROFILE_UNMODELLED_GIB[2]
+    return [
+        (s.layers, stages.stage_budget(budget.available, s, first, sampler, rest))
+        for s in setup.stages
+    ]
 
 
 def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
     era, block, page, available = setup.era, setup.block, setup.page, budget.available
-    pool = Pool(p, block, era, setup.batch.tokens)
+    pool = Pool(p, setup)
+    extra = pool.layers - setup.layers  # MTP draft layers in the pool
+    staged = _stage_budgets(p, setup, budget)
+
+    def stage_blocks(layers: int, gib: float) -> int:
+        return vllm.blocks_in_gib(gib, page, layers + extra)
 
     def blocks_for(gib: float) -> int:
-        return vllm.blocks_in_gib(gib, page, pool.layers)
+        return stage_blocks(setup.layers, gib)
 
-    blocks = blocks_for(available.value)
+    blocks = min(stage_blocks(n, t.value) for n, t in staged)
     ctx = p.context_length
     per_req = pool.blocks_per_request(ctx)
     if blocks <= 0:
@@ -390,7 +423,9 @@ def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
         raise vllm.no_memory_error(_utilization_for(setup, budget, need))
     tokens = pool.tokens(blocks, ctx)
     rng_blocks = (
-        None if available.exact else (blocks_for(available.low), blocks_for(available.high))
+        None
+        if all(t.exact for _, t in staged)
+        else (min(stage_blocks(n, t.low) for n, t in staged), blocks_for(available.high))
     )
     rng = (
         None
@@ -403,7 +438,11 @@ def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
         fits = max(c for c in range(block, ctx + 1, block) if pool.blocks_per_request(c) <= blocks)
         need = per_req * page * pool.layers / GiB
         raise vllm.too_short_error(ctx, need, available.value, fits, tokens, rng)
-    return Split(pool, blocks, per_req, tokens, rng_blocks, rng)
+    per_stage = tuple(
+        (s, pool.tokens(stage_blocks(n, t.value), ctx))
+        for s, (n, t) in zip(setup.stages, staged, strict=False)
+    )
+    return Split(pool, blocks, per_req, tokens, rng_blocks, rng, per_stage)
 
 
 def _utilization_for(setup: Setup, budget: Budget, need_gib: float) -> float | None:
@@ -437,13 +476,40 @@ def _concurrency(p: PlanInputs, split: Split) -> tuple[Concurrency, ...]:
     )
 
 
+def _first_stage(p: PlanInputs, staged: tuple[stages.Stage, ...]) -> PlanInputs:
+    """The plan sized on pipeline stage 0: its weights, as the log's lines are stage 0's."""
+    d, first = p.deployment, staged[0]
+    source = (
+        f"estimated: spec weights at TP{d.tp}, stage 0 of PP{d.pp} "
+        f"({first.holds(d.pp)}, get_pp_indices)"
+    )
+    return dataclasses.replace(p, weights_bytes=first.weights_bytes, weights_source=source)
+
+
+def _stage_note(p: PlanInputs, split: Split) -> tuple[str, ...]:
+    """One sentence on what PP does to the count and its range."""
+    if not split.stage_tokens:
+        return ()
+    pp = p.deployment.pp
+    (first, top), (last, bottom) = split.stage_tokens[0], split.stage_tokens[-1]
+    return (
+        f"PP{pp} on vLLM V1: every stage sizes its own pool and the engine takes the smallest "
+        f"(get_kv_cache_configs); stage 0 ({first.holds(pp)}) holds {top:,} tokens, the last "
+        f"({last.holds(pp)}, the sampler's peak) {bottom:,}, so the range runs from the last "
+        "stage's budget up to stage 0's count, the only stage whose figures the log prints",
+    )
+
+
 def build(p: PlanInputs) -> Ledger:
     """The ledger vLLM's determine_available_memory / get_num_blocks produce for `p`:
     setup -> budget -> blocks and tokens -> items and notes."""
     setup = _setup(p)
+    if setup.stages:
+        p = _first_stage(p, setup.stages)
     budget = _budget(p, setup)
     split = _split(p, setup, budget)
     text = ledger_items.describe(p, setup, budget, split)
+    stage_note = _stage_note(p, split)
     nominal_total = budget.terms["total"].value if "total" in budget.terms else 0.0
     return p.ledger(
         era=setup.era.label,
@@ -457,7 +523,8 @@ def build(p: PlanInputs) -> Ledger:
         max_running_requests=p.deployment.max_running_requests,
         concurrency=_concurrency(p, split),
         inputs=text.inputs,
-        notes=(*text.notes, *estimate.widest(budget.available)),
+        notes=(*text.notes, *stage_note, *estimate.widest(budget.available)),
+        range_why="".join(stage_note),
         host_pool=ledger_items.host_pool(p, setup),
         pool_formula=text.pool_formula,
         figures=VllmFigures(

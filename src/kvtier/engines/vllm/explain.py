@@ -80,8 +80,10 @@ class VllmExplain:
     ) -> tuple[Fact[str] | None, Fact[KVDtype] | None]:
         return startup.fp8_kv, None
 
-    def geometry(self, startup: VllmStartup, page: int, element_bytes: int) -> LogGeometry | None:
-        return _geometry(startup, page, element_bytes)
+    def geometry(
+        self, startup: VllmStartup, page: int, element_bytes: int, pp: int
+    ) -> LogGeometry | None:
+        return _geometry(startup, page, element_bytes, pp)
 
     def context(self, startup: VllmStartup) -> Fact[object] | None:
         return startup.max_model_len
@@ -159,10 +161,11 @@ class VllmExplain:
         return log_ledger(inputs, rec)
 
 
-def _geometry(v: VllmStartup, block: int, element_bytes: int) -> LogGeometry | None:
+def _geometry(v: VllmStartup, block: int, element_bytes: int, pp: int) -> LogGeometry | None:
     """N is whole blocks, N x cell <= A x 2^30 < (N + block) x cell (get_num_blocks); or the
     refusal '(X GiB KV cache is needed' for max_model_len L: cdiv(L, block) blocks
-    (max_memory_usage_bytes)."""
+    (max_memory_usage_bytes). Under PP the count is the smallest stage's while A is stage 0's
+    (engines/vllm/stages.py): A / N bounds stage 0's cell from above only."""
     if v.needed_kv is not None:
         length, needed, half = v.needed_kv.value
         tokens = -(-length // block) * block
@@ -176,9 +179,11 @@ def _geometry(v: VllmStartup, block: int, element_bytes: int) -> LogGeometry | N
         count = Fact(v.gpu_blocks.value * block, v.gpu_blocks.line, v.gpu_blocks.text)
     if available is None or count is None or count.value <= 0:
         return None
-    low = math.ceil((available.value - HALF) * GiB / (count.value + block))
+    low = math.ceil((available.value - HALF) * GiB / (count.value + block)) if pp == 1 else 0
     high = math.floor((available.value + HALF) * GiB / count.value)
     how = f"available {available.value:.2f} GiB / {count.value:,} tokens (whole blocks of {block})"
+    if pp > 1:
+        how += f", an upper bound under PP{pp}"
     return pick(low, high, element_bytes, count, how)
 
 

@@ -97,9 +97,8 @@ def _items(
     )
     items.append(LedgerItem("KV cache pool", kv_gib, source, available.exact))
     unused = available.value - kv_gib
-    items.append(
-        LedgerItem("unused (block rounding)", unused, "available - KV pool", available.exact)
-    )
+    why = "block rounding, and PP's smallest stage" if split.stage_tokens else "block rounding"
+    items.append(LedgerItem(f"unused ({why})", unused, "available - KV pool", available.exact))
     if "total" not in terms:
         return tuple(items), 0.0
     outside = terms["total"].value * (1 - setup.util)

@@ -300,7 +300,11 @@ def _pool_line(line: LogLine, found: _Found) -> None:
             one("utilization", float(u.group(1)), line, u.start())
     elif "KV cache size" in text and (m := _KV_TOKENS.search(text)):
         one("kv_device", m.group(1), line, m.start())
-        one("kv_tokens", int(m.group(2).replace(",", "")), line, m.start())
+        count, known = int(m.group(2).replace(",", "")), found.single.get("kv_tokens")
+        # v0.9.2 - v0.11.0 print every worker's count before the engine takes the smallest
+        # (get_kv_cache_config per worker, then the minimum; engines/vllm/stages.py)
+        if known is None or count < known.value:
+            one("kv_tokens", count, line, m.start())
         # from v0.21 the concurrency follows on the same line
         if "Maximum concurrency" in text and (c := _CONCURRENCY.search(text, m.end())):
             one("max_model_len", int(c.group(1).replace(",", "")), line, c.start())

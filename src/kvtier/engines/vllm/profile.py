@@ -229,8 +229,11 @@ def profile_batch(
     )
 
 
-def activation_peak(era: Era, batch: ProfileBatch, shape: ProfileShape) -> ActivationPeak:
-    """The torch peak profile_run adds over the weights (the module docstring's formulas)."""
+def activation_peak(
+    era: Era, batch: ProfileBatch, shape: ProfileShape, samples: bool = True
+) -> ActivationPeak:
+    """The torch peak profile_run adds over the weights (the module docstring's formulas);
+    `samples` False: a pipeline stage before the last, which runs no sampler."""
     b, h = shape.dtype_bytes, shape.hidden
     widen = 0 if b == FP32_BYTES else FP32_BYTES  # the sampler's fp32 copy of the logits
     forward = batch.tokens * (3 * h + 3 * shape.mlp_width) * b
@@ -239,9 +242,9 @@ def activation_peak(era: Era, batch: ProfileBatch, shape: ProfileShape) -> Activ
         m = batch.tokens if era.worker is not Worker.V0 else min(batch.tokens, V0_MOE_CHUNK_TOKENS)
         width = shape.expert_width
         moe = m * shape.experts_per_token * (max(width, h) + max(2 * width, h)) * b
-    cells = batch.rows * shape.vocab
+    cells = batch.rows * shape.vocab if samples else 0
     if era.worker is Worker.V0:
         sampler = cells * (b + widen + V0_SAMPLER_BYTES)
     else:
-        sampler = cells * (b + widen + V1_SAMPLER_BYTES) + batch.tokens * h * b
+        sampler = cells * (b + widen + V1_SAMPLER_BYTES) + (batch.tokens * h * b if samples else 0)
     return ActivationPeak(batch, forward, moe, sampler, era.worker)

@@ -1,0 +1,122 @@
+"""vLLM V1 under pipeline parallelism: every stage sizes its own pool and the engine takes the
+smallest (get_kv_cache_configs); a log prints stage 0's budget, so plan and explain state a range
+from the last stage's count up to stage 0's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.vllm.log import parse_vllm
+from kvtier.engines.vllm.stages import pp_partition, stages
+from kvtier.ledger.explain import explain_log
+from kvtier.ledger.plan import plan
+from kvtier.logs.lines import read_lines
+from kvtier.model.catalog import resolve_model
+
+PUBLIC = Path(__file__).parent / "fixtures" / "logs" / "public"
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "split"),
+    [
+        (36, 2, (18, 18)),
+        (61, 2, (31, 30)),  # the remainder before the last stage
+        (32, 3, (11, 11, 10)),
+        (62, 4, (15, 16, 16, 15)),  # from the second-to-last backwards: the middle stages
+        (80, 8, (10,) * 8),
+    ],
+)
+def test_layers_split_as_get_pp_indices(layers: int, pp: int, split: tuple[int, ...]) -> None:
+    assert pp_partition(layers, pp) == split
+    assert sum(split) == layers
+
+
+def test_the_first_stage_holds_the_embedding_the_last_the_head() -> None:
+    untied = resolve_model("Qwen/Qwen3-8B")  # lm_head of its own: both ends hold a vocabulary
+    first, last = stages(untied, 1, 2, None)
+    assert (first.layers, last.layers) == (18, 18) and last.samples and not first.samples
+    assert first.weights_bytes == last.weights_bytes
+    middle = stages(untied, 1, 3, None)[1]
+    assert middle.weights_bytes < first.weights_bytes  # no vocabulary matrix
+    tied = resolve_model("Qwen/Qwen3-0.6B")  # tied: the last stage keeps the embedding for it
+    first, last = stages(tied, 1, 2, None)
+    assert first.weights_bytes == last.weights_bytes
+
+
+def _h100(pp: int) -> Deployment:
+    return Deployment(Engine.VLLM, "Qwen/Qwen3-8B", gpu="H100", pp=pp, engine_version="0.12.0")
+
+
+def test_plan_ranges_from_the_last_stage_to_stage_0() -> None:
+    """Qwen3-8B on H100s at PP2, vLLM 0.12: 18 layers a stage; the last stage's budget is 1.34
+    GiB short of stage 0's (the sampler's 1,024 rows x 151,936 vocabulary over the forward)."""
+    ledger = plan(_h100(2))
+    (note,) = [n for n in ledger.notes if n.startswith("PP2 on vLLM V1")]
+    assert ledger.range_why == note
+    assert "stage 0 (the embedding and 18 layers) holds 885,376 tokens" in note
+    assert "the last (the LM head and 18 layers, the sampler's peak) 865,840" in note
+    assert ledger.kv_tokens == 865_840  # the smallest stage's
+    assert ledger.kv_tokens_range == (844_592, 911_008)  # to stage 0's at its budget's top
+    assert not plan(_h100(1)).range_why
+
+
+# A v0.12+ PP2 start as its lines read: stage 0's worker prints the budget, EngineCore the count
+# the engine took (the last stage's: 854,272 at this budget, between them 850,000 here).
+PP2_LOG = "".join(
+    f"{line}\n"
+    for line in (
+        "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.12.0",
+        "(APIServer pid=1) INFO 01-01 00:00:00 [utils.py:1] non-default args: "
+        "{'model': 'Qwen/Qwen3-8B', 'pipeline_parallel_size': 2}",
+        "(EngineCore_DP0 pid=2) (Worker_PP0 pid=3) INFO 01-01 00:00:10 [gpu_model_runner.py:1] "
+        "Model loading took 7.63 GiB and 5.0 seconds",
+        "(EngineCore_DP0 pid=2) (Worker_PP0 pid=3) INFO 01-01 00:00:20 [gpu_worker.py:1] "
+        "Available KV cache memory: 60.00 GiB",
+        "(EngineCore_DP0 pid=2) INFO 01-01 00:00:21 [kv_cache_utils.py:1] "
+        "GPU KV cache size: 850,000 tokens",
+    )
+)
+
+
+def test_explain_holds_the_logged_count_in_the_stages_range() -> None:
+    e = explain_log(PP2_LOG, {"gpu": "H100"})
+    rec = e.reconciliation
+    assert rec.status == "match"
+    assert (rec.predicted_low, rec.predicted, rec.predicted_high) == (847_728, 854_272, 873_808)
+    assert any(n.startswith("PP2 on vLLM V1") for n in rec.notes)
+    assert not rec.warnings  # the count bounds stage 0's cell from above only
+    # stage 0's count alone, as kvtier took it before, is the top: the log's count is 2.7% under
+    assert rec.predicted_high > rec.observed.value * 1.027
+
+
+def test_per_worker_counts_of_v0_11_are_read_as_their_minimum() -> None:
+    """v0.9.2 - v0.11.0 log each worker's count before the engine takes the smallest."""
+    lines = PP2_LOG.replace("0.12.0", "0.11.0").splitlines()
+    counts = [
+        "(EngineCore_DP0 pid=2) INFO 01-01 00:00:21 [kv_cache_utils.py:1] GPU KV cache size: "
+        f"{n} tokens"
+        for n in ("873,808", "850,000")
+    ]
+    text = "\n".join([*lines[:-1], *counts]) + "\n"
+    s = parse_vllm(read_lines(text))
+    assert s.kv_tokens is not None and (s.kv_tokens.value, s.kv_tokens.line) == (850_000, 6)
+
+
+@pytest.mark.parametrize(
+    ("case", "observed"),
+    [
+        ("vllm-0.15-qwen3-coder-30b-fp8-pp2-failed", 34_736),
+        ("vllm-v1-2026-pp8-failed-needed-71gib", 81_392),
+    ],
+)
+def test_public_pipeline_refusals_are_explained(case: str, observed: int) -> None:
+    """vllm-project/vllm#34076 (PP2, VLLM_PP_LAYER_PARTITION=16,32) and #32105 (PP8): the
+    refusal's capacity is the count, inside the range the needed figure's geometry gives."""
+    text = (PUBLIC / f"{case}.log").read_text(encoding="utf-8")
+    rec = explain_log(text, {}).reconciliation
+    assert rec.status == "failed" and rec.observed is not None
+    assert rec.observed.value == observed
+    assert rec.predicted_low <= observed <= rec.predicted_high
