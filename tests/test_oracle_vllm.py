@@ -22,16 +22,14 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from kvtier.engines.deployment import Deployment, Engine
-from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.vllm import builder as vllm_builder
 from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
-from kvtier.model.description import AttentionKind, KVGeometry, LayerKind, ModelSpec
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind
 
 HERE = Path(__file__).parent / "oracle_vllm"
 sys.path.insert(0, str(HERE))
 import oracle_env  # noqa: E402
+import oracle_plan  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.environ.get("KVTIER_ORACLE_VLLM") != "1",
@@ -133,39 +131,17 @@ def kvtier(case: dict[str, Any], version: str) -> Kvtier:
         sliding_window=case["window"],
         attention_chunk_size=case["chunk"],
     )
-    model = ModelSpec(
-        "oracle/model",
-        "LlamaForCausalLM",
-        kv,
-        len(kinds),
-        4096,
-        32,
-        32000,
-        1 << 20,
-        model_dtype,
-        None,
-        (),
-    )
-    d = Deployment(
-        Engine.VLLM,
-        "oracle/model",
-        kv_cache_memory_bytes=case["available"],
-        page_size=case["block"],
-        context_length=case["max_model_len"],
-        chunked_prefill_size=case["batched"],
-        engine_version=version,
-        kv_cache_dtype=kv_dtype,
-        dtype="float32" if model_dtype == "float32" else "auto",
-    )
+    model = oracle_plan.model("LlamaForCausalLM", kv, len(kinds), (4096, 32, 32000), model_dtype)
+    dtype = "float32" if model_dtype == "float32" else "auto"
     try:
-        ledger = vllm_builder.build(PlanInputs(d, model, None, None, None, ""))
+        ledger = oracle_plan.plan(case, version, model, kv_cache_dtype=kv_dtype, dtype=dtype)
     except KvtierError as exc:
         return Kvtier(None, None, None, None, str(exc))
     chunked = "C" in case["kinds"]  # every layer full attention (hybrid manager off)
     full = len(kinds) if chunked else kv.num_full_layers
     ours = vllm.hybrid_layout(full, 0 if chunked else kv.num_local_layers)
     layout = Layout(ours.full_groups, ours.local_groups, ours.group_size, ours.padding_layers)
-    (conc,) = [c.requests for c in ledger.concurrency if c.context == case["max_model_len"]]
+    conc = oracle_plan.concurrency(ledger, case)
     return Kvtier(layout, ledger.figures.num_blocks, conc, ledger.kv_tokens, None)
 
 
@@ -190,23 +166,10 @@ def differences(engine: dict[str, Any], ours: Kvtier) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def oracle() -> tuple[Path, dict[str, Path]]:
-    return oracle_env.prepare()
-
-
 @pytest.mark.parametrize("version", oracle_env.VERSIONS)
-def test_kvtier_matches_vllm_kv_cache_utils(
-    oracle: tuple[Path, dict[str, Path]], version: str
-) -> None:
-    python, sites = oracle
+def test_kvtier_matches_vllm_kv_cache_utils(version: str) -> None:
     run = cases()
-    results = oracle_env.run(python, HERE / "runner.py", sites[version], run)
-    diffs = [
-        f"{case}: {d}"
-        for case, engine in zip(run, results, strict=True)
-        for d in differences(engine, kvtier(case, version))
-    ]
+    results, diffs = oracle_env.compare(HERE / "runner.py", version, run, kvtier, differences)
     refused = sum("error" in r for r in results)
     hybrid = sum(len(r.get("groups", [])) > 1 for r in results)
     print(f"vLLM {version}: {len(run)} configurations, {hybrid} hybrid, {refused} refused")

@@ -21,21 +21,18 @@ from typing import Any
 
 import pytest
 
-from kvtier.engines.deployment import Deployment, Engine
-from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.vllm import builder as vllm_builder
 from kvtier.errors import KvtierError
 from kvtier.model.description import (
     AttentionKind,
     KVGeometry,
     LayerKind,
     LinearAttention,
-    ModelSpec,
 )
 
 HERE = Path(__file__).parent / "oracle_vllm"
 sys.path.insert(0, str(HERE))
 import oracle_env  # noqa: E402
+import oracle_plan  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.environ.get("KVTIER_ORACLE_VLLM") != "1",
@@ -106,37 +103,23 @@ def kvtier(case: dict[str, Any], version: str) -> dict[str, Any]:
         (LayerKind.FULL,) * full,
         linear=state,
     )
-    model = ModelSpec(
-        "oracle/model",
-        "Qwen3NextForCausalLM",
-        kv,
-        len(case["linear"]),
-        2048,
-        16,
-        151936,
-        1 << 20,
-        case["model_dtype"],
-        None,
-        (),
-    )
-    d = Deployment(
-        Engine.VLLM,
-        "oracle/model",
-        tp=case["tp"],
-        kv_cache_memory_bytes=case["available"],
-        page_size=case["block"],
-        context_length=case["max_model_len"],
-        chunked_prefill_size=case["batched"],
-        engine_version=version,
-        kv_cache_dtype=case["kv_cache_dtype"],
-        enable_prefix_caching=case["prefix_caching"],
-        mamba_ssm_dtype=case["ssm_cache_dtype"],
+    width = (2048, 16, 151936)
+    model = oracle_plan.model(
+        "Qwen3NextForCausalLM", kv, len(case["linear"]), width, case["model_dtype"]
     )
     try:
-        ledger = vllm_builder.build(PlanInputs(d, model, None, None, None, ""))
+        ledger = oracle_plan.plan(
+            case,
+            version,
+            model,
+            tp=case["tp"],
+            kv_cache_dtype=case["kv_cache_dtype"],
+            enable_prefix_caching=case["prefix_caching"],
+            mamba_ssm_dtype=case["ssm_cache_dtype"],
+        )
     except KvtierError as exc:
         return {"error": str(exc)}
-    (conc,) = [c.requests for c in ledger.concurrency if c.context == case["max_model_len"]]
+    conc = oracle_plan.concurrency(ledger, case)
     return {
         "block_size": ledger.page_size,
         "num_blocks": ledger.figures.num_blocks,
@@ -167,23 +150,10 @@ def differences(engine: dict[str, Any], ours: dict[str, Any]) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def oracle() -> tuple[Path, dict[str, Path]]:
-    return oracle_env.prepare(versions=VERSIONS)
-
-
 @pytest.mark.parametrize("version", VERSIONS)
-def test_kvtier_matches_vllm_hybrid_linear_pools(
-    oracle: tuple[Path, dict[str, Path]], version: str
-) -> None:
-    python, sites = oracle
+def test_kvtier_matches_vllm_hybrid_linear_pools(version: str) -> None:
     run = cases()
-    results = oracle_env.run(python, HERE / "mamba_runner.py", sites[version], run)
-    diffs = [
-        f"{case}: {d}"
-        for case, engine in zip(run, results, strict=True)
-        for d in differences(engine, kvtier(case, version))
-    ]
+    results, diffs = oracle_env.compare(HERE / "mamba_runner.py", version, run, kvtier, differences)
     refused = sum("error" in r for r in results)
     print(f"vLLM {version}: {len(run)} hybrid linear-attention configurations, {refused} refused")
     assert not diffs, f"{len(diffs)} differences:\n" + "\n".join(diffs[:10])

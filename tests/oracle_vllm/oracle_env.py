@@ -14,8 +14,11 @@ import json
 import subprocess
 import sys
 import venv
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+Ours = TypeVar("Ours")
 
 VERSIONS = ("0.20.0", "0.21.0")  # either side of the logged-token change (_report_kv_cache_config)
 TORCH = "torch==2.13.0"
@@ -64,6 +67,25 @@ def run(python: Path, runner: Path, site: Path, cases: list[Any]) -> list[dict[s
     results: list[dict[str, Any]] = json.loads(out.stdout)
     assert len(results) == len(cases) >= 100
     return results
+
+
+def compare(
+    runner: Path,
+    version: str,
+    cases: list[Any],
+    ours: Callable[[Any, str], Ours],
+    differences: Callable[[dict[str, Any], Ours], list[str]],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """`runner` with vLLM `version` over `cases`, each engine result against `ours(case, version)`:
+    the engine's results and every difference, led by its case."""
+    python, sites = prepare(versions=(version,))
+    results = run(python, runner, sites[version], cases)
+    found = [
+        f"{case}: {d}"
+        for case, engine in zip(cases, results, strict=True)
+        for d in differences(engine, ours(case, version))
+    ]
+    return results, found
 
 
 if __name__ == "__main__":
