@@ -27,7 +27,7 @@ from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.model.config import model_from_config
 from kvtier.model.description import AttentionKind, ModelSpec
-from sglang_wheels import sglang_wheel
+from sglang_wheels import differ, run_oracle, sglang_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".oracle-sglang"
@@ -164,15 +164,8 @@ def _engine_case(d: Deployment, model: ModelSpec, gpu: int | None) -> dict[str, 
 def test_defaults_match_the_engine(version: str) -> None:
     cases = _grid(version)
     engine_cases = [_engine_case(*case) for case in cases]
-    done = subprocess.run(
-        [sys.executable, "-I", "-S", str(RUNNER), str(_tree(version)), str(_site())],
-        input=json.dumps(engine_cases),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    picked = json.loads(done.stdout)
+    args = [str(_tree(version)), str(_site())]
+    picked = run_oracle(sys.executable, RUNNER, args, engine_cases)
     differences = []
     for (d, model, gpu), engine, case in zip(cases, picked, engine_cases, strict=True):
         ours = default_mem_fraction(version, gpu, d, model)
@@ -183,6 +176,4 @@ def test_defaults_match_the_engine(version: str) -> None:
         }
         if mine != engine:
             differences.append({"case": case, "engine": engine, "kvtier": mine})
-    assert not differences, f"{len(differences)} of {len(cases)} differ:\n" + "\n".join(
-        json.dumps(x) for x in differences[:5]
-    )
+    assert not differences, differ(differences, len(cases))

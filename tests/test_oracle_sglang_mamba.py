@@ -15,11 +15,9 @@ user's machine (`make oracle` sets KVTIER_ORACLE=1); under CI it always runs.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.model.description import LinearAttention
 from kvtier.units import GiB
-from sglang_wheels import CACHE, sglang_wheel
+from sglang_wheels import CACHE, differ, run_oracle, sglang_wheel
 
 RUNNER = Path(__file__).parent / "oracle" / "sglang_mamba.py"
 # each slot rule and every change inside one: v0.5.4 - v0.5.6 in model_runner.py, v0.5.7 - v0.5.15
@@ -171,15 +169,7 @@ def test_mamba_sizing_matches_the_engine(version: str) -> None:
     assert python is not None
     sources = _sources(version)
     cases = _grid(version)
-    done = subprocess.run(
-        [python, "-I", "-S", str(RUNNER), *map(str, sources)],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    engine = json.loads(done.stdout)
+    engine = run_oracle(python, RUNNER, [str(s) for s in sources], cases)
     differences = [
         {"case": case, "engine": theirs, "kvtier": ours}
         for case, theirs in zip(cases, engine, strict=True)
@@ -188,6 +178,4 @@ def test_mamba_sizing_matches_the_engine(version: str) -> None:
     refused = sum("error" in e for e in engine)
     print(f"SGLang {version}: {len(cases)} configurations, {refused} refused")
     assert len(cases) >= 100
-    assert not differences, f"{len(differences)} of {len(cases)} differ:\n" + "\n".join(
-        json.dumps(x) for x in differences[:5]
-    )
+    assert not differences, differ(differences, len(cases))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib.abc
 import importlib.util
 import inspect
 import json
@@ -29,72 +28,23 @@ import types
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))  # a bare interpreter leaves the script's folder out
+from oracle_stubs import StubFinder
+
 RECORDED = ("chunked_prefill_size", "cuda_graph_max_bs")
 
 
-class _StubMeta(type):
-    def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> Any:
-        return super().__new__(mcs, name, bases, ns)
-
-    def __init__(cls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> None:
-        super().__init__(name, bases, ns)
-
-    def __getattr__(cls, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _stub_class(name)
-
-    def __getitem__(cls, item: Any) -> Any:
-        return cls
-
-    def __add__(cls, other: Any) -> Any:  # a stubbed list of choices joined with real ones
-        return other
-
-    __radd__ = __add__
-
-    def __iter__(cls) -> Any:
-        return iter(())
-
-
-class _Stub(metaclass=_StubMeta):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __getattr__(self, name: str) -> Any:
-        return _stub_class(name)()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _Stub()
-
-
-def _stub_class(name: str) -> type:
-    return _StubMeta(name, (_Stub,), {})
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = _stub_class(name)
-        setattr(self, name, value)
-        return value
-
-
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _Finder(StubFinder):
     """Loads the modules present under the tree as released; stubs every other module that is
     not the standard library."""
 
     def __init__(self, tree: Path) -> None:
+        super().__init__(real=("msgspec",))
         self.tree = tree
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name.split(".")[0] in sys.stdlib_module_names or name.split(".")[0] == "msgspec":
-            return None
         if name == MODEL_CONFIG:  # needs torch; its architecture lists are read as text
-            return importlib.util.spec_from_loader(name, self, is_package=True)
+            return self.stub_spec(name)
         base = self.tree.joinpath(*name.split("."))
         if (base / "__init__.py").is_file():
             return importlib.util.spec_from_file_location(
@@ -102,15 +52,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             )
         if base.with_suffix(".py").is_file():
             return importlib.util.spec_from_file_location(name, base.with_suffix(".py"))
-        return importlib.util.spec_from_loader(name, self, is_package=True)
-
-    def create_module(self, spec: Any) -> types.ModuleType:
-        module = _StubModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass
+        return super().find_spec(name, path, target)
 
 
 MODEL_CONFIG = "sglang.srt.configs.model_config"

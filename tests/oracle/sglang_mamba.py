@@ -13,7 +13,6 @@ prints the state bytes per slot, the slots and the budget left for KV.
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import inspect
 import json
@@ -21,57 +20,11 @@ import math
 import os
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
-
-class _StubMeta(type):
-    def __getattr__(cls, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _StubMeta(name, (_Stub,), {})
-
-    def __getitem__(cls, item: Any) -> Any:
-        return cls
-
-
-class _Stub(metaclass=_StubMeta):
-    def __init_subclass__(cls, **kwargs: Any) -> None:  # msgspec.Struct(frozen=True, ...)
-        pass
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _Stub()
-
-    def __getattr__(self, name: str) -> Any:
-        return _Stub()
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = _StubMeta(name, (_Stub,), {})
-        setattr(self, name, value)
-        return value
-
-
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Stubs every module that is not the standard library."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name.split(".")[0] in sys.stdlib_module_names:
-            return None
-        return importlib.util.spec_from_loader(name, self, is_package=True)
-
-    def create_module(self, spec: Any) -> types.ModuleType:
-        module = _StubModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass
+sys.path.insert(0, str(Path(__file__).parent))  # a bare interpreter leaves the script's folder out
+from oracle_stubs import StubFinder
 
 
 class _Dtype:
@@ -118,7 +71,7 @@ def _divide(a: int, b: int) -> int:
 
 
 def _install() -> None:
-    sys.meta_path.insert(0, _Finder())
+    sys.meta_path.insert(0, StubFinder())
     numpy = types.ModuleType("numpy")
     numpy.prod = lambda xs: math.prod(xs)  # type: ignore[attr-defined]
     numpy.sum = lambda xs: sum(xs)  # type: ignore[attr-defined]
