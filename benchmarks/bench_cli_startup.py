@@ -20,31 +20,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-PLAN = [
-    "plan",
-    "--gpu",
-    "RTX PRO 6000",
-    "--gpus",
-    "8",
-    "--free-before-load-gib",
-    "94.04",
-    "--free-after-load-gib",
-    "21.71",
-    "--quiet",
-    "--",
-    "python",
-    "-m",
-    "sglang.launch_server",
-    "--model-path",
-    "moonshotai/Kimi-K2.5",
-    "--tp",
-    "8",
-    "--mem-fraction-static",
-    "0.88",
-    "--speculative-algorithm",
-    "EAGLE3",
-]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from founding_support import KIMI_LAUNCH  # noqa: E402
+
+PLAN = ["plan", "--gpu", "RTX PRO 6000", "--gpus", "8", "--free-before-load-gib", "94.04",
+        "--free-after-load-gib", "21.71", "--quiet", "--", *KIMI_LAUNCH]  # fmt: skip
 BUDGET_S = 0.5
 
 

@@ -8,21 +8,6 @@ import pytest
 
 from kvtier.cli import main
 
-# The founding deployment's SGLang launch command (examples/logs/sglang-kimi-k25-eagle3.log).
-KIMI_LAUNCH = [
-    "python",
-    "-m",
-    "sglang.launch_server",
-    "--model-path",
-    "moonshotai/Kimi-K2.5",
-    "--tp",
-    "8",
-    "--mem-fraction-static",
-    "0.88",
-    "--speculative-algorithm",
-    "EAGLE3",
-]
-
 
 def run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
     """The JSON object `kvtier ARGV` prints; the command must succeed."""

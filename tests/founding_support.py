@@ -1,4 +1,5 @@
-"""The founding deployment as the plan tests build it, with its measured figures chosen per test."""
+"""The founding deployment as the tests and benchmarks build it: its launch command, and the
+deployment with its measured figures chosen per test."""
 
 from __future__ import annotations
 
@@ -6,6 +7,21 @@ import dataclasses
 from typing import Any
 
 from kvtier.engines.deployment import Deployment, Engine, Measured
+
+# The founding deployment's SGLang launch command (examples/logs/sglang-kimi-k25-eagle3.log).
+KIMI_LAUNCH = [
+    "python",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "moonshotai/Kimi-K2.5",
+    "--tp",
+    "8",
+    "--mem-fraction-static",
+    "0.88",
+    "--speculative-algorithm",
+    "EAGLE3",
+]
 
 
 def kimi(measured: Measured, **changes: Any) -> Deployment:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli_support import KIMI_LAUNCH
+from founding_support import KIMI_LAUNCH
 from kvtier.engines.deployment import Engine
 from kvtier.engines.launch import parse_launch
 from kvtier.errors import KvtierError
@@ -32,20 +32,13 @@ FOUNDING = {
             "--speculative-algo",
             "eagle3",
         ],
+        # an environment, a full interpreter path and a line continuation left in
         [
             "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
             "/opt/venv/bin/python",
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            "moonshotai/Kimi-K2.5",
+            *KIMI_LAUNCH[1:5],
             "\\",
-            "--tp",
-            "8",
-            "--mem-fraction-static",
-            "0.88",
-            "--speculative-algorithm",
-            "EAGLE3",
+            *KIMI_LAUNCH[5:],
         ],
         [
             "python -m sglang.launch_server \\\n  --model-path moonshotai/Kimi-K2.5 \\\n"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import KIMI_LAUNCH, error_line, refusal, run_json
+from cli_support import error_line, refusal, run_json
+from founding_support import KIMI_LAUNCH
 from kvtier.cli import main
 
 SGLANG = KIMI_LAUNCH

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import KIMI_LAUNCH, run_json
+from cli_support import run_json
+from founding_support import KIMI_LAUNCH
 from kvtier.cli import main
 
 FOUNDING = [

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from cli_support import KIMI_LAUNCH
+from founding_support import KIMI_LAUNCH
 from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.sim.setup import build_config
