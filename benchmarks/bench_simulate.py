@@ -24,22 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / ".." / "shared" / "traces" / "mooncake-conversation.jsonl"
-FLAGS = [
-    "--model",
-    "kimi-k2.5",
-    "--gpu",
-    "RTX PRO 6000",
-    "--tp",
-    "8",
-    "--engine",
-    "sglang",
-    "--mem-fraction-static",
-    "0.88",
-    "--device-tokens",
-    "159277",
-    "--hicache-ratio",
-    "4",
-]
+sys.path.insert(0, str(ROOT / "tests"))
+from founding_support import KIMI_SIMULATE  # noqa: E402
+
+FLAGS = [*KIMI_SIMULATE, "--device-tokens", "159277", "--hicache-ratio", "4"]
 BUDGET_S = 3.0
 
 

@@ -23,6 +23,10 @@ KIMI_LAUNCH = [
     "EAGLE3",
 ]
 
+# The same deployment as `kvtier simulate` flags (the catalog's kimi-k2.5).
+KIMI_SIMULATE = ["--engine", "sglang", "--model", "kimi-k2.5", "--gpu", "RTX PRO 6000", "--tp", "8",
+                 "--mem-fraction-static", "0.88"]  # fmt: skip
+
 
 def kimi(measured: Measured, **changes: Any) -> Deployment:
     """Kimi-K2.5 on SGLang, TP8 over RTX PRO 6000 cards, --mem-fraction-static 0.88

@@ -8,44 +8,15 @@ from pathlib import Path
 import pytest
 
 from cli_support import run_json
-from founding_support import KIMI_LAUNCH
+from founding_support import KIMI_LAUNCH, KIMI_SIMULATE
 from kvtier.cli import main
-
-FOUNDING = [
-    "--model",
-    "kimi-k2.5",
-    "--gpu",
-    "RTX PRO 6000",
-    "--tp",
-    "8",
-    "--mem-fraction-static",
-    "0.88",
-    "--engine",
-    "sglang",
-]
 
 
 @pytest.fixture(scope="module")
 def chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sim") / "chat.jsonl"
-    assert (
-        main(
-            [
-                "simulate",
-                "--generate",
-                "chat",
-                "--seed",
-                "3",
-                "--requests",
-                "300",
-                "--rate",
-                "0.2",
-                "-o",
-                str(path),
-            ]
-        )
-        == 0
-    )
+    generate = ["--generate", "chat", "--seed", "3", "--requests", "300", "--rate", "0.2"]
+    assert main(["simulate", *generate, "-o", str(path)]) == 0
     return path
 
 
@@ -101,7 +72,7 @@ def test_a_huge_host_tier_runs_in_little_memory(chat: Path) -> None:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
 
-    argv = [*FOUNDING, "--device-tokens", str(10**12), "--hicache-ratio", "1e6", "--quiet"]
+    argv = [*KIMI_SIMULATE, "--device-tokens", str(10**12), "--hicache-ratio", "1e6", "--quiet"]
     proc = subprocess.run(
         [sys.executable, "-m", "kvtier", "simulate", str(chat), *argv],
         capture_output=True,
@@ -137,30 +108,11 @@ def test_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> N
 def test_timed_run_carries_the_json_contract(
     chat: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = run_json(
-        capsys,
-        [
-            "simulate",
-            str(chat),
-            *FOUNDING,
-            "--device-tokens",
-            "159277",
-            "--hicache-ratio",
-            "2",
-            "--warmup-fraction",
-            "0.5",
-            "--json",
-        ],
-    )
-    for key in (
-        "requests",
-        "hit_rate",
-        "hit_rate_by_tier",
-        "ttft_s",
-        "throughput_tok_s",
-        "rejected",
-    ):
+    argv = ["simulate", str(chat), *KIMI_SIMULATE, "--device-tokens", "159277"]
+    out = run_json(capsys, [*argv, "--hicache-ratio", "2", "--warmup-fraction", "0.5", "--json"])
+    for key in ("requests", "hit_rate", "hit_rate_by_tier", "ttft_s", "throughput_tok_s"):
         assert key in out
+    assert "rejected" in out
     assert set(out["ttft_s"]) == {"mean", "p50", "p90", "p99"}
     assert out["ttft_s"]["p50"] <= out["ttft_s"]["p90"] <= out["ttft_s"]["p99"]
     assert out["measured_requests"] == 150
@@ -171,19 +123,8 @@ def test_timed_run_carries_the_json_contract(
 
 
 def test_sweep_gives_one_run_per_value(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_json(
-        capsys,
-        [
-            "simulate",
-            str(chat),
-            *FOUNDING,
-            "--device-tokens",
-            "20000",
-            "--sweep",
-            "hicache-ratio=0,2,8",
-            "--json",
-        ],
-    )
+    argv = ["simulate", str(chat), *KIMI_SIMULATE, "--device-tokens", "20000"]
+    out = run_json(capsys, [*argv, "--sweep", "hicache-ratio=0,2,8", "--json"])
     runs = out["sweep"]["runs"]
     assert out["sweep"]["param"] == "hicache-ratio"
     assert [r["value"] for r in runs] == ["0", "2", "8"]
@@ -193,23 +134,9 @@ def test_sweep_gives_one_run_per_value(chat: Path, capsys: pytest.CaptureFixture
 
 
 def test_launch_command_after_the_trace(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_json(
-        capsys,
-        [
-            "simulate",
-            str(chat),
-            "--gpu",
-            "RTX PRO 6000",
-            "--device-tokens",
-            "50000",
-            "--json",
-            "--",
-            *KIMI_LAUNCH,
-            "--enable-hierarchical-cache",
-            "--hicache-ratio",
-            "4",
-        ],
-    )
+    argv = ["simulate", str(chat), "--gpu", "RTX PRO 6000", "--device-tokens", "50000", "--json"]
+    hicache = ["--enable-hierarchical-cache", "--hicache-ratio", "4"]
+    out = run_json(capsys, [*argv, "--", *KIMI_LAUNCH, *hicache])
     assert out["params"]["host_tokens"] == 200_001
 
 
@@ -248,7 +175,7 @@ def test_quiet_prints_key_figures(chat: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_sweep_table_fits_80_columns(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["simulate", str(chat), *FOUNDING, "--device-tokens", "20000"]
+    argv = ["simulate", str(chat), *KIMI_SIMULATE, "--device-tokens", "20000"]
     assert main([*argv, "--sweep", "hicache-ratio=0,2"]) == 0
     table = capsys.readouterr().out.split("note:")[0].splitlines()
     assert max(len(line) for line in table) <= 80
@@ -266,7 +193,7 @@ def test_seconds_keep_three_significant_digits(value: float, text: str) -> None:
 
 
 def test_terminal_table(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", str(chat), *FOUNDING, "--device-tokens", "159277"]) == 0
+    assert main(["simulate", str(chat), *KIMI_SIMULATE, "--device-tokens", "159277"]) == 0
     text = capsys.readouterr().out
     assert "token hit rate, all tiers" in text
     assert "TTFT p50 / p90 / p99 (s)" in text
@@ -278,14 +205,14 @@ def test_terminal_table(chat: Path, capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["--unbounded", "--sweep", "pcie-gbps=1,2"], "--sweep applies to timed runs"),
         (["--warmup-fraction", "1.0", "--unbounded"], "--warmup-fraction"),
-        (["--sweep", "color=1,2", *FOUNDING], "expected NAME=v1,v2"),
+        (["--sweep", "color=1,2", *KIMI_SIMULATE], "expected NAME=v1,v2"),
         (
-            ["--store-tokens", "100000", "--device-tokens", "50000", *FOUNDING],
+            ["--store-tokens", "100000", "--device-tokens", "50000", *KIMI_SIMULATE],
             "stages its pages in the host tier",
         ),
-        (["--time-scale", "0", "--device-tokens", "50000", *FOUNDING], "--time-scale"),
+        (["--time-scale", "0", "--device-tokens", "50000", *KIMI_SIMULATE], "--time-scale"),
         (
-            ["--sweep", "mem-fraction-static=0.8,0.9", "--device-tokens", "5", *FOUNDING],
+            ["--sweep", "mem-fraction-static=0.8,0.9", "--device-tokens", "5", *KIMI_SIMULATE],
             "drop --device-tokens",
         ),
     ],

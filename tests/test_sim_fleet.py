@@ -116,21 +116,8 @@ def test_a_vllm_fleet_counts_its_preemptions(sp: Path, capsys: pytest.CaptureFix
 def test_cache_aware_keeps_groups_together_and_beats_round_robin(
     sp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = run_json(
-        capsys,
-        [
-            "simulate",
-            str(sp),
-            *SMALL,
-            "--device-tokens",
-            "20000",
-            "--replicas",
-            "4",
-            "--sweep",
-            "router=random,sglang-cache-aware",
-            "--json",
-        ],
-    )
+    argv = ["simulate", str(sp), *SMALL, "--device-tokens", "20000", "--replicas", "4"]
+    out = run_json(capsys, [*argv, "--sweep", "router=random,sglang-cache-aware", "--json"])
     runs = {r["value"]: r for r in out["sweep"]["runs"]}
     assert out["sweep"]["param"] == "router"
     # 12 groups of 3,600 tokens do not fit one 20,000-token replica, but do fit four
@@ -138,21 +125,8 @@ def test_cache_aware_keeps_groups_together_and_beats_round_robin(
 
 
 def test_replica_sweep_and_rates(sp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_json(
-        capsys,
-        [
-            "simulate",
-            str(sp),
-            *SMALL,
-            "--device-tokens",
-            "20000",
-            "--router",
-            "round-robin",
-            "--sweep",
-            "replicas=2,4",
-            "--json",
-        ],
-    )
+    argv = ["simulate", str(sp), *SMALL, "--device-tokens", "20000", "--router", "round-robin"]
+    out = run_json(capsys, [*argv, "--sweep", "replicas=2,4", "--json"])
     runs = out["sweep"]["runs"]
     assert [r["fleet"]["replicas"] for r in runs] == [2, 4]
     assert [len(r["replicas"]) for r in runs] == [2, 4]
