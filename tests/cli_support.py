@@ -2,11 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kvtier.cli import main
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """`kvtier ARGV` in this process: its exit code (a usage error's SystemExit included), what it
+    printed to stdout and to stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def cli_json(argv: list[str]) -> Any:
+    """What `kvtier ARGV` prints as JSON (run as `run_cli`); the command must succeed."""
+    code, out, err = run_cli(argv)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def chat_trace(path: Path, requests: int, seed: int) -> str:
+    """A chat trace `kvtier simulate --generate chat` writes to `path`: its path."""
+    argv = ["--generate", "chat", "--requests", str(requests), "--seed", str(seed)]
+    code, _, err = run_cli(["simulate", *argv, "-o", str(path)])
+    assert code == 0, err
+    return str(path)
 
 
 def run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:

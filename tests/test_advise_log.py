@@ -4,15 +4,13 @@ log's own KV token count; a log that is not a startup log exits 2 with one line.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvtier.cli import main
+from cli_support import chat_trace, cli_json, run_cli
 from kvtier.cli.report import with_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,26 +20,11 @@ CHAT = "tests/fixtures/advise/chat-40.jsonl"
 CARD = ["--gpu", "RTX PRO 6000"]  # the log does not name the card
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module")
 def advised(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    trace = str(tmp_path_factory.mktemp("advise-log") / "chat.jsonl")
-    code, _, err = _run(["simulate", "--generate", "chat", "--requests", "200", "--seed", "1",
-                         "-o", trace])  # fmt: skip
-    assert code == 0, err
+    trace = chat_trace(tmp_path_factory.mktemp("advise-log") / "chat.jsonl", 200, seed=1)
     argv = ["advise", str(ROOT / LOG), "--workload", trace, "--host-ram-gb", "396", *CARD]
-    code, out, err = _run(with_json([*argv, "--jobs", "2"]))
-    assert code == 0, err
-    data: dict[str, Any] = json.loads(out)
+    data: dict[str, Any] = cli_json(with_json([*argv, "--jobs", "2"]))
     return data
 
 
@@ -52,7 +35,7 @@ def test_every_option_is_what_simulate_prints_for_its_simulate_args(
     simulated = [o for o in every if o["outcome"] is not None]
     assert len(simulated) >= 15 and advised["combinations"]
     for option in simulated:
-        code, out, err = _run(with_json(["simulate", *option["simulate_args"]]))
+        code, out, err = run_cli(with_json(["simulate", *option["simulate_args"]]))
         assert code == 0, (option["name"], err)
         run = json.loads(out)
         got = option["outcome"]
@@ -105,6 +88,6 @@ def test_bad_input_exits_2_with_one_line_naming_it(
     argv: list[str], named: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(ROOT)
-    code, out, err = _run(["advise", *argv])
+    code, out, err = run_cli(["advise", *argv])
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and named in err, err

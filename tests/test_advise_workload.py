@@ -3,15 +3,13 @@ flags, the ranking follows the objective, a compute-bound log says so first, bad
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvtier.cli import main
+from cli_support import chat_trace, cli_json, run_cli
 from kvtier.cli.flags.deployment import OBJECTIVES as FLAG_OBJECTIVES
 from kvtier.cli.report import with_json
 from kvtier.sim.advise import GAIN_MIN, OBJECTIVES
@@ -29,30 +27,15 @@ KIMI = [
 LLAMA = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
-
-
 def _advise(*argv: str) -> dict[str, Any]:
-    code, out, err = _run(with_json(["advise", *argv]))
-    assert code == 0, err
-    data: dict[str, Any] = json.loads(out)
+    data: dict[str, Any] = cli_json(with_json(["advise", *argv]))
     return data
 
 
 @pytest.fixture(scope="module")
 def kimi(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The founding deployment on 200 chat requests, where the pool overflows."""
-    trace = str(tmp_path_factory.mktemp("advise") / "chat.jsonl")
-    code, _, err = _run(["simulate", "--generate", "chat", "--requests", "200", "--seed", "1",
-                         "-o", trace])  # fmt: skip
-    assert code == 0, err
+    trace = chat_trace(tmp_path_factory.mktemp("advise") / "chat.jsonl", 200, seed=1)
     return _advise("--workload", trace, "--jobs", "2", *KIMI)
 
 
@@ -69,7 +52,7 @@ def test_every_option_is_what_simulate_prints_for_its_flags(
     assert len(options) >= 15 and kimi["combinations"]
     for option in options:
         words = option["simulate_args"]
-        code, out, err = _run(with_json(["simulate", *words]))
+        code, out, err = run_cli(with_json(["simulate", *words]))
         assert code == 0, (option["name"], err)
         run = json.loads(out)
         got = option["outcome"]
@@ -159,7 +142,7 @@ def test_a_compute_bound_log_says_so_first_and_no_option_ranks_without_a_gain(
             assert not (gained and o["rank"] is not None), o["name"]
     fp8 = next(o for o in data["options"] if o["name"] == "KV cache fp8_e4m3")
     assert fp8["gain"] < GAIN_MIN  # a bigger pool does not shorten this queue
-    code, out, _ = _run(["advise", *args])
+    code, out, _ = run_cli(["advise", *args])
     assert code == 0 and out.splitlines()[0] == data["headline"]
 
 
@@ -183,7 +166,7 @@ def test_bad_input_exits_2_with_one_line_naming_it(
 ) -> None:
     monkeypatch.chdir(ROOT)
     workload = [] if "--workload" in extra or "cost" in extra else ["--workload", CHAT]
-    code, out, err = _run(["advise", *LLAMA, *workload, *extra])
+    code, out, err = run_cli(["advise", *LLAMA, *workload, *extra])
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and named in err, err
 

@@ -4,15 +4,13 @@ and the chart laid out in a real headless chromium."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from kvtier.cli import main
+from cli_support import run_cli
 from report_browser import MEASURE_CHARTS, Chromium
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,26 +21,19 @@ ADVISE = [
 TITLE = "Each option&#x27;s TTFT p90 and throughput against the baseline"
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
     tmp = tmp_path_factory.mktemp("advise-html")
     html = tmp / "advise.html"
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(ROOT)
-        code, out, err = _run([*ADVISE, "--json", "--html", str(html)])
+        code, out, err = run_cli([*ADVISE, "--json", "--html", str(html)])
     assert code == 0, err
     assert f"wrote {html}" in err
     return html, json.loads(out)
 
 
-def test_the_chart_has_a_mark_for_the_baseline_and_every_option_run(
+def test_the_chart_has_a_mark_for_the_baseline_and_every_optionrun_cli(
     page: tuple[Path, dict[str, object]],
 ) -> None:
     html, data = page
@@ -62,7 +53,7 @@ def test_the_saved_json_draws_the_same_section(
     saved = tmp_path / "advise.json"
     saved.write_text(json.dumps(data))
     again = tmp_path / "again.html"
-    code, _, err = _run(["report", "--from", f"advise-workload={saved}", "-o", str(again)])
+    code, _, err = run_cli(["report", "--from", f"advise-workload={saved}", "-o", str(again)])
     assert code == 0, err
     section = re.compile(r'<section id="advise-workload">.*</section>', re.S)
     first, second = section.search(html.read_text()), section.search(again.read_text())
