@@ -539,17 +539,7 @@ def _read_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-READ_ONLY_FAULTS = (
-    "truncation",
-    "bit flip",
-    "random corruption",
-    "swapped files",
-    "foreign or old-format blob",
-    "directory at a page path",
-    "FIFO at a page path",
-    "symlink at a page path",
-    "oversized sparse file",
-)
+READ_ONLY_FAULTS = tuple(f for f in DISK_PAGE_FAULTS if f != "bad shard directory")
 
 
 def test_read_only_store_faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
