@@ -32,11 +32,16 @@ GOAL_MB_S = 50.0
 BLOCK_LINES = 20_000
 
 
+def _time_of_day(clock: int, line: int) -> str:
+    """HH:MM:SS of a log's `line`-th line, twenty lines a second from `clock` seconds."""
+    t = clock + line // 20
+    return f"{t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d}"
+
+
 def _sglang_lines(rng: random.Random, clock: int, ranks: int) -> list[str]:
     lines = []
     for i in range(BLOCK_LINES):
-        t = clock + i // 20
-        stamp = f"2026-03-01 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d}"
+        stamp = f"2026-03-01 {_time_of_day(clock, i)}"
         kind = rng.random()
         usage = min(1.0, rng.betavariate(5, 2))
         queued = rng.choice((0, 0, 0, rng.randint(1, 300)))
@@ -72,8 +77,7 @@ def _sglang_lines(rng: random.Random, clock: int, ranks: int) -> list[str]:
 def _vllm_lines(rng: random.Random, clock: int, ranks: int) -> list[str]:
     lines = []
     for i in range(BLOCK_LINES):
-        t = clock + i // 20
-        stamp = f"03-01 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d}"
+        stamp = f"03-01 {_time_of_day(clock, i)}"
         kind = rng.random()
         if kind < 0.2:
             lines.append(

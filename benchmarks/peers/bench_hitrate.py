@@ -129,6 +129,19 @@ def kvtier_block_nodes(trace: Path, blocks: list[int]) -> list[int]:
     return out
 
 
+def _seconds(theirs: tuple[float, float], ours: tuple[float, float]) -> list[object]:
+    """A row's timing cells: the peer's and kvtier's wall seconds, their CPU seconds, and the
+    peer's CPU over kvtier's."""
+    (t_wall, t_cpu), (o_wall, o_cpu) = theirs, ours
+    return [
+        f"{t_wall:.2f}",
+        f"{o_wall:.2f}",
+        f"{t_cpu:.2f}",
+        f"{o_cpu:.2f}",
+        f"{t_cpu / o_cpu:.2f}x",
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, default=TRACE)
@@ -200,11 +213,7 @@ def main() -> int:
                 f"{100 * ours['hit_rate']:.4f}%",
                 f"{diff_pp:+.4f}",
                 f"{lru['hitTokens'] - ours['hit_tokens_by_tier']['device']:,}",
-                f"{p_wall:.2f}",
-                f"{o_wall:.2f}",
-                f"{p_cpu:.2f}",
-                f"{o_cpu:.2f}",
-                f"{p_cpu / o_cpu:.2f}x",
+                *_seconds((p_wall, p_cpu), (o_wall, o_cpu)),
             ]
         )
     _, all_wall, all_cpu = peer(trace, budgets, args.repeat)
@@ -221,51 +230,12 @@ def main() -> int:
     lib_rates, lib_wall, lib_cpu = kvtier_library(trace, blocks)
     if lib_rates != alone_rates:
         failures.append(f"in-process hit rates {lib_rates} differ from the commands' {alone_rates}")
-    rows.append(
-        [
-            "all, one command each",
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            f"{all_wall:.2f}",
-            f"{one_wall:.2f}",
-            f"{all_cpu:.2f}",
-            f"{one_cpu:.2f}",
-            f"{all_cpu / one_cpu:.2f}x",
-        ]
-    )
-    rows.append(
-        [
-            "all, kvtier one command per budget",
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            f"{all_wall:.2f}",
-            f"{ours_total[0]:.2f}",
-            f"{all_cpu:.2f}",
-            f"{ours_total[1]:.2f}",
-            f"{all_cpu / ours_total[1]:.2f}x",
-        ]
-    )
-    rows.append(
-        [
-            "all, kvtier in-process",
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            f"{all_wall:.2f}",
-            f"{lib_wall:.2f}",
-            f"{all_cpu:.2f}",
-            f"{lib_cpu:.2f}",
-            f"{all_cpu / lib_cpu:.2f}x",
-        ]
-    )
+    for name, ours_s in (
+        ("all, one command each", (one_wall, one_cpu)),
+        ("all, kvtier one command per budget", (ours_total[0], ours_total[1])),
+        ("all, kvtier in-process", (lib_wall, lib_cpu)),
+    ):
+        rows.append([name, "-", "-", "-", "-", "-", *_seconds((all_wall, all_cpu), ours_s)])
     print()
     print(
         markdown_table(
