@@ -127,6 +127,12 @@ def host_pool(
     raise ValueError(f"unknown pool kind {kind!r}")
 
 
+# one pipeline stage, no context parallelism, pages laid out layer first
+ONE_STAGE: dict[str, Any] = {
+    "pp_rank": 0, "pp_size": 1, "attn_cp_rank": 0, "attn_cp_size": 1, "is_page_first_layout": False
+}  # fmt: skip
+
+
 def storage_config(
     extra: dict[str, Any],
     *,
@@ -140,13 +146,9 @@ def storage_config(
     return HiCacheStorageConfig(
         tp_rank=tp_rank,
         tp_size=tp_size,
-        pp_rank=0,
-        pp_size=1,
-        attn_cp_rank=0,
-        attn_cp_size=1,
+        **ONE_STAGE,
         is_mla_model=mla,
         enable_storage_metrics=metrics,
-        is_page_first_layout=False,
         model_name=model,
         extra_config=extra,
     )

@@ -3,76 +3,20 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvtier.errors import UnsupportedModel
-from kvtier.model import catalog
+from kvtier.model import catalog, params
 from kvtier.model.config import model_from_config
 from kvtier.model.description import LayerKind
-from kvtier.model.params import (
-    ATTENTION,
-    ATTENTION_KV,
-    ATTENTION_LATENT,
-    DENSE_MLP,
-    EMBEDDING,
-    LM_HEAD,
-    NORMS,
-    ROUTED_EXPERTS,
-    ROUTER,
-    SHARED_EXPERTS,
-    VISION_TOWER,
-)
 
-# id: (kind, layers, kv heads, head_dim, full-attention layers, window or chunk)
-GEOMETRY = {
-    "moonshotai/Kimi-K2.5": ("mla", 61, 1, 576, 61, None),
-    "deepseek-ai/DeepSeek-V3": ("mla", 61, 1, 576, 61, None),
-    "deepseek-ai/DeepSeek-R1": ("mla", 61, 1, 576, 61, None),
-    "deepseek-ai/DeepSeek-V2-Lite-Chat": ("mla", 27, 1, 576, 27, None),
-    "meta-llama/Llama-3.1-8B-Instruct": ("mha", 32, 8, 128, 32, None),
-    "meta-llama/Llama-3.1-70B-Instruct": ("mha", 80, 8, 128, 80, None),
-    "meta-llama/Llama-3.1-405B-Instruct": ("mha", 126, 8, 128, 126, None),
-    "meta-llama/Llama-3.3-70B-Instruct": ("mha", 80, 8, 128, 80, None),
-    "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic": ("mha", 80, 8, 128, 80, None),
-    "meta-llama/Llama-4-Scout-17B-16E-Instruct": ("mha", 48, 8, 128, 12, 8192),
-    "Qwen/Qwen3-0.6B": ("mha", 28, 8, 128, 28, None),
-    "Qwen/Qwen3-8B": ("mha", 36, 8, 128, 36, None),
-    "Qwen/Qwen3-14B": ("mha", 40, 8, 128, 40, None),
-    "Qwen/Qwen3-32B": ("mha", 64, 8, 128, 64, None),
-    "Qwen/Qwen3-30B-A3B": ("mha", 48, 4, 128, 48, None),
-    "Qwen/Qwen3-235B-A22B": ("mha", 94, 4, 128, 94, None),
-    "Qwen/Qwen2.5-7B-Instruct": ("mha", 28, 4, 128, 28, None),
-    "Qwen/Qwen2.5-14B-Instruct": ("mha", 48, 8, 128, 48, None),
-    "Qwen/Qwen2.5-32B-Instruct": ("mha", 64, 8, 128, 64, None),
-    "Qwen/Qwen2.5-72B-Instruct": ("mha", 80, 8, 128, 80, None),
-    "Qwen/QwQ-32B": ("mha", 64, 8, 128, 64, None),
-    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": ("mha", 28, 4, 128, 28, None),
-    "mistralai/Mistral-7B-Instruct-v0.3": ("mha", 32, 8, 128, 32, None),
-    "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mha", 32, 8, 128, 32, None),
-    "google/gemma-2-9b-it": ("mha", 42, 8, 256, 21, 4096),
-    "google/gemma-3-27b-it": ("mha", 62, 16, 128, 10, 1024),
-    "openai/gpt-oss-20b": ("mha", 24, 8, 64, 12, 128),
-    "openai/gpt-oss-120b": ("mha", 36, 8, 64, 18, 128),
-    # hybrid linear attention: the attention layers only (the others hold recurrent state)
-    "Qwen/Qwen3-Next-80B-A3B-Instruct": ("mha", 12, 2, 256, 12, None),
-    "Qwen/Qwen3.5-27B": ("mha", 16, 4, 256, 16, None),
-    "Qwen/Qwen3.5-35B-A3B": ("mha", 10, 2, 256, 10, None),
-    "Qwen/Qwen3.5-397B-A17B": ("mha", 15, 2, 256, 15, None),
-    "moonshotai/Kimi-K2-Instruct": ("mla", 61, 1, 576, 61, None),
-    "deepseek-ai/DeepSeek-V3.2": ("mla", 61, 1, 576, 61, None),
-    "nvidia/DeepSeek-V3.1-NVFP4": ("mla", 61, 1, 576, 61, None),
-    "nvidia/DeepSeek-V3.2-NVFP4": ("mla", 61, 1, 576, 61, None),
-    "meta-llama/Llama-4-Maverick-17B-128E-Instruct": ("mha", 48, 8, 128, 12, 8192),
-    "MiniMaxAI/MiniMax-M2.5": ("mha", 62, 8, 128, 62, None),
-    "MiniMaxAI/MiniMax-M2.7": ("mha", 62, 8, 128, 62, None),
-    "nvidia/MiniMax-M2.5-NVFP4": ("mha", 62, 8, 128, 62, None),
-    "zai-org/GLM-4.7": ("mha", 92, 8, 128, 92, None),
-    "zai-org/GLM-4.7-Flash": ("mla", 47, 1, 576, 47, None),
-    "zai-org/GLM-5": ("mla", 78, 1, 576, 78, None),
-    "Qwen/Qwen3-VL-235B-A22B-Instruct": ("mha", 94, 4, 128, 94, None),
-}
+# id: [kind, layers, kv heads, head_dim, full-attention layers, window or chunk (null: none)];
+# a hybrid linear-attention model counts its attention layers only (the others hold recurrent state)
+GEOMETRY = json.loads((Path(__file__).parent / "fixtures" / "model_geometry.json").read_text())
 
 
 def _config(model_id: str) -> dict[str, Any]:
@@ -146,13 +90,13 @@ def test_kimi_k25_only_routed_experts_are_int4() -> None:
     assert spec.quantization is not None
     assert (spec.quantization.method, spec.quantization.bytes_per_param) == ("int4", 0.5625)
     groups = _groups("kimi-k2.5")
-    assert [name for name, (_, q) in groups.items() if q] == [ROUTED_EXPERTS]
+    assert [name for name, (_, q) in groups.items() if q] == [params.ROUTED_EXPERTS]
     # SGLang's fused q_a/kv_a projection, the router, norms and the MoonViT tower are replicated
     assert [name for name, (s, _) in groups.items() if not s] == [
-        ATTENTION_LATENT,
-        ROUTER,
-        NORMS,
-        VISION_TOWER,
+        params.ATTENTION_LATENT,
+        params.ROUTER,
+        params.NORMS,
+        params.VISION_TOWER,
     ]
     assert spec.multimodal and (spec.num_experts, spec.experts_per_token) == (384, 8)
 
@@ -162,7 +106,13 @@ def test_deepseek_v3_fp8_block_scales_cover_every_linear_but_head_and_router() -
     assert spec.quantization is not None
     assert spec.quantization.bytes_per_param == 1 + 4 / (128 * 128)
     quantized = {name for name, (_, q) in _groups("deepseek-v3").items() if q}
-    assert quantized == {ATTENTION_LATENT, ATTENTION, DENSE_MLP, ROUTED_EXPERTS, SHARED_EXPERTS}
+    assert quantized == {
+        params.ATTENTION_LATENT,
+        params.ATTENTION,
+        params.DENSE_MLP,
+        params.ROUTED_EXPERTS,
+        params.SHARED_EXPERTS,
+    }
     assert spec.draft_layers == 1
 
 
@@ -170,13 +120,17 @@ def test_gpt_oss_mxfp4_is_experts_only() -> None:
     spec = catalog.resolve_model("gpt-oss-120b")
     assert spec.quantization is not None
     assert spec.quantization.bytes_per_param == (4 + 8 / 32) / 8
-    assert [n for n, (_, q) in _groups("gpt-oss-120b").items() if q] == [ROUTED_EXPERTS]
+    assert [n for n, (_, q) in _groups("gpt-oss-120b").items() if q] == [params.ROUTED_EXPERTS]
 
 
 def test_compressed_tensors_fp8_channel_spares_lm_head() -> None:
     groups = _groups("llama-3.3-70b-fp8")
-    assert groups[LM_HEAD] == (True, False) and groups[EMBEDDING] == (True, False)
-    assert groups[ATTENTION][1] and groups[ATTENTION_KV][1] and groups[DENSE_MLP][1]
+    assert groups[params.LM_HEAD] == (True, False) and groups[params.EMBEDDING] == (True, False)
+    assert (
+        groups[params.ATTENTION][1]
+        and groups[params.ATTENTION_KV][1]
+        and groups[params.DENSE_MLP][1]
+    )
 
 
 @pytest.mark.parametrize(
@@ -236,7 +190,7 @@ def test_quantization_formats(qcfg: dict[str, Any], method: str, bytes_per_param
         pytest.approx(bytes_per_param),
     )
     quantized = {g.name for g in spec.params if g.quantized}
-    assert quantized == {ATTENTION, ATTENTION_KV, DENSE_MLP}
+    assert quantized == {params.ATTENTION, params.ATTENTION_KV, params.DENSE_MLP}
 
 
 def test_modules_to_not_convert_is_honoured() -> None:
@@ -247,13 +201,13 @@ def test_modules_to_not_convert_is_honoured() -> None:
         "modules_to_not_convert": ["model.layers.*.self_attn"],
     }
     spec = model_from_config(_config("qwen2.5-7b") | {"quantization_config": qcfg}, "q")
-    assert {g.name for g in spec.params if g.quantized} == {DENSE_MLP}
+    assert {g.name for g in spec.params if g.quantized} == {params.DENSE_MLP}
 
 
 def test_tied_embeddings_have_no_lm_head() -> None:
-    assert LM_HEAD not in _groups("qwen3-0.6b")
-    assert LM_HEAD in _groups("qwen3-8b")
-    assert LM_HEAD not in _groups("gemma-3-27b")
+    assert params.LM_HEAD not in _groups("qwen3-0.6b")
+    assert params.LM_HEAD in _groups("qwen3-8b")
+    assert params.LM_HEAD not in _groups("gemma-3-27b")
 
 
 @pytest.mark.parametrize(

@@ -97,10 +97,8 @@ CONTEXT = {"llama-4-scout": 131_072, "kimi-k2-thinking": 131_072}
 # 1.03 T parameters in FP8 (959 GiB) leave 8 x H200 no pool under vLLM's 0.9 utilisation; in
 # bfloat16 (1,913 GiB) they need 8 x 288 GB
 GPU = {
-    "kimi-k2-instruct": "B200",
-    "glm-4.7-fp8": "B200",
-    "kimi-k2-thinking": "MI355X",
-    "glm-5-fp8": "MI355X",
+    **dict.fromkeys(("kimi-k2-instruct", "glm-4.7-fp8"), "B200"),
+    **dict.fromkeys(("kimi-k2-thinking", "glm-5-fp8"), "MI355X"),
 }
 
 

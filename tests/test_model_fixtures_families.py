@@ -373,26 +373,30 @@ def test_glm5_is_deepseek_sparse_attention(
     assert out["kv_bytes_per_token"] == per_token
 
 
-def test_glm5_parameters_by_hand() -> None:
-    # MLA with q_lora 2048, 64 heads of nope 192 + rope 64 and v 256; the DSA indexer (32 heads
-    # of 128); 3 dense layers then 75 MoE layers of 256 experts + 1 shared, no router bias (the
-    # vendored file states no topk_method)
-    spec = resolve_model(str(CONFIGS / "glm-5-fp8.json"))
-    h, n, heads, q_lora, kv_lora, nope, rope, v = 6144, 78, 64, 2048, 512, 192, 64, 256
-    attn = (
+def _mla_attention(h: int, heads: int, q_lora: int, dims: tuple[int, int, int, int]) -> int:
+    """One MLA attention layer's parameters (DeepSeek-V2's modules) for hidden size `h`: `dims`
+    are kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim."""
+    kv_lora, nope, rope, v = dims
+    return (
         h * q_lora
         + h * (kv_lora + rope)  # q_a_proj, kv_a_proj_with_mqa
         + q_lora * heads * (nope + rope)
         + kv_lora * heads * (nope + v)
         + heads * v * h
-        + q_lora * 32 * 128
-        + h * 128
-        + h * 32
-        + 2 * 128  # indexer wq_b, wk, weights_proj, k_norm
         + q_lora
         + kv_lora
         + 2 * h  # q_a / kv_a layernorms, input / post-attention norms
     )
+
+
+def test_glm5_parameters_by_hand() -> None:
+    # MLA with q_lora 2048, 64 heads of nope 192 + rope 64 and v 256; the DSA indexer (32 heads
+    # of 128); 3 dense layers then 75 MoE layers of 256 experts + 1 shared, no router bias (the
+    # vendored file states no topk_method)
+    spec = resolve_model(str(CONFIGS / "glm-5-fp8.json"))
+    h, n, q_lora = 6144, 78, 2048
+    indexer = q_lora * 32 * 128 + h * 128 + h * 32 + 2 * 128  # wq_b, wk, weights_proj, k_norm
+    attn = _mla_attention(h, 64, q_lora, (512, 192, 64, 256)) + indexer
     dense, moe = 3 * h * 12288, 256 * 3 * h * 2048 + 3 * h * 2048 + 256 * h
     total = n * attn + 3 * dense + 75 * moe + 2 * 154_880 * h + h
     assert spec.total_params == total == 743_911_199_232
@@ -420,17 +424,8 @@ def test_glm47_flash_parameters_by_hand() -> None:
     # DeepSeek-V2 MLA (q_lora 768, 20 heads of nope 192 + rope 64, v 256), one dense layer, then
     # 46 MoE layers of 64 experts + 1 shared and GLM-4's float32 router with its correction bias
     spec = _spec("glm-4.7-flash")
-    h, n, heads, q_lora, kv_lora, nope, rope, v = 2048, 47, 20, 768, 512, 192, 64, 256
-    attn = (
-        h * q_lora
-        + h * (kv_lora + rope)  # q_a_proj, kv_a_proj_with_mqa
-        + q_lora * heads * (nope + rope)
-        + kv_lora * heads * (nope + v)
-        + heads * v * h
-        + q_lora
-        + kv_lora
-        + 2 * h  # q_a / kv_a layernorms, input / post-attention norms
-    )
+    h, n = 2048, 47
+    attn = _mla_attention(h, 20, 768, (512, 192, 64, 256))
     moe = 64 * 3 * h * 1536 + 3 * h * 1536 + (64 * h + 64)
     total = n * attn + 3 * h * 10240 + 46 * moe + 2 * 154_880 * h + h
     assert spec.total_params == total == 29_943_393_920
