@@ -36,6 +36,9 @@ class TaggedStorage:
         self.write_page_bytes(pages, tags)
 
 
+PageNumbers = Sequence[int]
+
+
 class ManualHandle:
     def __init__(self, copy: Callable[[], None]) -> None:
         self._copy: Callable[[], None] | None = copy
@@ -59,11 +62,7 @@ class ManualTransfer:
         self.handles: list[ManualHandle] = []
 
     def submit(
-        self,
-        src: PageStorage,
-        src_pages: Sequence[int],
-        dst: PageStorage,
-        dst_pages: Sequence[int],
+        self, src: PageStorage, src_pages: PageNumbers, dst: PageStorage, dst_pages: PageNumbers
     ) -> ManualHandle:
         s, d = list(src_pages), list(dst_pages)
         handle = ManualHandle(lambda: src.copy_pages(s, dst, d))
@@ -89,12 +88,7 @@ class DictStore:
         self.blobs.update(zip(hashes, blobs, strict=True))
 
     def contains_prefix(self, hashes: Sequence[bytes]) -> int:
-        n = 0
-        for h in hashes:
-            if h not in self.blobs:
-                break
-            n += 1
-        return n
+        return next((n for n, h in enumerate(hashes) if h not in self.blobs), len(hashes))
 
     def load(self, hashes: Sequence[bytes]) -> list[bytes | None]:
         return [self.blobs.get(h) for h in hashes]

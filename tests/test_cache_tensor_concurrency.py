@@ -15,18 +15,8 @@ import pytest
 import torch
 
 from cache_tensor_support import DEVICES, gqa_geometry, one_torch_thread
-from kvtier.cache import (
-    Admission,
-    PagePool,
-    PageStorage,
-    Tier,
-    TieredCache,
-    WritePolicy,
-    abort,
-    admit,
-    finish,
-    page_hashes,
-)
+from kvtier.cache import PagePool, PageStorage, Tier, TieredCache, WritePolicy, page_hashes
+from kvtier.cache.request import Admission, abort, admit, finish
 from kvtier.cache.tensor_storage import KVLayout, TensorStorage
 from kvtier.cache.transfer import AsyncTransfer, LayerHandle
 
