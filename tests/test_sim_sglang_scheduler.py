@@ -1,0 +1,145 @@
+"""kvtier's SGLang scheduler model against SGLang's own scheduler classes, step by step.
+
+SGLang's side runs in the SGLang virtualenv (benchmarks/peers/.venv-sglang, .ci/sglang-venv.sh) as
+tests/sglang_scheduler_worker.py: SGLang 0.5.23's PrefillAdder, RadixCache, TokenToKVPoolAllocator,
+ReqToTokenPool and ScheduleBatch on the CPU, the model forward replaced by made-up tokens. kvtier's
+side is `SGLangServer` over `TieredCachePort` with the same pool, running-request cap and chunk.
+240 requests in 8 groups sharing 4-12 block prefixes, each with 1-5 blocks of its own and 8-63
+output tokens, all waiting at the start, with a 4,096-token pool: the pool evicts and the queue
+waits. The outputs are fixed lengths (`ignore_eos`, as a trace replay sends them), so SGLang
+counts a running request's whole remaining output, as kvtier reserves it.
+
+Without the virtualenv the test skips on a user's machine and fails under CI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from conftest import missing
+from kvtier.cache.storage import Tier
+from kvtier.sim.metrics import RequestRecord
+from kvtier.sim.servers.hicache import TieredCachePort
+from kvtier.sim.servers.sglang import EngineConfig, SGLangServer
+from kvtier.sim.timing import Hardware, ModelCost, TimingModel
+from kvtier.sim.trace import TraceRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+SGLANG_PYTHON = ROOT / "benchmarks" / "peers" / ".venv-sglang" / "bin" / "python"
+WORKER = ROOT / "tests" / "sglang_scheduler_worker.py"
+BLOCK = 16  # trace tokens per block; SGLang's page is one token
+POOL_TOKENS = 4096
+REQUESTS = 240
+TM = TimingModel(
+    ModelCost(8_000_000_000, 16e9, 131_072, 32, 8192), Hardware(989.0, 3350.0, 25.0, 100.0, 8), 1
+)
+
+
+def _trace(seed: int = 1) -> list[TraceRequest]:
+    rng = random.Random(seed)
+    groups = [
+        tuple(rng.randrange(1 << 30) for _ in range(rng.choice((4, 8, 12)))) for _ in range(8)
+    ]
+    next_id = 1 << 31
+    out = []
+    for rid in range(REQUESTS):
+        own = rng.randrange(1, 6)
+        blocks = groups[rng.randrange(8)] + tuple(range(next_id, next_id + own))
+        next_id += own
+        out.append(TraceRequest(rid, 0.0, len(blocks) * BLOCK, rng.randrange(8, 64), blocks))
+    return out
+
+
+def _case(trace: list[TraceRequest]) -> dict[str, Any]:
+    return {
+        "pool_tokens": POOL_TOKENS,
+        "max_running_requests": 32,
+        "chunked_prefill_size": 512,
+        "max_prefill_tokens": 16384,
+        "ignore_eos": True,
+        "requests": [
+            {
+                "rid": r.rid,
+                "tokens": [b * BLOCK + k for b in r.blocks for k in range(BLOCK)],
+                "output_len": r.output_len,
+            }
+            for r in trace
+        ],
+    }
+
+
+def _sglang(case: dict[str, Any]) -> dict[str, Any]:
+    if not SGLANG_PYTHON.exists():
+        missing(
+            f"no SGLang virtualenv at {SGLANG_PYTHON.relative_to(ROOT)}: run .ci/sglang-venv.sh"
+        )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(SGLANG_PYTHON), str(WORKER)],
+        input=json.dumps(case),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
+    if done.returncode != 0 and "ModuleNotFoundError" in done.stderr:
+        missing(f"the SGLang virtualenv cannot run the worker: {done.stderr.splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _kvtier(trace: list[TraceRequest]) -> dict[str, Any]:
+    port = TieredCachePort(POOL_TOKENS // BLOCK)
+    server = SGLangServer(port, TM, EngineConfig(BLOCK, 32, 512))
+    records = []
+    for r in trace:
+        rec = RequestRecord(r.rid, 0.0, r.input_len, r.output_len)
+        records.append(rec)
+        server.arrive(r, rec, 0.0)
+    now, batches = 0.0, []
+    while (duration := server.start_step(now, math.inf)) is not None:
+        if not server._pending_decode:
+            batches.append([str(live.req.rid) for live in server._pending])
+        now += duration
+        server.finish_step(now)
+    assert all(rec.finished for rec in records)
+    return {
+        "cached_tokens": {str(rec.rid): rec.hit_tokens[Tier.DEVICE] for rec in records},
+        "prefill_batches": batches,
+        "evicted_prompt_tokens": port.evictions()[Tier.DEVICE.value] * BLOCK,
+    }
+
+
+def test_sglang_scheduler_model_against_sglang_classes() -> None:
+    trace = _trace()
+    engine = _sglang(_case(trace))
+    model = _kvtier(trace)
+    hits_engine = sum(engine["cached_tokens"].values())
+    hits_model = sum(model["cached_tokens"].values())
+    same = [k for k, v in engine["cached_tokens"].items() if model["cached_tokens"][k] == v]
+    batches = [s["reqs"] for s in engine["steps"] if s["kind"] == "prefill"]
+    print(
+        f"prefix-hit tokens: SGLang {hits_engine:,}, kvtier {hits_model:,} "
+        f"({hits_model / hits_engine - 1:+.2%}); equal for {len(same)} of {REQUESTS} requests; "
+        f"prefill batches: SGLang {len(batches)}, kvtier {len(model['prefill_batches'])}; "
+        f"retractions: SGLang {engine['retracted']}, kvtier 0; evicted prompt tokens: "
+        f"SGLang {engine['evicted_prompt_tokens']:,}, kvtier {model['evicted_prompt_tokens']:,}"
+    )
+    assert len(engine["cached_tokens"]) == REQUESTS
+    assert abs(hits_model - hits_engine) <= 0.02 * hits_engine
+    assert len(same) >= 0.95 * REQUESTS
+    # kvtier's model never retracts: SGLang must not either when outputs are fixed lengths
+    assert engine["retracted"] == 0
+    # the first prefill batches, before the pool is full, are the same requests
+    assert batches[:2] == model["prefill_batches"][:2]
+    # the pool evicts on both sides, by about as much
+    evicted = engine["evicted_prompt_tokens"]
+    assert evicted > 0 and abs(model["evicted_prompt_tokens"] - evicted) <= 0.1 * evicted
