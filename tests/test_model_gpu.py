@@ -45,7 +45,7 @@ def test_memory_is_what_the_driver_reports() -> None:
 
 def test_catalog_is_complete_and_sourced() -> None:
     gpus = gpu_catalog()
-    assert len(gpus) == 16
+    assert len(gpus) == 17
     for gpu in gpus:
         assert gpu.source and gpu.memory_mib > 0 and gpu.pcie_gen in (4, 5)
         assert gpu.hbm_gbps and gpu.bf16_dense_tflops and gpu.pcie_gbps

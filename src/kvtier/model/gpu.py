@@ -57,6 +57,7 @@ class GpuSpec:
     allreduce_gbps_range: tuple[float, float] | None = None
     allreduce_latency_us: float | None = None
     interconnect: str = ""  # what the all-reduce figures rest on, and whether calibrated
+    vendor: str = "NVIDIA"  # AMD: served by the engines' ROCm builds
 
     @property
     def memory_gib(self) -> float:
@@ -105,6 +106,7 @@ def gpu_catalog() -> tuple[GpuSpec, ...]:
             tuple(g["allreduce_gbps_range"]) if "allreduce_gbps_range" in g else None,
             g.get("allreduce_latency_us"),
             g.get("interconnect", ""),
+            g.get("vendor", "NVIDIA"),
         )
         for g in json.loads(text)["gpus"]
     )

@@ -17,6 +17,7 @@ from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.dtype import checkpoint_kv_dtype, run_dtype
+from kvtier.engines.sglang.platform import platform_notes
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import DoesNotStart, KvtierError
@@ -416,7 +417,7 @@ def build(p: PlanInputs) -> Ledger:
         max_running_requests=requests.limits.running,
         concurrency=_concurrency(p, split.tokens, split.token_range),
         inputs=text.inputs,
-        notes=(*text.notes, *estimate.widest(budget.rest)),
+        notes=(*text.notes, *platform_notes(d), *estimate.widest(budget.rest)),
         host_pool=host_pool,
         pool_formula=text.pool_formula,
         figures=SGLangFigures(
