@@ -8,34 +8,39 @@ import argparse
 import math
 from typing import Any
 
+from kvtier.cli.flags import given_names
+from kvtier.cli.flags.simulate import BENCH
 from kvtier.errors import KvtierError
 
 RANDOM = "random"
-BENCH_FLAGS = (
-    "input_tokens",
-    "range_ratio",
-    "max_concurrency",
-    "request_rate",
-    "special_tokens",
-    "bench_version",
-)
 
 
 def check(args: argparse.Namespace) -> None:
     """Refuse benchmark flags without --generate random, and its use with a trace file."""
-    given = [f"--{f.replace('_', '-')}" for f in BENCH_FLAGS if getattr(args, f) is not None]
-    if args.bench is not None:
-        given.append("--bench")
+    given = given_names(args, BENCH)
     if args.generate != RANDOM:
         if given:
             raise KvtierError(f"{', '.join(given)} apply to --generate random")
         return
-    if args.output:
-        raise KvtierError("--generate random runs closed loop against the server: drop -o")
-    if args.unbounded or args.lru_tokens is not None:
-        raise KvtierError("--generate random runs on the timed server: drop the reference flags")
-    if args.time_scale != 1.0:
-        raise KvtierError("--generate random sends at --request-rate: drop --time-scale")
+    refuse_open_loop(
+        args,
+        "--generate random runs closed loop against the server: drop -o",
+        "--generate random runs on the timed server: drop the reference flags",
+        "--generate random sends at --request-rate: drop --time-scale",
+    )
+
+
+def refuse_open_loop(args: argparse.Namespace, output: str, reference: str, scale: str) -> None:
+    """A closed-loop run writes no trace (-o), runs on the timed server (not the reference
+    caches) and sends at its own pace (no --time-scale): each refusal with its message."""
+    refused = (
+        (bool(args.output), output),
+        (args.unbounded or args.lru_tokens is not None, reference),
+        (args.time_scale != 1.0, scale),
+    )
+    for given, message in refused:
+        if given:
+            raise KvtierError(message)
 
 
 def bench(args: argparse.Namespace) -> Any:

@@ -8,13 +8,14 @@ import argparse
 import dataclasses
 from typing import Any
 
+from kvtier.cli.flags import given_names
 from kvtier.cli.flags.simulate import DEFAULT_ROUTER
+from kvtier.cli.flags.simulate import SHARED_PREFIX as GENERATOR
 from kvtier.errors import KvtierError
 from kvtier.report.json_text import emit
 
 SHARED_PREFIX = "shared-prefix"
 FLEET_SWEEPS = ("router", "replicas")
-GENERATOR_FLAGS = ("groups", "prompts_per_group", "system_tokens", "question_tokens")
 
 
 def _sweep_name(args: argparse.Namespace) -> str | None:
@@ -38,13 +39,11 @@ def active(args: argparse.Namespace) -> bool:
 def check(args: argparse.Namespace) -> None:
     """Refuse fleet and generator flags the run cannot use, one line each."""
     if args.generate != SHARED_PREFIX:
-        given = [
-            f"--{f.replace('_', '-')}" for f in GENERATOR_FLAGS if getattr(args, f) is not None
-        ]
+        given = given_names(args, GENERATOR)
         if given:
             raise KvtierError(f"{', '.join(given)} apply to --generate {SHARED_PREFIX}")
     else:
-        missing = [f"--{f.replace('_', '-')}" for f in GENERATOR_FLAGS if getattr(args, f) is None]
+        missing = [row.name for row in GENERATOR if getattr(args, row.dest) is None]
         if missing:
             raise KvtierError(f"--generate {SHARED_PREFIX} needs {', '.join(missing)}")
     store = args.shared_store_gbps is not None or args.shared_store_latency_ms is not None

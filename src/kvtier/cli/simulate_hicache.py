@@ -7,35 +7,22 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kvtier.cli.flags import given_names
+from kvtier.cli.flags.simulate import MULTITURN as MULTITURN_ROWS
 from kvtier.cli.flags.simulate import MULTITURN_DEFAULTS as DEFAULTS
+from kvtier.cli.flags.simulate import POLICIES, PREFETCH, PREFETCH_POLICY
+from kvtier.cli.simulate_bench import refuse_open_loop
 from kvtier.errors import KvtierError
 
 MULTITURN = "multiturn"
 SHARED_PREFIX = "shared-prefix"  # kvtier.cli.simulate_fleet's generator, which also asks O tokens
-PREFETCH_FLAGS = (
-    "hicache_storage_prefetch_policy",
-    "prefetch_threshold",
-    "prefetch_timeout_base",
-    "prefetch_timeout_per_ki_token",
-    "prefetch_timeout_max",
-)
-MULTITURN_FLAGS = (
-    "clients",
-    "rounds",
-    "request_tokens",
-    "output_tokens",
-    "ready_queue",
-    "max_parallel",
-)
 
 
 def check(args: argparse.Namespace) -> None:
     """Refuse generator flags that the chosen input does not use."""
-    given = [f"--{f.replace('_', '-')}" for f in MULTITURN_FLAGS if getattr(args, f) is not None]
+    given = given_names(args, MULTITURN_ROWS)
     if args.generate in (SHARED_PREFIX, "random") and args.output_tokens is not None:
         given.remove("--output-tokens")  # the shared-prefix and random generators ask it too
-    if args.round_barrier:
-        given.append("--round-barrier")
     if args.generate == MULTITURN:
         if args.requests is not None:
             raise KvtierError(
@@ -44,13 +31,13 @@ def check(args: argparse.Namespace) -> None:
     elif given:
         raise KvtierError(f"{', '.join(given)} apply to --generate multiturn")
     if args.max_parallel is not None:
-        if args.output:
-            raise KvtierError("-o writes the open-loop trace: drop --max-parallel")
-        if args.unbounded or args.lru_tokens is not None:
-            raise KvtierError("--max-parallel runs the clients on the timed server: drop it")
-        if args.time_scale != 1.0:
-            raise KvtierError("the clients send at --rate: drop --time-scale")
-    prefetch = [f"--{f.replace('_', '-')}" for f in PREFETCH_FLAGS if getattr(args, f) is not None]
+        refuse_open_loop(
+            args,
+            "-o writes the open-loop trace: drop --max-parallel",
+            "--max-parallel runs the clients on the timed server: drop it",
+            "the clients send at --rate: drop --time-scale",
+        )
+    prefetch = given_names(args, PREFETCH)
     if prefetch and not _has_store(args):
         raise KvtierError(f"{', '.join(prefetch)} apply to an L3 store: give --store-tokens")
     if args.block_tokens is not None and args.generate not in (None, MULTITURN, SHARED_PREFIX):
@@ -98,20 +85,13 @@ def request_count(source: Any) -> int:
     return len(source.requests)
 
 
-# kvtier flags that a pasted SGLang launch command may also set (engines/sglang/flags.py)
-POLICY_FLAGS = ("hicache_write_policy", "hicache_storage_prefetch_policy")
-
-
 def with_policies(args: argparse.Namespace, deployment: Any) -> Any:
     """`deployment` with kvtier's HiCache policy flags set; a flag that contradicts the launch
     command's is refused naming both, and a prefetch policy needs an L3 store."""
     given: dict[str, str] = {}
-    for name in POLICY_FLAGS:
-        flag, mine, pasted = (
-            f"--{name.replace('_', '-')}",
-            getattr(args, name),
-            getattr(deployment, name),
-        )
+    for row in POLICIES:  # flags a pasted SGLang launch command may also set
+        name, flag = row.dest, row.name
+        mine, pasted = getattr(args, name), getattr(deployment, name)
         if mine is not None and pasted is not None and mine != pasted:
             raise KvtierError(
                 f"kvtier's {flag} {mine} contradicts the {deployment.origin(name)}'s "
@@ -122,8 +102,8 @@ def with_policies(args: argparse.Namespace, deployment: Any) -> Any:
     policy = deployment.hicache_storage_prefetch_policy
     if policy is not None and not _has_store(args):
         raise KvtierError(
-            f"--hicache-storage-prefetch-policy {policy} ({deployment.origin(POLICY_FLAGS[1])}) "
-            "applies to an L3 store: give --store-tokens"
+            f"{PREFETCH_POLICY.name} {policy} ({deployment.origin(PREFETCH_POLICY.dest)}) applies "
+            "to an L3 store: give --store-tokens"
         )
     return deployment.with_values("kvtier flag", **given) if given else deployment
 

@@ -33,6 +33,7 @@ __all__ = [
     "SIMULATE",
     "KvFlag",
     "add_flags",
+    "given_names",
     "refuse",
     "refuse_for_engine",
     "rows",
@@ -122,6 +123,11 @@ def _given(args: argparse.Namespace, row: KvFlag) -> object:
     if value is None or value is False or value == row.spec.get("default"):
         return None
     return value
+
+
+def given_names(args: argparse.Namespace, flags: tuple[KvFlag, ...]) -> list[str]:
+    """The names of `flags` given on the command line, in table order."""
+    return [row.name for row in flags if _given(args, row) is not None]
 
 
 def refuse(args: argparse.Namespace, command: str) -> None:

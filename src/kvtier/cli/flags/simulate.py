@@ -88,6 +88,19 @@ must name the algorithm). Refused (exit 2, one line): a log admitting fewer than
 # The two HiCache policies set Deployment fields through simulate_hicache.with_policies, which
 # refuses a pasted launch command's other value instead of overriding it.
 # fmt: off
+WRITE_POLICY = flag("--hicache-write-policy", group="simulation", commands=SIM,
+                    sample=("write_back",), choices=WRITE_POLICIES,
+                    help="when the host tier takes a copy of device pages (default: a pasted "
+                    "launch command's --hicache-write-policy, else write_through, SGLang's "
+                    "default)")
+PREFETCH_POLICY = flag("--hicache-storage-prefetch-policy", group="simulation", commands=SIM,
+                       sample=("wait_complete",), choices=PREFETCH_POLICIES,
+                       help="how long a request waits for its L3 hit: not at all, keeping what "
+                       "arrived (best_effort), until all arrived (wait_complete), or until then "
+                       "or a timeout (timeout); default: the SGLang version's (best_effort up to "
+                       "v0.5.11, timeout from v0.5.12)")
+POLICIES = (WRITE_POLICY, PREFETCH_POLICY)
+
 WORKLOAD = (
     flag("--generate", group="workloads", commands=SIM, sample=("agent",), choices=WORKLOADS,
          metavar="KIND", help=f"generate a workload: {', '.join(WORKLOADS)}"),
@@ -105,10 +118,7 @@ WORKLOAD = (
 SIMULATION = (
     flag("--device-tokens", group="simulation", commands=SIM, sample=("20000",), type=TOKENS,
          help="device KV tokens (default: the ledger's)"),
-    flag("--hicache-write-policy", group="simulation", commands=SIM, sample=("write_back",),
-         choices=WRITE_POLICIES,
-         help="when the host tier takes a copy of device pages (default: a pasted launch "
-         "command's --hicache-write-policy, else write_through, SGLang's default)"),
+    WRITE_POLICY,
     flag("--store-tokens", group="simulation", commands=SIM, sample=("50000",),
          type=count(0, MAX_TOKENS), default=0,
          help="L3 store (disk) capacity in tokens behind the host tier (default: none)"),
@@ -149,19 +159,14 @@ MULTITURN = (
          help="run the clients against the simulated server (closed loop): a turn goes out only "
          "after the client's previous answer, at most N at once (the benchmark's default: 128); "
          "without it the trace is open loop, each answer taken as instant"),
-    flag("--block-tokens", group="multiturn", commands=SIM, sample=("32",),
-         type=count(1, 1 << 20), default=None, metavar="B",
-         help="tokens per hashed block of a generated or read trace (default 512, Mooncake's)"),
 )
+BLOCK_TOKENS = flag("--block-tokens", group="multiturn", commands=SIM, sample=("32",),
+                    type=count(1, 1 << 20), default=None, metavar="B",
+                    help="tokens per hashed block of a generated or read trace (default 512, "
+                    "Mooncake's)")
 
 PREFETCH = (
-    flag("--hicache-storage-prefetch-policy", group="simulation", commands=SIM,
-         sample=("wait_complete",),
-         choices=PREFETCH_POLICIES,
-         help="how long a request waits for its L3 hit: not at all, keeping what arrived "
-         "(best_effort), until all arrived (wait_complete), or until then or a timeout "
-         "(timeout); default: the SGLang version's (best_effort up to v0.5.11, timeout from "
-         "v0.5.12)"),
+    PREFETCH_POLICY,
     flag("--prefetch-threshold", group="simulation", commands=SIM, sample=("10000",),
          type=count(0, 1 << 40), metavar="TOKENS",
          help="fewest store-hit tokens worth a prefetch (default 256)"),
@@ -281,6 +286,7 @@ ROWS = (
     *WORKLOAD,
     *SIMULATION,
     *MULTITURN,
+    BLOCK_TOKENS,
     *PREFETCH,
     *FLEET,
     *SHARED_PREFIX,
