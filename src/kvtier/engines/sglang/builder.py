@@ -307,18 +307,13 @@ def _pools(p: PlanInputs, cells: Cells, budget: Budget, rest_gib: float) -> tupl
     profiled = sglang.profile_tokens(rest_gib, cells.profiled, cells.page, d.max_total_tokens)
     if not cells.swa_pool:
         return profiled, 0
-    ratio = sglang.SWA_FULL_TOKENS_RATIO
-    split = sliding.split_tokens(
-        cells.era,
-        rest_gib,
-        profiled,
-        p.model.kv,
-        p.attn_tp,
-        cells.dtype,
-        cells.page,
-        ratio,
-        d.max_total_tokens,
-    )
+    ratio, kv = sglang.SWA_FULL_TOKENS_RATIO, p.model.kv
+    if cells.era.pool is PoolEra.C:  # Era A/B re-divide the uniform count they profiled
+        split = sliding.era_c_tokens(
+            rest_gib, kv, p.attn_tp, cells.dtype, cells.page, ratio, d.max_total_tokens
+        )
+    else:
+        split = sglang.hybrid_swa_tokens(profiled, kv, p.attn_tp, cells.page, ratio)
     return split.full_tokens, split.swa_tokens
 
 

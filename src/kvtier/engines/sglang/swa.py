@@ -25,7 +25,7 @@ F and S are one layer's bytes per token on one rank (the same heads in every cat
 from __future__ import annotations
 
 from kvtier.engines.kvdtype import KVDtype
-from kvtier.engines.sglang.pool import Era, PoolEra, SwaTokens, cell_size, hybrid_swa_tokens
+from kvtier.engines.sglang.pool import Era, PoolEra, SwaTokens, cell_size
 from kvtier.engines.sglang.versions import V0_4_10, V0_5_1, V0_5_7, V0_5_10
 from kvtier.engines.version import Version
 from kvtier.model.description import KVGeometry, LayerKind, ModelSpec
@@ -77,23 +77,6 @@ def era_c_tokens(
         full = min(full, max_total_tokens)
     full = full // page_size * page_size
     return SwaTokens(full, int(full * ratio) // page_size * page_size)
-
-
-def split_tokens(
-    era: Era,
-    rest_gib: float,
-    profiled: int,
-    kv: KVGeometry,
-    attn_tp: int,
-    dtype: KVDtype,
-    page_size: int,
-    ratio: float,
-    max_total_tokens: int | None,
-) -> SwaTokens:
-    """(full-layer tokens, SWA tokens) of the era's rule; `profiled` is Era A/B's uniform count."""
-    if era.pool is PoolEra.C:
-        return era_c_tokens(rest_gib, kv, attn_tp, dtype, page_size, ratio, max_total_tokens)
-    return hybrid_swa_tokens(profiled, kv, attn_tp, page_size, ratio)
 
 
 def split_text(era: Era, kv: KVGeometry, per_layer: int, full: int, swa: int) -> str:
