@@ -160,11 +160,14 @@ def test_sglang_2026_pool_line_gives_the_kv_dtype_and_the_draft_pool(
     """noonghunna/club-3090#1261: 'KV Cache is allocated. dtype: torch.float8_e4m3fn, #tokens: ...'"""
     path = PUBLIC / "sglang-2026-hybrid-gdn-nvfp4-2x5090-draft-pools.log"
     s = parse_sglang(read_lines(path.read_text(encoding="utf-8")))
-    assert [(p.rank, p.tokens, p.k_gib, p.dtype) for p in s.target_pools] == [
+    assert [(p.rank, p.tokens, p.k_gib, p.dtype) for p in s.pools_by_rank()] == [
         ("TP0", 454_112, 3.46, "torch.float8_e4m3fn"),
         ("TP1", 454_112, 3.46, "torch.float8_e4m3fn"),
     ]
-    assert [(p.rank, p.k_gib) for p in s.draft_pools] == [("TP0", 1.08), ("TP1", 1.08)]
+    assert [(p.rank, p.k_gib) for p in s.pools_by_rank(draft=True)] == [
+        ("TP0", 1.08),
+        ("TP1", 1.08),
+    ]
     out = _explain_json(path, capsys)
     assert out["kv_cache_dtype"] == "fp8_e4m3" and out["kv_bytes_per_token"] == 16_384
 
@@ -316,7 +319,7 @@ def test_sliding_window_pools_are_read_together(capsys: pytest.CaptureFixture[st
         ("TP2", 77.63, 1_496_958, 1_496_958),
         ("TP3", 77.63, 1_496_958, 1_496_958),
     ]
-    assert not s.draft_pools
+    assert not s.pools_by_rank(draft=True)
     out = _explain_json(path, capsys)
     (pool,) = out["ledger"]
     assert pool["item"].startswith("KV cache pools (target: full + sliding-window")

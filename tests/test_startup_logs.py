@@ -32,12 +32,12 @@ def test_seed_log_facts_carry_their_lines() -> None:
     s = _sglang(SEED)
     assert s.server_args is not None and s.server_args.values["mem_fraction_static"] == 0.88
     assert s.server_args.values["speculative_algorithm"] == "EAGLE3"
-    (load,) = s.target_weights
+    (load,) = s.weights_by_rank()
     assert (load.avail_gib, load.usage_gib, load.line) == (21.71, 72.33, 2)
     assert load.architecture == "KimiK25ForConditionalGeneration"
-    assert len(s.target_pools) == 8 and {p.tokens for p in s.target_pools} == {159_277}
+    assert len(s.pools_by_rank()) == 8 and {p.tokens for p in s.pools_by_rank()} == {159_277}
     # TP7's second allocation, after its own pool end, is the EAGLE-3 draft's K/V pool
-    (draft,) = s.draft_pools
+    (draft,) = s.pools_by_rank(draft=True)
     assert (draft.rank, draft.k_gib, draft.v_gib, draft.line) == ("TP7", 0.30, 0.30, 21)
     assert s.kv_dtype is not None and s.kv_dtype.line == 3
     assert s.draft_kv_dtype is not None and s.draft_kv_dtype.line == 20
@@ -67,7 +67,7 @@ def test_prefixes_do_not_change_the_answer(prefix: str) -> None:
 def test_crlf_and_ansi_resets() -> None:
     text = "\r\n".join(f"\x1b[1;36m{line}\x1b[0m" for line in SEED.splitlines())
     s = _sglang(text)
-    assert s.target_weights[0].usage_gib == 72.33
+    assert s.weights_by_rank()[0].usage_gib == 72.33
     assert s.free_at_pool_end() is not None
 
 
@@ -81,7 +81,7 @@ def test_interleaved_ranks_take_the_minimum() -> None:
     s = _sglang(text)
     begin = s.free_before_load()
     assert begin is not None and (begin.value, begin.rank, begin.line) == (78.10, "TP1", 1)
-    assert [w.rank for w in s.target_weights] == ["TP0", "TP1"]
+    assert [w.rank for w in s.weights_by_rank()] == ["TP0", "TP1"]
 
 
 def test_pipeline_stages_are_ranks_of_their_own() -> None:
@@ -95,8 +95,8 @@ def test_pipeline_stages_are_ranks_of_their_own() -> None:
 [t PP1 TP0] Memory pool end. avail mem=10.50 GB
 """
     s = _sglang(text)
-    assert [p.rank for p in s.target_pools] == ["PP0 TP0", "PP1 TP0"]
-    assert s.draft_pools == []
+    assert [p.rank for p in s.pools_by_rank()] == ["PP0 TP0", "PP1 TP0"]
+    assert s.pools_by_rank(draft=True) == []
     end = s.free_at_pool_end()
     assert end is not None and (end.value, end.rank) == (10.50, "PP1 TP0")
 
@@ -107,9 +107,9 @@ def test_truncated_lines_drop_only_the_cut_values() -> None:
         "mem usage=7.0\n[x TP0] KV Cache is allocated. #tokens: 2984"
     )
     s = _sglang(text)
-    assert s.target_weights[0].avail_gib == 16.00
-    assert s.target_weights[0].usage_gib is None  # "7.0" without its unit is not trusted
-    assert s.target_pools[0].tokens == 2984  # a cut count cannot be told from a short one
+    assert s.weights_by_rank()[0].avail_gib == 16.00
+    assert s.weights_by_rank()[0].usage_gib is None  # "7.0" without its unit is not trusted
+    assert s.pools_by_rank()[0].tokens == 2984  # a cut count cannot be told from a short one
 
 
 def test_era_c_lines() -> None:
@@ -122,9 +122,9 @@ def test_era_c_lines() -> None:
 [t TP0] max_total_num_tokens=500000, chunked_prefill_size=8192, context_len=40960, available_gpu_mem=28.40 GB
 """
     s = _sglang(text)
-    load = s.target_weights[0]
+    load = s.weights_by_rank()[0]
     assert (load.quant, load.avail_gib, load.usage_gib) == ("fp8", 60.0, 18.5)
-    assert s.target_pools[0].dtype == "torch.float8_e4m3fn"
+    assert s.pools_by_rank()[0].dtype == "torch.float8_e4m3fn"
     (graph,) = s.graphs
     assert (graph.usage_gib, graph.avail_gib, graph.draft) == (0.75, 29.15, False)
     assert s.summary is not None and s.summary.available_gpu_mem_gib == 28.40
@@ -146,7 +146,7 @@ def test_several_starts_use_the_last_and_say_so() -> None:
     assert parsed.first_line == len(first.splitlines()) + 1
     assert any("2 server starts" in n for n in parsed.notes)
     assert isinstance(parsed.startup, SGLangStartup)
-    assert parsed.startup.target_weights[0].avail_gib == 21.71
+    assert parsed.startup.weights_by_rank()[0].avail_gib == 21.71
 
 
 def test_vllm_v0_block_and_abridged_variant() -> None:

@@ -53,7 +53,7 @@ class SGLangExplain:
         return [a for a in (startup.server_args, startup.launch) if a is not None]
 
     def architecture(self, startup: SGLangStartup) -> Fact[str] | None:
-        for load in startup.target_weights:
+        for load in startup.weights_by_rank():
             if load.architecture:
                 return load.fact(load.architecture)
         return None
@@ -155,7 +155,7 @@ def _input_origin(ledger: Ledger, name: str) -> str:
 
 def _geometry(s: SGLangStartup, page: int, element_bytes: int) -> LogGeometry | None:
     """The buffers hold (N + page) x cell bytes (memory_pool.py), each size to 2 decimals."""
-    pools = [p for p in s.target_pools if p.tokens and p.total_gib is not None]
+    pools = [p for p in s.pools_by_rank() if p.tokens and p.total_gib is not None]
     if not pools:
         return None
     pool = min(pools, key=lambda p: p.tokens or 0)
@@ -204,7 +204,7 @@ def _dsa_auto_dtype(
 
 def _pool_dtype(startup: SGLangStartup) -> Fact[str] | None:
     """The dtype the target pool's `KV Cache is allocated. dtype: ...` line prints (2026 form)."""
-    pool = next((p for p in startup.target_pools if p.dtype is not None), None)
+    pool = next((p for p in startup.pools_by_rank() if p.dtype is not None), None)
     return pool.fact(pool.dtype) if pool is not None and pool.dtype is not None else None
 
 
@@ -214,7 +214,8 @@ def _measured(inp: LogInputs[SGLangMemory], s: SGLangStartup, flags: Measured) -
         return flags
     card = mem.card.gib if mem.card is not None else None
     target_graphs = [g.usage_gib for g in s.graphs if not g.draft and g.usage_gib is not None]
-    draft = next((w.usage_gib for w in s.draft_weights if w.usage_gib is not None), None)
+    drafts = s.weights_by_rank(draft=True)
+    draft = next((w.usage_gib for w in drafts if w.usage_gib is not None), None)
     final = s.summary.available_gpu_mem_gib if s.summary is not None else None
     return Measured(
         free_before_load_gib=None if mem.before_inferred else mem.free_before.value,

@@ -110,8 +110,9 @@ def _reserve_uses(
     """What the log shows was allocated after the target pool, and what it leaves unsized."""
     uses: list[LedgerItem] = []
     unlogged: list[tuple[str, str]] = []
-    speculative = bool(s.draft_pools or s.draft_weights or _spec_algorithm(s))
-    draft_w = next((w for w in s.draft_weights if w.usage_gib is not None), None)
+    drafts = s.weights_by_rank(draft=True)
+    speculative = bool(s.pools_by_rank(draft=True) or drafts or _spec_algorithm(s))
+    draft_w = next((w for w in drafts if w.usage_gib is not None), None)
     if draft_w is not None and draft_w.usage_gib is not None:
         uses.append(logged_item("draft weights", draft_w.fact(draft_w.usage_gib)))
     elif flags.draft_weights_gib is not None:
@@ -119,7 +120,7 @@ def _reserve_uses(
         uses.append(LedgerItem("draft weights", given, "--draft-weights-gib", True))
     elif speculative:
         unlogged.append(("draft weights", "no 'Load weight end' line from the draft worker"))
-    draft_pool = next((p for p in s.draft_pools if p.total_gib is not None), None)
+    draft_pool = next((p for p in s.pools_by_rank(draft=True) if p.total_gib is not None), None)
     if draft_pool is not None and draft_pool.total_gib is not None:
         uses.append(logged_item("draft KV pool", draft_pool.fact(draft_pool.total_gib)))
     elif speculative:
@@ -282,7 +283,7 @@ def _logged_pool(s: SGLangStartup) -> LedgerItem | None:
         both = s.sliding_pools[0]
         name = "KV cache pools (target: full + sliding-window layers)"
         return logged_item(name, both.fact(both.gib))
-    pool = s.target_pools[0] if s.target_pools else None
+    pool = next(iter(s.pools_by_rank()), None)
     if pool is None or pool.total_gib is None:
         return None
     return logged_item("KV cache pool (target)", pool.fact(pool.total_gib))

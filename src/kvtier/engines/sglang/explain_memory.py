@@ -61,7 +61,7 @@ def read_memory(
 
 
 def _free_memory(startup: SGLangStartup, settings: Settings, parallel: int) -> SGLangMemory | None:
-    loads = [w for w in startup.target_weights if w.avail_gib is not None]
+    loads = [w for w in startup.weights_by_rank() if w.avail_gib is not None]
     if not loads:
         return None
     after_load = min(loads, key=lambda w: w.avail_gib or 0.0)
@@ -128,7 +128,7 @@ def implied_fraction(startup: SGLangStartup, before: float, after: float) -> flo
     """The fraction that gives the logged pool: solves rest = after - before x (1 - f), with the
     pool's bytes from its own 'KV size' figure (two decimals of GB, so about three digits)."""
     observed = logged_count(startup)
-    pools = [p for p in startup.target_pools if p.total_gib is not None and p.tokens]
+    pools = [p for p in startup.pools_by_rank() if p.total_gib is not None and p.tokens]
     if observed is None or before <= 0 or not pools:
         return None
     pool = min(pools, key=lambda p: p.tokens or 0)
@@ -138,7 +138,7 @@ def implied_fraction(startup: SGLangStartup, before: float, after: float) -> flo
 
 
 def logged_count(startup: SGLangStartup) -> Fact[int] | None:
-    counted = [p for p in startup.target_pools if p.tokens is not None]
+    counted = [p for p in startup.pools_by_rank() if p.tokens is not None]
     if counted:
         pool = min(counted, key=lambda p: p.tokens or 0)
         assert pool.tokens is not None

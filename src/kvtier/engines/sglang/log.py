@@ -180,21 +180,13 @@ class SGLangStartup:
     state_pools: tuple[StatePool, ...] = ()  # hybrid linear attention: the target's state pool
     sliding_pools: tuple[SlidingPools, ...] = ()  # a sliding-window model's two pools, together
 
-    @property
-    def target_weights(self) -> list[WeightLoad]:
-        return per_rank_records(w for w in self.weights if not w.draft)
+    def weights_by_rank(self, draft: bool = False) -> list[WeightLoad]:
+        """The target's (or the draft's) weight loads, one a rank."""
+        return per_rank_records(w for w in self.weights if w.draft == draft)
 
-    @property
-    def draft_weights(self) -> list[WeightLoad]:
-        return per_rank_records(w for w in self.weights if w.draft)
-
-    @property
-    def target_pools(self) -> list[KVPool]:
-        return per_rank_records(p for p in self.pools if not p.draft)
-
-    @property
-    def draft_pools(self) -> list[KVPool]:
-        return per_rank_records(p for p in self.pools if p.draft)
+    def pools_by_rank(self, draft: bool = False) -> list[KVPool]:
+        """The target's (or the draft's) KV pools, one a rank."""
+        return per_rank_records(p for p in self.pools if p.draft == draft)
 
     def free_before_load(self) -> Fact[float] | None:
         """Free GiB before the weights loaded, min over ranks, when the log prints it."""
