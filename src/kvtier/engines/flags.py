@@ -44,6 +44,12 @@ class Flag(NamedTuple):
     spellings: tuple[str, ...]  # as typed on a command line, dashes, without the leading --
 
 
+def flag(printed: str, convert: Convert | None, *aliases: str, field: str = "") -> Flag:
+    """A flag typed as its printed name with dashes, or as one of `aliases`, that sets the
+    Deployment field `field` (default: the printed name)."""
+    return Flag(field or printed, printed, convert, (printed.replace("_", "-"), *aliases))
+
+
 class FlagTable:
     """An engine's flags by every spelling, and by the field they set."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from kvtier.engines.flags import BadChoice, Flag, FlagTable, one_of
+from kvtier.engines.flags import BadChoice, FlagTable, flag, one_of
 
 
 def json_object(raw: str) -> str:
@@ -22,41 +22,26 @@ def json_object(raw: str) -> str:
 
 FLAGS = FlagTable(
     (
-        Flag("model", "model", str, ("model",)),
-        Flag("tp", "tensor_parallel_size", int, ("tensor-parallel-size", "tp")),
-        Flag("pp", "pipeline_parallel_size", int, ("pipeline-parallel-size", "pp")),
-        Flag("dp", "data_parallel_size", int, ("data-parallel-size", "dp")),
-        Flag("mem_fraction", "gpu_memory_utilization", float, ("gpu-memory-utilization",)),
-        Flag("kv_cache_dtype", "kv_cache_dtype", str, ("kv-cache-dtype",)),
-        Flag("dtype", "dtype", str, ("dtype",)),
-        Flag("quantization", "quantization", str, ("quantization", "q")),
-        Flag("enable_chunked_prefill", "enable_chunked_prefill", None, ("enable-chunked-prefill",)),
-        Flag("page_size", "block_size", int, ("block-size",)),
-        Flag("context_length", "max_model_len", int, ("max-model-len",)),
-        Flag("max_running_requests", "max_num_seqs", int, ("max-num-seqs",)),
-        Flag("chunked_prefill_size", "max_num_batched_tokens", int, ("max-num-batched-tokens",)),
-        Flag("kv_cache_memory_bytes", "kv_cache_memory_bytes", int, ("kv-cache-memory-bytes",)),
-        Flag("kv_offloading_size_gib", "kv_offloading_size", float, ("kv-offloading-size",)),
-        Flag("enable_prefix_caching", "enable_prefix_caching", None, ("enable-prefix-caching",)),
-        Flag(
-            "kv_offloading_backend",
-            "kv_offloading_backend",
-            one_of("native", "lmcache"),
-            ("kv-offloading-backend",),
-        ),
-        Flag("kv_transfer_config", "kv_transfer_config", json_object, ("kv-transfer-config",)),
-        Flag(
-            "long_prefill_token_threshold",
-            "long_prefill_token_threshold",
-            int,
-            ("long-prefill-token-threshold",),
-        ),
-        Flag(
-            "scheduling_policy",
-            "scheduling_policy",
-            one_of("fcfs", "priority"),
-            ("scheduling-policy",),
-        ),
-        Flag("mamba_ssm_dtype", "mamba_ssm_cache_dtype", str, ("mamba-ssm-cache-dtype",)),
+        flag("model", str),
+        flag("tensor_parallel_size", int, "tp", field="tp"),
+        flag("pipeline_parallel_size", int, "pp", field="pp"),
+        flag("data_parallel_size", int, "dp", field="dp"),
+        flag("gpu_memory_utilization", float, field="mem_fraction"),
+        flag("kv_cache_dtype", str),
+        flag("dtype", str),
+        flag("quantization", str, "q"),
+        flag("enable_chunked_prefill", None),
+        flag("block_size", int, field="page_size"),
+        flag("max_model_len", int, field="context_length"),
+        flag("max_num_seqs", int, field="max_running_requests"),
+        flag("max_num_batched_tokens", int, field="chunked_prefill_size"),
+        flag("kv_cache_memory_bytes", int),
+        flag("kv_offloading_size", float, field="kv_offloading_size_gib"),
+        flag("enable_prefix_caching", None),
+        flag("kv_offloading_backend", one_of("native", "lmcache")),
+        flag("kv_transfer_config", json_object),
+        flag("long_prefill_token_threshold", int),
+        flag("scheduling_policy", one_of("fcfs", "priority")),
+        flag("mamba_ssm_cache_dtype", str, field="mamba_ssm_dtype"),
     )
 )
