@@ -111,20 +111,20 @@ def to_int(raw: object) -> int:
 
 def to_fraction(raw: object) -> float:
     """A memory fraction in (0, 1]."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise TypeError(raw)
-    value = float(raw)
-    if not 0.0 < value <= 1.0:
-        raise ValueError(raw)
-    return value
+    return _positive(raw, 1.0)
 
 
 def to_ratio(raw: object) -> float:
     """A ratio of two memories, > 0 (SGLang's mamba_full_memory_ratio)."""
+    return _positive(raw, 1e4)
+
+
+def _positive(raw: object, high: float) -> float:
+    """A number in (0, high]."""
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
         raise TypeError(raw)
     value = float(raw)
-    if not 0.0 < value <= 1e4:
+    if not 0.0 < value <= high:
         raise ValueError(raw)
     return value
 
