@@ -17,6 +17,7 @@ EVIDENCE_KEPT = 5
 _TEXT_KEPT = 400
 _SEEN_KEPT = 4096
 SAMPLE_KINDS = frozenset({"decode", "prefill", "fill", "stats", "metrics"})
+Fields = dict[str, float]  # a reading: field name -> value
 _EVENTS = frozenset({"retracted", "preemptions", "preempted_total"})
 _TITLE = re.compile(r"[A-Za-z#][A-Za-z_# -]{0,40}")  # a message's words before its figures
 _SHARE = (0.0, 1.0, False)
@@ -153,7 +154,7 @@ class Observer:
         self,
         engine: str,
         kind: str,
-        fields: dict[str, float],
+        fields: Fields,
         *,
         line: int | None,
         text: str,
@@ -162,6 +163,15 @@ class Observer:
         """One reading of a grammar (see the engines' serving modules for kinds and fields).
 
         A reading with a value outside FIELD_RANGES is skipped and counted, not read."""
+        self._read(engine, kind, fields, line, text, time)
+        self.heard(kind, fields, line, time)
+
+    def heard(self, kind: str, fields: Fields, line: int | None, time: str | None) -> None:
+        """What a subclass does with every reading besides (SampleRecorder keeps the timed ones)."""
+
+    def _read(
+        self, engine: str, kind: str, fields: Fields, line: int | None, text: str, time: str | None
+    ) -> None:
         if out_of_range(fields) is not None:
             self.skip(line, text)
             return

@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from kvtier.errors import KvtierError
 from kvtier.observe.logread import read_stream
-from kvtier.observe.observer import Observation, Observer
+from kvtier.observe.observer import Fields, Observation, Observer
 
 MAX_SAMPLES = 1_000_000  # a day of SGLang decode lines at 10 a second
 _STAMP = re.compile(
@@ -79,17 +79,7 @@ class SampleRecorder(Observer):
         self.untimed = 0
         self.accept_lengths: list[float] = []
 
-    def add(
-        self,
-        engine: str,
-        kind: str,
-        fields: dict[str, float],
-        *,
-        line: int | None,
-        text: str,
-        time: str | None = None,
-    ) -> None:
-        super().add(engine, kind, fields, line=line, text=text, time=time)
+    def heard(self, kind: str, fields: Fields, line: int | None, time: str | None) -> None:
         if "accept_len" in fields and len(self.accept_lengths) < MAX_SAMPLES:
             self.accept_lengths.append(fields["accept_len"])
         if kind not in ("prefill", "decode", "fill", "stats"):
