@@ -37,7 +37,7 @@ oracle-vllm: $(STAMP)
 	$(PY) tests/oracle_vllm/oracle_env.py
 	KVTIER_ORACLE_VLLM=1 $(PY) -m pytest -q -rA tests/test_oracle_vllm.py tests/test_oracle_vllm_mamba.py
 
-# SGLang's own default-memory code (27 wheels, v0.4.3-v0.5.23: server_args.py and, from v0.5.14,
+# SGLang's own default-memory code (30 wheels, v0.4.1-v0.5.23: server_args.py and, from v0.5.14,
 # the CUDA-graph and memory hooks; msgspec real, every other import stubbed) as the oracle for
 # engines/sglang/defaults.py, and each wheel's hybrid linear-attention state sizing (mamba_utils.py and
 # its slot rule, v0.5.4-v0.5.23) for engines/sglang/mamba.py; downloads into .oracle-sglang/. CI runs

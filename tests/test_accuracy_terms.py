@@ -43,3 +43,11 @@ def test_stated_fraction_has_no_share() -> None:
     assert qwq.plan_terms["fraction"] == 0
     assert qwq.plan_terms["free before load"] < -0.03
     assert 0 < qwq.plan_terms["weights"] < 0.03
+
+
+def test_an_early_2025_release_is_held_by_its_range() -> None:
+    """SGLang 0.4.3.post4 (February 2025, the TP-table era the oracle checks at v0.4.1 - v0.4.5):
+    QwQ-32B on 4x L4 logs 46,611 tokens; plan without the log's memory figures holds it."""
+    qwq = next(r for r in ROWS if r.id == "sglang-2025-qwq32b-l4-tp4")
+    assert qwq.plan_range is not None and qwq.in_range
+    assert qwq.plan_range[0] <= 46_611 <= qwq.plan_range[1]

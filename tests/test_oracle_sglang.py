@@ -33,10 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".oracle-sglang"
 RUNNER = Path(__file__).parent / "oracle" / "sglang_defaults.py"
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
-# one or more per rule and every change inside a rule (see defaults.py)
+# one or more per rule and every change inside a rule (see defaults.py); v0.4.1 - v0.4.4 are the
+# releases of December 2024 - March 2025 the TP table also covers
 VERSIONS = (
-    "0.4.3", "0.4.5", "0.4.6", "0.4.7", "0.4.8", "0.4.9", "0.4.10", "0.5.1", "0.5.2",
-    "0.5.3", "0.5.4", "0.5.5", "0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.13",
+    "0.4.1", "0.4.2", "0.4.3", "0.4.4", "0.4.5", "0.4.6", "0.4.7", "0.4.8", "0.4.9", "0.4.10",
+    "0.5.1", "0.5.2", "0.5.3", "0.5.4", "0.5.5", "0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.13",
     "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22",
     "0.5.23",
 )  # fmt: skip
