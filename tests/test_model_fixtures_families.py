@@ -7,6 +7,9 @@ Engine rules these figures mirror (see kvtier.engines.sglang.pool / kvtier.engin
 - DSA (DeepSeek-V3.2): each MLA layer's indexer also caches an fp8 key of index_head_dim bytes
   plus one fp32 scale per 128 of them: index_head_dim + index_head_dim // 128 x 4 bytes.
 - GQA: per-rank KV heads x (head_dim + head_dim) per layer.
+- Mamba2 / short-conv hybrids (Granite-4.0-H, LFM2): KV for the attention layers of the
+  config's layer list only; each other layer keeps a per-request state of
+  conv_dim / tp x (kernel - 1) conv elements plus (Mamba2) heads / tp x head_dim x d_state.
 """
 
 from __future__ import annotations
@@ -21,9 +24,14 @@ from typing import Any
 import pytest
 
 from kvtier.cli import main
+from kvtier.engines.deployment import Engine
+from kvtier.engines.kvdtype import resolve_kv_dtype
 from kvtier.engines.sglang import builder as sglang_builder
 from kvtier.engines.sglang import hicache
+from kvtier.engines.sglang import mamba as sglang_mamba
 from kvtier.engines.sglang import pool as sglang_pool
+from kvtier.engines.vllm import mamba as vllm_mamba
+from kvtier.engines.vllm import pool as vllm_pool
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.model.catalog import resolve_model
@@ -450,3 +458,67 @@ def test_glm_shapes_kvtier_does_not_size_fail_closed(name: str, edit: Any, named
     edit(config)
     with pytest.raises(KvtierError, match=named):
         model_from_config(config, name)
+
+
+# Granite-4.0-H-Small: 4 attention layers of 8 KV heads x 128; 36 Mamba2 layers of 128 heads x
+# 64 over a state of 128, one group, conv kernel 4 (conv_dim = 2 x 4096 + 2 x 1 x 128 = 8,448)
+GRANITE_KV = 4 * 8 * (128 + 128) * 2  # 16,384 B a token at bf16, TP1
+GRANITE_CONV = 8448 * (4 - 1)  # elements per layer, TP1
+GRANITE_SSM = 128 * 64 * 128
+# LFM2-1.2B: 6 attention layers of 8 KV heads x 64; 10 short-conv layers over 2,048 channels
+LFM2_KV = 6 * 8 * (64 + 64) * 2  # 12,288 B
+LFM2_CONV = 2048 * (3 - 1)
+
+
+@pytest.mark.parametrize(
+    ("name", "tp", "kv", "sglang_slot", "vllm_page"),
+    [
+        # SGLang: conv in bf16, SSM in float32; vLLM: both in the model dtype (auto)
+        ("granite-4.0-h-small", 1, GRANITE_KV, 36 * (GRANITE_CONV * 2 + GRANITE_SSM * 4),
+         GRANITE_CONV * 2 + GRANITE_SSM * 2),
+        # TP2: the one group widens to 2 (extra_groups_for_head_shards): conv_dim 8,704 / 2
+        ("granite-4.0-h-small", 2, GRANITE_KV // 2,
+         36 * (4352 * 3 * 2 + GRANITE_SSM // 2 * 4), 4352 * 3 * 2 + GRANITE_SSM // 2 * 2),
+        ("lfm2-1.2b", 1, LFM2_KV, 10 * LFM2_CONV * 2, LFM2_CONV * 2),  # no SSM state
+        ("lfm2-1.2b", 2, LFM2_KV // 2, 10 * LFM2_CONV // 2 * 2, LFM2_CONV // 2 * 2),
+    ],
+)  # fmt: skip
+def test_state_space_hybrids_kv_and_state_bytes_by_hand(
+    name: str, tp: int, kv: int, sglang_slot: int, vllm_page: int
+) -> None:
+    spec = _spec(name)
+    state = spec.kv.linear
+    assert state is not None
+    assert spec.kv.elements_per_token_per_layer(tp) * spec.kv.num_layers * 2 == kv
+    assert sglang_mamba.state_bytes(state, tp, "float32") == sglang_slot
+    assert vllm_mamba.state_page_bytes(state, tp, "bfloat16", "bfloat16") == vllm_page
+    bf16 = resolve_kv_dtype(Engine.VLLM, "auto", "bfloat16")
+    assert vllm_pool.page_bytes(spec.kv, tp, 1, bf16) * spec.kv.num_layers == kv
+
+
+def test_state_space_hybrids_by_hand_figures() -> None:
+    assert (GRANITE_KV, 36 * (GRANITE_CONV * 2 + GRANITE_SSM * 4)) == (16_384, 152_819_712)
+    assert (LFM2_KV, 10 * LFM2_CONV * 2) == (12_288, 81_920)
+    # vLLM: Granite's 2,147,840 B state page over 4,096 B of attention a token and layer makes
+    # 16 x cdiv(2,147,840, 65,536) = 528-token blocks; LFM2's 8,192 B fits one 16-token block
+    assert vllm_mamba.attention_block_size(2_147_840, 4096, 16) == 528
+    assert vllm_mamba.attention_block_size(8192, 2048, 16) == 16
+
+
+def test_state_space_hybrid_parameters_match_the_published_totals() -> None:
+    """The rebuilt fixtures (SOURCES.md) against the model cards: Granite-4.0-H-Small 32 B total,
+    9 B active; LFM2-1.2B 1.17 B."""
+    granite = _spec("granite-4.0-h-small")
+    # per Mamba2 layer: in_proj 4,096 x (8,192 + 8,448 + 128), conv 8,448 x 4 + bias 8,448,
+    # dt_bias / A / D 3 x 128, out_proj 8,192 x 4,096
+    mixer = 4096 * (8192 + 8448 + 128) + 8448 * 4 + 8448 + 3 * 128 + 8192 * 4096
+    groups = {g.name: g.count for g in granite.params}
+    assert groups["mamba_mixer"] == 36 * mixer
+    assert groups[ROUTED_EXPERTS] == 40 * 72 * 3 * 4096 * 768
+    assert round(granite.total_params / 1e9, 1) == 32.2
+    assert round(granite.active_params / 1e9, 1) == 8.8
+    assert not granite.load_buffers  # NoPE: no rotary cache
+    lfm2 = _spec("lfm2-1.2b")
+    # block_ff_dim 12,288 -> int(2 x 12,288 / 3) = 8,192, a multiple of 256 already
+    assert {g.name: g.count for g in lfm2.params}["dense_mlp"] == 16 * 3 * 2048 * 8192
+    assert round(lfm2.total_params / 1e9, 2) == 1.17

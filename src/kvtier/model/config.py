@@ -3,9 +3,10 @@
 A published file is read as the engines read it (`published.py`: nested text sections, unstated
 fields at transformers' defaults, the dtype `--dtype auto` resolves to). Only architectures whose
 attention layout is known are accepted (hybrid linear-attention decoders through
-`linear_attention.py`); anything else (mamba hybrids, unknown `layer_types` or `model_type`, new
-MLA variants) raises UnsupportedModel naming the field and value, because a wrong KV geometry
-silently corrupts every number downstream.
+`linear_attention.py`, Mamba2 and short-conv hybrids through `state_space.py`); anything else
+(other mamba hybrids, unknown `layer_types` or `model_type`, new MLA variants) raises
+UnsupportedModel naming the field and value, because a wrong KV geometry silently corrupts every
+number downstream.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from kvtier.model.linear_attention import (
 from kvtier.model.params import VISION_TOWER, decoder_params, load_buffers, moe_layout
 from kvtier.model.published import model_dtype, text_section, vision_section
 from kvtier.model.quant import kv_cache_quant_algo, parse_quantization
+from kvtier.model.state_space import (
+    STATE_SPACE_ARCHITECTURES,
+    state_space_layers,
+    state_space_params,
+)
 from kvtier.model.vision import vision_params
 
 # Decoder-only architectures understood here
@@ -46,6 +52,8 @@ TEXT_ARCHITECTURES = frozenset(
         "Glm4MoeForCausalLM",
         "GlmMoeDsaForCausalLM",
         "Glm4MoeLiteForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "Lfm2ForCausalLM",
     }
 )
 # Multimodal wrappers -> checkpoint prefix of their text decoder's modules
@@ -131,11 +139,12 @@ def _build(
     qcfg = config.get("quantization_config") or text.get("quantization_config")
     quant, quantized = parse_quantization(qcfg, int(text["hidden_size"]))
     prefix = WRAPPER_ARCHITECTURES.get(arch, "")
-    params: tuple[ParamGroup, ...] = (
-        hybrid_decoder_params(arch, text, quantized)
-        if arch in HYBRID_LINEAR_ARCHITECTURES
-        else decoder_params(arch, text, quantized, prefix)
-    )
+    if arch in HYBRID_LINEAR_ARCHITECTURES:
+        params = hybrid_decoder_params(arch, text, quantized)
+    elif arch in STATE_SPACE_ARCHITECTURES:
+        params = state_space_params(arch, text, quantized)
+    else:
+        params = decoder_params(arch, text, quantized, prefix)
     raw_vision = config.get("vision_config") if arch in WRAPPER_ARCHITECTURES else None
     vision: dict[str, Any] = {}
     if raw_vision:
@@ -189,6 +198,8 @@ def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
         if text.get("kv_lora_rank"):
             raise UnsupportedModel("linear-attention layers beside latent (MLA) attention")
         kinds, state = linear_state(text)  # the attention layers are full attention
+    elif arch in STATE_SPACE_ARCHITECTURES:
+        kinds, state = state_space_layers(arch, text)
     else:
         kinds = _layer_kinds(arch, text, n)
     window = text.get("sliding_window") if LayerKind.SLIDING in kinds else None

@@ -382,6 +382,39 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
             "sliding_window": None,
         },
     ),
+    # only the fields SGLang's own GraniteMoeHybridConfig (configs/granitemoehybrid.py) defaults
+    # alike; the others must be stated (model/state_space.py)
+    "granitemoehybrid": Defaults(
+        "transformers.GraniteMoeHybridConfig",
+        {
+            "num_attention_heads": 32,
+            "attention_bias": False,
+            "mamba_n_groups": 1,
+            "mamba_d_conv": 4,
+            "mamba_expand": 2,
+            "mamba_conv_bias": True,
+            "mamba_proj_bias": False,
+        },
+    ),
+    # SGLang's Lfm2Config extends this class (configs/lfm2.py)
+    "lfm2": Defaults(
+        "transformers.Lfm2Config",
+        {
+            "vocab_size": 65536,
+            "hidden_size": 2560,
+            "intermediate_size": 12288,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 128000,
+            "tie_word_embeddings": True,
+            "conv_bias": False,
+            "conv_L_cache": 3,
+            "block_multiple_of": 256,
+            "block_ffn_dim_multiplier": 1.0,
+            "block_auto_adjust_ff_dim": True,
+        },
+    ),
     "llama4_text": Defaults(
         "transformers.Llama4TextConfig",
         {

@@ -22,13 +22,26 @@ class LayerKind(StrEnum):
     CHUNKED = "chunked"  # attends within chunks of `attention_chunk_size` tokens (Llama 4)
 
 
+class StateKind(StrEnum):
+    """Which recurrent layer a hybrid model interleaves with attention."""
+
+    GATED_DELTA_NET = "Gated DeltaNet"  # Qwen3-Next, Qwen3.5 / 3.6
+    MAMBA2 = "Mamba2"  # Granite-4.0-H
+    SHORT_CONV = "short-conv"  # LFM2
+
+
 @dataclass(frozen=True, slots=True)
 class LinearAttention:
-    """Recurrent state of the linear-attention (Gated DeltaNet) layers of a hybrid model.
+    """Recurrent state of the layers of a hybrid model that keep no KV.
 
-    Qwen3-Next and Qwen3.5 / 3.6 interleave these layers with full-attention ones; each keeps,
-    per request, a causal-conv window of `conv_kernel - 1` positions over `conv_dim` channels and
-    a state of `num_value_heads` x `value_head_dim` x `key_head_dim`, whatever the sequence length.
+    Each keeps, per request, a causal-conv window of `conv_kernel - 1` positions over `conv_dim`
+    channels and a state of `num_value_heads` x `value_head_dim` x `key_head_dim`, whatever the
+    sequence length. Both engines size the three kinds with one shape (SGLang
+    `Mamba2StateShape.create`, vLLM `MambaStateShapeCalculator`), read here as:
+    Gated DeltaNet: key / value heads and head dims as named. Mamba2: `mamba_n_groups` as key
+    heads of `mamba_d_state` (conv_dim = expand x hidden + 2 x groups x d_state), `mamba_n_heads`
+    as value heads of `mamba_d_head`. Short conv: the `conv_dim` channels as value heads of
+    width 1 and no key (key_head_dim 0: no SSM state).
     """
 
     layer_ids: tuple[int, ...]  # decoder layers that hold this state instead of KV
@@ -38,6 +51,7 @@ class LinearAttention:
     value_head_dim: int
     conv_kernel: int
     ssm_dtype: str | None = None  # the config's `mamba_ssm_dtype`; None: the file states none
+    kind: StateKind = StateKind.GATED_DELTA_NET
 
     @property
     def conv_dim(self) -> int:
@@ -56,8 +70,8 @@ class KVGeometry:
     DSA (DeepSeek sparse attention, DeepSeek-V3.2): each MLA layer also caches one key of
     `index_head_dim` elements for its lightning indexer; the engines store it quantized
     (`kvtier.engines`). 0: no indexer.
-    Hybrid linear-attention models: `layer_kinds` lists the attention layers only; the others
-    hold the recurrent state `linear` describes.
+    Hybrid linear-attention, Mamba2 and short-conv models: `layer_kinds` lists the attention
+    layers only; the others hold the recurrent state `linear` describes.
     """
 
     kind: AttentionKind

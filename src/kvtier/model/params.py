@@ -108,6 +108,9 @@ def moe_layout(arch: str, text: Mapping[str, Any]) -> tuple[list[bool], int, int
         shared = 1  # every Llama 4 MoE block carries one shared expert
     elif arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
         moe = [True] * n
+    elif arch == "GraniteMoeHybridForCausalLM":
+        moe = [True] * n
+        shared = 1  # every Granite-4.0-H layer runs its shared_mlp beside the experts
     elif arch == "MiniMaxM2ForCausalLM":
         if text.get("shared_intermediate_size"):
             raise UnsupportedModel("unsupported MiniMax-M2 shared_intermediate_size > 0")
@@ -280,7 +283,11 @@ def load_buffers(arch: str, text: Mapping[str, Any]) -> tuple[ParamGroup, ...]:
     - MLA: a second copy of `kv_b_proj` split per head for the absorbed decode path (vLLM
       `MLACommonImpl.process_weights_after_loading`: W_UK_T, W_UV; SGLang
       `DeepseekV2ForCausalLM.post_load_weights`: w_kc, w_vc), TP-sharded by head.
+    Granite-4.0-H builds no rotary embedding unless `position_embedding_type` is "rope"
+    (GraniteMoeHybridAttention, vLLM v0.24.0 and SGLang v0.5.9 - v0.5.23); its files state "nope".
     """
+    if arch == "GraniteMoeHybridForCausalLM" and text.get("position_embedding_type") != "rope":
+        return ()
     scaling = text.get("rope_scaling") or text.get("rope_parameters") or {}
     if isinstance(scaling.get("full_attention"), Mapping):  # transformers v5, per layer type
         scaling = scaling["full_attention"]
