@@ -167,7 +167,7 @@ def _state_items(p: PlanInputs, budget: Budget, split: Split) -> Rows:
         )
     )
     notes.append(
-        f"hybrid linear attention: {len(linear.state.layer_ids)} Gated DeltaNet layers keep "
+        f"hybrid model: {len(linear.state.layer_ids)} {linear.state.kind} layers keep "
         f"{state.state_bytes:,} B of state per request slot ({state.slots:,} slots); "
         f"KV for the {p.model.kv.num_layers} full-attention layers only"
     )

@@ -1,8 +1,10 @@
-"""How SGLang splits the pool budget of a hybrid linear-attention model (Qwen3-Next, Qwen3.5/3.6).
+"""How SGLang splits the pool budget of a hybrid model: Gated DeltaNet (Qwen3-Next, Qwen3.5/3.6),
+Mamba2 (Granite-4.0-H) and short conv (LFM2), all through the same MambaPool.
 
-Each linear-attention layer keeps, per request slot, a causal-conv state and a recurrent (SSM)
-state instead of KV; the budget `rest` left after the weights is shared between those slots and
-the KV of the full-attention layers:
+Each recurrent layer keeps, per request slot, a causal-conv state and a recurrent (SSM) state
+(short conv: none, `state_size=0` in Lfm2Config.mamba2_cache_params) instead of KV; the budget
+`rest` left after the weights is shared between those slots and the KV of the full-attention
+layers:
 
   state bytes   configs/mamba_utils.py Mamba2StateShape.create + mamba_cache_per_req
                 (v0.5.4 - v0.5.23; v0.5.2 - v0.5.3 Qwen3NextConfig.mamba_cache_per_req, the same
@@ -73,11 +75,14 @@ class SlotRule(IntEnum):
     PADDED = 5
 
 
-# first release that runs each architecture (configs/qwen3_next.py, configs/qwen3_5.py)
+# first release that runs each architecture (configs/qwen3_next.py, configs/qwen3_5.py,
+# configs/granitemoehybrid.py and configs/lfm2.py: absent from the v0.5.8 wheel, in v0.5.9)
 FIRST_RELEASE = {
     "Qwen3NextForCausalLM": V0_5_2,
     "Qwen3_5ForConditionalGeneration": V0_5_9,
     "Qwen3_5MoeForConditionalGeneration": V0_5_9,
+    "GraniteMoeHybridForCausalLM": V0_5_9,
+    "Lfm2ForCausalLM": V0_5_9,
 }
 
 
@@ -233,7 +238,9 @@ def extra_buffer(version: Version, architecture: str, disable_radix_cache: bool)
         return False
     if architecture == "Qwen3NextForCausalLM":  # dropped from the list in v0.5.19
         return version < V0_5_19
-    return architecture in QWEN3_5_ARCHITECTURES
+    # Granite-4.0-H is on the list from v0.5.14 (_support_mamba_cache_extra_buffer; v0.5.15+
+    # _MAMBA_EXTRA_BUFFER_ARCHS); LFM2 never (support_mamba_cache_extra_buffer=False to v0.5.13)
+    return architecture in QWEN3_5_ARCHITECTURES or architecture == "GraniteMoeHybridForCausalLM"
 
 
 def slot_request_cap(

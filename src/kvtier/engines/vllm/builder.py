@@ -204,9 +204,12 @@ class Pool:
                 "vLLM hybrid linear-attention pools are modelled for V1 without PP or "
                 "speculative decoding"
             )
+        mamba.check_runs(era.version, kv.linear)
         self.layout = vllm.hybrid_layout(kv.num_full_layers, len(kv.linear.layer_ids))
         self.layers = self.layout.group_size
-        self.linear_blocks = mamba.blocks_per_linear_group(bool(d.enable_prefix_caching))
+        self.linear_blocks = mamba.blocks_per_linear_group(
+            era.version, d.enable_prefix_caching, p.model.architecture
+        )
 
     def blocks_per_request(self, context: int) -> int:
         if self.linear_blocks:

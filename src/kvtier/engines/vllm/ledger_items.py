@@ -115,13 +115,13 @@ def _items(
 
 def _pool_notes(p: PlanInputs, pool: Pool) -> list[str]:
     """How the layers share the pool: MTP or uncounted draft layers, hybrid groups."""
-    d, kv, layout = p.deployment, p.model.kv, pool.layout
+    kv, layout = p.model.kv, pool.layout
     if kv.linear is not None and layout is not None:
         return [
-            f"hybrid linear attention: {layout.full_groups} full-attention + "
-            f"{layout.local_groups} linear-attention groups of {layout.group_size} "
-            f"layers; {pool.linear_blocks} state block(s) per request per linear group "
-            f"(mamba_cache_mode {'align' if d.enable_prefix_caching else 'none'})"
+            f"hybrid model: {layout.full_groups} full-attention + "
+            f"{layout.local_groups} {kv.linear.kind} groups of {layout.group_size} "
+            f"layers; {pool.linear_blocks} state block(s) per request per state group "
+            f"(mamba_cache_mode {'align' if pool.linear_blocks == 2 else 'none'})"
         ]
     notes = []
     if pool.mtp_layers:

@@ -14,6 +14,7 @@ V0_8 = Version.release_of(0, 8)
 V0_19 = Version.release_of(0, 19)
 V0_20 = Version.release_of(0, 20)
 V0_21 = Version.release_of(0, 21)
+V0_26 = Version.release_of(0, 26)
 
 DEFAULT = V0_21
 DEFAULT_SENTENCE = (
