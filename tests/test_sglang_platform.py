@@ -6,6 +6,7 @@ import pytest
 
 from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.ledger.explain import explain_log
 from kvtier.ledger.plan import plan
 from kvtier.model.gpu import resolve_gpu
 
@@ -43,3 +44,39 @@ def test_an_ascend_npu_fails_closed(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown GPU 'Ascend 910B'" in err[0]
+
+
+def test_the_npu_build_is_refused_by_its_device(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "--engine", "sglang", "--model", "Qwen/Qwen3-8B", "--gpu", "H100"]
+    assert main([*args, "--device", "npu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Ascend NPU build (--device npu)" in err[0]
+    assert "set_default_server_args, page size 128" in err[0]
+    assert main([*args, "--device", "xpu"]) == 2
+    assert "--device xpu is not modelled" in capsys.readouterr().err
+    assert main([*args, "--device", "cuda"]) == 0
+
+
+# An NPU start as SGLang prints it: the resolved device in server_args
+NPU_LOG = "".join(
+    f"{line}\n"
+    for line in (
+        "[2026-01-01 00:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1, "
+        "mem_fraction_static=0.8, device='npu', page_size=128)",
+        "[2026-01-01 00:00:01 TP0] Load weight begin. avail mem=60.00 GB",
+        "[2026-01-01 00:00:09 TP0] Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, "
+        "avail mem=44.50 GB, mem usage=15.50 GB.",
+        "[2026-01-01 00:00:10 TP0] KV Cache is allocated. #tokens: 229376, K size: 15.75 GB, "
+        "V size: 15.75 GB",
+        "[2026-01-01 00:00:10 TP0] Memory pool end. avail mem=12.00 GB",
+    )
+)
+
+
+def test_an_npu_log_is_observed_only_with_the_reason() -> None:
+    rec = explain_log(NPU_LOG, {}).reconciliation
+    assert rec.status == "observed only" and rec.observed is not None
+    assert rec.observed.value == 229_376
+    assert rec.unchecked is not None and "Ascend NPU build" in rec.unchecked
+    cuda = explain_log(NPU_LOG.replace(", device='npu'", ""), {}).reconciliation
+    assert cuda.status in ("match", "mismatch")  # the same lines on CUDA are recomputed

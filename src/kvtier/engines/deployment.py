@@ -129,6 +129,8 @@ class Deployment:
     mamba_full_memory_ratio: float | None = None
     max_mamba_cache_size: int | None = None
     mamba_ssm_dtype: str | None = None
+    # SGLang --device (None: auto-detected); "cuda" is also what its ROCm build runs as
+    device: str | None = None
     measured: Measured = field(default_factory=Measured)
     origins: tuple[tuple[str, str], ...] = ()
     ignored_flags: tuple[str, ...] = ()

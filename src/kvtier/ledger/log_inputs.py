@@ -198,6 +198,8 @@ _PLAN_SETTINGS = (
     ("mamba_full_memory_ratio", to_ratio),
     ("max_mamba_cache_size", to_int),
     ("mamba_ssm_dtype", to_str),
+    # SGLang --device: a build kvtier does not model is refused, not sized as CUDA
+    ("device", to_str),
 )
 
 

@@ -18,6 +18,7 @@ from kvtier.cli.values import (
     number,
 )
 from kvtier.engines.sglang import versions as sglang_versions
+from kvtier.engines.sglang.flags import DEVICES
 from kvtier.engines.vllm import versions as vllm_versions
 
 PAGE = count(1, 1 << 20)
@@ -56,6 +57,9 @@ DEPLOYMENT = (
          sample=("0.5",), type=FRACTION),
     flag("--gpu-memory-utilization", group="deployment", commands=EVERY, field="mem_fraction",
          sample=("0.5",), type=FRACTION),
+    flag("--device", group="deployment", commands=NOT_EXPLAIN, field="device", sample=("npu",),
+         choices=DEVICES, engines=SGLANG_ONLY,
+         help="SGLang --device: cuda (its CUDA and ROCm builds) is modelled, the others refused"),
     flag("--kv-cache-dtype", group="deployment", commands=EVERY, field="kv_cache_dtype",
          sample=("fp8_e5m2",)),
     flag("--dtype", group="deployment", commands={**BUILT, EXPLAIN: RAN}, field="dtype",

@@ -17,7 +17,7 @@ from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.dtype import checkpoint_kv_dtype, run_dtype
-from kvtier.engines.sglang.platform import platform_notes
+from kvtier.engines.sglang.platform import check_device, platform_notes
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import DoesNotStart, KvtierError
@@ -388,6 +388,7 @@ def build(p: PlanInputs) -> Ledger:
     """The ledger SGLang's profile_max_num_token / init_memory_pool produce for `p`:
     cells -> budget -> token split -> request table -> items and notes."""
     d = p.deployment
+    check_device(d)
     cells = _cells(p)
     budget = _budget(p, cells)
     split = _split(p, cells, budget)

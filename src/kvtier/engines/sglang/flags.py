@@ -9,6 +9,9 @@ from kvtier.engines.flags import FlagTable, as_upper, flag, one_of
 # `choices=` of --hicache-write-policy and --hicache-storage-prefetch-policy
 WRITE_POLICIES = ("write_back", "write_through", "write_through_selective")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+# the devices --device's help names (server_args.py v0.5.2 - v0.5.9; musa added by v0.5.23,
+# arg_groups/fields/device.py); no argparse choices
+DEVICES = ("cuda", "xpu", "hpu", "npu", "cpu", "musa")
 
 FLAGS = FlagTable(
     (
@@ -18,6 +21,7 @@ FLAGS = FlagTable(
         flag("dp_size", int, "dp", "data-parallel-size", field="dp"),
         flag("enable_dp_attention", None),
         flag("mem_fraction_static", float, field="mem_fraction"),
+        flag("device", one_of(*DEVICES)),
         flag("kv_cache_dtype", str),
         flag("dtype", str),
         flag("quantization", str),

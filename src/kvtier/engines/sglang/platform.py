@@ -17,6 +17,21 @@ from kvtier.engines.deployment import Deployment
 from kvtier.errors import KvtierError
 from kvtier.model.gpu import resolve_gpu
 
+NPU = (
+    "SGLang's Ascend NPU build (--device npu) sets its own chunk, CUDA-graph batch and page size "
+    "(v0.5.4: is_npu() tiers in _handle_gpu_memory_settings; v0.5.9: hardware_backend/npu/utils.py "
+    "set_default_server_args, page size 128) over npu-smi's memory, and kvtier does not model it"
+)
+
+
+def check_device(d: Deployment) -> None:
+    """Fail closed on a device whose build kvtier does not model (cuda covers ROCm)."""
+    if d.device is None or d.device == "cuda":
+        return
+    if d.device == "npu":
+        raise KvtierError(NPU)
+    raise KvtierError(f"SGLang on --device {d.device} is not modelled (only cuda: CUDA and ROCm)")
+
 
 def platform_notes(d: Deployment) -> tuple[str, ...]:
     """One sentence when the GPU is served by SGLang's ROCm build and the fraction is its
