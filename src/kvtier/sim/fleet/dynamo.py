@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 import random
 
-from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, Untimed, number
 from kvtier.sim.trace import TraceRequest
 
 
-class DynamoKv:
+class DynamoKv(Untimed):
     def __init__(
         self, replicas: int, opts: dict[str, float], seed: int, view: FleetView, block: int
     ) -> None:
@@ -77,12 +77,6 @@ class DynamoKv:
                 active[b] = n
             else:
                 active.pop(b, None)
-
-    def next_tick(self, now: float) -> float:
-        return math.inf
-
-    def tick(self, now: float) -> None:
-        pass
 
 
 def policy(block_size: int) -> Policy:

@@ -16,15 +16,14 @@ poll's figures, stale in between. The first poll is at start.
 
 from __future__ import annotations
 
-import math
 import random
 from collections import deque
 
-from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, Untimed, number
 from kvtier.sim.trace import TraceRequest
 
 
-class LeastLoad:
+class LeastLoad(Untimed):
     def __init__(self, replicas: int) -> None:
         self.load = [0] * replicas
         self._pending: list[deque[int]] = [deque() for _ in range(replicas)]
@@ -39,12 +38,6 @@ class LeastLoad:
         pending = self._pending[replica]
         removed = pending.popleft() if pending else 1
         self.load[replica] = max(0, self.load[replica] - removed)
-
-    def next_tick(self, now: float) -> float:
-        return math.inf
-
-    def tick(self, now: float) -> None:
-        pass
 
 
 class PowerOfTwo:

@@ -82,6 +82,23 @@ class Router(Protocol):
         ...
 
 
+class Untimed:
+    """A router that never acts on its own (no load poll, no timer): `Router`'s tick half."""
+
+    def next_tick(self, now: float) -> float:
+        return math.inf
+
+    def tick(self, now: float) -> None:
+        pass
+
+
+class Stateless(Untimed):
+    """A router that keeps nothing per request in flight, nor acts on its own."""
+
+    def finished(self, replica: int, req: TraceRequest, now: float) -> None:
+        pass
+
+
 @dataclass(frozen=True, slots=True)
 class RouterOption:
     """One `--router-opt` key: its parser (raises ValueError with a reason) and default."""

@@ -12,13 +12,11 @@ sharing the replica is not predicted.
 
 from __future__ import annotations
 
-import math
-
-from kvtier.sim.fleet.policy import FleetView, Policy, Router
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, Untimed
 from kvtier.sim.trace import TraceRequest
 
 
-class TtftPredict:
+class TtftPredict(Untimed):
     def __init__(self, replicas: int, view: FleetView, block_size: int) -> None:
         self.replicas = replicas
         self.view = view
@@ -45,12 +43,6 @@ class TtftPredict:
 
     def finished(self, replica: int, req: TraceRequest, now: float) -> None:
         self._new.pop(req.rid, None)
-
-    def next_tick(self, now: float) -> float:
-        return math.inf
-
-    def tick(self, now: float) -> None:
-        pass
 
 
 def policy(block_size: int) -> Policy:

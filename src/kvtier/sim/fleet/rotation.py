@@ -8,25 +8,13 @@ seeded here (`--seed`), where the router draws from the thread's RNG.
 
 from __future__ import annotations
 
-import math
 import random
 
-from kvtier.sim.fleet.policy import FleetView, Policy, Router
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, Stateless
 from kvtier.sim.trace import TraceRequest
 
 
-class _Stateless:
-    def finished(self, replica: int, req: TraceRequest, now: float) -> None:
-        pass
-
-    def next_tick(self, now: float) -> float:
-        return math.inf
-
-    def tick(self, now: float) -> None:
-        pass
-
-
-class RoundRobin(_Stateless):
+class RoundRobin(Stateless):
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
         self._count = 0
@@ -36,7 +24,7 @@ class RoundRobin(_Stateless):
         return (self._count - 1) % self.replicas
 
 
-class Uniform(_Stateless):
+class Uniform(Stateless):
     def __init__(self, replicas: int, seed: int) -> None:
         self.replicas = replicas
         self._rng = random.Random(seed)

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import math
 
-from kvtier.sim.fleet.policy import FleetView, Policy, Router
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, Stateless
 from kvtier.sim.trace import TraceRequest
 
 VIRTUAL_NODES_PER_WORKER = 150  # worker_registry.rs
@@ -26,7 +25,7 @@ def position(text: str) -> int:
     return int.from_bytes(digest, "little")
 
 
-class SessionAffinity:
+class SessionAffinity(Stateless):
     def __init__(self, replicas: int) -> None:
         ring = sorted(
             (position(f"replica-{r}#{v}"), r)
@@ -40,15 +39,6 @@ class SessionAffinity:
         key = str(req.blocks[0]) if req.blocks else ""
         i = bisect.bisect_left(self._positions, position(key)) % len(self._positions)
         return self._owners[i]
-
-    def finished(self, replica: int, req: TraceRequest, now: float) -> None:
-        pass
-
-    def next_tick(self, now: float) -> float:
-        return math.inf
-
-    def tick(self, now: float) -> None:
-        pass
 
 
 def _build(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:
