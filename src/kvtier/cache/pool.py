@@ -26,10 +26,10 @@ from operator import attrgetter
 from kvtier.cache.pages import EMPTY, Pages
 
 
-class PagePool:
-    """Hands out page indices 0..capacity-1 of one tier as lists, freed pages first."""
+class _Tier:
+    """What both pools count: the tier's capacity, its free pages and the never-used top."""
 
-    __slots__ = ("_allocated", "_free", "_top", "capacity", "num_free")
+    __slots__ = ("_top", "capacity", "num_free")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 0:
@@ -37,12 +37,21 @@ class PagePool:
         self.capacity = capacity
         self.num_free = capacity
         self._top = 0  # pages top..capacity-1 were never handed out
-        self._free: list[int] = []  # freed pages below the top
-        self._allocated: set[int] = set()
 
     @property
     def num_used(self) -> int:
         return self.capacity - self.num_free
+
+
+class PagePool(_Tier):
+    """Hands out page indices 0..capacity-1 of one tier as lists, freed pages first."""
+
+    __slots__ = ("_allocated", "_free")
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self._free: list[int] = []  # freed pages below the top
+        self._allocated: set[int] = set()
 
     def alloc(self, n: int) -> list[int] | None:
         """`n` free pages, or None (and nothing taken) when fewer are free."""
@@ -108,24 +117,16 @@ class PagePool:
         assert self.capacity - top + len(free) == self.num_free, "free count drifted"
 
 
-class RunPool:
+class RunPool(_Tier):
     """Hands out page indices 0..capacity-1 of one tier as `Pages`, lowest free run first."""
 
-    __slots__ = ("_starts", "_stops", "_top", "capacity", "num_free")
+    __slots__ = ("_starts", "_stops")
 
     def __init__(self, capacity: int) -> None:
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0, got {capacity}")
-        self.capacity = capacity
-        self.num_free = capacity
-        self._top = 0  # pages top..capacity-1 were never handed out
+        super().__init__(capacity)
         # freed runs below the top: sorted, disjoint, none touching another or the top
         self._starts: list[int] = []
         self._stops: list[int] = []
-
-    @property
-    def num_used(self) -> int:
-        return self.capacity - self.num_free
 
     @property
     def num_free_runs(self) -> int:
