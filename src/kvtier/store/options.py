@@ -18,23 +18,26 @@ MAX_CAPACITY_BYTES = 2**63 - 1
 
 
 def check_capacity(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_CAPACITY_BYTES:
-        raise KvtierError(
-            f"capacity_bytes must be a positive integer up to 2^63 - 1, got {value!r}"
-        )
-    return value
+    return _optional_count(
+        value, MAX_CAPACITY_BYTES, "capacity_bytes must be a positive integer up to 2^63 - 1"
+    )
 
 
 def check_ttl(value: object) -> int | None:
+    return _optional_count(
+        value,
+        MAX_TTL_S,
+        f"ttl_s must be a whole number of seconds from 1 to {MAX_TTL_S:,} (31.7 years; "
+        "omit it for no expiry)",
+    )
+
+
+def _optional_count(value: object, limit: int, refusal: str) -> int | None:
+    """`value` when it is None or an integer from 1 to `limit`; else `refusal`, naming it."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TTL_S:
-        raise KvtierError(
-            f"ttl_s must be a whole number of seconds from 1 to {MAX_TTL_S:,} (31.7 years; "
-            f"omit it for no expiry), got {value!r}"
-        )
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
+        raise KvtierError(f"{refusal}, got {value!r}")
     return value
 
 
