@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from kvtier.store.base import (
     Buffer,
@@ -28,6 +29,8 @@ from kvtier.store.base import (
     StoreStats,
     StoreUnavailable,
 )
+
+_T = TypeVar("_T")
 
 
 class ResilientStore:
@@ -72,32 +75,12 @@ class ResilientStore:
     ) -> list[bool]:
         if len(hashes) != len(targets):
             raise ValueError(f"{len(hashes)} hashes but {len(targets)} targets")
-        if self._allow():
-            try:
-                found = list(self.inner.get_into(hashes, targets))
-                if len(found) != len(hashes):
-                    raise StoreUnavailable(f"{len(found)} results for {len(hashes)} hashes")
-            except Exception as exc:
-                self._fail(exc)
-            else:
-                self._succeed()
-                return found
-        self._counters.add(skipped=len(hashes), misses=len(hashes), gets=len(hashes))
-        return [False] * len(hashes)
+        return self._lookup(
+            lambda: self.inner.get_into(hashes, targets), len(hashes), False, "results"
+        )
 
     def get(self, hashes: Sequence[PageHash]) -> list[bytes | None]:
-        if self._allow():
-            try:
-                pages = list(self.inner.get(hashes))
-                if len(pages) != len(hashes):
-                    raise StoreUnavailable(f"{len(pages)} pages for {len(hashes)} hashes")
-            except Exception as exc:
-                self._fail(exc)
-            else:
-                self._succeed()
-                return pages
-        self._counters.add(skipped=len(hashes), misses=len(hashes), gets=len(hashes))
-        return [None] * len(hashes)
+        return self._lookup(lambda: self.inner.get(hashes), len(hashes), None, "pages")
 
     def exists_prefix(self, hashes: Sequence[PageHash]) -> int:
         return self._call(lambda: self.inner.exists_prefix(hashes))
@@ -128,6 +111,23 @@ class ResilientStore:
                 return result
         self._counters.add(refused=refused)
         return 0
+
+    def _lookup(self, call: Callable[[], Iterable[_T]], n: int, miss: _T, what: str) -> list[_T]:
+        """`call()`'s answer for each of `n` pages through the breaker; `miss` for every page
+        (counted as skipped) when the circuit is open, the call fails or answers for other than
+        `n` pages (`what` names its answers in the error)."""
+        if self._allow():
+            try:
+                found = list(call())
+                if len(found) != n:
+                    raise StoreUnavailable(f"{len(found)} {what} for {n} hashes")
+            except Exception as exc:
+                self._fail(exc)
+            else:
+                self._succeed()
+                return found
+        self._counters.add(skipped=n, misses=n, gets=n)
+        return [miss] * n
 
     def _allow(self) -> bool:
         with self._lock:
