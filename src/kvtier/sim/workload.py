@@ -101,29 +101,6 @@ def _sessions(
     return rows
 
 
-def _shared_prefixes(
-    rng: random.Random,
-    n: int,
-    rate: float,
-    ids: IdSource,
-    prefixes: list[tuple[int, ...]],
-    tail_len: Callable[[], int],
-    output_len: Callable[[], int],
-) -> list[_Row]:
-    """Single-turn requests arriving as a Poisson process, each one of `prefixes` (the k-th
-    picked with weight 1/k, Zipf-like) followed by a fresh tail."""
-    weights = [1 / (k + 1) for k in range(len(prefixes))]
-    rows: list[_Row] = []
-    t = 0.0
-    for i in range(n):
-        t += rng.expovariate(rate)
-        prefix = rng.choices(prefixes, weights)[0]
-        prompt_len = len(prefix) * BLOCK + tail_len()
-        blocks = prompt_ids(Context(list(prefix), len(prefix) * BLOCK), prompt_len, ids)
-        rows.append((round(t, 3), i, prompt_len, output_len(), blocks))
-    return rows
-
-
 def chat(rng: random.Random, n: int, rate: float) -> list[_Row]:
     ids = IdSource()
     return _sessions(
@@ -136,20 +113,6 @@ def chat(rng: random.Random, n: int, rate: float) -> list[_Row]:
         step_len=lambda: _lognormal(rng, 300, 0.9, 8, 8000),
         output_len=lambda: _lognormal(rng, 300, 0.7, 8, 4000),
         gap_s=lambda: 5 + rng.expovariate(1 / 40),
-    )
-
-
-def system_prompt(rng: random.Random, n: int, rate: float) -> list[_Row]:
-    ids = IdSource()
-    prompts = [tuple(ids.fresh(rng.randint(2, 8))) for _ in range(8)]
-    return _shared_prefixes(
-        rng,
-        n,
-        rate,
-        ids,
-        prompts,
-        tail_len=lambda: _lognormal(rng, 200, 0.8, 8, 4000),
-        output_len=lambda: _lognormal(rng, 200, 0.7, 8, 2000),
     )
 
 
@@ -170,25 +133,46 @@ def agent(rng: random.Random, n: int, rate: float) -> list[_Row]:
     )
 
 
-def doc_qa(rng: random.Random, n: int, rate: float) -> list[_Row]:
-    ids = IdSource()
-    docs = [tuple(ids.fresh(rng.randint(16, 64))) for _ in range(max(4, n // 50))]
-    return _shared_prefixes(
-        rng,
-        n,
-        rate,
-        ids,
-        docs,
-        tail_len=lambda: _lognormal(rng, 80, 0.6, 4, 1000),
-        output_len=lambda: _lognormal(rng, 250, 0.6, 8, 2000),
-    )
+# a length drawn as _lognormal's (median, sigma, lo, hi)
+_Lognormal = tuple[float, float, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _SharedPrefixes:
+    """Single-turn requests arriving as a Poisson process, each one of `count(n)` prefixes of
+    `blocks` (lo, hi) blocks (the k-th picked with weight 1/k, Zipf-like) and a fresh tail."""
+
+    count: Callable[[int], int]
+    blocks: tuple[int, int]
+    tail_len: _Lognormal
+    output_len: _Lognormal
+
+    def rows(self, rng: random.Random, n: int, rate: float) -> list[_Row]:
+        ids = IdSource()
+        prefixes = [tuple(ids.fresh(rng.randint(*self.blocks))) for _ in range(self.count(n))]
+        weights = [1 / (k + 1) for k in range(len(prefixes))]
+        rows: list[_Row] = []
+        t = 0.0
+        for i in range(n):
+            t += rng.expovariate(rate)
+            prefix = rng.choices(prefixes, weights)[0]
+            prompt_len = len(prefix) * BLOCK + _lognormal(rng, *self.tail_len)
+            blocks = prompt_ids(Context(list(prefix), len(prefix) * BLOCK), prompt_len, ids)
+            rows.append((round(t, 3), i, prompt_len, _lognormal(rng, *self.output_len), blocks))
+        return rows
+
+
+SYSTEM_PROMPT = _SharedPrefixes(lambda n: 8, (2, 8), (200, 0.8, 8, 4000), (200, 0.7, 8, 2000))
+DOC_QA = _SharedPrefixes(
+    lambda n: max(4, n // 50), (16, 64), (80, 0.6, 4, 1000), (250, 0.6, 8, 2000)
+)
 
 
 GENERATORS: dict[str, Callable[[random.Random, int, float], list[_Row]]] = {  # kind -> rows
     "chat": chat,
-    "system-prompt": system_prompt,
+    "system-prompt": SYSTEM_PROMPT.rows,
     "agent": agent,
-    "doc-qa": doc_qa,
+    "doc-qa": DOC_QA.rows,
 }
 
 
