@@ -30,6 +30,7 @@ from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.sim import setup_timing
 from kvtier.sim.servers.prefetch import PrefetchFlags, PrefetchRules
+from kvtier.sim.setup_part import PartInputs
 from kvtier.sim.setup_vllm import vllm_part
 from kvtier.sim.timing import TimingFlags, TimingModel
 
@@ -167,7 +168,7 @@ def build_config(
         sources.append(("device tokens", "--device-tokens"))
     if device_tokens < 1:
         raise KvtierError(f"device KV tokens must be positive, got {device_tokens}")
-    part = _PARTS[d.engine](d, ledger, device_tokens, store_tokens, prefetch, sources)
+    part = _PARTS[d.engine](PartInputs(d, ledger, device_tokens, store_tokens, prefetch, sources))
     timing_model = setup_timing.timing_model(d, inputs, ledger, gpu, flags, sources)
     return SimConfig(
         device_tokens=device_tokens,
@@ -181,15 +182,10 @@ def build_config(
     )
 
 
-def _sglang_part(
-    d: Deployment,
-    ledger: Ledger,
-    device_tokens: int,
-    store_tokens: int,
-    prefetch: PrefetchFlags | None,
-    sources: list[tuple[str, str]],
-) -> dict[str, Any]:
+def _sglang_part(inputs: PartInputs) -> dict[str, Any]:
     """SGLang's scheduling figures and HiCache tiers (host, store, prefetch) from the ledger."""
+    d, ledger, device_tokens = inputs.deployment, inputs.ledger, inputs.device_tokens
+    store_tokens, prefetch, sources = inputs.store_tokens, inputs.prefetch, inputs.sources
     write_policy = d.hicache_write_policy or DEFAULT_WRITE_POLICY
     host = 0
     rules, capacity = PrefetchRules(), 0
@@ -246,7 +242,7 @@ def _sglang_part(
     }
 
 
-_PARTS: dict[Engine, Callable[..., dict[str, Any]]] = {
+_PARTS: dict[Engine, Callable[[PartInputs], dict[str, Any]]] = {
     Engine.SGLANG: _sglang_part,
     Engine.VLLM: vllm_part,
 }

@@ -17,6 +17,7 @@ from kvtier.engines.figures import VllmFigures
 from kvtier.engines.ledger import Ledger
 from kvtier.errors import KvtierError
 from kvtier.sim.servers.prefetch import PrefetchFlags
+from kvtier.sim.setup_part import PartInputs
 from kvtier.sim.vllm_tiers import vllm_tiers
 
 # Deployment fields that only SGLang reads, and the flag that sets each
@@ -51,16 +52,10 @@ def _input(ledger: Ledger, name: str) -> tuple[int, str]:
     raise KvtierError(f"the vLLM ledger states no {name}")
 
 
-def vllm_part(
-    d: Deployment,
-    ledger: Ledger,
-    device_tokens: int,
-    store_tokens: int,
-    prefetch: PrefetchFlags | None,
-    sources: list[tuple[str, str]],
-) -> dict[str, Any]:
+def vllm_part(inputs: PartInputs) -> dict[str, Any]:
     """SimConfig's vLLM figures; each appends its source to `sources`."""
-    _refuse_sglang_flags(d, store_tokens, prefetch)
+    d, ledger, sources = inputs.deployment, inputs.ledger, inputs.sources
+    _refuse_sglang_flags(d, inputs.store_tokens, inputs.prefetch)
     tiers = vllm_tiers(d, ledger)
     sources.extend(tiers.sources)
     seqs, seqs_from = _input(ledger, "max_num_seqs")
@@ -73,7 +68,7 @@ def vllm_part(
     caching = d.enable_prefix_caching is not False
     given = "--enable-prefix-caching" if d.enable_prefix_caching is not None else "V1's default"
     sources.append(("prefix caching", f"{'on' if caching else 'off'} ({given})"))
-    blocks = device_tokens // ledger.page_size
+    blocks = inputs.device_tokens // ledger.page_size
     sources.append(
         (
             "block pool",
