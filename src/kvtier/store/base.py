@@ -157,6 +157,17 @@ class StoreCounters:
             bytes_read=sum(len(p) for p in pages if p is not None),
         )
 
+    def add_reads_into(self, found: Sequence[bool], sizes: Sequence[int]) -> None:
+        """Count one batch read into targets: per page asked for, whether it was read, and its
+        size."""
+        hits = sum(found)
+        self.add(
+            gets=len(found),
+            hits=hits,
+            misses=len(found) - hits,
+            bytes_read=sum(size for ok, size in zip(found, sizes, strict=True) if ok),
+        )
+
     def snapshot(self) -> StoreStats:
         with self._lock:
             return StoreStats(**self._values)

@@ -45,21 +45,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from kvtier.store.base import (
-    Buffer,
-    PageHash,
-    StoreCounters,
-    StoreFingerprint,
-    StoreStats,
-    StoreUnavailable,
-)
+from kvtier.store.base import StoreCounters, StoreUnavailable
 from kvtier.store.blob import (
     HEADER_SIZE,
     CorruptBlob,
     ForeignBlob,
-    Parts,
     PayloadCheck,
     check_head,
     encode_head,
@@ -69,6 +61,10 @@ from kvtier.store.blob import (
 )
 from kvtier.store.pageindex import INDEX_LIMIT, PageIndex
 from kvtier.store.pageio import IO_THREADS, pieces, read_into, run_parallel, split, write_all
+
+if TYPE_CHECKING:
+    from kvtier.store.base import Buffer, PageHash, StoreFingerprint, StoreStats
+    from kvtier.store.blob import Parts
 
 _T = TypeVar("_T")
 
@@ -344,13 +340,7 @@ class DiskStore:
         runs = split(len(hashes), sum(sizes), self.io_threads)
         jobs = [partial(self._get_run, hashes, targets, sizes, lo, hi, now) for lo, hi in runs]
         out = [ok for run in run_parallel(jobs) for ok in run]
-        hits = sum(out)
-        self._counters.add(
-            gets=len(out),
-            hits=hits,
-            misses=len(out) - hits,
-            bytes_read=sum(size for ok, size in zip(out, sizes, strict=True) if ok),
-        )
+        self._counters.add_reads_into(out, sizes)
         return out
 
     def exists_prefix(self, hashes: Sequence[PageHash]) -> int:

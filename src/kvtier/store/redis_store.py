@@ -32,20 +32,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvtier.errors import KvtierError
-from kvtier.store.base import (
-    Buffer,
-    PageHash,
-    StoreCounters,
-    StoreFingerprint,
-    StoreStats,
-    StoreUnavailable,
-)
+from kvtier.store.base import StoreCounters, StoreUnavailable
 from kvtier.store.blob import (
     HEADER_SIZE,
     MAX_HASH_BYTES,
     CorruptBlob,
     ForeignBlob,
-    Parts,
     PayloadCheck,
     check_head,
     decode_blob,
@@ -59,6 +51,9 @@ from kvtier.store.resp import ProtocolError, Reader, ReplyError, frame, send_all
 
 if TYPE_CHECKING:
     import redis
+
+    from kvtier.store.base import Buffer, PageHash, StoreFingerprint, StoreStats
+    from kvtier.store.blob import Parts
 
 _T = TypeVar("_T")
 
@@ -181,13 +176,7 @@ class RedisStore:
         found = self._raw(hashes[0], exchange)
         if damaged:
             self.delete(damaged)
-        hits = sum(found)
-        self._counters.add(
-            gets=len(found),
-            hits=hits,
-            misses=len(found) - hits,
-            bytes_read=sum(size for ok, size in zip(found, sizes, strict=True) if ok),
-        )
+        self._counters.add_reads_into(found, sizes)
         return found
 
     def _read_page(
