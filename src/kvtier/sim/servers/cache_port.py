@@ -36,12 +36,7 @@ class CachePort(Protocol):
         ...
 
     def admit(
-        self,
-        rid: int,
-        blocks: Sequence[int],
-        extra_pages: int,
-        store_pages: int = 0,
-        load_back: bool = True,
+        self, rid: int, blocks: Sequence[int], extra_pages: int, store_pages: int, load_back: bool
     ) -> PrefixHit | None:
         """Pin the longest cached prefix, load its host part and up to `store_pages` of its store
         part to the device (neither when `load_back` is False), and reserve device pages for the

@@ -54,12 +54,7 @@ class TieredCachePort:
         return PrefixHit(m.num_device_pages, m.num_host_pages, m.num_store_pages, backed_up)
 
     def admit(
-        self,
-        rid: int,
-        blocks: Sequence[int],
-        extra_pages: int,
-        store_pages: int = 0,
-        load_back: bool = True,
+        self, rid: int, blocks: Sequence[int], extra_pages: int, store_pages: int, load_back: bool
     ) -> PrefixHit | None:
         cache = self.cache
         if self._last is not None and self._last[0] is blocks:
