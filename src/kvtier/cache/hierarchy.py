@@ -14,20 +14,14 @@ Pages with a copy in flight are pinned (unevictable) until `poll()` sees the cop
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvtier.cache.eviction import EvictionPolicy
 from kvtier.cache.keys import PageKey, TokenPages, as_run, store_key
 from kvtier.cache.pages import PageSeq, join
 from kvtier.cache.pool import PagePool, RunPool
 from kvtier.cache.radix import InsertResult, MatchResult, RadixTree, TreeNode
-from kvtier.cache.storage import (
-    ImmediateTransfer,
-    PageStorage,
-    PageStoreHook,
-    Tier,
-    TransferEngine,
-    TransferHandle,
-)
+from kvtier.cache.storage import ImmediateTransfer, Tier
 from kvtier.cache.types import (
     WRITE_THRESHOLD,
     CacheCounters,
@@ -47,6 +41,8 @@ __all__ = [
     "WritePolicy",
 ]
 
+if TYPE_CHECKING:
+    from kvtier.cache.storage import PageStorage, PageStoreHook, TransferEngine, TransferHandle
 
 _new = tuple.__new__
 
@@ -127,10 +123,7 @@ class TieredCache:
         return match._replace(num_store_pages=self.store.contains_prefix(hashes))
 
     def insert(
-        self,
-        keys: Sequence[PageKey],
-        device_pages: Sequence[int],
-        match: MatchResult | None = None,
+        self, keys: Sequence[PageKey], device_pages: Sequence[int], match: MatchResult | None = None
     ) -> InsertResult:
         """Cache pages the caller filled (from alloc_device, or the tree's own prefix pages).
         The caller frees its duplicates: device_pages[its own start : result.prefix_len].

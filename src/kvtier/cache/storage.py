@@ -57,11 +57,7 @@ class TransferHandle(Protocol):
 
 class TransferEngine(Protocol):
     def submit(
-        self,
-        src: PageStorage,
-        src_pages: Sequence[int],
-        dst: PageStorage,
-        dst_pages: Sequence[int],
+        self, src: PageStorage, src_pages: Sequence[int], dst: PageStorage, dst_pages: Sequence[int]
     ) -> TransferHandle: ...
 
     def close(self) -> None: ...
@@ -106,11 +102,7 @@ class ImmediateTransfer:
     """Copies synchronously on submit; the handle is already complete."""
 
     def submit(
-        self,
-        src: PageStorage,
-        src_pages: Sequence[int],
-        dst: PageStorage,
-        dst_pages: Sequence[int],
+        self, src: PageStorage, src_pages: Sequence[int], dst: PageStorage, dst_pages: Sequence[int]
     ) -> TransferHandle:
         src.copy_pages(src_pages, dst, dst_pages)
         return DONE

@@ -153,11 +153,7 @@ class AsyncTransfer:
         self._thread.start()
 
     def submit(
-        self,
-        src: PageStorage,
-        src_pages: Sequence[int],
-        dst: PageStorage,
-        dst_pages: Sequence[int],
+        self, src: PageStorage, src_pages: Sequence[int], dst: PageStorage, dst_pages: Sequence[int]
     ) -> LayerHandle:
         """Queue a copy of `src_pages` of `src` into `dst_pages` of `dst`.
 
