@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.plan import plan
 from kvtier.model.gpu import resolve_gpu
@@ -80,3 +83,15 @@ def test_an_npu_log_is_observed_only_with_the_reason() -> None:
     assert rec.unchecked is not None and "Ascend NPU build" in rec.unchecked
     cuda = explain_log(NPU_LOG.replace(", device='npu'", ""), {}).reconciliation
     assert cuda.status in ("match", "mismatch")  # the same lines on CUDA are recomputed
+
+
+def test_the_public_npu_log_is_a_count_without_a_recomputation() -> None:
+    """sgl-project/sglang#29853 (Grok-2 on Ascend NPU, TP16): SGLang's own pool lines, so the
+    grammar reads the count and the KV size; no card kvtier knows, so nothing recomputes it."""
+    log = Path(__file__).parent / "fixtures" / "logs" / "public"
+    text = (log / "sglang-2026-grok2-ascend-npu-tp16.log").read_text(encoding="utf-8")
+    rec = explain_log(text, {}).reconciliation
+    assert rec.status == "observed only" and rec.observed is not None
+    assert rec.observed.value == 387_968
+    with pytest.raises(KvtierError, match="unknown GPU 'Ascend 910B'"):
+        resolve_gpu("Ascend 910B")

@@ -105,6 +105,22 @@ def test_per_worker_counts_of_v0_11_are_read_as_their_minimum() -> None:
     assert s.kv_tokens is not None and (s.kv_tokens.value, s.kv_tokens.line) == (850_000, 6)
 
 
+def test_every_stage_printing_its_budget_gives_stage_0s() -> None:
+    """v0.9.2 - v0.11.0 log each worker's 'Available KV cache memory' (vllm-project/vllm#25650,
+    PP4: 18.22, 18.02, 18.25 GiB from PP2, PP0, PP1; PP3's line is cut there, 17.80 here): the
+    builder derives the others from PP0's."""
+    prefix = "INFO 09-25 00:15:14 [gpu_worker.py:298] Available KV cache memory:"
+    text = "".join(
+        f"(Worker_PP{stage} pid={100 + stage}) {prefix} {gib} GiB\n"
+        for stage, gib in ((2, "18.22"), (0, "18.02"), (1, "18.25"), (3, "17.80"))
+    )
+    available = parse_vllm(read_lines(text)).available_kv()
+    assert available is not None and (available.value, available.rank) == (18.02, "PP0")
+    plain = text.replace("Worker_PP", "VllmWorker rank=")  # no stage tags: the smallest
+    smallest = parse_vllm(read_lines(plain)).available_kv()
+    assert smallest is not None and smallest.value == 17.80
+
+
 @pytest.mark.parametrize(
     ("case", "observed"),
     [

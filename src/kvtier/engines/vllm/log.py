@@ -71,6 +71,7 @@ _GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling is (enabled|disabled
 _CURRENT_UTIL = re.compile(
     r"(?:current --gpu-memory-utilization=|--gpu-memory-utilization from )" + NUM
 )
+_FIRST_STAGE = re.compile(r"PP0\b")
 _KV_TOKENS = re.compile(r"(GPU|CPU) KV cache size: " + GROUPED_INT + " tokens")
 _CPU_KV_SET = re.compile(r"(Explicitly|Auto) set \(" + NUM + "/" + NUM + r"\) GiB for KV cache")
 _CONCURRENCY = re.compile(
@@ -207,8 +208,11 @@ class VllmStartup:
     v0_torch_peak_gib: Fact[float] | None = None
 
     def available_kv(self) -> Fact[float] | None:
-        """KV bytes per worker as the engine sizes them: the smallest worker's figure."""
-        return min_over_ranks(self.available_kv_gib)
+        """KV bytes per worker as the engine sizes them: the smallest worker's figure; under
+        pipeline parallelism stage 0's (each stage sizes its own pool from its own figure, and
+        the builder derives the other stages from stage 0's: engines/vllm/stages.py)."""
+        first = [f for f in self.available_kv_gib if f.rank and _FIRST_STAGE.match(f.rank)]
+        return min_over_ranks(first or self.available_kv_gib)
 
 
 class _Found:
