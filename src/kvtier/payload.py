@@ -82,6 +82,13 @@ def to_json(value: Any) -> Any:
     return value
 
 
+def copied(cls: type[T], source: object, **given: Any) -> T:
+    """A `cls` (a dataclass) whose fields are `given`, the others `source`'s attributes of the
+    same names: a payload that repeats a result's figures states only those it changes."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    return cls(**{f.name: getattr(source, f.name) for f in fields if f.name not in given}, **given)
+
+
 def from_json(cls: type[T], data: Any, where: str = "") -> T:
     """The `cls` that `data` (parsed JSON) holds; a KvtierError naming the first bad field."""
     return typing.cast(T, _read(cls, data, where))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvtier.observe.diagnosis import KV_FULL, Counts, Diagnosis, Evidence, diagnose
 from kvtier.observe.timeline import Point, Timeline
+from kvtier.payload import copied
 
 EVIDENCE_KEPT = 5
 _TEXT_KEPT = 400
@@ -267,15 +268,7 @@ class Observer:
             # the pool was never near full, so requests that waited before its use was printed
             # did not wait for KV space either
             waiting_room, waiting_unknown = waiting_room + waiting_unknown, 0
-        counts = Counts(
-            samples=self.samples,
-            queue_seen=self.queue_seen,
-            waiting_full=self.waiting_full,
-            waiting_room=waiting_room,
-            waiting_unknown=waiting_unknown,
-            swapped=self.swapped,
-            preemptions=self.preemptions,
-        )
+        counts = copied(Counts, self, waiting_room=waiting_room, waiting_unknown=waiting_unknown)
         diagnosis = diagnose(counts)
         if diagnosis.verdict == "kv-bound":
             evidence = self.preempt_lines + self.full_lines
@@ -284,21 +277,15 @@ class Observer:
         else:
             evidence = [Evidence(self.peak.line, self.peak.text)] if self.peak else []
         hit, hit_source = self.hit_rate()
-        return Observation(
-            source=self.source,
-            engine=self.engine,
-            samples=self.samples,
+        return copied(
+            Observation,
+            self,
             kv_usage_max=self.kv_max,
-            queue_max=self.queue_max,
-            peak=self.peak,
             hit_rate=hit,
             hit_rate_source=hit_source,
             external_hit_rate=self.external_hit,
-            preemptions=self.preemptions,
-            pool_tokens=self.pool_tokens,
             diagnosis=diagnosis,
             evidence=tuple(evidence[: 2 * EVIDENCE_KEPT]),
             timeline=tuple(self.timeline.points()),
-            skipped=self.skipped,
             skipped_lines=tuple(self.skipped_lines),
         )

@@ -15,7 +15,7 @@ from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger
 from kvtier.errors import DoesNotStart
 from kvtier.ledger.advise import Option
 from kvtier.ledger.target import TargetAnswer
-from kvtier.payload import INLINE, OMITTED, Count, Positive, Share
+from kvtier.payload import INLINE, OMITTED, Count, Positive, Share, copied
 
 PLAN_UNITS = "GiB (2**30 bytes) per GPU"
 
@@ -124,42 +124,26 @@ def _r(x: float | None) -> float | None:
 
 
 def plan_payload(ledger: Ledger) -> PlanPayload:
-    return PlanPayload(
-        engine=ledger.engine,
-        model=ledger.model,
-        gpu=ledger.gpu,
-        gpus=ledger.gpus,
-        tp=ledger.tp,
-        pp=ledger.pp,
+    """The ledger's own figures, its items and concurrency rounded."""
+    return copied(
+        PlanPayload,
+        ledger,
         starts=True,
-        era=ledger.era,
         units=PLAN_UNITS,
-        kv_tokens=ledger.kv_tokens,
-        kv_tokens_range=ledger.kv_tokens_range,
-        kv_bytes_per_token=ledger.kv_bytes_per_token,
-        page_size=ledger.page_size,
-        context_length=ledger.context_length,
-        mem_fraction=ledger.mem_fraction,
-        max_running_requests=ledger.max_running_requests,
         ledger=tuple(LedgerRow(i.item, round(i.gib, 4), i.source, i.exact) for i in ledger.items),
         concurrency=tuple(
             Concurrency(c.context, round(c.requests, 2), _r(c.low), _r(c.high))
             for c in ledger.concurrency
         ),
-        host_pool=ledger.host_pool,
-        inputs=ledger.inputs,
-        notes=ledger.notes,
     )
 
 
 def refusal_payload(deployment: Deployment, refusal: DoesNotStart) -> RefusalPayload:
     s = refusal.would_start
-    return RefusalPayload(
+    return copied(
+        RefusalPayload,
+        deployment,
         engine=deployment.engine.value,
-        model=deployment.model,
-        gpu=deployment.gpu,
-        tp=deployment.tp,
-        pp=deployment.pp,
         starts=False,
         message=str(refusal),
         kv_tokens=refusal.tokens,
