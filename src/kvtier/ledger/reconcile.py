@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from typing import Any
 
 from kvtier.engines.deployment import Measured
 from kvtier.engines.explain import LogInputs, Reconciliation
@@ -95,24 +96,41 @@ def reconcile(
     high = _unaligned_top(inp, plan, high, notes)
     if inp.failure is not None and inp.observed is None:
         notes.append(f"kvtier's builder at the log's figures: {ledger.kv_tokens:,} tokens")
-    return Reconciliation(
-        engine=inp.engine.value,
-        model=inp.model,
-        model_source=inp.model_source,
-        observed=inp.observed,
-        predicted=ledger.kv_tokens,
-        predicted_low=low,
-        predicted_high=high,
+    return _reconciled(
+        inp,
+        (inp.observed, ledger.kv_tokens, low, high),
         kv_bytes_per_token=ledger.kv_bytes_per_token,
         kv_dtype=plan.kv_dtype(),
         page_size=ledger.page_size,
-        inputs=tuple(_memory_rows(inp, ledger) + _common_rows(inp, ledger) + list(inp.estimated)),
+        inputs=tuple(_memory_rows(inp, ledger) + _common_rows(inp, ledger)),
         formula=ledger.pool_formula,
         warnings=tuple(inp.warnings) + _geometry_warning(inp, ledger),
         notes=tuple(notes),
         ledger=ledger,
+    )
+
+
+def _reconciled(
+    inp: LogInputs,
+    counts: tuple[Fact[int] | None, int, int, int],
+    inputs: tuple[tuple[str, Fact[object]], ...],
+    **figures: Any,
+) -> Reconciliation:
+    """`inp`'s start as the log names it, its (observed, predicted, low, high) token counts, the
+    rows of `inputs` then those the log's reader estimated, and the builder's `figures`."""
+    observed, predicted, low, high = counts
+    return Reconciliation(
+        engine=inp.engine.value,
+        model=inp.model,
+        model_source=inp.model_source,
+        observed=observed,
+        predicted=predicted,
+        predicted_low=low,
+        predicted_high=high,
+        inputs=inputs + tuple(inp.estimated),
         failure=inp.failure,
         estimated=tuple(name for name, _ in inp.estimated),
+        **figures,
     )
 
 
@@ -182,25 +200,18 @@ def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
     cell = geometry.bytes_per_token if geometry is not None else 0
     rows: list[tuple[str, Fact[object]]] = [("model", inp.model_source)]
     rows += [(rules_for(inp.engine).explain.page_name, inp.page_size)]
-    return Reconciliation(
-        engine=inp.engine.value,
-        model=inp.model,
-        model_source=inp.model_source,
-        observed=observed,
-        predicted=predicted,
-        predicted_low=predicted,
-        predicted_high=predicted,
+    return _reconciled(
+        inp,
+        (observed, predicted, predicted, predicted),
+        tuple(rows),
         kv_bytes_per_token=cell,
         kv_dtype=inp.kv_dtype,
         page_size=inp.page_size.value,
-        inputs=tuple(rows + list(inp.estimated)),
         formula="not recomputed: " + why,
         warnings=tuple(inp.warnings),
         notes=tuple(notes),
         ledger=None,
-        failure=inp.failure,
         unchecked=unchecked,
-        estimated=tuple(name for name, _ in inp.estimated),
     )
 
 
