@@ -5,11 +5,15 @@ Each figure shows in MiB, as nvidia-smi prints it, beside GiB (2^30 bytes), as t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kvtier.observe.nvidia_smi import MiB
+from kvtier.report.json_text import emit
 from kvtier.units import GiB
+
+S = TypeVar("S")  # what a command prints: an explanation, an observation
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -81,12 +85,37 @@ def card_payload(c: CardReconciliation) -> CardPayload:
 
 
 def card_quiet(c: CardReconciliation) -> list[str]:
-    return [
-        f"nvidia_smi_gpu {c.compared.index}",
-        f"nvidia_smi_used_mib {c.compared.used_mib}",
-        f"nvidia_smi_total_mib {c.compared.total_mib}",
-        f"nvidia_smi_remainder_gib {c.remainder.gib:.2f}",
+    g = c.compared
+    figures = (("gpu", g.index), ("used_mib", g.used_mib), ("total_mib", g.total_mib))
+    return [f"nvidia_smi_{key} {value}" for key, value in figures] + [
+        f"nvidia_smi_remainder_gib {c.remainder.gib:.2f}"
     ]
+
+
+def print_result(
+    subject: S,
+    as_json: bool,
+    quiet: bool,
+    card: CardReconciliation | None,
+    payload: Callable[[S, CardReconciliation | None], object],
+    lines: Callable[[S], list[str]],
+    view: Callable[[Console, S], None],
+) -> None:
+    """`--json` prints the subject's payload, `--quiet` its key lines then the card's; otherwise
+    `view` draws it on the terminal, then the card's tables follow."""
+    if as_json:
+        emit(payload(subject, card))
+        return
+    if quiet:
+        print("\n".join(lines(subject) + (card_quiet(card) if card is not None else [])))
+        return
+    from kvtier.report.ledger_view import terminal
+
+    console = terminal()
+    view(console, subject)
+    if card is not None:
+        console.print()
+        print_card(console, card)
 
 
 def print_card(console: Console, c: CardReconciliation) -> None:

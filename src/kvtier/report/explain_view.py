@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvtier.report.explain_payload import explain_payload, log_rows
-from kvtier.report.json_text import emit
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,24 +47,16 @@ def quiet_lines(e: Explanation) -> list[str]:
 
 
 def print_explanation(
-    e: Explanation,
-    as_json: bool = False,
-    quiet: bool = False,
-    card: CardReconciliation | None = None,
+    e: Explanation, as_json: bool, quiet: bool, card: CardReconciliation | None
 ) -> None:
-    from kvtier.report.card_view import card_quiet, print_card
+    from kvtier.report.card_view import print_result
 
-    if as_json:
-        emit(explain_payload(e, card))
-        return
-    if quiet:
-        print("\n".join(quiet_lines(e) + (card_quiet(card) if card is not None else [])))
-        return
+    print_result(e, as_json, quiet, card, explain_payload, quiet_lines, _view)
+
+
+def _view(console: Console, e: Explanation) -> None:
     from rich.text import Text
 
-    from kvtier.report.ledger_view import terminal
-
-    console = terminal()
     _header(console, e)
     _ledger(console, e)
     console.print()
@@ -75,9 +66,6 @@ def print_explanation(
         console.print(f"note: {note}", markup=False)
     for warning in e.reconciliation.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
-    if card is not None:
-        console.print()
-        print_card(console, card)
 
 
 def _header(console: Console, e: Explanation) -> None:

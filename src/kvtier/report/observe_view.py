@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from kvtier.observe.diagnosis import KV_FULL
 from kvtier.observe.observer import Observation
 from kvtier.observe.timeline import Point
-from kvtier.report.json_text import emit
 from kvtier.report.observe_payload import observe_payload, rounded
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
     from kvtier.observe.nvidia_smi import CardReconciliation
@@ -43,24 +43,16 @@ def quiet_lines(o: Observation) -> list[str]:
 
 
 def print_observation(
-    o: Observation,
-    as_json: bool = False,
-    quiet: bool = False,
-    card: CardReconciliation | None = None,
+    o: Observation, as_json: bool, quiet: bool, card: CardReconciliation | None
 ) -> None:
-    from kvtier.report.card_view import card_quiet, print_card
+    from kvtier.report.card_view import print_result
 
-    if as_json:
-        emit(observe_payload(o, card))
-        return
-    if quiet:
-        print("\n".join(quiet_lines(o) + (card_quiet(card) if card is not None else [])))
-        return
+    print_result(o, as_json, quiet, card, observe_payload, quiet_lines, _view)
+
+
+def _view(console: Console, o: Observation) -> None:
     from rich.table import Table
 
-    from kvtier.report.ledger_view import terminal
-
-    console = terminal()
     engine = _ENGINES.get(o.engine or "", o.engine or "unknown engine")
     console.print(
         f"{engine}, {o.source}: {o.samples:,} periodic sample{'' if o.samples == 1 else 's'}",
@@ -100,9 +92,6 @@ def print_observation(
         console.print(
             f"warning: {o.skipped:,} lines of a known format could not be read", style="yellow"
         )
-    if card is not None:
-        console.print()
-        print_card(console, card)
 
 
 def _timeline_table(points: tuple[Point, ...], rows: int = 24) -> Table:
