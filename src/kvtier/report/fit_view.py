@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvtier.logs.workload import FittedWorkload
+from kvtier.payload import copied
 from kvtier.sim.baseline import Comparison
 from kvtier.sim.calibrate import Calibration
 from kvtier.sim.from_log import FittedTrace
@@ -84,16 +85,7 @@ def log_baseline(
     return LogBaseline(
         source=fit.source,
         engine=fit.engine,
-        fit=FitSummary(
-            window_s=fit.window.duration_s,
-            requests=fit.requests,
-            running_at_start=fit.running_at_start,
-            prompt_tokens=fit.prompt_tokens,
-            output_tokens=fit.output_tokens,
-            reuse=fit.reuse,
-            pool_tokens=fit.pool_tokens,
-            inferred=fit.inferences,
-        ),
+        fit=copied(FitSummary, fit, window_s=fit.window.duration_s, inferred=fit.inferences),
         calibration=CalibrationSummary(
             compute_efficiency=flags.compute_efficiency,
             compute_how=calibration.compute_how,

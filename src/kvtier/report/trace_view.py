@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvtier.payload import copied
 from kvtier.report.json_text import emit
 from kvtier.sim.from_requests import TraceBuild
 from kvtier.sim.request_sources import RequestSource
@@ -37,7 +38,10 @@ class TracePayload:
 def trace_payload(
     build: TraceBuild, source: RequestSource, input_path: str, output: str | None
 ) -> TracePayload:
-    return TracePayload(
+    """The build's own counts, with where they were read from and what was written."""
+    return copied(
+        TracePayload,
+        build,
         input=input_path,
         format=source.format,
         output=output,
@@ -45,16 +49,9 @@ def trace_payload(
         lines=source.lines,
         skipped_lines=source.skipped,
         left_out=source.left_out,
-        block_tokens=build.block_tokens,
-        input_tokens=build.input_tokens,
-        output_tokens=build.output_tokens,
         blocks=sum(len(r.blocks) for r in build.requests),
-        unique_blocks=build.unique_blocks,
-        reused_tokens=build.reused_tokens,
         reuse=round(build.reuse, 6),
         duration_s=round(build.duration_s, 3),
-        arrival_from=build.arrival_from,
-        output_from=build.output_from,
     )
 
 
