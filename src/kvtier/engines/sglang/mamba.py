@@ -50,6 +50,7 @@ from kvtier.engines.sglang.versions import (
     V0_5_17,
     V0_5_19,
 )
+from kvtier.engines.state_shape import rank_elements
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.model.description import LinearAttention
@@ -143,14 +144,8 @@ def state_bytes(state: LinearAttention, tp: int, ssm: str, widen: bool = True) -
     groups = state.num_key_heads
     if widen and groups % tp:
         groups += tp - groups  # extra_groups_for_head_shards, as SGLang writes it
-    conv_dim = state.num_value_heads * state.value_head_dim + 2 * groups * state.key_head_dim
-    if conv_dim % tp or state.num_value_heads % tp:
-        raise KvtierError(
-            f"linear-attention state of {conv_dim} conv channels and {state.num_value_heads} "
-            f"value heads does not divide over tp {tp} (SGLang's divide() refuses it)"
-        )
-    conv = conv_dim // tp * (state.conv_kernel - 1)
-    ssm_elems = state.num_value_heads // tp * state.value_head_dim * state.key_head_dim
+    refusal = " (SGLang's divide() refuses it)"
+    conv, ssm_elems = rank_elements(state, tp, groups, "linear-attention", refusal)
     per_layer = conv * DTYPE_BYTES[CONV_DTYPE] + ssm_elems * DTYPE_BYTES[ssm]
     return per_layer * len(state.layer_ids)
 

@@ -27,6 +27,7 @@ per request   MambaSpec.max_memory_usage_bytes: one block per linear group (cach
 
 from __future__ import annotations
 
+from kvtier.engines.state_shape import rank_elements
 from kvtier.engines.version import Version
 from kvtier.engines.vllm.versions import V0_20, V0_26
 from kvtier.errors import KvtierError
@@ -66,14 +67,7 @@ def state_page_bytes(state: LinearAttention, tp: int, conv: str, ssm: str) -> in
     groups = state.num_key_heads
     if state.kind is StateKind.MAMBA2 and groups % tp:
         groups = tp  # extra_groups_for_head_shards: tp - groups more
-    conv_dim = state.num_value_heads * state.value_head_dim + 2 * groups * state.key_head_dim
-    if conv_dim % tp or state.num_value_heads % tp:
-        raise KvtierError(
-            f"{state.kind} state of {conv_dim} conv channels and "
-            f"{state.num_value_heads} value heads does not divide over tp {tp}"
-        )
-    conv_elems = conv_dim // tp * (state.conv_kernel - 1)
-    ssm_elems = state.num_value_heads // tp * state.value_head_dim * state.key_head_dim
+    conv_elems, ssm_elems = rank_elements(state, tp, groups, str(state.kind))
     return conv_elems * DTYPE_BYTES[conv] + ssm_elems * DTYPE_BYTES[ssm]
 
 
