@@ -118,15 +118,11 @@ def _reconciled(
 ) -> Reconciliation:
     """`inp`'s start as the log names it, its (observed, predicted, low, high) token counts, the
     rows of `inputs` then those the log's reader estimated, and the builder's `figures`."""
-    observed, predicted, low, high = counts
     return Reconciliation(
-        engine=inp.engine.value,
-        model=inp.model,
-        model_source=inp.model_source,
-        observed=observed,
-        predicted=predicted,
-        predicted_low=low,
-        predicted_high=high,
+        inp.engine.value,
+        inp.model,
+        inp.model_source,
+        *counts,
         inputs=inputs + tuple(inp.estimated),
         failure=inp.failure,
         estimated=tuple(name for name, _ in inp.estimated),
