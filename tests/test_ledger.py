@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from founding_support import kimi
@@ -39,21 +41,10 @@ def test_vllm_hybrid_groups_follow_the_layer_counts() -> None:
 
 
 def test_vllm_hybrid_reports_concurrency_times_max_model_len() -> None:
-    ledger = plan(
-        Deployment(
-            Engine.VLLM,
-            "google/gemma-3-27b-it",
-            gpu="H100",
-            context_length=32768,
-            measured=Measured(
-                weights_gib=51.4,
-                activation_gib=2.0,
-                non_torch_gib=0.25,
-                cuda_graph_gib=1.0,
-                gpu_mem_gib=79.19,
-            ),
-        )
-    )
+    measured = Measured(weights_gib=51.4, activation_gib=2.0, non_torch_gib=0.25,
+                        cuda_graph_gib=1.0, gpu_mem_gib=79.19)  # fmt: skip
+    gemma = Deployment(Engine.VLLM, "google/gemma-3-27b-it", gpu="H100", context_length=32768)
+    ledger = plan(dataclasses.replace(gemma, measured=measured))
     blocks = ledger.figures.num_blocks
     per_request = 2048 + 6 * 577
     assert ledger.kv_tokens == int(blocks / per_request * 32768)
@@ -94,16 +85,11 @@ def test_mtp_draft_uses_the_target_layer_and_v0_5_14_prices_it_in() -> None:
 def test_eagle_draft_from_the_catalog_is_exact() -> None:
     ledger = plan(
         Deployment(
-            Engine.SGLANG,
-            "meta-llama/Llama-3.1-70B-Instruct",
-            tp=4,
-            gpu="H100",
-            mem_fraction=0.85,
-            speculative_algorithm="EAGLE",
-            draft_model="meta-llama/Llama-3.1-8B-Instruct",
+            Engine.SGLANG, "meta-llama/Llama-3.1-70B-Instruct", tp=4, gpu="H100", mem_fraction=0.85,
+            speculative_algorithm="EAGLE", draft_model="meta-llama/Llama-3.1-8B-Instruct",
             measured=Measured(free_before_load_gib=78.5, free_after_load_gib=45.0),
         )
-    )
+    )  # fmt: skip
     # draft: 32 layers x 2 heads per rank x 256 x 2 B
     assert ledger.figures.draft_cell_bytes == 32 * 2 * 256 * 2
     assert ledger.item("draft KV pool").exact
@@ -126,16 +112,8 @@ def test_hicache_pool_in_the_ledger() -> None:
 def test_json_contract() -> None:
     ledger = plan(Deployment(Engine.SGLANG, "Qwen/Qwen3-8B", gpu="RTX 4090"))
     data = to_json(plan_payload(ledger))
-    for key in (
-        "engine",
-        "model",
-        "kv_tokens",
-        "kv_tokens_range",
-        "kv_bytes_per_token",
-        "ledger",
-        "concurrency",
-        "inputs",
-    ):
+    keys = ("engine", "model", "kv_tokens", "kv_tokens_range", "kv_bytes_per_token", "ledger")
+    for key in (*keys, "concurrency", "inputs"):
         assert key in data
     assert all(set(row) == {"item", "gib", "source", "exact"} for row in data["ledger"])
     assert data["kv_tokens_range"][0] <= data["kv_tokens"] <= data["kv_tokens_range"][1]
@@ -143,16 +121,8 @@ def test_json_contract() -> None:
 
 def test_vllm_cpu_offload_pool() -> None:
     """100 GiB over TP2 for Qwen3-32B: blocks of 16 x 4 heads x 256 x 2 B x 64 layers x 2 ranks."""
-    ledger = plan(
-        Deployment(
-            Engine.VLLM,
-            "Qwen/Qwen3-32B",
-            tp=2,
-            gpu="H100",
-            context_length=32768,
-            kv_offloading_size_gib=100.0,
-        )
-    )
+    qwen = Deployment(Engine.VLLM, "Qwen/Qwen3-32B", tp=2, gpu="H100", context_length=32768)
+    ledger = plan(dataclasses.replace(qwen, kv_offloading_size_gib=100.0))
     assert ledger.host_pool is not None
     assert ledger.host_pool.tokens == 100 * GiB // (16 * 4 * 256 * 2 * 64 * 2) * 16
     assert ledger.host_pool.bytes_per_rank == 50 * GiB

@@ -10,7 +10,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,14 +45,20 @@ def _observe(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tup
     return code, out, err
 
 
+def _refused(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The error `kvtier observe PATH --json` exits 2 with, printing nothing to stdout."""
+    code, out, err = _observe(path, capsys)
+    assert (code, out) == (2, "")
+    return err
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_value_no_engine_prints_is_not_data(
     case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = tmp_path / "serving.log"
     log.write_text(BAD[case])
-    code, out, err = _observe(log, capsys)
-    assert (code, out) == (2, "")
+    err = _refused(log, capsys)
     assert err.count("\n") == 1 and "no serving line could be read: 1 line(s)" in err
     assert "(the first: line 1)" in err
     # beside a readable line, the bad one is skipped and counted, and the good one is the answer
@@ -65,19 +71,9 @@ def test_a_value_no_engine_prints_is_not_data(
 def test_compressed_logs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "serving.log.gz"
     log.write_bytes(gzip.compress(GOOD.format(s=1).encode()))
-    code, out, err = _observe(log, capsys)
-    assert (code, out) == (2, "") and "is gzip-compressed: decompress it first (zcat" in err
+    assert "is gzip-compressed: decompress it first (zcat" in _refused(log, capsys)
     code = main(["explain", str(log)])
     assert code == 2 and "gzip-compressed" in capsys.readouterr().err
-
-
-def test_a_fifo_is_refused_without_blocking(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-    code, out, err = _observe(fifo, capsys)
-    assert (code, out) == (2, "") and "not a regular file" in err
 
 
 def test_an_unbounded_line_is_skipped_not_held(
@@ -142,16 +138,27 @@ def test_scrapes_that_are_not_an_engines_are_refused(text: str, message: str) ->
         parse_scrape(text, "saved.prom", 0.0, "saved")
 
 
-def test_a_counter_past_any_engines_range_is_skipped(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+# a preemption count no engine reaches, beside a gauge that is fine
+COUNTER_PAST_RANGE = (
+    "# TYPE vllm:num_preemptions counter\nvllm:num_preemptions_total 1e12\n"
+    "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (os.mkfifo, "not a regular file"),
+        (lambda p: p.write_text(COUNTER_PAST_RANGE), "no serving line could be read: 1 line(s)"),
+    ],
+    ids=["a fifo, refused without blocking", "a counter past any engine's range, skipped"],
+)
+def test_a_file_with_nothing_to_read_is_refused(
+    make: Callable[[Path], object], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    saved = tmp_path / "metrics.prom"
-    saved.write_text(
-        "# TYPE vllm:num_preemptions counter\nvllm:num_preemptions_total 1e12\n"
-        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n"
-    )
-    code, out, err = _observe(saved, capsys)
-    assert (code, out) == (2, "") and "no serving line could be read: 1 line(s)" in err
+    source = tmp_path / "metrics.prom"
+    make(source)
+    assert message in _refused(source, capsys)
 
 
 class _RawServer:

@@ -3,6 +3,7 @@ chunk boundaries invisible, and the diagnosis thresholds as docs/observe.md stat
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import random
 
@@ -86,16 +87,9 @@ def test_observer_memory_does_not_grow_with_the_log() -> None:
 
 
 def _counts(**kw: int) -> Counts:
-    base = dict(
-        samples=10,
-        queue_seen=10,
-        waiting_full=0,
-        waiting_room=0,
-        waiting_unknown=0,
-        swapped=0,
-        preemptions=0,
-    )
-    return Counts(**{**base, **kw})
+    """Ten samples, every one stating the queue, none waiting, swapped or preempted; `kw` changes
+    some of those counts."""
+    return dataclasses.replace(Counts(10, 10, 0, 0, 0, 0, 0), **kw)
 
 
 @pytest.mark.parametrize(
