@@ -16,6 +16,7 @@ from kvtier.sim.multiturn import MultiturnSpec
 from kvtier.sim.run import replay
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.timing import Hardware, ModelCost, TimingModel
+from multiturn_support import multiturn_specs
 
 TM = TimingModel(
     ModelCost(8_000_000_000, 16e9, 131_072, 32, 8192), Hardware(989, 3350, 25, 100, 8), 1
@@ -37,42 +38,26 @@ def in_flight_max(records: list[RequestRecord]) -> int:
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.integers(1, 10),
-    st.integers(1, 5),
-    st.integers(1, 600),
-    st.integers(1, 200),
-    st.sampled_from([0.5, 4.0, 50.0]),
-    st.booleans(),
-    st.sampled_from(["random", "fifo"]),
-    st.integers(1, 6),
-)
+@given(multiturn_specs(st.sampled_from([0.5, 4.0, 50.0]), st.just(64)), st.integers(1, 6))
 def test_a_turn_waits_for_its_answer_and_the_sender_for_room(
-    clients: int,
-    rounds: int,
-    request: int,
-    output: int,
-    rate: float,
-    barrier: bool,
-    queue: str,
-    max_parallel: int,
+    spec: MultiturnSpec, max_parallel: int
 ) -> None:
-    spec = MultiturnSpec(clients, rounds, request, output, rate, barrier, queue, 64)
     records = run(spec, max_parallel)
-    assert len(records) == clients * rounds and all(r.finished for r in records)
+    request, output = spec.request_tokens, spec.output_tokens
+    assert len(records) == spec.clients * spec.rounds and all(r.finished for r in records)
     assert [r.rid for r in records] == list(range(len(records)))
     assert in_flight_max(records) <= max_parallel
     by_prompt: dict[int, list[RequestRecord]] = defaultdict(list)
     for r in records:
         by_prompt[r.input_len].append(r)
     # every client's turn r has the same length, so round r + 1 of some client follows its round r
-    for turn in range(1, rounds):
+    for turn in range(1, spec.rounds):
         earlier = by_prompt[turn * request + (turn - 1) * output]
         later = by_prompt[(turn + 1) * request + turn * output]
         finishes = sorted(r.finish_s for r in earlier)
         for k, r in enumerate(sorted(later, key=lambda r: r.arrival_s)):
             assert r.arrival_s >= finishes[k]  # the k-th send of a round waits for k answers
-        if barrier:
+        if spec.round_barrier:
             assert min(r.arrival_s for r in later) >= max(finishes)
 
 

@@ -28,6 +28,7 @@ from kvtier.sim.multiturn import (
     multiturn,
 )
 from kvtier.sim.trace import Trace, load_trace, write_trace
+from multiturn_support import multiturn_specs
 
 
 def spec(**kw: object) -> MultiturnSpec:
@@ -109,28 +110,10 @@ def test_round_trip_through_mooncake_jsonl(tmp_path: Path) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.integers(1, 12),
-    st.integers(1, 8),
-    st.integers(1, 700),
-    st.integers(1, 300),
-    st.sampled_from([1, 16, 64, 512]),
-    st.booleans(),
-    st.sampled_from(READY_QUEUE_POLICIES),
-    st.integers(0, 1 << 32),
-)
-def test_any_benchmark_gives_the_ceiling_per_round(
-    clients: int,
-    rounds: int,
-    request: int,
-    output: int,
-    block: int,
-    barrier: bool,
-    queue: str,
-    seed: int,
-) -> None:
+@given(multiturn_specs(st.just(3.0), st.sampled_from([1, 16, 64, 512])), st.integers(0, 1 << 32))
+def test_any_benchmark_gives_the_ceiling_per_round(s: MultiturnSpec, seed: int) -> None:
     """For every shape, the unbounded cache hits (P_{r-1} // B) x B of P_r in round r."""
-    s = MultiturnSpec(clients, rounds, request, output, 3.0, barrier, queue, block)
+    rounds, request, output, block = s.rounds, s.request_tokens, s.output_tokens, s.block_tokens
     result = reference.unbounded(Trace(multiturn(s, seed), block))
     prompt = [(r + 1) * request + r * output for r in range(rounds)]
     ceiling = [0.0] + [(prompt[r - 1] // block) * block / prompt[r] for r in range(1, rounds)]
