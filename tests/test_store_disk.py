@@ -244,12 +244,19 @@ def _resilient(root: Path) -> ResilientStore:
     return ResilientStore(DiskStore(root, FP))
 
 
-def test_a_fifo_at_a_page_path_is_a_miss_not_a_hang(tmp_path: Path) -> None:
-    store = _resilient(tmp_path)
+def _page_removed(root: Path, page: int) -> tuple[ResilientStore, list[bytes], list[bytes], Path]:
+    """A store of three pages with page `page`'s file deleted: the store, the pages' hashes and
+    blobs, and the path the deleted file had."""
+    store = _resilient(root)
     hashes, blobs = chain(3), payloads(3)
     store.put(hashes, blobs)
-    victim = store.inner.path_of(hashes[1])  # type: ignore[attr-defined]
+    victim: Path = store.inner.path_of(hashes[page])  # type: ignore[attr-defined]
     victim.unlink()
+    return store, hashes, blobs, victim
+
+
+def test_a_fifo_at_a_page_path_is_a_miss_not_a_hang(tmp_path: Path) -> None:
+    store, hashes, blobs, victim = _page_removed(tmp_path, 1)
     os.mkfifo(victim)
     assert store.get(hashes) == [blobs[0], None, blobs[2]]
     assert not os.path.lexists(victim)
@@ -257,11 +264,7 @@ def test_a_fifo_at_a_page_path_is_a_miss_not_a_hang(tmp_path: Path) -> None:
 
 
 def test_a_directory_at_a_page_path_costs_only_that_page(tmp_path: Path) -> None:
-    store = _resilient(tmp_path)
-    hashes, blobs = chain(3), payloads(3)
-    store.put(hashes, blobs)
-    victim = store.inner.path_of(hashes[0])  # type: ignore[attr-defined]
-    victim.unlink()
+    store, hashes, blobs, victim = _page_removed(tmp_path, 0)
     (victim / "sub").mkdir(parents=True)
     assert store.get(hashes) == [None, *blobs[1:]]
     assert not os.path.lexists(victim)
