@@ -254,31 +254,25 @@ def test_speculative_decoding_lines_give_the_tokens_a_step() -> None:
         assert read_samples(stream, "specdecode").accept_lengths[0] == 2.2
 
 
-@pytest.mark.parametrize("log", sorted(FIXTURES.glob("sglang-*.log")), ids=lambda p: p.stem)
-def test_every_sglang_fixture_fits_within_tolerance_or_is_refused_in_one_line(
+# what each engine's log leaves to assume: SGLang counts requests (the output length is assumed),
+# vLLM none (the mean prompt length is)
+ASSUMED = {"sglang": ["--mean-output-tokens", "256"], "vllm": ["--mean-prompt-tokens", "2000"]}
+SERVING_LOGS = sorted(FIXTURES.glob("sglang-*.log")) + sorted(FIXTURES.glob("vllm-*.log"))
+
+
+@pytest.mark.parametrize("log", SERVING_LOGS, ids=lambda p: p.stem)
+def test_every_fixture_fits_within_tolerance_or_is_refused_in_one_line(
     log: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["simulate", "--from-log", str(log), *DEPLOYMENT, "--mean-output-tokens", "256"]
+    """What runs fits within the stated tolerances; a log faster than the assumed deployment can
+    be is refused in one line naming it."""
+    engine = log.name.split("-")[0]
+    argv = ["simulate", "--from-log", str(log), *DEPLOYMENT, *ASSUMED[engine]]
     code, out, err = _run([*argv, "--json"], capsys)
     if code == 0:
         rows = json.loads(out)["baseline"]
         assert rows and all(r["within"] for r in rows), rows
-        assert log in {path for path, _ in WITHIN}
-    else:
-        assert code == 2 and err.count("\n") == 1 and str(log) in err
-
-
-@pytest.mark.parametrize("log", sorted(FIXTURES.glob("vllm-*.log")), ids=lambda p: p.stem)
-def test_every_vllm_fixture_fits_within_tolerance_or_is_refused_in_one_line(
-    log: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # vLLM counts no requests: the mean prompt length is assumed; what runs fits within the
-    # stated tolerances, and a log faster than the assumed deployment can be is refused
-    argv = ["simulate", "--from-log", str(log), *DEPLOYMENT, "--mean-prompt-tokens", "2000"]
-    code, out, err = _run([*argv, "--json"], capsys)
-    if code == 0:
-        rows = json.loads(out)["baseline"]
-        assert rows and all(r["within"] for r in rows), rows
+        assert engine == "vllm" or log in {path for path, _ in WITHIN}
     else:
         assert code == 2 and err.count("\n") == 1 and str(log) in err
 
