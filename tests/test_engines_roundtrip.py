@@ -11,12 +11,15 @@ are priced at the count it predicts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.explain import Reconciliation
 from kvtier.engines.ledger import Ledger
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import Explanation, explain_log
@@ -193,58 +196,48 @@ def _planned(case: Case) -> Ledger | None:
         return None
 
 
-def _round_trip(case: Case) -> bool:
-    """Plan, render, explain on the grid: explain reads back exactly what plan computed."""
-    ledger = _planned(case)
-    if ledger is None:
-        return False
-    e = _explain(case, ledger)
-    rec = e.reconciliation
+def _exact(ledger: Ledger, rec: Reconciliation) -> None:
+    """On the grid: explain reads back exactly what plan computed."""
     assert rec.predicted == ledger.kv_tokens
     assert rec.kv_bytes_per_token == ledger.kv_bytes_per_token
     assert rec.ledger.mem_fraction == ledger.mem_fraction
-    assert rec.matches
-    out = explain_payload(e)
-    assert out.options_priced_at_kv_tokens == out.predicted.kv_tokens
-    return True
 
 
-def _off_grid(case: Case) -> bool:
-    """Plan from unrounded figures, print them rounded: explain's range holds plan's count."""
+def _in_range(ledger: Ledger, rec: Reconciliation) -> None:
+    """Planned from unrounded figures, printed rounded: explain's range holds plan's count."""
+    assert rec.predicted_low <= ledger.kv_tokens <= rec.predicted_high
+
+
+def _read_back(case: Case, check: Callable[[Ledger, Reconciliation], None]) -> bool:
+    """Plan, render, explain, then `check` and a match; False where the engine would refuse."""
     ledger = _planned(case)
     if ledger is None:
         return False
     e = _explain(case, ledger)
-    rec = e.reconciliation
-    assert rec.predicted_low <= ledger.kv_tokens <= rec.predicted_high
-    assert rec.matches
+    check(ledger, e.reconciliation)
+    assert e.reconciliation.matches
     out = explain_payload(e)
     assert out.options_priced_at_kv_tokens == out.predicted.kv_tokens
     return True
 
 
-def test_explain_reads_back_what_plan_computed() -> None:
+@pytest.mark.parametrize(
+    ("on_grid", "check", "examples", "least"),
+    [(True, _exact, ROUND_TRIPS, 1000), (False, _in_range, ROUND_TRIPS // 4, 250)],
+    ids=["on the grid, the same count", "off the grid, a range holding plan's count"],
+)
+def test_explain_reads_back_what_plan_computed(
+    on_grid: bool, check: Callable[[Ledger, Reconciliation], None], examples: int, least: int
+) -> None:
     done: list[bool] = []
 
-    @settings(max_examples=ROUND_TRIPS, deadline=None, database=None)
-    @given(case=cases(on_grid=True))
+    @settings(max_examples=examples, deadline=None, database=None)
+    @given(case=cases(on_grid=on_grid))
     def run(case: Case) -> None:
-        done.append(_round_trip(case))
+        done.append(_read_back(case, check))
 
     run()
-    assert sum(done) >= 1000, f"only {sum(done)} of {len(done)} deployments round-tripped"
-
-
-def test_off_the_grid_the_range_holds_plans_count() -> None:
-    done: list[bool] = []
-
-    @settings(max_examples=ROUND_TRIPS // 4, deadline=None, database=None)
-    @given(case=cases(on_grid=False))
-    def run(case: Case) -> None:
-        done.append(_off_grid(case))
-
-    run()
-    assert sum(done) >= 250, f"only {sum(done)} of {len(done)} deployments round-tripped"
+    assert sum(done) >= least, f"only {sum(done)} of {len(done)} deployments round-tripped"
 
 
 def test_a_different_count_is_a_mismatch() -> None:
