@@ -54,6 +54,17 @@ def _keys(tokens: list[int], prior: PageKey = b"", packed: bool = False) -> KeyR
     return page_hashes(tokens, 1, prior)
 
 
+def _on_tokens(op: str, name: str) -> Callable[..., None]:
+    """A rule running the machine's `op` method on a drawn token list, shown as `name` in a
+    shrunk failure's steps."""
+
+    def apply(self: CacheMachine, tokens: list[int]) -> None:
+        self.step(getattr(self, op), tokens)
+
+    apply.__name__ = apply.__qualname__ = name
+    return rule(tokens=TOKENS)(apply)  # type: ignore[no-any-return]
+
+
 class CacheMachine(RuleBasedStateMachine):
     cache: TieredCache
     device: TaggedStorage
@@ -180,27 +191,19 @@ class CacheMachine(RuleBasedStateMachine):
     def finish_request(self, data: st.DataObject, grow: list[int]) -> None:
         self.step(self.op_finish, data.draw(st.integers(0, len(self.running) - 1)), grow)
 
+    insert_fresh = _on_tokens("op_insert", "insert_fresh")
+    match_and_lock = _on_tokens("op_match_and_lock", "match_and_lock")
+    load_back = _on_tokens("op_load_back", "load_back")
+
     @precondition(lambda self: self.running)
     @rule(data=st.data())
     def abort_request(self, data: st.DataObject) -> None:
         self.step(self.op_abort, data.draw(st.integers(0, len(self.running) - 1)))
 
-    @rule(tokens=TOKENS)
-    def insert_fresh(self, tokens: list[int]) -> None:
-        self.step(self.op_insert, tokens)
-
-    @rule(tokens=TOKENS)
-    def match_and_lock(self, tokens: list[int]) -> None:
-        self.step(self.op_match_and_lock, tokens)
-
     @precondition(lambda self: self.locks)
     @rule(data=st.data())
     def unlock(self, data: st.DataObject) -> None:
         self.step(self.op_unlock, data.draw(st.integers(0, len(self.locks) - 1)))
-
-    @rule(tokens=TOKENS)
-    def load_back(self, tokens: list[int]) -> None:
-        self.step(self.op_load_back, tokens)
 
     @rule(tier=st.sampled_from([Tier.DEVICE, Tier.HOST]), n=st.integers(1, 12))
     def evict(self, tier: Tier, n: int) -> None:
