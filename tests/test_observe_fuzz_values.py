@@ -43,42 +43,29 @@ VLLM_STATS = (
     "Avg generation throughput: {gen} tokens/s, Running: {running} reqs, Waiting: {queued} reqs, "
     "GPU KV cache usage: {usage}%, Prefix cache hit rate: {hit}%"
 )
-# (line, its fields' valid values, field -> (kind, the --json figure it shows in, scale))
+# a field's kind, the --json figure it shows in, and its scale
+COUNT, TOKENS, RATE = ("count", None, 1), ("tokens", None, 1), ("rate", None, 1)
+QUEUED = ("count", "queue_max", 1)
+USAGE_SHARE, USAGE_PERCENT = ("share", "kv_usage_max", 1), ("percent", "kv_usage_max", 100)
+# (line, its fields' valid values, field -> its kind, figure and scale)
 LINES = {
     "sglang decode": (
         SGLANG_DECODE,
         {"running": "3", "usage": "0.20", "gen": "50.00", "queued": "1"},
-        {
-            "running": ("count", None, 1),
-            "usage": ("share", "kv_usage_max", 1),
-            "gen": ("rate", None, 1),
-            "queued": ("count", "queue_max", 1),
-        },
+        {"running": COUNT, "usage": USAGE_SHARE, "gen": RATE, "queued": QUEUED},
     ),
     "sglang prefill": (
         SGLANG_PREFILL,
         {"seqs": "2", "new": "100", "cached": "50", "usage": "0.20", "running": "3", "queued": "1"},
-        {
-            "seqs": ("count", None, 1),
-            "new": ("tokens", None, 1),
-            "cached": ("tokens", None, 1),
-            "usage": ("share", "kv_usage_max", 1),
-            "running": ("count", None, 1),
-            "queued": ("count", "queue_max", 1),
-        },
+        {"seqs": COUNT, "new": TOKENS, "cached": TOKENS, "usage": USAGE_SHARE, "running": COUNT,
+         "queued": QUEUED},
     ),
     "vllm stats": (
         VLLM_STATS,
         {"prompt": "10.0", "gen": "20.0", "running": "3", "queued": "1", "usage": "20.0",
          "hit": "5.0"},
-        {
-            "prompt": ("rate", None, 1),
-            "gen": ("rate", None, 1),
-            "running": ("count", None, 1),
-            "queued": ("count", "queue_max", 1),
-            "usage": ("percent", "kv_usage_max", 100),
-            "hit": ("percent", None, 100),
-        },
+        {"prompt": RATE, "gen": RATE, "running": COUNT, "queued": QUEUED, "usage": USAGE_PERCENT,
+         "hit": ("percent", None, 100)},
     ),
 }  # fmt: skip
 
