@@ -73,33 +73,12 @@ def test_table_marks_estimates_and_states_units(capsys: pytest.CaptureFixture[st
 
 
 def test_plain_flags_for_vllm(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_json(
-        capsys,
-        [
-            "plan",
-            "--engine",
-            "vllm",
-            "--model",
-            "meta-llama/Llama-3.1-8B-Instruct",
-            "--gpu-mem-gib",
-            "79.19",
-            "--gpu-memory-utilization",
-            "0.95",
-            "--max-model-len",
-            "8192",
-            "--weights-gib",
-            "14.99",
-            "--activation-gib",
-            "1.89",
-            "--non-torch-gib",
-            "0.25",
-            "--vllm-version",
-            "0.19.0",
-            "--context",
-            "8k,32k",
-            "--json",
-        ],
-    )
+    deployment = ["--engine", "vllm", "--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    deployment += ["--gpu-memory-utilization", "0.95", "--max-model-len", "8192"]
+    measured = ["--gpu-mem-gib", "79.19", "--weights-gib", "14.99", "--activation-gib", "1.89"]
+    measured += ["--non-torch-gib", "0.25"]
+    argv = ["plan", *deployment, *measured, "--vllm-version", "0.19.0", "--context", "8k,32k"]
+    out = run_json(capsys, [*argv, "--json"])
     assert abs(out["kv_tokens"] - 476_016) / 476_016 < 0.005
     assert [c["context"] for c in out["concurrency"]] == [8192, 32768]
 
@@ -245,21 +224,8 @@ def test_advise_founding_hicache_and_options(capsys: pytest.CaptureFixture[str])
 
 
 def test_advise_target_inverse(capsys: pytest.CaptureFixture[str]) -> None:
-    reach = run_json(
-        capsys,
-        [
-            "advise",
-            *GPU,
-            *MEASURED,
-            "--json",
-            "--target-requests",
-            "5",
-            "--context",
-            "32k",
-            "--",
-            *SGLANG,
-        ],
-    )["target"]
+    argv = ["advise", *GPU, *MEASURED, "--json", "--target-requests", "5", "--context", "32k"]
+    reach = run_json(capsys, [*argv, "--", *SGLANG])["target"]
     assert reach["option"]["flags"] == ["--mem-fraction-static", "0.89"]
     assert reach["option"]["kv_tokens"] >= 5 * 32768
     beyond = run_json(
