@@ -1,8 +1,9 @@
 """vLLM's own hybrid linear-attention sizing as the oracle for engines/vllm/mamba.py.
 
 tests/oracle_vllm/mamba_runner.py calls, in the v0.20.0, v0.21.0 and v0.24.0 wheels, the Gated
-DeltaNet state shape and dtype calculators, `Platform._align_hybrid_block_size` and
-`kv_cache_utils.get_kv_cache_configs` over generated hybrid models (state shapes, TP, attention
+DeltaNet, Mamba2 (Granite-4.0-H) and short-conv (LFM2) state shape and dtype calculators,
+`Platform._align_hybrid_block_size` and `kv_cache_utils.get_kv_cache_configs` over generated
+hybrid models (state shapes, TP, attention
 heads, model / KV / SSM dtypes, block sizes, prefix caching on or off, budgets, max_model_len);
 kvtier's vLLM ledger builds the same deployments from --kv-cache-memory-bytes. Block size,
 groups, blocks, concurrency, the logged token count and refusals must agree exactly.
@@ -27,6 +28,7 @@ from kvtier.model.description import (
     KVGeometry,
     LayerKind,
     LinearAttention,
+    StateKind,
 )
 
 HERE = Path(__file__).parent / "oracle_vllm"
@@ -84,6 +86,33 @@ def cases(count: int = 120, seed: int = 2026) -> list[dict[str, Any]]:
     return out
 
 
+KINDS = {
+    "gdn": (StateKind.GATED_DELTA_NET, "Qwen3NextForCausalLM"),
+    "mamba2": (StateKind.MAMBA2, "GraniteMoeHybridForCausalLM"),
+    "short_conv": (StateKind.SHORT_CONV, "Lfm2ForCausalLM"),
+}
+
+
+def state_space_cases(count: int = 60, seed: int = 4) -> list[dict[str, Any]]:
+    """Mamba2 and short-conv models in the shapes LinearAttention reads them: Mamba2 groups as key
+    heads of d_state, heads of head_dim as values (groups widened to tp when they do not divide);
+    short conv as conv_dim channels of width 1 and no key. Mamba2 runs without prefix caching:
+    with it Granite-4.0-H takes mamba cache mode `all`, which kvtier refuses."""
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for case in cases(count, seed):
+        kind = rng.choice(("mamba2", "short_conv"))
+        if kind == "mamba2":
+            groups, heads = rng.choice((1, 2, 8)), rng.choice((32, 48, 64, 128))
+            case.update(key_heads=groups, key_dim=rng.choice((64, 128)), value_heads=heads,
+                        value_dim=rng.choice((32, 64)), prefix_caching=False)  # fmt: skip
+        else:
+            channels = rng.choice((1024, 1536, 2048, 2560))
+            case.update(key_heads=1, key_dim=0, value_heads=channels, value_dim=1, conv_kernel=3)
+        out.append({**case, "kind": kind})
+    return out
+
+
 def kvtier(case: dict[str, Any], version: str) -> dict[str, Any]:
     linear_ids = tuple(i for i, is_linear in enumerate(case["linear"]) if is_linear)
     state = LinearAttention(
@@ -93,6 +122,7 @@ def kvtier(case: dict[str, Any], version: str) -> dict[str, Any]:
         case["key_dim"],
         case["value_dim"],
         case["conv_kernel"],
+        kind=KINDS[case.get("kind", "gdn")][0],
     )
     full = len(case["linear"]) - len(linear_ids)
     kv = KVGeometry(
@@ -104,9 +134,8 @@ def kvtier(case: dict[str, Any], version: str) -> dict[str, Any]:
         linear=state,
     )
     width = (2048, 16, 151936)
-    model = oracle_plan.model(
-        "Qwen3NextForCausalLM", kv, len(case["linear"]), width, case["model_dtype"]
-    )
+    architecture = KINDS[case.get("kind", "gdn")][1]
+    model = oracle_plan.model(architecture, kv, len(case["linear"]), width, case["model_dtype"])
     try:
         ledger = oracle_plan.plan(
             case,
@@ -125,7 +154,7 @@ def kvtier(case: dict[str, Any], version: str) -> dict[str, Any]:
         "num_blocks": ledger.figures.num_blocks,
         "concurrency": conc,
         "tokens": ledger.kv_tokens,
-        "groups": [line for line in ledger.notes if line.startswith("hybrid linear attention")],
+        "groups": [line for line in ledger.notes if line.startswith("hybrid model:")],
     }
 
 
@@ -136,9 +165,10 @@ def differences(engine: dict[str, Any], ours: dict[str, Any]) -> list[str]:
         return []
     groups = [g[0] for g in engine["groups"]]
     sizes = {g[1] for g in engine["groups"]}
+    kind = KINDS[engine["kind"]][0]
     expected = (
-        f"hybrid linear attention: {groups.count('FullAttentionSpec')} full-attention + "
-        f"{groups.count('MambaSpec')} linear-attention groups of {max(sizes)} layers"
+        f"hybrid model: {groups.count('FullAttentionSpec')} full-attention + "
+        f"{groups.count('MambaSpec')} {kind} groups of {max(sizes)} layers"
     )
     found = [
         f"{name}: vLLM {engine[name]}, kvtier {ours[name]}"
@@ -152,8 +182,8 @@ def differences(engine: dict[str, Any], ours: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_kvtier_matches_vllm_hybrid_linear_pools(version: str) -> None:
-    run = cases()
+    run = cases() + state_space_cases()
     results, diffs = oracle_env.compare(HERE / "mamba_runner.py", version, run, kvtier, differences)
     refused = sum("error" in r for r in results)
-    print(f"vLLM {version}: {len(run)} hybrid linear-attention configurations, {refused} refused")
+    print(f"vLLM {version}: {len(run)} hybrid configurations (3 state kinds), {refused} refused")
     assert not diffs, f"{len(diffs)} differences:\n" + "\n".join(diffs[:10])

@@ -3,9 +3,11 @@
 Executed like runner.py (torch and an unpacked vLLM wheel on the path, the `vllm` package
 entered without its `__init__`). Per case, from stdin:
 
-- the Gated DeltaNet state: `MambaStateShapeCalculator.gated_delta_net_state_shape` and
-  `MambaStateDtypeCalculator.gated_delta_net_state_dtype` (layers/mamba/mamba_utils.py), called
-  with the arguments `Qwen3NextForCausalLM.get_mamba_state_*_from_config` pass;
+- the recurrent state: `MambaStateShapeCalculator.gated_delta_net_state_shape`,
+  `.mamba2_state_shape` or `.short_conv_state_shape` and the matching
+  `MambaStateDtypeCalculator` method (layers/mamba/mamba_utils.py), called with the arguments
+  `Qwen3NextForCausalLM`, `GraniteMoeHybridForCausalLM` or `Lfm2ForCausalLM`
+  `.get_mamba_state_*_from_config` pass;
 - the attention block size and the padded state page: `Platform._align_hybrid_block_size`
   (platforms/interface.py), with FlashAttention's kernel block sizes;
 - the groups, blocks, concurrency and logged token count: `kv_cache_utils.get_kv_cache_configs`
@@ -89,31 +91,48 @@ def _indivisible(a: int, b: int) -> int:
     raise AssertionError(f"{a} is not divisible by {b}")
 
 
+def _state_shape(mamba_utils: Any, case: dict[str, Any]) -> Any:
+    """The shape each model's get_mamba_state_shape_from_config passes on: Qwen3Next (Gated
+    DeltaNet), GraniteMoeHybrid (Mamba2: groups x d_state as keys, heads x head_dim as values),
+    Lfm2 (short conv over conv_dim channels)."""
+    calc = mamba_utils.MambaStateShapeCalculator
+    tp, kind, kernel = case["tp"], case.get("kind", "gdn"), case["conv_kernel"]
+    if kind == "mamba2":
+        return calc.mamba2_state_shape(
+            tp_world_size=tp, intermediate_size=case["value_heads"] * case["value_dim"],
+            n_groups=case["key_heads"], num_heads=case["value_heads"],
+            head_dim=case["value_dim"], state_size=case["key_dim"], conv_kernel=kernel,
+        )  # fmt: skip
+    if kind == "short_conv":
+        return calc.short_conv_state_shape(tp, case["value_heads"], kernel)
+    return calc.gated_delta_net_state_shape(
+        tp, case["key_heads"], case["value_heads"], case["key_dim"], case["value_dim"], kernel, 0
+    )
+
+
 def _model_class(mamba_utils: Any, case: dict[str, Any]) -> type:
-    class Qwen3Next:
-        """The two classmethods Qwen3NextForCausalLM gives the block-size alignment."""
+    class Hybrid:
+        """The two classmethods the model class gives the block-size alignment."""
 
         @classmethod
         def get_mamba_state_shape_from_config(cls, config: Any) -> Any:
-            return mamba_utils.MambaStateShapeCalculator.gated_delta_net_state_shape(
-                case["tp"],
-                case["key_heads"],
-                case["value_heads"],
-                case["key_dim"],
-                case["value_dim"],
-                case["conv_kernel"],
-                0,
-            )
+            return _state_shape(mamba_utils, case)
 
         @classmethod
         def get_mamba_state_dtype_from_config(cls, config: Any) -> Any:
-            return mamba_utils.MambaStateDtypeCalculator.gated_delta_net_state_dtype(
-                config.model_config.dtype,
-                config.cache_config.mamba_cache_dtype,
-                config.cache_config.mamba_ssm_cache_dtype,
+            calc = mamba_utils.MambaStateDtypeCalculator
+            model, conv = config.model_config.dtype, config.cache_config.mamba_cache_dtype
+            if case.get("kind") == "short_conv":
+                return calc.short_conv_state_dtype(model, conv)
+            if case.get("kind") == "mamba2":
+                return calc.mamba2_state_dtype(
+                    model, conv, config.cache_config.mamba_ssm_cache_dtype
+                )
+            return calc.gated_delta_net_state_dtype(
+                model, conv, config.cache_config.mamba_ssm_cache_dtype
             )
 
-    return Qwen3Next
+    return Hybrid
 
 
 def run(case: dict[str, Any], modules: dict[str, Any], lines: _Lines) -> dict[str, Any]:
@@ -142,7 +161,7 @@ def run(case: dict[str, Any], modules: dict[str, Any], lines: _Lines) -> dict[st
     config.speculative_config = None
     config.kv_transfer_config = None  # v0.24: no KV connector
     model_cls = _model_class(mamba_utils, case)
-    registry = SimpleNamespace(resolve_model_cls=lambda *a, **k: (model_cls, "Qwen3Next"))
+    registry = SimpleNamespace(resolve_model_cls=lambda *a, **k: (model_cls, "Hybrid"))
     _stub("vllm.model_executor.models", ModelRegistry=registry)
     backend = SimpleNamespace(get_supported_kernel_block_sizes=lambda: [_MultipleOf(16)])
     platform.Platform._align_hybrid_block_size(config, backend)
@@ -179,6 +198,7 @@ def run(case: dict[str, Any], modules: dict[str, Any], lines: _Lines) -> dict[st
         return {"error": str(exc), "estimated_max_len": int(estimate[1]) if estimate else None}
     size = next(x for x in lines.lines if x.startswith("GPU KV cache size"))
     return {
+        "kind": case.get("kind", "gdn"),
         "block_size": block,
         "state_page": state,
         "groups": [

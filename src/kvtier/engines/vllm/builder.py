@@ -227,8 +227,11 @@ class Pool:
         if self.era.worker is vllm.Worker.V0:
             return blocks * self.block
         groups = 1 if self.layout is None else self.layout.full_groups + self.layout.local_groups
+        # v0.20 multiplies by the smallest group block: a MambaSpec's is max_model_len in mode
+        # none (MambaModelConfig: mamba_block_size), below an attention block grown past it
+        block = min(self.block, context) if self.linear_blocks == 1 else self.block
         return vllm.logged_tokens(
-            self.era, blocks, groups, self.block, self.blocks_per_request(context), context
+            self.era, blocks, groups, block, self.blocks_per_request(context), context
         )
 
 
