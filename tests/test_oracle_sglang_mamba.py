@@ -5,7 +5,9 @@ request slot) and its slot rule (`handle_max_mamba_cache` of model_runner.py or
 model_runner_kv_cache_mixin.py, `KVCacheConfigurator._handle_max_mamba_cache`) run in a bare
 interpreter with every other import stubbed (tests/oracle/sglang_mamba.py) over a grid of state
 shapes, TP and DP sizes, budgets and flags, with the SSM dtype chosen by the wheel's own
-mamba2_state_dtype from --mamba-ssm-dtype and the config; kvtier must give the same state bytes,
+mamba2_state_dtype from --mamba-ssm-dtype and the config; from v0.5.9 short-conv (LFM2) cases too,
+shaped as Lfm2Config.mamba2_cache_params shapes them (Granite-4.0-H's Mamba2 passes the same
+arguments as the Gated DeltaNet cases); kvtier must give the same state bytes,
 slot count and budget left for the KV pool, and refuse where the engine refuses; from v0.5.16
 (`KVCacheConfigurator.resolve_max_num_reqs`) the running-request limit too: zero differences.
 
@@ -28,7 +30,7 @@ from conftest import in_ci
 from kvtier.engines.sglang import mamba, pool
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
-from kvtier.model.description import LinearAttention
+from kvtier.model.description import LinearAttention, StateKind
 from kvtier.units import GiB
 from sglang_wheels import CACHE, differ, run_oracle, sglang_wheel
 
@@ -40,6 +42,7 @@ V0_5_14 = Version.release_of(0, 5, 14)
 V0_5_16 = Version.release_of(0, 5, 16)
 VERSIONS = ("0.5.4", "0.5.5", "0.5.7", "0.5.9", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.23")
 CASES_PER_VERSION = 120
+SHORT_CONV_CASES = 30  # from v0.5.9, the first release with Lfm2ForCausalLM
 HANDLERS = (
     "sglang/srt/mem_cache/kv_cache_configurator.py",
     "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
@@ -118,7 +121,21 @@ def _grid(version: str) -> list[dict[str, Any]]:
     return cases
 
 
+def _short_conv_grid(version: str) -> list[dict[str, Any]]:
+    """LFM2-shaped cases: conv channels over tp, kernel 3, no SSM state."""
+    if Version.parse(version, "SGLang") < V0_5_9:
+        return []
+    rng = random.Random(f"sglang-short-conv-oracle-{version}")
+    cases = _grid(version)[:SHORT_CONV_CASES]
+    for case in cases:
+        channels = rng.choice((1024, 1536, 2048, 2560))
+        case.update(kind="short_conv", key_heads=1, key_dim=0, value_heads=channels, value_dim=1,
+                    conv_kernel=3)  # fmt: skip
+    return cases
+
+
 def _kvtier(version: str, c: dict[str, Any]) -> dict[str, Any]:
+    kind = StateKind.SHORT_CONV if c.get("kind") == "short_conv" else StateKind.GATED_DELTA_NET
     state = LinearAttention(
         tuple(c["layers"]),
         c["key_heads"],
@@ -127,6 +144,7 @@ def _kvtier(version: str, c: dict[str, Any]) -> dict[str, Any]:
         c["value_dim"],
         c["conv_kernel"],
         c["config_ssm"],
+        kind,
     )
     release = Version.parse(version, "SGLang")
     rule = mamba.slot_rule(release)
@@ -168,7 +186,7 @@ def test_mamba_sizing_matches_the_engine(version: str) -> None:
     python = shutil.which("python3")
     assert python is not None
     sources = _sources(version)
-    cases = _grid(version)
+    cases = _grid(version) + _short_conv_grid(version)
     engine = run_oracle(python, RUNNER, [str(s) for s in sources], cases)
     differences = [
         {"case": case, "engine": theirs, "kvtier": ours}

@@ -111,8 +111,16 @@ def _handler(module: Any) -> Any:
     raise SystemExit("no handle_max_mamba_cache in the handler file")
 
 
-def run(utils: Any, handler_module: Any, handle: Any, c: dict[str, Any]) -> dict[str, Any]:
-    kwargs = {
+def _shape_arguments(c: dict[str, Any]) -> dict[str, int]:
+    """Mamba2StateShape.create's arguments as the model's config passes them: Qwen3-Next /
+    Qwen3.5 and GraniteMoeHybrid (Mamba2) alike; Lfm2Config.mamba2_cache_params for a short-conv
+    case (hidden_size channels, one group, num_heads = tp, state_size 0)."""
+    if c.get("kind") == "short_conv":
+        channels = c["value_heads"]
+        return {"tp_world_size": c["tp"], "intermediate_size": channels, "n_groups": 1,
+                "num_heads": c["tp"], "head_dim": channels, "state_size": 0,
+                "conv_kernel": c["conv_kernel"]}  # fmt: skip
+    return {
         "tp_world_size": c["tp"],
         "intermediate_size": c["value_heads"] * c["value_dim"],
         "n_groups": c["key_heads"],
@@ -121,6 +129,10 @@ def run(utils: Any, handler_module: Any, handle: Any, c: dict[str, Any]) -> dict
         "state_size": c["key_dim"],
         "conv_kernel": c["conv_kernel"],
     }
+
+
+def run(utils: Any, handler_module: Any, handle: Any, c: dict[str, Any]) -> dict[str, Any]:
+    kwargs = _shape_arguments(c)
     shape = utils.Mamba2StateShape.create(**kwargs)
     dtype = _state_dtype(utils, c)
     params = utils.Mamba2CacheParams(shape=shape, layers=c["layers"], dtype=dtype)
