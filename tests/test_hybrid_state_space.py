@@ -177,3 +177,12 @@ def test_vllm_lfm25_log_is_reproduced(tmp_path: Path, capsys: pytest.CaptureFixt
     # int(145,599 blocks / 2,052 blocks a request x 32,768): +798 tokens, +0.03%
     assert out["predicted"]["kv_tokens"] == 2_325_042
     assert vllm_mamba.attention_block_size(2048 * 2 * 2, 8 * 128, 16) == 16
+
+
+def test_gemma4_is_refused_naming_what_kvtier_does_not_size() -> None:
+    """Gemma 4's sliding-window hybrid (transformers Gemma4TextConfig, vLLM from v0.20, SGLang
+    from v0.5.11) keeps two KV head sizes and shares KV across its last layers."""
+    config = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4"}
+    with pytest.raises(UnsupportedModel) as err:
+        model_from_config(config, "gemma-4")
+    assert "'Gemma4ForConditionalGeneration': Gemma 4 keeps KV of two head sizes" in str(err.value)

@@ -85,6 +85,13 @@ _DSA_ARCHITECTURES = frozenset(
 _DSA_ONLY = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")
 # indexer layouts both engines size differently from one key per layer: refused, not guessed
 _DSA_LAYOUT_FIELDS = {"index_kpool": 1, "cli_factor": 1, "indexer_types": None}
+# families the engines run and kvtier does not size, with what it lacks (transformers 5
+# Gemma4TextConfig; vLLM models/gemma4.py from v0.20.0, SGLang models/gemma4_causal.py from v0.5.11)
+_GEMMA4 = (
+    "Gemma 4 keeps KV of two head sizes (head_dim on sliding layers, global_head_dim and "
+    "num_global_key_value_heads on full ones) and shares the last num_kv_shared_layers' KV"
+)
+_NOT_SIZED = {"Gemma4ForCausalLM": _GEMMA4, "Gemma4ForConditionalGeneration": _GEMMA4}
 # tying for configs that state neither it nor a `model_type` (the catalog's condensed entries)
 _TIED_BY_DEFAULT = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 
@@ -99,6 +106,10 @@ def model_from_config(config: Mapping[str, Any], model_id: str) -> ModelSpec:
     if not isinstance(archs, list) or not isinstance(archs[0], str):
         raise UnsupportedModel(f"{model_id}: `architectures` must be a list of names")
     arch = archs[0]
+    if arch in _NOT_SIZED:
+        raise UnsupportedModel(
+            f"{model_id}: unsupported architectures entry {arch!r}: {_NOT_SIZED[arch]}"
+        )
     if arch not in TEXT_ARCHITECTURES and arch not in WRAPPER_ARCHITECTURES:
         raise UnsupportedModel(f"{model_id}: unsupported architectures entry {arch!r}")
     nested = arch in WRAPPER_ARCHITECTURES and arch not in _TEXT_AT_TOP_LEVEL
