@@ -79,18 +79,6 @@ CASES = {
     "redis killed mid-batch": 10,
     "redis stopped mid-batch": 5,
 }
-DISK_PAGE_FAULTS = (
-    "truncation",
-    "bit flip",
-    "random corruption",
-    "swapped files",
-    "foreign or old-format blob",
-    "directory at a page path",
-    "FIFO at a page path",
-    "symlink at a page path",
-    "oversized sparse file",
-    "bad shard directory",
-)
 
 
 def test_a_run_checks_at_least_ten_thousand_store_faults() -> None:
@@ -186,12 +174,28 @@ class DiskCase:
         make(path)
 
 
+Breaker = Callable[[DiskCase, int], Fault]
+FAULTS: dict[str, Breaker] = {}  # fault class -> what breaks one page that way
+
+
+def _fault(name: str) -> Callable[[Breaker], Breaker]:
+    """Register a fault class under the name its case count and test ids use."""
+
+    def register(breaker: Breaker) -> Breaker:
+        FAULTS[name] = breaker
+        return breaker
+
+    return register
+
+
+@_fault("truncation")
 def _fault_truncation(case: DiskCase, k: int) -> Fault:
     blob = case.blob(k)
     case.path(k).write_bytes(blob[: case.rng.randrange(len(blob))])
     return Fault({k})
 
 
+@_fault("bit flip")
 def _fault_bit_flip(case: DiskCase, k: int) -> Fault:
     data = bytearray(case.blob(k))
     pos = case.rng.randrange(len(data))
@@ -200,6 +204,7 @@ def _fault_bit_flip(case: DiskCase, k: int) -> Fault:
     return Fault({k}, _passes_header_check(bytes(data), case.hashes[k]) is False)
 
 
+@_fault("random corruption")
 def _fault_random_corruption(case: DiskCase, k: int) -> Fault:
     rng, blob = case.rng, case.blob(k)
     while True:
@@ -227,6 +232,7 @@ def _fault_random_corruption(case: DiskCase, k: int) -> Fault:
     return Fault({k}, not _passes_header_check(bytes(data), case.hashes[k]))
 
 
+@_fault("swapped files")
 def _fault_swapped_files(case: DiskCase, k: int) -> Fault:
     j = (k + case.rng.randrange(1, len(case.hashes))) % len(case.hashes)
     a, b = case.path(k), case.path(j)
@@ -239,6 +245,7 @@ def _fault_swapped_files(case: DiskCase, k: int) -> Fault:
     return Fault({k})
 
 
+@_fault("foreign or old-format blob")
 def _fault_foreign(case: DiskCase, k: int) -> Fault:
     h, p = case.hashes[k], case.payloads[k]
     choice = case.rng.randrange(3)
@@ -252,6 +259,7 @@ def _fault_foreign(case: DiskCase, k: int) -> Fault:
     return Fault({k})
 
 
+@_fault("directory at a page path")
 def _fault_directory(case: DiskCase, k: int) -> Fault:
     rng = case.rng
     bait = case.bait(case.blob(k))
@@ -270,11 +278,13 @@ def _fault_directory(case: DiskCase, k: int) -> Fault:
     return Fault({k})
 
 
+@_fault("FIFO at a page path")
 def _fault_fifo(case: DiskCase, k: int) -> Fault:
     case.replace_with(k, lambda path: os.mkfifo(path))
     return Fault({k})
 
 
+@_fault("symlink at a page path")
 def _fault_symlink(case: DiskCase, k: int) -> Fault:
     kind = case.rng.randrange(6)
     if kind == 0:
@@ -294,6 +304,7 @@ def _fault_symlink(case: DiskCase, k: int) -> Fault:
     return Fault({k})
 
 
+@_fault("oversized sparse file")
 def _fault_sparse(case: DiskCase, k: int) -> Fault:
     rng, h = case.rng, case.hashes[k]
     kind = rng.randrange(3)
@@ -311,6 +322,7 @@ def _fault_sparse(case: DiskCase, k: int) -> Fault:
     return Fault({k})
 
 
+@_fault("bad shard directory")
 def _fault_shard(case: DiskCase, k: int) -> Fault:
     """The shard directory of entry k replaced by a symlink out of the root (holding valid
     copies of its pages), a dangling symlink, a file or a FIFO."""
@@ -340,18 +352,7 @@ def _fault_shard(case: DiskCase, k: int) -> Fault:
     return Fault(bad, shard=shard)
 
 
-FAULTS: dict[str, Callable[[DiskCase, int], Fault]] = {
-    "truncation": _fault_truncation,
-    "bit flip": _fault_bit_flip,
-    "random corruption": _fault_random_corruption,
-    "swapped files": _fault_swapped_files,
-    "foreign or old-format blob": _fault_foreign,
-    "directory at a page path": _fault_directory,
-    "FIFO at a page path": _fault_fifo,
-    "symlink at a page path": _fault_symlink,
-    "oversized sparse file": _fault_sparse,
-    "bad shard directory": _fault_shard,
-}
+DISK_PAGE_FAULTS = tuple(FAULTS)  # every fault class above, in the order they stand
 
 
 def _gone_quarantined_or_repaired(case: DiskCase, i: int) -> bool:
