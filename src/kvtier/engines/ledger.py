@@ -62,6 +62,19 @@ class HostPool:
 
 
 @dataclass(frozen=True, slots=True)
+class Description:
+    """An engine's ledger in words: its input rows, items and notes, the GiB it leaves free at the
+    end (SGLang: of the memory free before load; vLLM: outside the budget once CUDA graphs are
+    captured) and the pool formula with its numbers in it."""
+
+    inputs: tuple[Input, ...]
+    items: tuple[LedgerItem, ...]
+    notes: tuple[str, ...]
+    free_end: float
+    pool_formula: str
+
+
+@dataclass(frozen=True, slots=True)
 class Ledger:
     engine: str
     model: str

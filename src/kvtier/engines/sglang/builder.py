@@ -422,7 +422,7 @@ def build(p: PlanInputs) -> Ledger:
             rest_gib=budget.rest.value,
             cell_bytes=cells.profiled,
             draft_cell_bytes=cells.draft.cell if cells.draft else 0,
-            free_end_gib=m.free_end_gib if m.free_end_gib is not None else text.free,
+            free_end_gib=m.free_end_gib if m.free_end_gib is not None else text.free_end,
             chunked_prefill_size=budget.chunk or 0,
             cuda_graph_max_bs=budget.max_bs or 0,
             max_running_requests_flag=requests.flag or 0,

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.ledger import HostPool, Input, LedgerItem
+from kvtier.engines.ledger import Description, HostPool, Input, LedgerItem
 from kvtier.engines.sglang import hicache, mamba
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
@@ -19,15 +18,6 @@ if TYPE_CHECKING:
     from kvtier.engines.sglang.builder import Budget, Cells, Requests, Split
 
 Rows = tuple[list[LedgerItem], list[str]]
-
-
-@dataclass(frozen=True)
-class Description:
-    inputs: tuple[Input, ...]
-    items: tuple[LedgerItem, ...]
-    notes: tuple[str, ...]
-    free: float  # what the listed items leave of the memory free before load
-    pool_formula: str
 
 
 def describe(

@@ -3,26 +3,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvtier.engines import estimate
 from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.ledger import HostPool, Input, LedgerItem
+from kvtier.engines.ledger import Description, HostPool, Input, LedgerItem
 from kvtier.engines.vllm import pool as vllm
 from kvtier.units import GiB
 
 if TYPE_CHECKING:
     from kvtier.engines.vllm.builder import Budget, Pool, Setup, Split
-
-
-@dataclass(frozen=True)
-class Description:
-    inputs: tuple[Input, ...]
-    items: tuple[LedgerItem, ...]
-    notes: tuple[str, ...]
-    free_end: float  # what stays free outside the budget once CUDA graphs are captured
-    pool_formula: str
 
 
 def describe(p: PlanInputs, setup: Setup, budget: Budget, split: Split) -> Description:
