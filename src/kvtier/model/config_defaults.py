@@ -22,6 +22,22 @@ class Defaults(NamedTuple):
     fields: Mapping[str, Any]
 
 
+def _mla(kv_lora: int, q_lora: int, rope: int, nope: int, v: int) -> dict[str, int]:
+    """Multi-head latent attention's widths, in the order the DeepSeek-style classes list them."""
+    return {
+        "kv_lora_rank": kv_lora,
+        "q_lora_rank": q_lora,
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": nope,
+        "v_head_dim": v,
+    }
+
+
+def _dsa(head_dim: int, heads: int, topk: int) -> dict[str, int]:
+    """DeepSeek sparse attention's lightning indexer."""
+    return {"index_head_dim": head_dim, "index_n_heads": heads, "index_topk": topk}
+
+
 _LLAMA = {
     "vocab_size": 32000,
     "hidden_size": 4096,
@@ -91,20 +107,20 @@ _DEEPSEEK_V3 = {
     "n_shared_experts": 1,
     "num_experts_per_tok": 8,
     "first_k_dense_replace": 3,
-    "kv_lora_rank": 512,
-    "q_lora_rank": 1536,
-    "qk_rope_head_dim": 64,
-    "qk_nope_head_dim": 128,
-    "v_head_dim": 128,
+    **_mla(512, 1536, 64, 128, 128),
 }
-_GEMMA3_TEXT = {
-    "vocab_size": 262208,
+# the Gemma 2 2B shape both Gemma classes default to
+_GEMMA_2B = {
     "hidden_size": 2304,
     "intermediate_size": 9216,
     "num_hidden_layers": 26,
     "num_attention_heads": 8,
     "num_key_value_heads": 4,
     "head_dim": 256,
+}
+_GEMMA3_TEXT = {
+    "vocab_size": 262208,
+    **_GEMMA_2B,
     "max_position_embeddings": 131072,
     "tie_word_embeddings": True,
     "sliding_window": 4096,
@@ -249,11 +265,7 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
             "n_routed_experts": 64,
             "n_shared_experts": 2,
             "first_k_dense_replace": 0,
-            "kv_lora_rank": 512,
-            "q_lora_rank": 1536,
-            "qk_rope_head_dim": 64,
-            "qk_nope_head_dim": 128,
-            "v_head_dim": 128,
+            **_mla(512, 1536, 64, 128, 128),
         },
     ),
     "deepseek_v3": Defaults("transformers.DeepseekV3Config", _DEEPSEEK_V3),
@@ -262,9 +274,7 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
         {
             **_DEEPSEEK_V3,
             "max_position_embeddings": 163840,
-            "index_head_dim": 128,
-            "index_n_heads": 64,
-            "index_topk": 2048,
+            **_dsa(128, 64, 2048),
         },
     ),
     # the class keeps first_k_dense_replace as a per-layer list (mlp_layer_types): a file must
@@ -284,11 +294,7 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
             "n_routed_experts": 64,
             "n_shared_experts": 1,
             "num_experts_per_tok": 4,
-            "kv_lora_rank": 512,
-            "q_lora_rank": 768,
-            "qk_rope_head_dim": 64,
-            "qk_nope_head_dim": 192,
-            "v_head_dim": 256,
+            **_mla(512, 768, 64, 192, 256),
         },
     ),
     "glm_moe_dsa": Defaults(
@@ -307,14 +313,8 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
             "n_shared_experts": 1,
             "num_experts_per_tok": 8,
             "first_k_dense_replace": 3,
-            "kv_lora_rank": 512,
-            "q_lora_rank": 2048,
-            "qk_rope_head_dim": 64,
-            "qk_nope_head_dim": 192,
-            "v_head_dim": 256,
-            "index_head_dim": 128,
-            "index_n_heads": 32,
-            "index_topk": 2048,
+            **_mla(512, 2048, 64, 192, 256),
+            **_dsa(128, 32, 2048),
         },
     ),
     # Kimi K2/K2.5 text configs: vLLM's KimiK25Config builds them as DeepseekV3Config
@@ -323,12 +323,7 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
         "transformers.Gemma2Config",
         {
             "vocab_size": 256000,
-            "hidden_size": 2304,
-            "intermediate_size": 9216,
-            "num_hidden_layers": 26,
-            "num_attention_heads": 8,
-            "num_key_value_heads": 4,
-            "head_dim": 256,
+            **_GEMMA_2B,
             "max_position_embeddings": 8192,
             "tie_word_embeddings": True,
             "sliding_window": 4096,
