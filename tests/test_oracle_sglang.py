@@ -161,15 +161,18 @@ def _engine_case(d: Deployment, model: ModelSpec, gpu: int | None) -> dict[str, 
     }
 
 
+@pytest.mark.parametrize("platform", ["cuda", "hip"])
 @pytest.mark.parametrize("version", VERSIONS)
-def test_defaults_match_the_engine(version: str) -> None:
+def test_defaults_match_the_engine(version: str, platform: str) -> None:
+    """On ROCm (is_hip() True, is_cuda() False) too: kvtier applies the CUDA rules to an AMD
+    card (engines/sglang/platform.py), and the engine's own code must agree."""
     cases = _grid(version)
     engine_cases = [_engine_case(*case) for case in cases]
-    args = [str(_tree(version)), str(_site())]
+    args = [str(_tree(version)), str(_site()), platform]
     picked = run_oracle(sys.executable, RUNNER, args, engine_cases)
     differences = []
     for (d, model, gpu), engine, case in zip(cases, picked, engine_cases, strict=True):
-        ours = default_mem_fraction(version, gpu, d, model)
+        ours = default_mem_fraction(version, gpu, d, model, rocm=platform == "hip")
         mine = {
             "mem_fraction_static": ours.value,
             "chunked_prefill_size": ours.chunked_prefill_size,

@@ -1,4 +1,5 @@
-"""SGLang's ROCm build sizes its default fraction by the CUDA rules; an NPU is refused by name."""
+"""SGLang's ROCm build sizes its default fraction by the CUDA rules less what it asks is_cuda()
+for; its NPU build is refused."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import pytest
 
 from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.plan import plan
+from kvtier.model.catalog import resolve_model
 from kvtier.model.gpu import resolve_gpu
 
 
@@ -28,17 +31,39 @@ def test_mi325x_is_its_nominal_256_gib() -> None:
 def test_rocm_takes_the_cuda_fraction_rule_and_says_so() -> None:
     """v0.5.9 heuristics at 262,144 MiB, the >= 160 GiB tier (chunk 16,384, graph batch 512):
     512 + 1.5 x 16,384 + 2 x 512 + 1,024 / 8 = 26,240 MiB, round((262144 - 26240) / 262144, 3)
-    = 0.9, what an NVIDIA card of that memory gets."""
+    = 0.9, what an NVIDIA card of that memory gets (no prefill graph reserve before v0.5.10)."""
     rocm = plan(Deployment(Engine.SGLANG, "Qwen/Qwen3-8B", gpu="MI325X"))
     assert rocm.mem_fraction == 0.9
     (fraction,) = [i for i in rocm.inputs if i.name == "mem_fraction_static"]
     assert "round((262144 - 26240) / 262144, 3)" in fraction.origin
     (note,) = [n for n in rocm.notes if n.startswith("ROCm build (AMD MI325X)")]
-    assert "no is_hip() branch" in note
+    assert "without a prefill CUDA-graph reserve" in note
     pinned = plan(Deployment(Engine.SGLANG, "Qwen/Qwen3-8B", gpu="MI325X", mem_fraction=0.9))
     assert not any(n.startswith("ROCm build") for n in pinned.notes)
     cuda = plan(Deployment(Engine.SGLANG, "Qwen/Qwen3-8B", gpu="H200"))
     assert not any(n.startswith("ROCm build") for n in cuda.notes)
+
+
+@pytest.mark.parametrize(
+    ("version", "on_rocm", "on_cuda"),
+    [
+        ("0.4.7", 0.9062, 0.79),  # the 0.79 above 180,000 MiB is is_cuda() only
+        ("0.5.13", 0.867, 0.864),  # piecewise graphs off on non-CUDA hardware: 592 MiB less
+        ("0.5.23", 0.867, 0.864),  # default_prefill_backend: breakable on CUDA only
+    ],
+)
+def test_rocm_differs_where_sglang_asks_is_cuda(
+    version: str, on_rocm: float, on_cuda: float
+) -> None:
+    """Qwen3-8B on a 196,592 MiB card (MI300X), the fraction unset (oracle-checked with
+    is_hip() True over every release)."""
+    model, d = resolve_model("Qwen/Qwen3-8B"), Deployment(Engine.SGLANG, "Qwen/Qwen3-8B")
+    assert default_mem_fraction(version, 196_592, d, model, rocm=True).value == pytest.approx(
+        on_rocm, abs=5e-5
+    )
+    assert default_mem_fraction(version, 196_592, d, model).value == on_cuda
+    mi300x = Deployment(Engine.SGLANG, "Qwen/Qwen3-8B", gpu="MI300X", engine_version=version)
+    assert plan(mi300x).mem_fraction == pytest.approx(on_rocm, abs=5e-5)
 
 
 def test_an_ascend_npu_fails_closed(capsys: pytest.CaptureFixture[str]) -> None:

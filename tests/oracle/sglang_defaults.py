@@ -2,7 +2,7 @@
 
 Executed by a bare interpreter (`python3 -I -S`), never imported by kvtier:
 
-    python -I -S sglang_defaults.py <tree> <site> < configs.json
+    python -I -S sglang_defaults.py <tree> <site> [cuda|hip] < configs.json
 
 <tree> holds the wheel's sglang/srt/server_args.py and, from v0.5.14, the pure-Python modules the
 memory rule moved into (model_executor/cuda_graph_config.py, arg_groups/, ...). Those run as
@@ -60,7 +60,9 @@ GPU: list[int | None] = [None]
 MODEL: list[Any] = [None]
 
 
-def _install_stubs(tree: Path) -> None:
+def _install_stubs(tree: Path, platform: str) -> None:
+    """`platform` "cuda", or "hip": a ROCm build (torch.version.hip set, so SGLang's is_cuda()
+    is False and is_hip() True; the device is still "cuda")."""
     sys.meta_path.insert(0, _Finder(tree))
     import sglang.srt.utils  # the stubs
     import sglang.srt.utils.common
@@ -76,10 +78,11 @@ def _install_stubs(tree: Path) -> None:
             "get_device_memory_capacity",
         ):
             setattr(utils, name, capacity)
-        utils.is_cuda = lambda: True  # type: ignore[attr-defined]
         utils.get_device = lambda *a: "cuda"  # type: ignore[attr-defined]
         for name in ("is_hip", "is_npu", "is_cpu", "is_mps", "is_xpu", "is_flashinfer_available"):
             setattr(utils, name, lambda *a: False)
+        utils.is_cuda = lambda: platform != "hip"  # type: ignore[attr-defined]
+        utils.is_hip = lambda *a: platform == "hip"  # type: ignore[attr-defined]
     import torch  # the stub
 
     torch.cuda = types.SimpleNamespace(is_available=lambda: True)  # type: ignore[attr-defined]
@@ -254,7 +257,7 @@ HOOKS = [False]
 def main() -> None:
     tree = Path(sys.argv[1])
     sys.path.insert(0, sys.argv[2])  # msgspec, the one real dependency
-    _install_stubs(tree)
+    _install_stubs(tree, sys.argv[3] if len(sys.argv) > 3 else "cuda")
     ARCHS.update(_arch_lists(tree))
     HOOKS[0] = (tree / "sglang" / "srt" / "arg_groups" / "memory_hook.py").is_file()
     server_args_cls = _load()

@@ -17,7 +17,7 @@ from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.dtype import checkpoint_kv_dtype, run_dtype
-from kvtier.engines.sglang.platform import check_device, platform_notes
+from kvtier.engines.sglang.platform import check_device, platform_notes, rocm
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import DoesNotStart, KvtierError
@@ -264,7 +264,7 @@ class Budget:
 def _budget(p: PlanInputs, cells: Cells) -> Budget:
     d, era = p.deployment, cells.era
     # The engine picks chunked_prefill_size and cuda_graph_max_bs by GPU tier either way.
-    rule = default_mem_fraction(era.version, p.gpu_mem_mib, d, p.model)
+    rule = default_mem_fraction(era.version, p.gpu_mem_mib, d, p.model, rocm(d))
     chunk, max_bs = rule.chunked_prefill_size, rule.cuda_graph_max_bs
     if p.gpu_mem_mib is None:  # the engine's tiers need the card: only the flags are known
         chunk, max_bs = d.chunked_prefill_size, d.cuda_graph_max_bs

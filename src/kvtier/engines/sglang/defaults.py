@@ -115,11 +115,13 @@ def _old_chunk_and_bs(rule: FractionRule, gpu: int | None, tp: int) -> tuple[int
     return chunk, 160 if rule is FractionRule.TP_TABLE else None
 
 
-def _piecewise_mib(d: Deployment, model: ModelSpec, chunk: int, v: Version) -> float:
+def _piecewise_mib(d: Deployment, model: ModelSpec, chunk: int, v: Version, rocm: bool) -> float:
     """v0.5.10-v0.5.13 reserve for piecewise CUDA graphs, unless _handle_piecewise_cuda_graph
-    turns them off (DP attention, PP, multimodal, hierarchical cache; a draft until v0.5.10)."""
+    turns them off (DP attention, PP, multimodal, hierarchical cache, non-CUDA hardware such as
+    ROCm; a draft until v0.5.10)."""
     if (
-        (d.speculative_algorithm is not None and v < V0_5_11)
+        rocm
+        or (d.speculative_algorithm is not None and v < V0_5_11)
         or d.enable_dp_attention
         or d.pp > 1
         or model.multimodal
@@ -139,9 +141,16 @@ def _piecewise_mib(d: Deployment, model: ModelSpec, chunk: int, v: Version) -> f
 
 
 def _reserve_rule(
-    rule: FractionRule, v: Version, gpu: int, d: Deployment, model: ModelSpec, chunk: int, bs: int
+    rule: FractionRule,
+    v: Version,
+    gpu: int,
+    d: Deployment,
+    model: ModelSpec,
+    tiers: tuple[int, int],
+    rocm: bool,
 ) -> tuple[float, str]:
     """Reserved MiB of the v0.5.3+ heuristics, in the engine's order of additions."""
+    chunk, bs = tiers
     reserved: float = 512
     reserved += max(chunk if chunk > 0 else MAX_PREFILL_TOKENS, 2048) * 1.5
     reserved += bs * 2
@@ -151,7 +160,7 @@ def _reserve_rule(
         if bs > 300:
             reserved += bs * d.dp * 1.5
     if rule is FractionRule.PIECEWISE:
-        reserved += _piecewise_mib(d, model, chunk, v)
+        reserved += _piecewise_mib(d, model, chunk, v, rocm)
     if gpu > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     reserved += _spec_reserve(d.speculative_algorithm, v, rule)
@@ -175,10 +184,11 @@ def _reserve_table(gpu: int, d: Deployment, v: Version) -> float:
     return reserved
 
 
-def _card_reserve(gpu: int | None, d: Deployment) -> tuple[float, str]:
-    """v0.4.7: the table by tp x pp (0.88 above 80 GiB), then per-card corrections."""
+def _card_reserve(gpu: int | None, d: Deployment, rocm: bool) -> tuple[float, str]:
+    """v0.4.7: the table by tp x pp (0.88 above 80 GiB), then per-card corrections (the 0.79
+    above 180,000 MiB only where is_cuda())."""
     value = _tp_table(d.tp * d.pp) if gpu is not None and gpu <= 81920 else 0.88
-    if gpu is not None and gpu > 180 * 1000:
+    if gpu is not None and gpu > 180 * 1000 and not rocm:
         return 0.79, "v0.4.7: cards above 180,000 MiB -> 0.79"
     if gpu is not None and gpu > 96 * 1024:
         reserve = 1024 * (20 if _has_draft(d.speculative_algorithm) else 18)
@@ -190,9 +200,14 @@ def _card_reserve(gpu: int | None, d: Deployment) -> tuple[float, str]:
 
 
 def default_mem_fraction(
-    version: str | Version | None, gpu_mem_mib: int | None, d: Deployment, model: ModelSpec
+    version: str | Version | None,
+    gpu_mem_mib: int | None,
+    d: Deployment,
+    model: ModelSpec,
+    rocm: bool = False,
 ) -> FractionDefault:
-    """The fraction, chunk and CUDA-graph batch SGLang picks for `d` when the flags are unset."""
+    """The fraction, chunk and CUDA-graph batch SGLang picks for `d` when the flags are unset;
+    `rocm`: its ROCm build (is_hip(), not is_cuda()) on an AMD card."""
     era = era_for(version)
     rule = era.fraction_rule
     v = era.version
@@ -210,7 +225,7 @@ def default_mem_fraction(
             value = _tp_table(d.tp) if gpu <= 81920 else (gpu - 1024 * 13) / gpu
             text = f"v0.4.6: TP table up to 81,920 MiB, (gpu - 13 GiB) / gpu above: {gpu} MiB"
         elif rule is FractionRule.CARD_RESERVE:
-            value, text = _card_reserve(gpu, d)
+            value, text = _card_reserve(gpu, d, rocm)
         elif gpu is None:
             value, text = 0.88, "v0.4.8-v0.5.2 reserve table: GPU memory unknown -> 0.88"
         else:
@@ -218,7 +233,7 @@ def default_mem_fraction(
             value = round((gpu - reserved) / gpu, 3)
             text = f"v0.4.8-v0.5.2 reserve table: round(({gpu} - {reserved:.0f}) / {gpu}, 3)"
     elif rule is FractionRule.MEMORY_HOOK:
-        value, text, chunk, max_bs = memory_settings(v, gpu, d, model)
+        value, text, chunk, max_bs = memory_settings(v, gpu, d, model, rocm)
     else:
         tier_chunk, tier_bs = tier(gpu, d.tp, v)
         chunk = given_chunk if given_chunk is not None else tier_chunk
@@ -227,7 +242,7 @@ def default_mem_fraction(
             value = 0.88
             text = f"{rule.name.lower()} rule: GPU memory unknown -> {value}"
         else:
-            reserved, arithmetic = _reserve_rule(rule, v, gpu, d, model, chunk, max_bs)
+            reserved, arithmetic = _reserve_rule(rule, v, gpu, d, model, (chunk, max_bs), rocm)
             value = round((gpu - reserved) / gpu, 3)
             text = f"{_LABELS[rule]}: {arithmetic}"
     if model.multimodal and rule >= FractionRule.RESERVE_TABLE:

@@ -117,8 +117,12 @@ def _breakable_off(d: Deployment, model: ModelSpec, v: Version) -> bool:
     return model.multimodal and model.architecture not in _multimodal_breakable(v)
 
 
-def prefill_graph(d: Deployment, model: ModelSpec, v: Version) -> PrefillGraph:
-    """The prefill CUDA-graph backend _handle_cuda_graph_config settles on."""
+def prefill_graph(d: Deployment, model: ModelSpec, v: Version, rocm: bool = False) -> PrefillGraph:
+    """The prefill CUDA-graph backend _handle_cuda_graph_config settles on. On ROCm none:
+    default_prefill_backend is breakable only where is_cuda() (tc_piecewise to v0.5.21, disabled
+    from v0.5.22), and tc_piecewise's auto-disable rules turn it off on non-CUDA hardware."""
+    if rocm:
+        return PrefillGraph.DISABLED
     if v < V0_5_15:
         backend = PrefillGraph.TC_PIECEWISE
     elif (
@@ -192,7 +196,9 @@ class MemorySettings(NamedTuple):
     cuda_graph_max_bs: int
 
 
-def memory_settings(v: Version, gpu: int | None, d: Deployment, model: ModelSpec) -> MemorySettings:
+def memory_settings(
+    v: Version, gpu: int | None, d: Deployment, model: ModelSpec, rocm: bool = False
+) -> MemorySettings:
     """handle_gpu_memory_settings for `d` when --mem-fraction-static is unset."""
     tier_chunk, tier_bs = tier(gpu, d.tp, v)
     chunk = d.chunked_prefill_size if d.chunked_prefill_size is not None else tier_chunk
@@ -210,7 +216,7 @@ def memory_settings(v: Version, gpu: int | None, d: Deployment, model: ModelSpec
         reserved += max_bs * d.dp * 3
         if max_bs > 300:
             reserved += max_bs * d.dp * 1.5
-    graph = prefill_graph(d, model, v)
+    graph = prefill_graph(d, model, v, rocm)
     if graph is not PrefillGraph.DISABLED:
         if model.kv.kind is AttentionKind.MLA:
             reserved += MLA_PREFILL_GRAPH_MIB

@@ -1,14 +1,14 @@
 """The SGLang build a deployment's GPU is served by, and what it does to the default fraction.
 
-ROCm (an AMD catalog GPU): server_args.py ServerArgs._handle_gpu_memory_settings (v0.5.2, v0.5.4,
-v0.5.9) and arg_groups/memory_hook.py handle_gpu_memory_settings (v0.5.23) have no is_hip()
-branch, so the default --mem-fraction-static, chunked_prefill_size and cuda_graph_max_bs follow
-the CUDA rules (defaults.py) over get_device_memory_capacity's figure, which amd-smi / rocm-smi
-gives in MiB there; is_hip() changes only the Triton attention's KV splits
-(_handle_amd_specifics). Ascend NPU builds do differ (v0.5.4: is_npu() tiers of chunk and graph
-batch inside _handle_gpu_memory_settings; v0.5.9: hardware_backend/npu/utils.py
-set_default_server_args, page size 128, tiers by npu-smi memory) and are not modelled: no NPU is
-in the catalog, so plan refuses the card by name.
+ROCm (an AMD catalog GPU) takes the CUDA rules of defaults.py over get_device_memory_capacity's
+figure (amd-smi / rocm-smi, MiB) with two differences, both where SGLang asks is_cuda(): v0.4.7's
+0.79 for cards above 180,000 MiB is CUDA-only (an MI300X takes the > 96 GiB formula), and no
+prefill CUDA graph is reserved (piecewise graphs are off on non-CUDA hardware in v0.5.10 - v0.5.21,
+default_prefill_backend is breakable only on CUDA, disabled elsewhere from v0.5.22).
+tests/test_oracle_sglang.py runs every release's own code with is_hip() True and agrees.
+Ascend NPU builds differ more (v0.5.4: is_npu() tiers of chunk and graph batch inside
+_handle_gpu_memory_settings; v0.5.9: hardware_backend/npu/utils.py set_default_server_args, page
+size 128, tiers by npu-smi memory) and are not modelled: --device npu fails closed.
 """
 
 from __future__ import annotations
@@ -33,20 +33,23 @@ def check_device(d: Deployment) -> None:
     raise KvtierError(f"SGLang on --device {d.device} is not modelled (only cuda: CUDA and ROCm)")
 
 
-def platform_notes(d: Deployment) -> tuple[str, ...]:
-    """One sentence when the GPU is served by SGLang's ROCm build and the fraction is its
-    default."""
-    if d.gpu is None or d.mem_fraction is not None:
-        return ()
+def rocm(d: Deployment) -> bool:
+    """Whether SGLang's ROCm build serves the deployment's GPU (an AMD catalog card)."""
+    if d.gpu is None:
+        return False
     try:
-        vendor = resolve_gpu(d.gpu).vendor
+        return resolve_gpu(d.gpu).vendor == "AMD"
     except KvtierError:
-        return ()
-    if vendor != "AMD":
+        return False
+
+
+def platform_notes(d: Deployment) -> tuple[str, ...]:
+    """One sentence when SGLang's ROCm build picks the fraction."""
+    if d.mem_fraction is not None or not rocm(d):
         return ()
     return (
-        f"ROCm build ({vendor} {d.gpu}): SGLang's default --mem-fraction-static, chunk and "
-        "CUDA-graph batch follow the CUDA rules over the card's memory as amd-smi reports it "
-        "(no is_hip() branch in _handle_gpu_memory_settings of v0.5.2, v0.5.4 and v0.5.9 or "
-        "memory_hook.py of v0.5.23)",
+        f"ROCm build (AMD {d.gpu}): SGLang's default --mem-fraction-static, chunk and CUDA-graph "
+        "batch take its CUDA rules over the card's memory as amd-smi reports it, without a "
+        "prefill CUDA-graph reserve (is_cuda() only) and, in v0.4.7, without the 0.79 above "
+        "180,000 MiB",
     )
