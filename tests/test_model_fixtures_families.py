@@ -518,7 +518,10 @@ def test_state_space_hybrid_parameters_match_the_published_totals() -> None:
     assert round(granite.total_params / 1e9, 1) == 32.2
     assert round(granite.active_params / 1e9, 1) == 8.8
     assert not granite.load_buffers  # NoPE: no rotary cache
+    # the widths the engines' activation models read: the shared MLP, one expert
+    assert (granite.intermediate_size, granite.moe_intermediate_size) == (1536, 768)
     lfm2 = _spec("lfm2-1.2b")
     # block_ff_dim 12,288 -> int(2 x 12,288 / 3) = 8,192, a multiple of 256 already
     assert {g.name: g.count for g in lfm2.params}["dense_mlp"] == 16 * 3 * 2048 * 8192
     assert round(lfm2.total_params / 1e9, 2) == 1.17
+    assert lfm2.intermediate_size == 8192  # the width the engines' activation models read

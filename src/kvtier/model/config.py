@@ -26,6 +26,7 @@ from kvtier.model.published import model_dtype, text_section, vision_section
 from kvtier.model.quant import kv_cache_quant_algo, parse_quantization
 from kvtier.model.state_space import (
     STATE_SPACE_ARCHITECTURES,
+    mlp_widths,
     state_space_layers,
     state_space_params,
 )
@@ -168,6 +169,9 @@ def _build(
         params += (ParamGroup(VISION_TOWER, count, count, False, stored),)
     moe, experts, top_k, shared = moe_layout(arch, text)
     dense_width = int(text.get("intermediate_size_mlp") or text.get("intermediate_size") or 0)
+    widths = (0 if all(moe) else dense_width, int(text.get("moe_intermediate_size") or dense_width))
+    if arch in STATE_SPACE_ARCHITECTURES:
+        widths = mlp_widths(arch, text)
     context = text.get("max_position_embeddings") or text.get("seq_length")
     if not context:
         raise UnsupportedModel(f"{model_id}: config states no `max_position_embeddings`")
@@ -192,10 +196,8 @@ def _build(
         vision_hidden_size=_int_or_none(vision.get("hidden_size")),
         load_buffers=load_buffers(arch, text),
         defaulted=defaulted,
-        intermediate_size=0 if all(moe) else dense_width,
-        moe_intermediate_size=int(text.get("moe_intermediate_size") or dense_width)
-        if experts
-        else 0,
+        intermediate_size=widths[0],
+        moe_intermediate_size=widths[1] if experts else 0,
         shared_experts=shared,
         kv_cache_quant_algo=kv_cache_quant_algo(qcfg),
     )

@@ -220,10 +220,20 @@ def _granite_mlp(g: Groups, text: Mapping[str, Any], h: int, n: int) -> None:
     )
 
 
-def _lfm2_mlp(g: Groups, text: Mapping[str, Any], h: int, n: int) -> None:
-    """Lfm2MLP: w1 and w3 to the feed-forward width, w2 back; with block_auto_adjust_ff_dim the
-    width is 2/3 of the file's, times block_ffn_dim_multiplier, rounded up to
-    block_multiple_of (vLLM Lfm2MLP; transformers reads `block_ff_dim` as intermediate_size)."""
+def mlp_widths(arch: str, text: Mapping[str, Any]) -> tuple[int, int]:
+    """The widest dense MLP a layer runs and one routed expert's width: LFM2's adjusted
+    feed-forward width; Granite-4.0-H's shared_mlp (every layer) and its experts'
+    intermediate_size."""
+    if arch == LFM2:
+        return lfm2_ff_width(text), 0
+    experts = int(text.get("num_local_experts") or 0)
+    return int(text["shared_intermediate_size"]), int(text["intermediate_size"]) if experts else 0
+
+
+def lfm2_ff_width(text: Mapping[str, Any]) -> int:
+    """Lfm2MLP's width: with block_auto_adjust_ff_dim, 2/3 of the file's `block_ff_dim`
+    (transformers reads it as intermediate_size), times block_ffn_dim_multiplier, rounded up to
+    block_multiple_of (vLLM Lfm2MLP, v0.24.0)."""
     width = int(text.get("block_ff_dim") or text["intermediate_size"])
     if text.get("block_auto_adjust_ff_dim", True):
         width = int(2 * width / 3)
@@ -232,4 +242,10 @@ def _lfm2_mlp(g: Groups, text: Mapping[str, Any], h: int, n: int) -> None:
             width = int(float(multiplier) * width)
         step = int(text.get("block_multiple_of", 256))
         width = step * -(-width // step)
+    return width
+
+
+def _lfm2_mlp(g: Groups, text: Mapping[str, Any], h: int, n: int) -> None:
+    """Lfm2MLP: w1 and w3 to the feed-forward width, w2 back."""
+    width = lfm2_ff_width(text)
     g.add(params.DENSE_MLP, n * 3 * h * width, True, "model.layers.0.feed_forward.w1")
