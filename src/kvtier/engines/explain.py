@@ -79,6 +79,14 @@ class Reconciliation:
     failure: Fact[str] | None = None  # the engine's refusal line
     unchecked: str | None = None  # why the count is observed only (nothing to recompute from)
     estimated: tuple[str, ...] = ()  # names of inputs that were estimated, not printed
+    stages: bool = False  # the range spans pipeline stages the log prints no figures for
+
+    @property
+    def widened(self) -> str:
+        """What the range covers besides the printed figures' rounding."""
+        parts = ["the estimated inputs"] if self.estimated else []
+        parts += ["the pipeline stages"] if self.stages else []
+        return "".join(f" and {p}" for p in parts)
 
     @property
     def difference(self) -> int:
@@ -120,7 +128,7 @@ class Reconciliation:
             return f"observed only: {self.unchecked}"
         if self.observed is None:
             return "predicted only: the log prints no KV token count to compare with"
-        widened = " and the estimated inputs" if self.estimated else ""
+        widened = self.widened
         if self.matches:
             return f"match: within the rounding of the printed figures{widened}"
         return (

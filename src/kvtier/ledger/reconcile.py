@@ -107,6 +107,7 @@ def reconcile(
         warnings=tuple(inp.warnings) + _geometry_warning(inp, ledger),
         notes=tuple(notes),
         ledger=ledger,
+        stages=bool(ledger.range_why),
     )
 
 

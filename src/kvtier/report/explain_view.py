@@ -89,7 +89,7 @@ def _header(console: Console, e: Explanation) -> None:
     table.add_row(
         "predicted",
         f"{rec.predicted:,}",
-        f"{rec.formula}; rounding of the printed figures: "
+        f"{rec.formula}; rounding of the printed figures{rec.widened}: "
         f"{rec.predicted_low:,} - {rec.predicted_high:,}",
     )
     table.add_row("difference", f"{rec.difference:+,}", f"{rec.relative_difference:+.2%}")
