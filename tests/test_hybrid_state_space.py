@@ -16,13 +16,17 @@ from typing import Any
 import pytest
 
 from cli_support import error_line, run_json
+from kvtier.engines.deployment import Deployment, Engine, Measured
 from kvtier.engines.sglang import mamba as sglang_mamba
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import mamba as vllm_mamba
 from kvtier.errors import UnsupportedModel
+from kvtier.ledger.explain import explain_log
+from kvtier.ledger.plan import plan
 from kvtier.model.config import model_from_config
 from kvtier.model.description import StateKind
 from kvtier.units import GiB
+from test_engines_roundtrip import Case, render
 
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
 GRANITE = str(CONFIGS / "granite-4.0-h-small.json")
@@ -186,3 +190,29 @@ def test_gemma4_is_refused_naming_what_kvtier_does_not_size() -> None:
     with pytest.raises(UnsupportedModel) as err:
         model_from_config(config, "gemma-4")
     assert "'Gemma4ForConditionalGeneration': Gemma 4 keeps KV of two head sizes" in str(err.value)
+
+
+@pytest.mark.parametrize("path", [GRANITE, LFM2])
+@pytest.mark.parametrize(
+    ("engine", "version"), [("sglang", "0.5.9"), ("sglang", "0.5.23"), ("vllm", "0.21.0")]
+)
+def test_plan_lines_explain_back_to_the_same_count(path: str, engine: str, version: str) -> None:
+    """The lines each engine prints for a planned start (test_engines_roundtrip's renderer)
+    explain back to the planned count: SGLang's 'KV Cache is allocated. #tokens' after the
+    state slots, vLLM's 'GPU KV cache size' over the hybrid groups."""
+    lfm2 = path == LFM2
+    if engine == "sglang":
+        free_after = 78.5 - (2.3 if lfm2 else 60.1)
+        measured = Measured(free_before_load_gib=78.5, free_after_load_gib=free_after)
+        d = Deployment(Engine.SGLANG, path, tp=1, gpu="H100", engine_version=version,
+                       measured=measured)  # fmt: skip
+    else:
+        d = Deployment(Engine.VLLM, path, tp=1, gpu="H100", engine_version=version,
+                       mem_fraction=0.9, page_size=16, context_length=32768,
+                       measured=Measured(kv_available_gib=11.5))  # fmt: skip
+    ledger = plan(d)
+    text = render(Case(d, print_fraction=True, print_begin=True), ledger)
+    flags: dict[str, object] = {"gpu": "H100", "engine_version": version, "model": path}
+    rec = explain_log(text, flags).reconciliation
+    assert rec.observed is not None and rec.observed.value == ledger.kv_tokens
+    assert rec.predicted == ledger.kv_tokens
