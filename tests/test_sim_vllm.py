@@ -13,7 +13,7 @@ import pytest
 from conftest import require_shared
 from kvtier.engines.deployment import Engine
 from kvtier.sim.run import simulate
-from kvtier.sim.servers.vllm_blocks import BlockPool, prompt_units
+from kvtier.sim.servers.vllm_blocks import BlockPool, Chain, prompt_chain
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.timing import Hardware, ModelCost, TimingModel
 from kvtier.sim.trace import Trace, TraceRequest
@@ -47,9 +47,12 @@ def req(rid: int, t: float, n: int, out: int, blocks: tuple[int, ...]) -> TraceR
 
 def test_units_name_engine_blocks_by_their_trace_block() -> None:
     # 1500 tokens: 512 + 512 + 476; 16-token blocks: 32 + 32 + 29 full ones (476 // 16)
-    assert prompt_units((7, 8, 9), 1500, 512, 16) == ((7, 32), (8, 32), (9, 29))
+    chain = prompt_chain((7, 8, 9), 1500, 512, 16)
+    assert chain.pairs() == [(7, 32), (8, 32), (9, 29)]
+    assert [chain.within(b) for b in (31, 32, 92, 93)] == [0, 1, 2, 3]
+    assert prompt_chain((7, 8), 1024, 512, 16).pairs() == [(7, 32), (8, 32)]
     # 128-token engine blocks over 64-token trace blocks: each named by its second trace block
-    assert prompt_units((1, 2, 3, 4, 5), 300, 64, 128) == ((2, 1), (4, 1))
+    assert prompt_chain((1, 2, 3, 4, 5), 300, 64, 128).pairs() == [(2, 1), (4, 1)]
 
 
 def test_a_repeated_prompt_hits_all_but_its_last_token_in_whole_blocks() -> None:
@@ -69,30 +72,28 @@ def test_prefix_caching_off_hits_nothing() -> None:
 
 def test_the_free_queue_evicts_the_least_recently_used_unit() -> None:
     pool = BlockPool(64)
+    one, two = Chain((1,), 32, 32), Chain((2,), 32, 32)
     pool.take(32)
-    a = pool.cache(1, 32)
-    assert a is not None
-    pool.release([a], 0)  # unit 1 free, cached
+    assert pool.cache(1, 32)
+    pool.release([1], 32)  # unit 1 free, cached
     pool.take(32)
-    b = pool.cache(2, 32)
-    assert b is not None
-    pool.release([b], 0)  # unit 2 free, cached, more recent
-    assert pool.match(((1, 32),), 99) == ([a], 32, 32)  # held by nobody: idle
+    assert pool.cache(2, 32)
+    pool.release([2], 32)  # unit 2 free, cached, more recent
+    assert pool.match(one, 99) == ([1], 32, 32)  # held by nobody: idle
     pool.take(1)  # no plain block is left: the least recently freed unit goes, whole
-    assert pool.match(((1, 32),), 99)[0] == [] and pool.match(((2, 32),), 99)[0] == [b]
+    assert pool.match(one, 99)[0] == [] and pool.match(two, 99)[0] == [2]
     assert pool.evicted == 32 and pool.free == 31 + 32
 
 
 def test_a_running_unit_is_pinned() -> None:
     pool = BlockPool(40)
     pool.take(32)
-    unit = pool.cache(1, 32)
-    assert unit is not None
+    assert pool.cache(1, 32)
     with pytest.raises(ValueError):
         pool.take(9)  # 8 free: the held unit cannot be evicted
-    pool.release([unit], 0)
+    pool.release([1], 32)
     pool.take(9)
-    assert pool.match(((1, 32),), 99) == ([], 0, 0)
+    assert pool.match(Chain((1,), 32, 32), 99) == ([], 0, 0)
 
 
 def test_blocks_running_out_preempt_the_last_request_and_it_recomputes() -> None:

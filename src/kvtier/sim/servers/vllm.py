@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from kvtier.cache.storage import Tier
 from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.servers.base import ServerCounters
-from kvtier.sim.servers.vllm_blocks import BlockPool, HostLRU, Key, Unit, own_key, prompt_units
+from kvtier.sim.servers.vllm_blocks import BlockPool, Chain, HostLRU, Key, own_key, prompt_chain
 from kvtier.sim.servers.vllm_queue import FcfsQueue, PriorityQueue
 from kvtier.sim.timing import TimingModel
 from kvtier.sim.trace import TraceRequest
@@ -66,15 +66,16 @@ class VReq:
 
     req: TraceRequest
     rec: RequestRecord
-    units: tuple[tuple[Key, int], ...]  # the prompt's units (shared keys)
+    chain: Chain  # the prompt's units (shared keys)
+    units: int  # how many
     computed: int = 0  # num_computed_tokens
     num_tokens: int = 0  # prompt and output so far (set at arrival)
     generated: int = 0  # output tokens produced
-    held: list[Unit] = field(default_factory=list)  # cached units it holds, in order
+    held: list[Key] = field(default_factory=list)  # cached units it holds, in order
     blocks: int = 0  # engine blocks it holds, held units included
     next_unit: int = 0  # its first prompt unit not yet cached by it (or found cached)
     unit_blocks: int = 0  # engine blocks of the prompt units up to next_unit
-    own: Unit | None = None  # its own full blocks past the prompt's units, one growing unit
+    own: Key | None = None  # its own full blocks past the prompt's units, one growing unit
     own_was: tuple[Key, int] | None = None  # that unit's key and blocks when last freed
     preempted: int = 0
     load_tokens: int = 0  # host hit to load in the step that admits it
@@ -112,6 +113,8 @@ class VllmServer:
         self.pcie_busy_s = 0.0
         self.preemptions = 0
         self._plan: list[tuple[VReq, int]] = []
+        self._prefills: list[tuple[VReq, int]] = []  # the plan's prefill chunks, in order
+        self._decode = self._kv = 0  # the plan's decoding requests and their tokens
         self._steps = 1  # decode steps the step in flight covers (1 unless advanced together)
         self._cap = limits.max_num_batched_tokens  # tokens one request may take this step
         self._cost: tuple[float, int, int, float, float] = (0.0, 0, 0, 0.0, 0.0)
@@ -148,8 +151,10 @@ class VllmServer:
 
     def arrive(self, req: TraceRequest, rec: RequestRecord, now: float) -> None:
         lim = self.limits
-        units = prompt_units(req.blocks, req.input_len, lim.trace_block, lim.block_size)
-        self._enqueue(VReq(req, rec, units, num_tokens=req.input_len))
+        chain = prompt_chain(
+            req.blocks, input_len := req.input_len, lim.trace_block, lim.block_size
+        )
+        self._enqueue(VReq(req, rec, chain, len(chain.keys), num_tokens=input_len))
 
     def _enqueue(self, r: VReq, front: bool = False) -> None:
         if front:
@@ -161,7 +166,7 @@ class VllmServer:
         return math.inf
 
     def start_step(self, now: float, horizon: float) -> float | None:
-        self._plan = []
+        self._plan, self._prefills = [], []
         self._steps = 1
         # v0.32: the threshold holds only while another request could use the budget
         cap = self.limits.long_prefill if len(self.run) + len(self.waiting) > 1 else 0
@@ -173,21 +178,17 @@ class VllmServer:
             return None
         self.busy = True
         compute = 0.0
-        decode = kv = 0
-        for r, n in self._plan:
-            if r.computed == r.num_tokens - 1:
-                decode += 1
-                kv += r.num_tokens
-            else:
-                compute += self.timing.prefill_s(n, r.computed)
+        for r, n in self._prefills:
+            compute += self.timing.prefill_s(n, r.computed)
+        decode, kv = self._decode, self._kv
         self._run_yields = False
         if decode == len(self._plan) and not preempted:
             # nothing can be admitted before a finish: waiting is empty or its head failed
             self._run_yields = not self.waiting
-            self._steps = self._decode_run(math.inf if self.waiting else horizon, now)
-        load_s = self.timing.load_s(load)
+            self._steps = self._decode_run(math.inf if self.waiting else horizon, now, kv)
+        load_s = self.timing.load_s(load) if load else 0.0
         self.pcie_busy_s += load_s
-        read_s = self.timing.store_read_s(self._store_load)
+        read_s = self.timing.store_read_s(self._store_load) if self._store_load else 0.0
         self._store_load = 0
         self._cost = (compute, kv, decode, load_s, read_s)
         return self._duration(self._steps)
@@ -216,29 +217,40 @@ class VllmServer:
     def _schedule_running(self, budget: int) -> tuple[int, bool]:
         size = self.limits.block_size
         preempted = False
-        run, plan = self.run, self._plan
-        i = 0
+        run, plan, prefills = self.run, self._plan, self._prefills
+        decode = kv = i = 0
         while i < len(run) and budget > 0:
             r = run[i]
             computed = r.computed
-            n = min(r.num_tokens - computed, self._cap)
+            left = r.num_tokens - computed
+            n = min(left, self._cap)
             if n > budget:
                 n = budget
             end = computed + n
             # most decode steps need no new block and complete none
-            if end > r.blocks * size or r.next_unit < len(r.units):
+            if end > r.blocks * size or r.next_unit < r.units:
                 while not self._allocate(r, end):
                     victim = self._victim()
                     if run.index(victim) < i:
                         i -= 1
-                    budget += self._unplan(victim)
+                    if back := self._unplan(victim):
+                        budget += back
+                        if victim.num_tokens - victim.computed == 1:
+                            decode, kv = decode - 1, kv - victim.num_tokens
                     self._preempt(victim)
                     preempted = True
                     if victim is r:
+                        self._decode, self._kv = decode, kv
                         return budget, preempted
             plan.append((r, n))
+            if left == 1:
+                decode += 1
+                kv += r.num_tokens
+            else:
+                prefills.append((r, n))
             budget -= n
             i += 1
+        self._decode, self._kv = decode, kv
         return budget, preempted
 
     def _unplan(self, victim: VReq) -> int:
@@ -247,6 +259,8 @@ class VllmServer:
         for k, (r, n) in enumerate(self._plan):
             if r is victim:
                 del self._plan[k]
+                if (r, n) in self._prefills:
+                    self._prefills.remove((r, n))
                 return n
         return 0
 
@@ -265,25 +279,27 @@ class VllmServer:
 
     def _free(self, r: VReq) -> None:
         self._cache_own(r)
-        self.pool.release(r.held, r.blocks - sum(u.blocks for u in r.held))
+        self.pool.release(r.held, r.blocks)
         r.held = []
         r.blocks = r.next_unit = r.unit_blocks = 0
         if r.own is not None:
-            r.own_was, r.own = (r.own.key, r.own.blocks), None
+            r.own_was, r.own = (r.own, self.pool.cached[r.own]), None
 
     def _cache_own(self, r: VReq) -> None:
         """Cache the request's full blocks past its prompt's units, as one unit. vLLM caches
         each as it fills; only the request itself can hit them, and only once it is freed, so
         caching them at the free is the same."""
-        if r.next_unit < len(r.units):
+        if r.next_unit < r.units:
             return
         full = min(r.computed, r.num_tokens) // self.limits.block_size - r.unit_blocks
+        cached = self.pool.cached
         if r.own is not None:
-            r.own.blocks = max(r.own.blocks, full)
+            cached[r.own] = max(cached[r.own], full)  # held by `r` alone: not in the queue
         elif full > 0:
-            r.own = self.pool.cache(own_key(r.req.rid, r.preempted), full)
-            if r.own is not None:
-                r.held.append(r.own)
+            key = own_key(r.req.rid, r.preempted)
+            if self.pool.cache(key, full):
+                r.own = key
+                r.held.append(key)
 
     def _allocate(self, r: VReq, tokens: int) -> bool:
         """allocate_slots for `r` up to `tokens` computed tokens; False when the pool lacks
@@ -303,38 +319,33 @@ class VllmServer:
 
     def _cache_upto(self, r: VReq, tokens: int) -> None:
         full = tokens // self.limits.block_size
-        if full <= r.unit_blocks or r.next_unit == len(r.units):
+        start = r.next_unit
+        if full <= r.unit_blocks or start == r.units:
             return
-        units = r.units
-        i, done = r.next_unit, r.unit_blocks
-        pool, held = self.pool, r.held
-        cached = pool.cached if pool.caching else None
-        start = i
-        while i < len(units) and done + units[i][1] <= full:
-            key, n = units[i]
-            # BlockPool.cache, inlined: this loop runs once per unit of every prompt
-            if cached is not None and key not in cached:
-                unit = Unit(key, n, 1)
-                cached[key] = unit
-                held.append(unit)
-            i += 1
-            done += n
-        if i > start:
+        chain = r.chain
+        end = chain.within(full)
+        if end > start:
+            pool = self.pool
+            if pool.caching:
+                pool.cache_run(chain, start, end, r.held)
             pool.version += 1
             for tier in (self.host, self.store):
                 if tier is not None:
-                    for key, n in units[start:i]:
+                    for key, n in chain.pairs(start, end):
                         tier.store(key, n)
-        r.next_unit, r.unit_blocks = i, done
+        r.next_unit, r.unit_blocks = end, chain.blocks(end)
 
-    def _lookup(self, r: VReq) -> tuple[list[Unit], int, int, int, int]:
+    def _lookup(self, r: VReq) -> tuple[list[Key], int, int, int, int]:
         """The device hit (units, their blocks, those of them idle), then the connector's host
         and store hits past it (engine blocks, the connector's chunks whole)."""
         size = self.limits.block_size
         limit = (r.num_tokens - 1) // size
-        units = r.units if not r.preempted else self._own_units(r)
-        hit, local, idle = self.pool.match(units, limit)
+        own = r.own_was if r.preempted else None
+        hit, local, idle = self.pool.match(r.chain, limit, own)
         host = store = 0
+        if self.host is None and self.store is None:
+            return hit, local, idle, host, store
+        units = r.chain.pairs() + ([] if own is None else [own])
         if self.host is not None:
             host = self.host.match(units[len(hit) :], limit - local)
         if self.store is not None:
@@ -345,10 +356,6 @@ class VllmServer:
             store = max(0, min(store, end - local - host))
             host = max(0, min(host, end - local))
         return hit, local, idle, host, store
-
-    def _own_units(self, r: VReq) -> tuple[tuple[Key, int], ...]:
-        """A preempted request's units: its prompt's, then its own blocks when last freed."""
-        return r.units if r.own_was is None else (*r.units, r.own_was)
 
     def _schedule_waiting(self, budget: int, now: float) -> int:
         """Admit waiting requests; returns the host tokens their admission loads."""
@@ -369,15 +376,14 @@ class VllmServer:
             self.waiting.pop()
             self.pool.touch(hit)
             if host and self.host is not None:
-                self.host.touch(
-                    r.units[len(hit) : len(hit) + self._host_units(r.units, len(hit), host)]
-                )
+                units = r.chain.pairs(len(hit))
+                self.host.touch(units[: self._host_units(units, 0, host)])
             r.held = list(hit)
             r.blocks = local
             r.next_unit, r.unit_blocks = len(hit), local
-            if len(hit) > len(r.units):
+            if len(hit) > r.units:
                 r.own = hit[-1]  # its own blocks, found again after a preemption
-                r.next_unit, r.unit_blocks = len(r.units), local - r.own.blocks
+                r.next_unit, r.unit_blocks = r.units, local - self.pool.cached[r.own]
             r.computed = cached
             self._allocate(r, cached + n)
             if not r.preempted:
@@ -391,11 +397,16 @@ class VllmServer:
             self._store_load += store * size
             self.run.append(r)
             self._plan.append((r, n))
+            if r.num_tokens - cached == 1:
+                self._decode += 1
+                self._kv += r.num_tokens
+            else:
+                self._prefills.append((r, n))
             budget -= n
         return load
 
     @staticmethod
-    def _host_units(units: tuple[tuple[Key, int], ...], start: int, blocks: int) -> int:
+    def _host_units(units: list[tuple[Key, int]], start: int, blocks: int) -> int:
         """How many of `units` from `start` on make up `blocks` engine blocks."""
         k = 0
         while blocks > 0:
@@ -403,11 +414,10 @@ class VllmServer:
             k += 1
         return k
 
-    def _decode_run(self, horizon: float, now: float) -> int:
-        """Decode steps the current all-decode batch may take at once (>= 1)."""
+    def _decode_run(self, horizon: float, now: float, kv: int) -> int:
+        """Decode steps the current all-decode batch, of `kv` tokens, may take at once (>= 1)."""
         batch = [r for r, _ in self._plan]
         steps = min(r.req.output_len - r.generated for r in batch)
-        kv = sum(r.num_tokens for r in batch)
         if now < horizon < math.inf:
             steps = min(steps, self.timing.decode_tokens_before(horizon - now, kv, len(batch)))
         size = self.limits.block_size
@@ -431,11 +441,13 @@ class VllmServer:
         done: list[RequestRecord] = []
         steps = self._steps
         if steps > 1:  # decode steps advanced together: every block they took, then finishes
+            size = self.limits.block_size
             for r, _ in self._plan:
                 r.computed += steps
                 r.generated += steps
                 r.num_tokens += steps
-                self._allocate(r, r.computed)
+                if r.computed > r.blocks * size:
+                    self._allocate(r, r.computed)
         for r, n in self._plan:
             if steps == 1:
                 r.computed += n

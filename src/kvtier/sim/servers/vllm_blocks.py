@@ -13,7 +13,7 @@ Mirrors vllm/v1/core/block_pool.py and kv_cache_manager.py (read in v0.32.0):
   * with `--enable-prefix-caching` off nothing is hashed and nothing hits.
 
 Units: a trace names prefixes by trace block, not by engine block, so the pool keeps one entry per
-*unit*, the run of full engine blocks whose last token lies in one trace block (`prompt_units`);
+*unit*, the run of full engine blocks whose last token lies in one trace block (`prompt_chain`);
 with vLLM's block no larger than the trace's and dividing it, a unit is block_tokens / block_size
 engine blocks under the trace block's id, and a lookup matches whole units. A unit is cached,
 held, freed and evicted whole: where vLLM would evict the tail blocks of a unit one at a time,
@@ -36,10 +36,41 @@ def own_key(rid: int, position: int) -> Key:
     return -1 - (rid << OWN_SHIFT) - position
 
 
-def prompt_units(
-    blocks: Sequence[int], input_len: int, trace_block: int, block_size: int
-) -> tuple[tuple[Key, int], ...]:
-    """(key, engine blocks) of each unit of a prompt's full engine blocks, in order.
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A prompt's units in order: unit i is named `keys[i]` and has `per` engine blocks, but the
+    last, which has `last` (the prompt's partial trace block)."""
+
+    keys: tuple[Key, ...]
+    per: int
+    last: int
+
+    def size(self, i: int) -> int:
+        return self.last if i == len(self.keys) - 1 else self.per
+
+    def blocks(self, count: int) -> int:
+        """Engine blocks of the first `count` units."""
+        n = len(self.keys)
+        if count < n:
+            return count * self.per
+        return (n - 1) * self.per + self.last if n else 0
+
+    def within(self, blocks: int) -> int:
+        """How many units, from the first, lie within the first `blocks` engine blocks."""
+        n = len(self.keys)
+        whole = blocks // self.per
+        if whole < n - 1:
+            return whole
+        return n if (n - 1) * self.per + self.last <= blocks else n - 1
+
+    def pairs(self, start: int = 0, end: int | None = None) -> list[tuple[Key, int]]:
+        """(key, engine blocks) of units start ... end - 1."""
+        stop = len(self.keys) if end is None else end
+        return [(self.keys[i], self.size(i)) for i in range(start, stop)]
+
+
+def prompt_chain(blocks: Sequence[int], input_len: int, trace_block: int, block_size: int) -> Chain:
+    """The units of a prompt's full engine blocks.
 
     vLLM block b of the prompt (tokens b x size ... (b + 1) x size - 1) is named by the trace
     block holding its last token; that trace block's id names the whole prefix up to it, so equal
@@ -50,38 +81,31 @@ def prompt_units(
     full = input_len // block_size
     if trace_block % block_size == 0:
         per = trace_block // block_size
-        units = [(key, per) for key in blocks[: full // per]]
-        if full % per:
-            units.append((blocks[full // per], full % per))
-        return tuple(units)
-    out = []
+        whole, part = divmod(full, per)
+        return Chain(tuple(blocks[: whole + (part > 0)]), per, part or per)
+    keys = []
     for b in range(full):
         end = (b + 1) * block_size
         t = (end - 1) // trace_block
-        key = (
+        keys.append(
             blocks[t] if end == (t + 1) * trace_block else (blocks[t] << 20) + end - t * trace_block
         )
-        out.append((key, 1))
-    return tuple(out)
-
-
-@dataclass(slots=True, eq=False)
-class Unit:
-    """A cached unit: its engine blocks and how many running requests hold it."""
-
-    key: Key
-    blocks: int
-    ref: int = 0
+    return Chain(tuple(keys), 1, 1)
 
 
 class BlockPool:
-    """`num_blocks` engine blocks (the null block already taken out)."""
+    """`num_blocks` engine blocks (the null block already taken out).
+
+    A cached unit is its key: `cached` gives its engine blocks, `refs` how many running requests
+    hold it (absent: nobody, and it waits in `queue`), so a request's units are a list of keys
+    and caching, holding and freeing them allocate nothing per unit."""
 
     def __init__(self, num_blocks: int, caching: bool = True) -> None:
         self.num_blocks = num_blocks
         self.caching = caching
-        self.cached: dict[Key, Unit] = {}
-        self.queue: OrderedDict[Key, Unit] = OrderedDict()  # free cached units, LRU first
+        self.cached: dict[Key, int] = {}  # key -> engine blocks
+        self.refs: dict[Key, int] = {}  # key -> requests holding it (>= 1)
+        self.queue: OrderedDict[Key, int] = OrderedDict()  # free cached units, LRU first
         self.queued_blocks = 0
         self.plain = num_blocks  # free unhashed blocks, at the queue's front
         self.evicted = 0  # cached blocks whose hash was dropped
@@ -93,66 +117,107 @@ class BlockPool:
         return self.plain + self.queued_blocks
 
     def match(
-        self, units: Sequence[tuple[Key, int]], max_blocks: int
-    ) -> tuple[list[Unit], int, int]:
-        """The cached units leading `units`, no more than `max_blocks` engine blocks in all;
-        their blocks, and those of them in the free queue (held by nobody: touching them takes
-        them off it)."""
-        hit: list[Unit] = []
+        self, chain: Chain, max_blocks: int, extra: tuple[Key, int] | None = None
+    ) -> tuple[list[Key], int, int]:
+        """The cached units leading `chain` (then `extra`, when the whole chain is), no more
+        than `max_blocks` engine blocks in all; their blocks, and those of them in the free
+        queue (held by nobody: touching them takes them off it)."""
+        hit: list[Key] = []
         total = idle = 0
         if not self.caching:
             return hit, total, idle
-        cached = self.cached
-        for key, n in units:
-            unit = cached.get(key)
-            if unit is None or unit.blocks != n or total + n > max_blocks:
-                break
-            hit.append(unit)
+        cached, refs = self.cached, self.refs
+        keys, n = chain.keys, chain.per
+        last = len(keys) - 1
+        for i, key in enumerate(keys):
+            if i == last:
+                n = chain.last
+            if cached.get(key) != n or total + n > max_blocks:
+                return hit, total, idle
+            hit.append(key)
             total += n
-            if not unit.ref:
+            if key not in refs:
                 idle += n
+        if extra is not None:
+            key, n = extra
+            if cached.get(key) == n and total + n <= max_blocks:
+                hit.append(key)
+                total += n
+                idle += 0 if key in refs else n
         return hit, total, idle
 
-    def touch(self, units: Sequence[Unit]) -> None:
+    def touch(self, keys: Sequence[Key]) -> None:
         self.version += 1
-        for unit in units:
-            if unit.ref == 0:
-                del self.queue[unit.key]
-                self.queued_blocks -= unit.blocks
-            unit.ref += 1
+        refs, queue = self.refs, self.queue
+        for key in keys:
+            held = refs.get(key)
+            if held is None:
+                self.queued_blocks -= queue.pop(key)
+                refs[key] = 1
+            else:
+                refs[key] = held + 1
 
     def take(self, n: int) -> None:
         """get_new_blocks(n): the queue's front first, evicting cached units as it goes."""
         if n > self.free:
             raise ValueError(f"cannot take {n} blocks, {self.free} free")
-        while self.plain < n:
-            _, unit = self.queue.popitem(last=False)
-            self.queued_blocks -= unit.blocks
-            del self.cached[unit.key]
-            self.evicted += unit.blocks
-            self.plain += unit.blocks
-        self.plain -= n
+        queue, cached = self.queue, self.cached
+        short = n - self.plain
+        freed = 0
+        while freed < short:
+            key, blocks = queue.popitem(last=False)
+            del cached[key]
+            freed += blocks
+        self.queued_blocks -= freed
+        self.evicted += freed
+        self.plain += freed - n
 
-    def cache(self, key: Key, n: int) -> Unit | None:
-        """Hash `n` blocks the caller holds under `key`; None when caching is off or `key` is
+    def cache(self, key: Key, n: int) -> bool:
+        """Hash `n` blocks the caller holds under `key`; False when caching is off or `key` is
         cached already (the caller's copy stays unhashed)."""
         if not self.caching or key in self.cached:
-            return None
-        unit = Unit(key, n, 1)
-        self.cached[key] = unit
+            return False
+        self.cached[key] = n
+        self.refs[key] = 1
         self.version += 1
-        return unit
+        return True
 
-    def release(self, held: Sequence[Unit], private: int) -> None:
-        """free(): the request's cached units, tail first, to the queue's end; its `private`
-        unhashed blocks to the front."""
+    def cache_run(self, chain: Chain, start: int, end: int, held: list[Key]) -> None:
+        """`cache` units start ... end - 1 of `chain` in order, appending those it caches to
+        `held`."""
+        cached, refs, keys = self.cached, self.refs, chain.keys
+        fresh = dict.fromkeys(keys[start:end], chain.per)
+        if end == len(keys):
+            fresh[keys[-1]] = chain.last
+        if len(fresh) == end - start and cached.keys().isdisjoint(fresh):
+            cached.update(fresh)  # the usual case, none cached already: one update, in C
+            refs.update(dict.fromkeys(fresh, 1))
+            held.extend(fresh)
+            return
+        for i in range(start, end):
+            key = keys[i]
+            if key not in cached:
+                cached[key] = chain.size(i)
+                refs[key] = 1
+                held.append(key)
+
+    def release(self, held: Sequence[Key], blocks: int) -> None:
+        """free(): a request's `blocks` engine blocks; its cached units `held`, tail first, to
+        the queue's end, the rest (unhashed) to the front."""
         self.version += 1
-        self.plain += private
-        for unit in reversed(held):
-            unit.ref -= 1
-            if unit.ref == 0:
-                self.queue[unit.key] = unit
-                self.queued_blocks += unit.blocks
+        cached, refs, queue = self.cached, self.refs, self.queue
+        shared = queued = 0
+        for key in reversed(held):
+            n = cached[key]
+            shared += n
+            count = refs.pop(key)
+            if count == 1:
+                queue[key] = n
+                queued += n
+            else:
+                refs[key] = count - 1
+        self.plain += blocks - shared
+        self.queued_blocks += queued
 
 
 class HostLRU:
