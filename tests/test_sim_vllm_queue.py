@@ -22,7 +22,7 @@ def test_priority_pops_the_lowest_rank_as_a_sorted_list_would(
         if op is None:
             if reference:
                 assert queue.peek() == min(reference)
-                reference.remove(queue.pop())
+                reference.remove(queue.popleft())
             continue
         rank, front = op
         if rank in reference:
@@ -39,4 +39,4 @@ def test_fcfs_puts_a_preempted_request_first() -> None:
         queue.add(item)
     queue.prepend("preempted")
     assert list(queue) == ["preempted", "a", "b"]
-    assert (queue.pop(), queue.peek(), len(queue)) == ("preempted", "a", 2)
+    assert (queue.popleft(), queue.peek(), len(queue)) == ("preempted", "a", 2)

@@ -373,7 +373,7 @@ class VllmServer:
             if need > self.pool.free:
                 self._failed = (r, self.pool.version, budget)
                 break
-            self.waiting.pop()
+            self.waiting.popleft()
             self.pool.touch(hit)
             if host and self.host is not None:
                 units = r.chain.pairs(len(hit))

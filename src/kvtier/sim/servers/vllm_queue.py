@@ -17,27 +17,14 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
-class FcfsQueue(Generic[T]):
-    def __init__(self) -> None:
-        self._items: deque[T] = deque()
+class FcfsQueue(deque[T]):
+    """A deque (its length and head in C: the loop reads them every event)."""
 
-    def add(self, item: T) -> None:
-        self._items.append(item)
-
-    def prepend(self, item: T) -> None:
-        self._items.appendleft(item)
+    add = deque.append
+    prepend = deque.appendleft
 
     def peek(self) -> T:
-        return self._items[0]
-
-    def pop(self) -> T:
-        return self._items.popleft()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __iter__(self) -> Iterator[T]:
-        return iter(self._items)
+        return self[0]
 
 
 class PriorityQueue(Generic[T]):
@@ -55,7 +42,7 @@ class PriorityQueue(Generic[T]):
     def peek(self) -> T:
         return self._heap[0][1]
 
-    def pop(self) -> T:
+    def popleft(self) -> T:
         return heapq.heappop(self._heap)[1]
 
     def __len__(self) -> int:
