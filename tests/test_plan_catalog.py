@@ -65,6 +65,8 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "zai-org/GLM-5": {"sglang": ("MI355X", 8), "vllm": ("MI355X", 8)},
     "zai-org/GLM-4.7-Flash": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
     "Qwen/Qwen3-VL-235B-A22B-Instruct": {"sglang": ("H200", 4), "vllm": ("H200", 4)},
+    "ibm-granite/granite-4.0-h-small": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
+    "LiquidAI/LFM2-1.2B": {"sglang": ("RTX 5080", 1), "vllm": ("RTX 5080", 1)},
 }
 
 # (model, engine) -> what kvtier prints when it refuses to model the deployment.
