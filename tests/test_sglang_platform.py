@@ -3,6 +3,7 @@ for; its NPU build is refused."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,16 @@ def test_an_ascend_npu_fails_closed(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(err) == 1 and "unknown GPU 'Ascend 910B'" in err[0]
 
 
-def test_the_npu_build_is_refused_by_its_device(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_npu_build_needs_its_fraction(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["plan", "--engine", "sglang", "--model", "Qwen/Qwen3-8B", "--gpu", "H100"]
     assert main([*args, "--device", "npu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Ascend NPU build (--device npu)" in err[0]
-    assert "set_default_server_args, page size 128" in err[0]
+    assert err[0].endswith("pass --mem-fraction-static")
+    assert main([*args, "--device", "npu", "--mem-fraction-static", "0.8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["page_size"] == 128  # the ascend backend's page when --page-size is unset
+    assert any(n.startswith("Ascend NPU build") for n in out["notes"])
     assert main([*args, "--device", "xpu"]) == 2
     assert "--device xpu is not modelled" in capsys.readouterr().err
     assert main([*args, "--device", "cuda"]) == 0
@@ -94,20 +99,23 @@ NPU_LOG = "".join(
         "[2026-01-01 00:00:01 TP0] Load weight begin. avail mem=60.00 GB",
         "[2026-01-01 00:00:09 TP0] Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, "
         "avail mem=44.50 GB, mem usage=15.50 GB.",
-        "[2026-01-01 00:00:10 TP0] KV Cache is allocated. #tokens: 229376, K size: 15.75 GB, "
-        "V size: 15.75 GB",
+        "[2026-01-01 00:00:10 TP0] KV Cache is allocated. #tokens: 236544, K size: 16.24 GB, "
+        "V size: 16.24 GB",
         "[2026-01-01 00:00:10 TP0] Memory pool end. avail mem=12.00 GB",
     )
 )
 
 
-def test_an_npu_log_is_observed_only_with_the_reason() -> None:
+def test_an_npu_log_is_recomputed_at_its_printed_fraction() -> None:
+    """profile_max_num_token has no NPU branch: (44.50 - 60.00 x 0.2) GiB / 147,456 B, down to the
+    page of 128 the log prints = 236,544; without the fraction printed, the NPU default is not
+    modelled and the count is observed only, with the reason."""
     rec = explain_log(NPU_LOG, {}).reconciliation
-    assert rec.status == "observed only" and rec.observed is not None
-    assert rec.observed.value == 229_376
-    assert rec.unchecked is not None and "Ascend NPU build" in rec.unchecked
-    cuda = explain_log(NPU_LOG.replace(", device='npu'", ""), {}).reconciliation
-    assert cuda.status in ("match", "mismatch")  # the same lines on CUDA are recomputed
+    assert rec.status == "match" and rec.predicted == 236_544
+    assert rec.observed is not None and rec.observed.value == 236_544
+    unstated = explain_log(NPU_LOG.replace("mem_fraction_static=0.8, ", ""), {}).reconciliation
+    assert unstated.status == "observed only"
+    assert unstated.unchecked is not None and "Ascend NPU build" in unstated.unchecked
 
 
 def test_the_public_npu_log_is_a_count_without_a_recomputation() -> None:

@@ -59,7 +59,7 @@ DEPLOYMENT = (
          sample=("0.5",), type=FRACTION),
     flag("--device", group="deployment", commands=NOT_EXPLAIN, field="device", sample=("npu",),
          choices=DEVICES, engines=SGLANG_ONLY,
-         help="SGLang --device: cuda (its CUDA and ROCm builds) is modelled, the others refused"),
+         help="SGLang --device: cuda (CUDA and ROCm builds), or npu with --mem-fraction-static"),
     flag("--kv-cache-dtype", group="deployment", commands=EVERY, field="kv_cache_dtype",
          sample=("fp8_e5m2",)),
     flag("--dtype", group="deployment", commands={**BUILT, EXPLAIN: RAN}, field="dtype",

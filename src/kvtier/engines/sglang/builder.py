@@ -17,7 +17,7 @@ from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.dtype import checkpoint_kv_dtype, run_dtype
-from kvtier.engines.sglang.platform import check_device, platform_notes, rocm
+from kvtier.engines.sglang.platform import check_device, default_page, platform_notes, rocm
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import DoesNotStart, KvtierError
@@ -231,7 +231,7 @@ def _cells(p: PlanInputs) -> Cells:
     swa_pool = sliding.uses_swa_pool(p.model, era.version, _capability(d))
     sglang.check_layers(kv, d.pp, swa_pool)
     dtype = _kv_dtype(p, era.version)
-    page = d.page_size or (sglang.DSA_PAGE_SIZE if kv.index_head_dim else 1)
+    page = d.page_size or default_page(d) or (sglang.DSA_PAGE_SIZE if kv.index_head_dim else 1)
     layers = stage_layers(kv.num_layers, d.pp)
     target = sglang.cell_size(kv, p.attn_tp, layers, dtype)
     pool = sglang.dsa_pool_cell(kv, layers, dtype) if kv.index_head_dim else target
