@@ -77,6 +77,9 @@ def test_granite_without_mamba_layers_is_a_plain_decoder() -> None:
     config["layer_types"] = ["attention"] * 40
     spec = model_from_config(config, "micro")
     assert spec.kv.linear is None and spec.kv.num_layers == 40
+    del config["num_key_value_heads"]  # still stated or refused: the two classes differ
+    with pytest.raises(UnsupportedModel, match="without `num_key_value_heads`"):
+        model_from_config(config, "micro")
 
 
 @pytest.mark.parametrize(

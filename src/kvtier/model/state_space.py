@@ -90,6 +90,12 @@ def state_space_layers(
 ) -> tuple[tuple[LayerKind, ...], LinearAttention | None]:
     """The attention layers' kinds (all full) and the other layers' state (None: none)."""
     n = int(text["num_hidden_layers"])
+    unstated = [name for name in _GRANITE_STATED if name not in text]
+    if arch == GRANITE_HYBRID and unstated:
+        raise UnsupportedModel(
+            f"{arch} config without `{unstated[0]}` (transformers and SGLang default it "
+            "differently)"
+        )
     recurrent = _recurrent(arch, text, n)
     ids = tuple(i for i, r in enumerate(recurrent) if r)
     kinds = (LayerKind.FULL,) * (n - len(ids))
@@ -106,12 +112,6 @@ def state_space_layers(
         kernel = _positive(text, "conv_L_cache")
         state = LinearAttention(ids, 1, hidden, 0, 1, kernel, kind=StateKind.SHORT_CONV)
         return kinds, state
-    unstated = [name for name in _GRANITE_STATED if name not in text]
-    if unstated:
-        raise UnsupportedModel(
-            f"{arch} config without `{unstated[0]}` (transformers and SGLang default it "
-            "differently)"
-        )
     heads = _positive(text, "mamba_n_heads")
     head_dim = text["mamba_d_head"]
     inner = _positive(text, "mamba_expand") * _positive(text, "hidden_size")
