@@ -60,6 +60,15 @@ _LABELLED_NUM = re.compile(
 )
 
 
+def label_table(
+    plain: dict[str, str], percents: dict[str, str] | None = None
+) -> dict[str, tuple[str, float]]:
+    """printed label -> (field, divisor) for `labelled_numbers`: the `plain` labels' numbers read
+    as printed, the `percents`' divided by 100."""
+    table: dict[str, tuple[str, float]] = {label: (name, 1) for label, name in plain.items()}
+    return table | {label: (name, 100) for label, name in (percents or {}).items()}
+
+
 def labelled_numbers(body: str, labels: dict[str, tuple[str, float]]) -> dict[str, float]:
     """`label: number` pairs of a comma-separated line, for the labels known: each stored under
     its field name, divided by its scale (a percentage's 100). A known label whose value is not

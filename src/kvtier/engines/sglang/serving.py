@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kvtier.logs.records import GROUPED_INT, labelled_numbers
+from kvtier.logs.records import GROUPED_INT, label_table, labelled_numbers
 
 # What a periodic line starts with (searched anywhere in the line).
 DECODE = "Decode batch"
@@ -62,30 +62,34 @@ _RETRACTED = re.compile(r"#retracted_reqs: (\d{1,9})")
 _POOL_TOKENS = re.compile(r"#tokens: " + GROUPED_INT)
 _SUMMARY_TOKENS = re.compile(r"max_total_num_tokens=(\d{1,15})")
 
-# printed label -> (field, divisor)
-_LABELS: dict[str, tuple[str, float]] = {
-    "#running-req": ("running", 1),
-    "#running_req": ("running", 1),
-    "#queue-req": ("queued", 1),
-    "#remaining_req": ("queued", 1),
-    "#prealloc-req": ("prealloc", 1),
-    "#retracted-req": ("retract_queue", 1),
-    "token usage": ("kv_usage", 1),
-    "full token usage": ("kv_full", 1),
-    "swa token usage": ("kv_swa", 1),
-    "mamba usage": ("kv_mamba", 1),
-    "#new-seq": ("new_seqs", 1),
-    "#new_seq": ("new_seqs", 1),
-    "#new-token": ("new_tokens", 1),
-    "#new_token": ("new_tokens", 1),
-    "#cached-token": ("cached_tokens", 1),
-    "#cached_token": ("cached_tokens", 1),
-    "gen throughput (token/s)": ("gen_tps", 1),
-    "input throughput (token/s)": ("prompt_tps", 1),
-    "cache hit rate": ("hit_rate", 100),
-    "accept len": ("accept_len", 1),
-    "tree_cache_hit_rate": ("hit_rate", 100),
-}
+# printed label -> field (a percentage: divided by 100)
+_LABELS = label_table(
+    {
+        "#running-req": "running",
+        "#running_req": "running",
+        "#queue-req": "queued",
+        "#remaining_req": "queued",
+        "#prealloc-req": "prealloc",
+        "#retracted-req": "retract_queue",
+        "token usage": "kv_usage",
+        "full token usage": "kv_full",
+        "swa token usage": "kv_swa",
+        "mamba usage": "kv_mamba",
+        "#new-seq": "new_seqs",
+        "#new_seq": "new_seqs",
+        "#new-token": "new_tokens",
+        "#new_token": "new_tokens",
+        "#cached-token": "cached_tokens",
+        "#cached_token": "cached_tokens",
+        "gen throughput (token/s)": "gen_tps",
+        "input throughput (token/s)": "prompt_tps",
+        "accept len": "accept_len",
+    },
+    percents={
+        "cache hit rate": "hit_rate",
+        "tree_cache_hit_rate": "hit_rate",
+    },
+)
 _USAGES = ("kv_usage", "kv_full", "kv_swa", "kv_mamba")
 _WAITING = ("queued", "prealloc", "retract_queue")
 # The fields without which a line says nothing about saturation.

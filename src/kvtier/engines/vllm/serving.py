@@ -45,7 +45,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kvtier.logs.records import GROUPED_INT, labelled_numbers
+from kvtier.logs.records import GROUPED_INT, label_table, labelled_numbers
 
 STATS = "Avg prompt throughput"
 V0_HIT = "Prefix cache hit rate: GPU"
@@ -61,28 +61,34 @@ _PREEMPTION = re.compile(r"is preempted by PreemptionMode\.(?:RECOMPUTE|SWAP) mo
 _CUMULATIVE = re.compile(r"total_num_cumulative_preemption=(\d{1,12})")
 _POOL_TOKENS = re.compile(r"[GC]PU KV cache size: " + GROUPED_INT + " tokens")
 
-# printed label -> (field, divisor)
-_LABELS: dict[str, tuple[str, float]] = {
-    "Avg prompt throughput": ("prompt_tps", 1),
-    "Avg generation throughput": ("gen_tps", 1),
-    "Running": ("running", 1),
-    "Waiting": ("queued", 1),
-    "Pending": ("queued", 1),
-    "Swapped": ("swapped", 1),
-    "Preemptions": ("preemptions", 1),
-    "GPU KV cache usage": ("kv_usage", 100),
-    "CPU KV cache usage": ("cpu_kv_usage", 100),  # the pool on a CPU build; V0: swap space
-    "Prefix cache hit rate": ("hit_rate", 100),
-    "External prefix cache hit rate": ("external_hit_rate", 100),
-}
+# printed label -> field (a percentage: divided by 100)
+_LABELS = label_table(
+    {
+        "Avg prompt throughput": "prompt_tps",
+        "Avg generation throughput": "gen_tps",
+        "Running": "running",
+        "Waiting": "queued",
+        "Pending": "queued",
+        "Swapped": "swapped",
+        "Preemptions": "preemptions",
+    },
+    percents={
+        "GPU KV cache usage": "kv_usage",
+        "CPU KV cache usage": "cpu_kv_usage",  # the pool on a CPU build; V0: swap space
+        "Prefix cache hit rate": "hit_rate",
+        "External prefix cache hit rate": "external_hit_rate",
+    },
+)
 
 
-_SPEC_LABELS: dict[str, tuple[str, float]] = {
-    "Mean acceptance length": ("accept_len", 1),
-    "Number of speculative tokens": ("spec_tokens", 1),
-    "Number of draft tokens": ("draft_tokens", 1),
-    "Number of emitted tokens": ("emitted_tokens", 1),
-}
+_SPEC_LABELS = label_table(
+    {
+        "Mean acceptance length": "accept_len",
+        "Number of speculative tokens": "spec_tokens",
+        "Number of draft tokens": "draft_tokens",
+        "Number of emitted tokens": "emitted_tokens",
+    },
+)
 
 
 # The V1 line without optional parts, read by one pattern (the general reader gives the same).
