@@ -75,13 +75,20 @@ class Description:
 
 
 @dataclass(frozen=True, slots=True)
-class Ledger:
+class Placement:
+    """Which engine serves which model on which GPUs, split how: a ledger's first fields, and
+    plan's JSON keys in that order."""
+
     engine: str
     model: str
     gpu: str
     gpus: int
     tp: int
     pp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger(Placement):
     era: str
     items: tuple[LedgerItem, ...]
     kv_tokens: int

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvtier.engines.deployment import Deployment
-from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger
+from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, Placement
 from kvtier.errors import DoesNotStart
 from kvtier.ledger.advise import Option
 from kvtier.ledger.target import TargetAnswer
@@ -32,13 +32,7 @@ class LedgerRow:
 
 
 @dataclass(frozen=True, slots=True)
-class PlanPayload:
-    engine: str
-    model: str
-    gpu: str
-    gpus: int
-    tp: int
-    pp: int
+class PlanPayload(Placement):
     starts: bool
     era: str
     units: str
