@@ -52,8 +52,9 @@ def test_a_repeated_prompt_recomputes_only_its_last_token() -> None:
     a = req(0, 0.0, 1500, 2, (1, 2, 3))
     b = req(1, 100.0, 1500, 2, (1, 2, 3))
     result = simulate(Trace((a, b)), config(100))
-    assert result.hit_tokens_by_tier["device"] == 1500  # b: all three blocks, 512 + 512 + 476
-    assert result.hit_rate == 0.5
+    # b: all three blocks, 512 + 512 + 476, less the last token (Req._compute_max_prefix_len)
+    assert result.hit_tokens_by_tier["device"] == 1499
+    assert result.hit_rate == 1499 / 3000
     assert result.ttft_s is not None
     # p50 of two TTFTs is their mean
     expected = (TM.prefill_s(1500, 0) + TM.prefill_s(1, 1499)) / 2

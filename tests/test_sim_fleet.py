@@ -173,7 +173,8 @@ def test_shared_store_serves_one_replicas_prefix_to_another(
         ],
     )
     assert set(out["hit_rate_by_tier"]) == {"device", "host", "shared"}
-    assert out["hit_tokens_by_tier"]["store"] == 4096  # the last request, whole, from the store
+    # the last request, whole from the store but its last token (Req._compute_max_prefix_len)
+    assert out["hit_tokens_by_tier"]["store"] == 4095
     assert out["fleet"]["shared_store"] is True
     without = run_json(capsys, argv)
     assert without["hit_tokens_by_tier"]["store"] == 0

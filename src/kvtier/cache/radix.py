@@ -294,6 +294,15 @@ class RadixTree:
             self.on_split(node, new)
         return new
 
+    def touch(self, node: TreeNode) -> None:
+        """Stamp `node` and its ancestors as just used (their eviction order), as an insert
+        that walks to it does."""
+        self.clock += 1
+        tick = self.clock
+        while node.parent is not None:
+            node.last_access = tick
+            node = node.parent
+
     # ---- locks and pins ---------------------------------------------------------------------
 
     def lock(self, node: TreeNode) -> None:

@@ -49,8 +49,9 @@ class CachePort(Protocol):
         """Device pages free or held by unpinned cached pages (evictable now)."""
         ...
 
-    def commit(self, rid: int) -> None:
-        """Prefill finished: the request's prompt blocks enter the tree (still pinned)."""
+    def commit(self, rid: int, blocks: int | None = None) -> None:
+        """Prefill finished (or a chunk of it: its first `blocks` prompt blocks): the request's
+        prompt blocks enter the tree (still pinned)."""
         ...
 
     def release(self, rid: int) -> None:

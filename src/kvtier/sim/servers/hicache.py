@@ -75,21 +75,32 @@ class TieredCachePort:
     def room(self) -> int:
         return self.cache.num_free_device_pages + self.cache.tree.size(Tier.DEVICE).evictable
 
-    def commit(self, rid: int) -> None:
-        """Insert the prompt's pages and move the lock onto them (SGLang's
-        cache_unfinished_req after the last prefill chunk)."""
+    def commit(self, rid: int, blocks: int | None = None) -> None:
+        """Insert the prompt's first `blocks` pages (all: None) and move the lock onto them
+        (SGLang's checkpoint after each prefill chunk, cache_unfinished_req after the last)."""
         adm = self._held[rid]
         cache = self.cache
-        n = len(adm.keys)
-        result = cache.insert(adm.keys, adm.pages[:n])
-        cache.free_device(adm.pages[adm.num_cached : result.prefix_len])
+        n = len(adm.keys) if blocks is None else blocks
+        if n <= adm.num_cached:
+            return
+        # the insert resumes below the locked path it already holds
+        held = MatchResult(adm.pages[: adm.num_cached], 0, adm.last_node, adm.last_node,
+                           adm.num_cached)  # fmt: skip
+        keys = adm.keys if n == len(adm.keys) else adm.keys[:n]
+        result = cache.insert(keys, adm.pages[:n], held)
+        if result.prefix_len > adm.num_cached:
+            cache.free_device(adm.pages[adm.num_cached : result.prefix_len])
         cache.lock(result.last_node)
         cache.unlock(adm.last_node)
-        # from here on only the output pages, adm.pages[n:], are the request's own
+        # from here on only the pages past the n-th, adm.pages[n:], are the request's own
         adm.num_cached, adm.last_node = n, result.last_node
 
     def release(self, rid: int) -> None:
-        request.abort(self.cache, self._held.pop(rid))
+        """Unpin and free the request's own pages. Its prompt's path counts as used now:
+        SGLang's release_kv_cache inserts prompt and output, stamping the path."""
+        adm = self._held.pop(rid)
+        self.cache.tree.touch(adm.last_node)
+        request.abort(self.cache, adm)
 
     def evictions(self) -> dict[str, int]:
         c = self.cache.counters()

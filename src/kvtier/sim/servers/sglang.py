@@ -6,7 +6,10 @@ decode). A prefill batch continues the request being chunked, then admits waitin
 arrival order (`--schedule-policy fcfs`) while the chunk budget, the running-request cap and the
 device pages last; the head of the queue blocks the rest. An admitted request reserves device
 pages for its whole prompt and output, so nothing is ever retracted (SGLang reserves an
-estimate and retracts on overflow; this is the conservative side of that).
+estimate and retracts on overflow; this is the conservative side of that). A chunked prompt's
+finished chunks enter the tree at the end of each step (`Scheduler.stash_chunked_request`), a
+match stops a token short of the prompt (`Req._compute_max_prefix_len`) and a finished request's
+path counts as used when it finishes (`release_kv_cache`).
 
 A decode step produces one token for every running request (with speculative decoding, the
 accept length: `kvtier.sim.speculative`). Consecutive decode steps of an
@@ -54,6 +57,7 @@ class EngineConfig:
     max_running_requests: int
     chunked_prefill_size: int  # prefill tokens per step
     context_length: int | None = None
+    page_size: int = 1  # the engine's tokens per KV page
 
 
 @dataclass(slots=True)
@@ -100,6 +104,8 @@ class SGLangServer:
         # the request that lacked pages at its last try, and how many; retried once they are there
         self._blocked: Live | None = None
         self._blocked_need = 0
+        # chunked prompts' blocks done and not yet in the tree: rid -> (request, blocks)
+        self._unsaved: dict[int, tuple[Live, int]] = {}
 
     @property
     def running(self) -> int:
@@ -148,6 +154,8 @@ class SGLangServer:
         self.waiting.append(Live(req, rec))
         if self.prefetch is None:
             return
+        if self._unsaved:
+            self._save_chunks()
         hit = self.cache.match(req.blocks)
         # the match must end at a node with a host copy (which node: the era's rule)
         backed_up = hit.backed_up or (self.prefetch.rules.start_after_host_hit and hit.host > 0)
@@ -190,7 +198,18 @@ class SGLangServer:
             return i
         return None
 
+    def _save_chunks(self) -> None:
+        """Insert the chunks done of the prompts being chunked, before a match that may hit
+        them (the tree reads the same as had each gone in when its step ended)."""
+        for rid, (live, blocks) in self._unsaved.items():
+            self.cache.commit(rid, blocks)
+            if self._blocked is not None:
+                self._relax_need(live.req.blocks[:blocks])
+        self._unsaved.clear()
+
     def _admit(self, now: float, index: int) -> Live | None:
+        if self._unsaved:
+            self._save_chunks()
         live = self.waiting[index]
         req = live.req
         bs = self.config.block_size
@@ -209,9 +228,13 @@ class SGLangServer:
             return None
         self._blocked, self._blocked_need = None, 0
         del self.waiting[index]
-        on_device = req.prefix_tokens(hit.device, bs)
-        on_host = req.prefix_tokens(hit.device + hit.host, bs)
-        in_store = req.prefix_tokens(hit.blocks, bs)
+        # Req._compute_max_prefix_len (v0.4-v0.5.23): a match stops a token short of the
+        # prompt, whose last token is recomputed for the first output
+        page = self.config.page_size
+        cap = (req.input_len - 1) // page * page
+        on_device = min(req.prefix_tokens(hit.device, bs), cap)
+        on_host = min(req.prefix_tokens(hit.device + hit.host, bs), cap)
+        in_store = min(req.prefix_tokens(hit.blocks, bs), cap)
         live.rec.hit_tokens = {
             Tier.DEVICE: on_device,
             Tier.HOST: on_host - on_device,
@@ -237,7 +260,10 @@ class SGLangServer:
                 break
             index = ready
             if self.waiting[index] is self._blocked and self.cache.room() < self._blocked_need:
-                break
+                if self._unsaved:
+                    self._save_chunks()
+                if self.cache.room() < self._blocked_need:
+                    break
             admitted = self._admit(now, index)
             if admitted is None:
                 break
@@ -249,8 +275,7 @@ class SGLangServer:
         return self.timing.overlapped_s(self._compute_s, self._load_s)
 
     def _take_chunk(self, live: Live) -> None:
-        # a full hit still recomputes the last prompt token to produce the first output
-        prefix = min(live.prefilled, live.req.input_len - 1)
+        prefix = live.prefilled
         chunk = min(live.req.input_len - prefix, self._budget)
         self._budget -= chunk
         self._compute_s += self.timing.prefill_s(chunk, prefix)
@@ -310,10 +335,13 @@ class SGLangServer:
             if not self.decoding:
                 self._decode_kv = 0.0  # what float sums leave behind
             return done
+        chunked = []
         for live in self._pending:
             if live.prefilled < live.req.input_len:
+                chunked.append(live)
                 continue
             self.prefilling.remove(live)
+            self._unsaved.pop(live.req.rid, None)
             self.cache.commit(live.req.rid)
             if self._blocked is not None:
                 self._relax_need(live.req.blocks)
@@ -328,6 +356,11 @@ class SGLangServer:
             self._decode_kv += live.req.input_len + 1
             steps = self.timing.decode_iterations(live.req.output_len - 1)
             heapq.heappush(self._finish_heap, (self._steps + steps, live.req.rid))
+        for live in chunked:
+            # Scheduler.stash_chunked_request (checkpoint_kv_cache, v0.5.23; cache_unfinished_req
+            # before): the chunks done enter the tree before the next batch is formed, whole
+            # trace blocks of them; inserted when a match may see them (_save_chunks)
+            self._unsaved[live.req.rid] = (live, live.prefilled // self.config.block_size)
         self._pending = []
         return done
 
@@ -372,5 +405,6 @@ def build(config: SimConfig) -> SGLangServer:
         config.max_running_requests,
         config.chunked_prefill_size,
         config.context_length,
+        config.page_size,
     )
     return SGLangServer(port, config.timing, limits, prefetch)
