@@ -17,6 +17,7 @@ from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Ledger, LedgerItem
 from kvtier.engines.log_geometry import LogGeometry
 from kvtier.engines.settings import Settings
+from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact
 from kvtier.logs.records import Args
 from kvtier.model.description import ModelSpec
@@ -150,6 +151,16 @@ class LogLedger:
 
 
 _PREFIX_SPAN = 160
+
+
+def require_memory_lines(failure: Fact[str] | None, printed: bool, lines: str) -> None:
+    """Refuse a log that shows neither a failed start nor any of the memory lines the engine
+    prints at startup (`lines`, as quoted in the message)."""
+    if failure is None and not printed:
+        raise KvtierError(
+            f"the log lacks the memory lines kvtier needs: one of {lines}. Paste the whole "
+            "startup log, from the launch to the first request"
+        )
 
 
 def logged_item(name: str, fact: Fact[float]) -> LedgerItem:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from kvtier.engines import explain as engines_explain
 from kvtier.engines.deployment import Deployment, Measured
 from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
 from kvtier.engines.inputs import stage_layers
@@ -38,16 +39,8 @@ class SGLangExplain:
     cell_rule = "SGLang cell size (get_cell_size_per_token)"
 
     def require_memory_lines(self, startup: SGLangStartup) -> None:
-        if startup.failure is not None:
-            return
-        if startup.load_begin or startup.weights or startup.pools or startup.summary:
-            return
-        raise KvtierError(
-            "the log lacks the memory lines kvtier needs: one of "
-            "'Load weight end. ... avail mem=X GB, mem usage=Y GB.', "
-            "'KV Cache is allocated. #tokens: N, ...' or 'max_total_num_tokens=N, ...'. Paste the "
-            "whole startup log, from the launch to the first request"
-        )
+        printed = startup.load_begin or startup.weights or startup.pools or startup.summary
+        engines_explain.require_memory_lines(startup.failure, bool(printed), _MEMORY_LINES)
 
     def printed_args(self, startup: SGLangStartup) -> list[Args]:
         return [a for a in (startup.server_args, startup.launch) if a is not None]
@@ -240,3 +233,10 @@ def _charged_state_gib(inp: LogInputs[SGLangMemory], s: SGLangStartup) -> float 
 
 
 EXPLAIN = SGLangExplain()
+
+
+# the memory lines a start prints, as the refusal of a log without them quotes them
+_MEMORY_LINES = (
+    "'Load weight end. ... avail mem=X GB, mem usage=Y GB.', "
+    "'KV Cache is allocated. #tokens: N, ...' or 'max_total_num_tokens=N, ...'"
+)

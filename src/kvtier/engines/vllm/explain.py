@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from kvtier.engines import explain as engines_explain
 from kvtier.engines.deployment import Deployment, Measured
 from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
 from kvtier.engines.kvdtype import KVDtype
@@ -36,22 +37,14 @@ class VllmExplain:
     cell_rule = "vLLM page bytes (real_page_size_bytes) x layers / block size"
 
     def require_memory_lines(self, startup: VllmStartup) -> None:
-        if startup.failure is not None:
-            return
-        if (
+        printed = (
             startup.available_kv_gib
             or startup.kv_memory_override_gib
             or startup.requested_gib
             or startup.kv_tokens is not None
             or startup.gpu_blocks is not None
-        ):
-            return
-        raise KvtierError(
-            "the log lacks the memory lines kvtier needs: one of "
-            "'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' "
-            "(or V0 '# GPU blocks: N' / 'Memory profiling results: ...'). Paste the whole "
-            "startup log, from the launch to the first request"
         )
+        engines_explain.require_memory_lines(startup.failure, bool(printed), _MEMORY_LINES)
 
     def printed_args(self, startup: VllmStartup) -> list[Args]:
         return [a for a in (startup.args, startup.launch) if a is not None]
@@ -214,3 +207,10 @@ def _measured(
 
 
 EXPLAIN = VllmExplain()
+
+
+# the memory lines a start prints, as the refusal of a log without them quotes them
+_MEMORY_LINES = (
+    "'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' "
+    "(or V0 '# GPU blocks: N' / 'Memory profiling results: ...')"
+)
