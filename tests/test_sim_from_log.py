@@ -281,7 +281,7 @@ def test_a_log_faster_than_the_deployment_is_refused(capsys: pytest.CaptureFixtu
     mtp = FIXTURES / "vllm-2026-05-v1-mtp-kv-full.log"
     argv = ["simulate", "--from-log", str(mtp), *DEPLOYMENT, "--mean-prompt-tokens", "2000"]
     code, _, err = _run(argv, capsys)
-    assert code == 2 and "decodes 1.20x faster than the given model can read its bytes" in err
+    assert code == 2 and "decodes 1.26x faster than the given model can read its bytes" in err
 
 
 def test_fitted_trace_is_written_and_replays(

@@ -13,7 +13,15 @@ from kvtier.model.gpu import GpuSpec
 from kvtier.model.weights import weight_bytes
 from kvtier.sim import speculative
 from kvtier.sim.speculative import SpecDecode
-from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
+from kvtier.sim.timing import (
+    FORWARD_OVERHEAD_GPUS,
+    FORWARD_OVERHEAD_MS,
+    Hardware,
+    ModelCost,
+    TimingFlags,
+    TimingModel,
+    default_host_gbps,
+)
 from kvtier.units import GiB
 
 Sources = list[tuple[str, str]]
@@ -64,7 +72,26 @@ def hardware(gpu: GpuSpec, d: Deployment, flags: TimingFlags, sources: Sources) 
         flags.store_gbps,
         allreduce,
         latency_us * 1e-6,
-        flags.step_overhead_ms * 1e-3,
+        forward_overhead_ms(flags) * 1e-3,
+    )
+
+
+def forward_overhead_ms(flags: TimingFlags) -> float:
+    """The fixed cost of a forward pass: the flag's, else the calibrated default."""
+    given = flags.step_overhead_ms
+    return FORWARD_OVERHEAD_MS if given is None else given
+
+
+def _overhead_words(gpu: GpuSpec, flags: TimingFlags) -> str:
+    """How the fixed cost of a forward pass was chosen, for the timing source line."""
+    ms = forward_overhead_ms(flags)
+    if flags.step_overhead_ms is not None:
+        return f"{ms:g} ms a forward pass (--step-overhead-ms)"
+    if gpu.name in FORWARD_OVERHEAD_GPUS:
+        return f"{ms:g} ms a forward pass (calibrated on H100 / H200 bs=1 decode, +-0.1 ms)"
+    return (
+        f"{ms:g} ms a forward pass (uncalibrated on {gpu.name}: set on H100 / H200; published "
+        "bs=1 rows on other GPUs read 0-3.2 ms; --step-overhead-ms)"
     )
 
 
@@ -193,11 +220,7 @@ def timing_model(
         spec_decode(d, ledger, cost, flags, sources),
     )
     _check_finite(tm, flags)
-    overhead = (
-        f"; {flags.step_overhead_ms:g} ms a decode iteration (--step-overhead-ms)"
-        if flags.step_overhead_ms
-        else "; no per-iteration overhead (--step-overhead-ms)"
-    )
+    overhead = f"; {_overhead_words(gpu, flags)}"
     sources.append(
         (
             "timing",

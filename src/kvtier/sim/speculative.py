@@ -6,7 +6,8 @@ vLLM `EagleProposer` / `NgramProposer` with the target's verify, v0.5.x / v0.10+
   draft    `passes` forward passes of the draft over B x topk tokens: SGLang runs num_steps - 1
            draft steps and one draft extend over the accepted tokens, num_steps in all; vLLM
            proposes num_speculative_tokens tokens, one pass each. A pass reads the draft's
-           weights and the draft's KV of the batch (the ledger's draft pool). N-gram drafts on
+           weights and the draft's KV of the batch (the ledger's draft pool) and pays the
+           fixed cost of a forward pass, as the verify pass does. N-gram drafts on
            the CPU: no pass.
   verify   one target pass over B x D tokens, D the draft tokens per request (SGLang
            --speculative-num-draft-tokens, the tree's nodes with the root; vLLM
@@ -91,7 +92,7 @@ class SpecDecode:
         rate = hw.hbm_gbps * 1e9 * timing.hbm_efficiency
         peak = hw.bf16_dense_tflops * 1e12 * timing.compute_efficiency
         tokens = batch * self.topk
-        fixed = timing.allreduce_s(tokens, self.draft_layers)
+        fixed = hw.step_overhead_s + timing.allreduce_s(tokens, self.draft_layers)
         kvb = self.draft_kv_bytes_per_token
         mem = (fixed + (self.draft_weight_bytes + kv0 * kvb) / rate, grow * kvb / rate)
         # 2 FLOPs per weight per token, the draft's weights in 2-byte elements

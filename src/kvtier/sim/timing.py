@@ -5,14 +5,18 @@ Every constant here is named, sourced, and overridable from `kvtier simulate`'s 
   prefill  compute-bound: (2 x active params x new tokens + attention FLOPs over the prefix)
            / (TP ranks x bf16 dense peak x COMPUTE_EFFICIENCY)
   decode   one iteration of a batch of B requests holding K KV tokens, each verifying D
-           tokens (D = 1 without speculative decoding, `kvtier.sim.speculative`):
-           overhead + TP all-reduces + max(memory, compute) of the target, plus the draft's
-           passes; memory = (weight bytes read per rank + K x KV bytes per token per rank) /
-           (HBM bandwidth x HBM_EFFICIENCY), where an MoE step reads the dense weights and only
-           the routed experts its B x D tokens touch: E x (1 - (1 - k/E)^(B x D)) of E experts
-           when each token picks k at random; compute = (2 x active params x B x D + 2 x layers
-           x attention width x D x K) / (TP x bf16 peak x COMPUTE_EFFICIENCY). The iteration
-           commits the accept length (1 without a draft) of tokens per request.
+           tokens (D = 1 without speculative decoding, `kvtier.sim.speculative`): forward
+           cost + TP all-reduces + max(memory, compute) of the target, plus the draft's
+           passes, each paying the forward cost too; memory = (weight bytes read per rank
+           + K x KV bytes per token per rank) / (HBM bandwidth x HBM_EFFICIENCY), where an
+           MoE step reads the dense weights and only the routed experts its B x D tokens
+           touch: E x (1 - (1 - k/E)^(B x D)) of E experts when each token picks k at
+           random; compute = (2 x active params x B x D + 2 x layers x attention width x D
+           x K) / (TP x bf16 peak x COMPUTE_EFFICIENCY). The iteration commits the accept
+           length (1 without a draft) of tokens per request.
+  forward  a fixed cost of every forward pass, target or draft, decode, verify or prefill
+           batch (CUDA-graph replay or kernel launches, sampling, the scheduler), not
+           proportional to bytes: FORWARD_OVERHEAD_MS
   all-reduce  two per layer (attention and MLP outputs) of B x D x hidden x 2 bytes (bf16
            activations), ring over the TP ranks: latency + 2 (n - 1) / n x bytes / bus
            bandwidth (nccl-tests' busbw); none at TP 1
@@ -41,6 +45,14 @@ if TYPE_CHECKING:
 COMPUTE_EFFICIENCY = 0.4
 # Fraction of peak HBM bandwidth memory-bound decode kernels sustain.
 HBM_EFFICIENCY = 0.8
+# Fixed cost of one forward pass (ms). At HBM_EFFICIENCY, bs=1 decode of Qwen3-8B on one GPU reads
+# 1.15 (H100, vLLM v0.11.0 bf16: 7.28 ms TPOT against 6.14 ms of bytes), 0.96 (H100, SGLang
+# v0.5.3.post3 FP8 EAGLE-3: 8.74 ms an iteration of 5 passes against 3.94 ms of bytes) and 1.06
+# (H200, SGLang bf16: 5.35 ms against 4.29 ms): their mean, +-0.1 ms. Solved for both unknowns,
+# the two H100 rows give 0.93 ms and an efficiency of 0.77 (docs/validation.md).
+FORWARD_OVERHEAD_MS = 1.05
+# GPUs whose published rows set it; on the others it is uncalibrated
+FORWARD_OVERHEAD_GPUS = ("H100 SXM", "H200")
 # Read bandwidth of the node's L3 store: one NVMe SSD on PCIe 4.0 x4 (~7 GB/s peak sequential),
 # derated for page-sized reads.
 STORE_GBPS = 5.0
@@ -135,7 +147,7 @@ class Hardware:
     store_gbps: float = STORE_GBPS  # the node's L3 store, read by every rank for its copy
     allreduce_gbps: float = 0.0  # all-reduce bus bandwidth between the TP ranks (0: free)
     allreduce_latency_s: float = 0.0  # one all-reduce's fixed cost
-    step_overhead_s: float = 0.0  # per decode iteration: scheduler, CUDA-graph replay
+    step_overhead_s: float = 0.0  # per forward pass: CUDA-graph replay, sampling, scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +228,10 @@ class TimingModel:
             lo, hi = (mid, hi) if lines.total(mid) < budget_s else (lo, mid)
         return hi
 
+    def prefill_batch_s(self, compute_s: float) -> float:
+        """A prefill batch's compute, its chunks' `prefill_s` summed, as one forward pass."""
+        return compute_s + self.hw.step_overhead_s
+
     def prefill_flops(self, new_tokens: int, prefix_tokens: int) -> float:
         """FLOPs of a prefill chunk of `new_tokens` after `prefix_tokens` already in KV.
 
@@ -273,6 +289,6 @@ class TimingFlags:
     store_gbps: float = STORE_GBPS
     allreduce_gbps: float | None = None
     allreduce_latency_us: float | None = None
-    step_overhead_ms: float = 0.0
+    step_overhead_ms: float | None = None  # None: FORWARD_OVERHEAD_MS
     accept_length: float | None = None  # speculative decoding's tokens per iteration
     accept_origin: str = "--accept-length"

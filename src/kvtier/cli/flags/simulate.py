@@ -266,7 +266,8 @@ TIMING = (
          help="one all-reduce's fixed cost (default: catalog)"),
     flag("--step-overhead-ms", group="timing", commands=SIM, sample=("1",),
          type=number(0.0, 1e4), metavar="MS",
-         help="fixed cost of a decode iteration (scheduler, CUDA-graph replay; default 0)"),
+         help="fixed cost of a forward pass: decode, verify, each draft pass, a prefill batch "
+         "(CUDA-graph replay, sampling, scheduler; default 1.05, docs/validation.md)"),
 )
 
 FITTED = (

@@ -272,7 +272,7 @@ class SGLangServer:
         if not self._pending:
             return None
         self.pcie_busy_s += self._load_s
-        return self.timing.overlapped_s(self._compute_s, self._load_s)
+        return self.timing.overlapped_s(self.timing.prefill_batch_s(self._compute_s), self._load_s)
 
     def _take_chunk(self, live: Live) -> None:
         prefix = live.prefilled

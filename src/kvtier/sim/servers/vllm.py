@@ -195,8 +195,10 @@ class VllmServer:
 
     def _duration(self, steps: int) -> float:
         compute, kv, decode, load_s, read_s = self._cost
-        if decode:
+        if decode:  # the step's prefill chunks ride in the decode iterations' forward pass
             compute += self.timing.decode_tokens_s(steps, kv, decode)
+        else:
+            compute = self.timing.prefill_batch_s(compute)
         return compute + load_s + read_s
 
     def cut(self, start: float, now: float) -> float | None:
