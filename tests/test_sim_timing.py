@@ -9,6 +9,7 @@ import pytest
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.errors import KvtierError
 from kvtier.sim.setup import build_config
+from kvtier.sim.speculative import SpecDecode
 from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
 
 DENSE = ModelCost(8_000_000_000, 16e9, 131_072, 32, 8192)
@@ -114,3 +115,33 @@ def test_flags_override_the_catalog() -> None:
 def test_what_the_simulator_does_not_model_is_refused(deployment: Deployment, message: str) -> None:
     with pytest.raises(KvtierError, match=message):
         build_config(deployment, 512, device_tokens=10_000)
+
+
+def test_every_forward_pass_pays_the_fixed_cost() -> None:
+    # 1 ms a pass: a plain decode step pays it once, an EAGLE-3 iteration of 4 draft passes and
+    # a verify five times, a prefill batch once however many chunks it holds
+    paid = Hardware(989.0, 3350.0, 64.0, 256.0, 8, step_overhead_s=1e-3)
+    eagle = SpecDecode("EAGLE3", 4, 4, 16, 2.88, "given", 0.26e9, 4096.0)
+    for spec, passes in ((None, 1), (eagle, 5)):
+        free, cost = (TimingModel(DENSE, hw, 1, spec=spec) for hw in (H100, paid))
+        extra = cost.decode_steps_s(3, 344, 2) - free.decode_steps_s(3, 344, 2)
+        assert extra == pytest.approx(3 * passes * 1e-3, rel=1e-9)
+    assert TimingModel(DENSE, paid, 1).prefill_batch_s(0.25) == 0.25 + 1e-3
+
+
+@pytest.mark.parametrize(
+    ("gpu", "given", "seconds", "words"),
+    [
+        ("h100", None, 1.05e-3, "1.05 ms a forward pass (calibrated on H100 / H200"),
+        ("A100 80GB", None, 1.05e-3, "(uncalibrated on A100 80GB: set on H100 / H200;"),
+        ("h100", 0.0, 0.0, "0 ms a forward pass (--step-overhead-ms)"),
+    ],
+)
+def test_the_forward_cost_says_where_it_was_set(
+    gpu: str, given: float | None, seconds: float, words: str
+) -> None:
+    d = Deployment(Engine.SGLANG, "llama-3.1-8b", gpu=gpu, mem_fraction=0.88)
+    flags = TimingFlags(step_overhead_ms=given)
+    config = build_config(d, 512, device_tokens=100_000, timing=flags)
+    assert config.timing.hw.step_overhead_s == pytest.approx(seconds)
+    assert words in dict(config.sources)["timing"]
