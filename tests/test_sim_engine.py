@@ -173,9 +173,10 @@ def test_a_store_hit_under_the_threshold_is_not_prefetched() -> None:
 def test_a_host_hit_under_ten_tokens_is_recomputed() -> None:
     # 8-token blocks, device of 4: x evicts a's prompt blocks to the host (write-through)
     a = req(0, 0.0, 16, 8, (1, 2))
-    x = req(1, 10.0, 24, 8, (5, 6, 7))
+    # (prompt, output and a page fit strictly below the 32-token pool: PrefillAdder.add_one_req)
+    x = req(1, 10.0, 24, 6, (5, 6, 7))
     b = req(2, 20.0, 16, 8, (1, 9))  # one 8-token host block: under HiCache's 10, recomputed
-    c = req(2, 20.0, 24, 8, (1, 2, 3))  # two host blocks, 16 tokens: loaded back
+    c = req(2, 20.0, 24, 6, (1, 2, 3))  # two host blocks, 16 tokens: loaded back
     cfg = SimConfig(32, 64, 1, 8, "write_through", 64, 8192, TM, ())
     no_load = simulate(Trace((a, x, b), 8), cfg).hit_tokens_by_tier
     assert no_load == {"device": 0, "host": 0, "store": 0}

@@ -82,8 +82,13 @@ def test_no_request_is_lost(
     trace: Trace, device: int, ratio: int, running: int, chunk_blocks: int
 ) -> None:
     result = simulate(trace, config(device, ratio, max_running=running, chunk=512 * chunk_blocks))
+    # whole blocks for prompt and output, and PrefillAdder.add_one_req's prompt, output and
+    # page strictly below the pool
     never_fit = {
-        r.rid for r in trace.requests if math.ceil((r.input_len + r.output_len) / 512) > device
+        r.rid
+        for r in trace.requests
+        if math.ceil((r.input_len + r.output_len) / 512) > device
+        or len(r.blocks) * 512 + r.output_len + 1 >= device * 512
     }
     assert result.requests == len(trace.requests)
     assert result.finished + result.rejected == result.requests

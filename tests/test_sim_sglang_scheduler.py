@@ -134,12 +134,12 @@ def test_sglang_scheduler_model_against_sglang_classes() -> None:
         f"SGLang {engine['evicted_prompt_tokens']:,}, kvtier {model['evicted_prompt_tokens']:,}"
     )
     assert len(engine["cached_tokens"]) == REQUESTS
-    assert abs(hits_model - hits_engine) <= 0.01 * hits_engine
-    assert len(same) >= REQUESTS - 3
+    # every request hits the same prefix, in the same prefill batches
+    assert model["cached_tokens"] == engine["cached_tokens"]
+    assert model["prefill_batches"] == batches
     # kvtier's model never retracts: SGLang must not either when outputs are fixed lengths
     assert engine["retracted"] == 0
-    # the first nine prefill batches, chunked prompts' checkpoints included, are the same requests
-    assert batches[:9] == model["prefill_batches"][:9]
-    # the pool evicts on both sides, by about as much
+    # the pool evicts on both sides, by about as much: SGLang also caches the generated tokens,
+    # a leaf below each finished prompt that goes first
     evicted = engine["evicted_prompt_tokens"]
     assert evicted > 0 and abs(model["evicted_prompt_tokens"] - evicted) <= 0.1 * evicted

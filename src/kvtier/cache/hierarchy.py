@@ -145,6 +145,11 @@ class TieredCache:
     # ---- device pages for callers ------------------------------------------------------------
 
     @property
+    def evicted_pages(self) -> int:
+        """Pages evicted from either tier so far."""
+        return self._device_evicted + self._host_evicted
+
+    @property
     def num_free_device_pages(self) -> int:
         return self.device_pool.num_free
 

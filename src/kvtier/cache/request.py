@@ -48,6 +48,18 @@ def admit(
         match = cache.match_prefix(keys)
     if not fits(cache, match, len(keys) - match.num_device_pages + extra_pages):
         return None
+    adm = hold(cache, keys, match)
+    new = cache.alloc_device(len(keys) - adm.num_cached + extra_pages)
+    if new is None:
+        cache.unlock(adm.last_node)
+        return None
+    adm.pages = adm.pages + new  # type: ignore[operator]  # one cache: both lists or both Pages
+    return adm
+
+
+def hold(cache: TieredCache, keys: KeyRun, match: MatchResult) -> Admission:
+    """Load the match's host (and store) part back and lock the prefix; the uncached rest gets
+    no page here (the caller allocates them, as an engine does when the batch runs)."""
     cached_before = match.num_device_pages + match.num_host_pages
     store_hit = 0
     if match.num_store_pages:
@@ -61,19 +73,8 @@ def admit(
         prefix, last = match.device_pages, match.last_device_node
         host_hit = store_hit = 0
     cache.lock(last)
-    new = cache.alloc_device(len(keys) - len(prefix) + extra_pages)
-    if new is None:
-        cache.unlock(last)
-        return None
     return Admission(
-        keys,
-        prefix + new,  # type: ignore[operator]  # one cache: both lists or both Pages
-        len(prefix),
-        last,
-        match.num_device_pages,
-        host_hit,
-        store_hit,
-        load,
+        keys, prefix, len(prefix), last, match.num_device_pages, host_hit, store_hit, load
     )
 
 

@@ -30,23 +30,38 @@ class CachePort(Protocol):
     """The tiered cache as the scheduler drives it; one instance per simulated server."""
 
     device_pages: int  # capacity of the device tier, in blocks
+    loose_pages: int  # device pages held for the running requests' generated tokens
 
     def match(self, blocks: Sequence[int]) -> PrefixHit:
         """Longest cached prefix of `blocks` across tiers; refreshes its recency."""
         ...
 
     def admit(
-        self, rid: int, blocks: Sequence[int], extra_pages: int, store_pages: int, load_back: bool
-    ) -> PrefixHit | None:
-        """Pin the longest cached prefix, load its host part and up to `store_pages` of its store
-        part to the device (neither when `load_back` is False), and reserve device pages for the
-        other prompt blocks plus `extra_pages`, evicting as needed. Returns the hit as served (a
-        part that could not be loaded is recomputed, not a hit); None, and no change, when the
-        device cannot hold the request now."""
+        self, rid: int, blocks: Sequence[int], store_pages: int, load_back: bool
+    ) -> PrefixHit:
+        """Pin the longest cached prefix (the last `match` of `blocks`) and load its host part and
+        up to `store_pages` of its store part to the device (neither when `load_back` is False).
+        Returns the hit as served (a part that could not be loaded is recomputed, not a hit).
+        The other prompt blocks get their pages from `grow`."""
         ...
 
-    def room(self) -> int:
-        """Device pages free or held by unpinned cached pages (evictable now)."""
+    def room(self, locked: bool = False) -> int:
+        """Device pages free or held by unpinned cached pages (evictable now); `locked`: with
+        the last match's device prefix pinned."""
+        ...
+
+    def grow(self, rid: int, pages: int) -> bool:
+        """`pages` more device pages for the request, evicting as needed; False, and no
+        change, when the device cannot give them."""
+        ...
+
+    def held(self, rid: int) -> int:
+        """Device pages the request holds, its cached prefix's included."""
+        ...
+
+    def hold_loose(self, pages: int) -> bool:
+        """Hold `pages` device pages for the running requests' generated tokens, evicting as
+        needed; False, and no change, when the device cannot give them."""
         ...
 
     def commit(self, rid: int, blocks: int | None = None) -> None:

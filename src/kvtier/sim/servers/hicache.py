@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from kvtier.cache import request
 from kvtier.cache.hierarchy import TieredCache, WritePolicy
+from kvtier.cache.keys import as_run
 from kvtier.cache.radix import MatchResult
 from kvtier.cache.storage import AccountingStorage, Tier
 from kvtier.sim.servers.cache_port import PrefixHit
@@ -45,17 +46,30 @@ class TieredCachePort:
         )
         self._held: dict[int, request.Admission] = {}
         self._last: tuple[Sequence[int], MatchResult] | None = None
+        self._loose: list[int] = []  # pages of the running requests' generated tokens
+        self.loose_pages = 0
+        self._inserts = 0  # admissions and commits: either may lengthen a match
+        self._moved = -1  # _inserts + evicted pages at the last match
+        self._hit = PrefixHit(0, 0, 0)
 
     def match(self, blocks: Sequence[int]) -> PrefixHit:
-        m = self.cache.match_prefix(blocks)
-        self._last = (blocks, m)
+        cache = self.cache
+        moved = self._inserts + cache.evicted_pages
+        last = self._last
+        if last is not None and last[0] is blocks and moved == self._moved:
+            # nothing entered or left the tree since: the same match, stamped as a walk would
+            cache.tree.touch(last[1].last_node)
+            return self._hit
+        m = cache.match_prefix(blocks)
+        self._last, self._moved = (blocks, m), moved
         node = m.last_device_node
-        backed_up = node is self.cache.tree.root or node.host is not None
-        return PrefixHit(m.num_device_pages, m.num_host_pages, m.num_store_pages, backed_up)
+        backed_up = node is cache.tree.root or node.host is not None
+        self._hit = PrefixHit(m.num_device_pages, m.num_host_pages, m.num_store_pages, backed_up)
+        return self._hit
 
     def admit(
-        self, rid: int, blocks: Sequence[int], extra_pages: int, store_pages: int, load_back: bool
-    ) -> PrefixHit | None:
+        self, rid: int, blocks: Sequence[int], store_pages: int, load_back: bool
+    ) -> PrefixHit:
         cache = self.cache
         if self._last is not None and self._last[0] is blocks:
             m = self._last[1]
@@ -66,23 +80,58 @@ class TieredCachePort:
             m = m._replace(num_host_pages=0, num_store_pages=0, last_node=m.last_device_node)
         elif m.num_store_pages > store_pages:
             m = m._replace(num_store_pages=store_pages)
-        adm = request.admit(cache, blocks, extra_pages, m)
-        if adm is None:
-            return None
+        adm = request.hold(cache, as_run(blocks)[:], m)
+        self._inserts += 1
         self._held[rid] = adm
         return PrefixHit(adm.device_hit, adm.host_hit, adm.store_hit)
 
-    def room(self) -> int:
-        return self.cache.num_free_device_pages + self.cache.tree.size(Tier.DEVICE).evictable
+    def room(self, locked: bool = False) -> int:
+        tree = self.cache.tree
+        room = self.cache.device_pool.num_free + tree.device_total - tree.device_protected
+        if locked and self._last is not None:
+            # what lock(last device node) would take out of the evictable pages
+            node, root = self._last[1].last_device_node, tree.root
+            while node is not root:
+                if not node.lock_ref and not node.pinned:
+                    room -= node.size
+                node = node.parent  # type: ignore[assignment]
+        return room
+
+    def grow(self, rid: int, pages: int) -> bool:
+        adm = self._held[rid]
+        new = self.cache.alloc_device(pages) if pages > 0 else []
+        if new is None:
+            return False
+        adm.pages = adm.pages + new  # type: ignore[operator]  # lists: page_runs=False
+        return True
+
+    def held(self, rid: int) -> int:
+        return len(self._held[rid].pages)
+
+    def hold_loose(self, pages: int) -> bool:
+        loose = self._loose
+        have = len(loose)
+        if pages < have:
+            self.cache.free_device(loose[pages:])
+            del loose[pages:]
+        elif pages > have:
+            new = self.cache.alloc_device(pages - have)
+            if new is None:
+                return False
+            loose.extend(new)
+        self.loose_pages = pages
+        return True
 
     def commit(self, rid: int, blocks: int | None = None) -> None:
         """Insert the prompt's first `blocks` pages (all: None) and move the lock onto them
         (SGLang's checkpoint after each prefill chunk, cache_unfinished_req after the last)."""
         adm = self._held[rid]
         cache = self.cache
-        n = len(adm.keys) if blocks is None else blocks
+        # pages it could not be given (the device ran short) stay uncached
+        n = min(len(adm.keys) if blocks is None else blocks, len(adm.pages))
         if n <= adm.num_cached:
             return
+        self._inserts += 1
         # the insert resumes below the locked path it already holds
         held = MatchResult(adm.pages[: adm.num_cached], 0, adm.last_node, adm.last_node,
                            adm.num_cached)  # fmt: skip
@@ -99,8 +148,12 @@ class TieredCachePort:
         """Unpin and free the request's own pages. Its prompt's path counts as used now:
         SGLang's release_kv_cache inserts prompt and output, stamping the path."""
         adm = self._held.pop(rid)
-        self.cache.tree.touch(adm.last_node)
-        request.abort(self.cache, adm)
+        cache = self.cache
+        cache.tree.touch(adm.last_node)
+        if len(adm.pages) > adm.num_cached:
+            request.abort(cache, adm)
+        else:  # a committed prompt holds no page of its own
+            cache.unlock(adm.last_node)
 
     def evictions(self) -> dict[str, int]:
         c = self.cache.counters()

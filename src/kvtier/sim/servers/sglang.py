@@ -3,13 +3,17 @@
 Each engine step is either a prefill batch or a decode step, prefill first, as SGLang's
 scheduler does (`get_next_batch_to_run`: a new extend batch when one can be formed, else
 decode). A prefill batch continues the request being chunked, then admits waiting requests in
-arrival order (`--schedule-policy fcfs`) while the chunk budget, the running-request cap and the
-device pages last; the head of the queue blocks the rest. An admitted request reserves device
-pages for its whole prompt and output, so nothing is ever retracted (SGLang reserves an
-estimate and retracts on overflow; this is the conservative side of that). A chunked prompt's
-finished chunks enter the tree at the end of each step (`Scheduler.stash_chunked_request`), a
-match stops a token short of the prompt (`Req._compute_max_prefix_len`) and a finished request's
-path counts as used when it finishes (`release_kv_cache`).
+arrival order (`--schedule-policy fcfs`) while the chunk budget, the running-request cap and
+SGLang's token budget last (`kvtier.sim.servers.sglang_budget`: the uncached prompt, the output
+and a page against the free and evictable tokens less the running requests' remaining outputs);
+the head of the queue blocks the rest, and after a refusal prefill waits for a request to finish
+(`batch_is_full`). The batch's prompt pages are allocated once it is formed (`alloc_for_extend`),
+the generated tokens' at each decode step (`alloc_for_decode`), in whole blocks for all running
+requests together. A trace's outputs are fixed lengths, which SGLang reserves whole, so nothing
+is retracted. A chunked prompt's finished chunks enter the tree at the end of each step
+(`Scheduler.stash_chunked_request`), a match stops a token short of the prompt
+(`Req._compute_max_prefix_len`) and a finished request's path counts as used when it finishes
+(`release_kv_cache`).
 
 A decode step produces one token for every running request (with speculative decoding, the
 accept length: `kvtier.sim.speculative`). Consecutive decode steps of an
@@ -39,6 +43,7 @@ from kvtier.sim.servers.base import ServerCounters
 from kvtier.sim.servers.cache_port import CachePort
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.prefetch import Prefetch, PrefetchQueue
+from kvtier.sim.servers.sglang_budget import CLIP_MAX_NEW_TOKENS, PrefillBudget
 from kvtier.sim.timing import TimingModel
 from kvtier.sim.trace import TraceRequest
 
@@ -101,11 +106,13 @@ class SGLangServer:
         self._load_s = 0.0
         self.busy = False
         self.pcie_busy_s = 0.0
-        # the request that lacked pages at its last try, and how many; retried once they are there
-        self._blocked: Live | None = None
-        self._blocked_need = 0
-        # chunked prompts' blocks done and not yet in the tree: rid -> (request, blocks)
-        self._unsaved: dict[int, tuple[Live, int]] = {}
+        # ScheduleBatch.batch_is_full: no prefill is tried until a running request finishes
+        self._full = False
+        self._out_left = 0  # sum of (output - 1) over the decoding requests
+        self._decoded = 0.0  # their generated tokens' KV, held outside the tree
+        self._long = 0  # decoding requests with more than CLIP_MAX_NEW_TOKENS to generate
+        # chunked prompts' blocks done and not yet in the tree: rid -> blocks
+        self._unsaved: dict[int, int] = {}
 
     @property
     def running(self) -> int:
@@ -148,6 +155,11 @@ class SGLangServer:
                 f"needs {prompt + extra} device blocks for prompt and output; "
                 f"the device holds {self.cache.device_pages}"
             )
+        # PrefillAdder.add_one_req on an empty pool: prompt, output and a page below it
+        need = prompt * self.config.block_size + min(req.output_len, CLIP_MAX_NEW_TOKENS) + 1
+        pool = self.cache.device_pages * self.config.block_size
+        if need >= pool:
+            return f"needs {need} tokens for prompt, output and a page; the device holds {pool}"
         return ""
 
     def arrive(self, req: TraceRequest, rec: RequestRecord, now: float) -> None:
@@ -201,37 +213,34 @@ class SGLangServer:
     def _save_chunks(self) -> None:
         """Insert the chunks done of the prompts being chunked, before a match that may hit
         them (the tree reads the same as had each gone in when its step ended)."""
-        for rid, (live, blocks) in self._unsaved.items():
+        for rid, blocks in self._unsaved.items():
             self.cache.commit(rid, blocks)
-            if self._blocked is not None:
-                self._relax_need(live.req.blocks[:blocks])
         self._unsaved.clear()
 
-    def _admit(self, now: float, index: int) -> Live | None:
+    def _admit(self, now: float, index: int, budget: PrefillBudget) -> Live | None:
+        """`PrefillAdder.add_one_req` for the waiting request at `index`: admitted when its
+        uncached prompt, output and a page fit the batch's token budget; None when not."""
         if self._unsaved:
             self._save_chunks()
         live = self.waiting[index]
         req = live.req
         bs = self.config.block_size
         m = self.cache.match(req.blocks)
-        start, got = live.fetched
-        cached = m.device + m.host
-        store = max(0, min(m.store, start + got - cached)) if cached >= start else 0
-        loaded = req.prefix_tokens(cached + store, bs) - req.prefix_tokens(m.device, bs)
-        prompt, extra = self.pages_for(req)
-        hit = self.cache.admit(
-            req.rid, req.blocks, extra, store, load_back=loaded >= LOAD_BACK_THRESHOLD
-        )
-        if hit is None:
-            # until a commit lengthens its device match, it needs at least this much room
-            self._blocked, self._blocked_need = live, prompt + extra - m.device
-            return None
-        self._blocked, self._blocked_need = None, 0
-        del self.waiting[index]
         # Req._compute_max_prefix_len (v0.4-v0.5.23): a match stops a token short of the
         # prompt, whose last token is recomputed for the first output
         page = self.config.page_size
         cap = (req.input_len - 1) // page * page
+        # the pool holds whole trace blocks: a partial one counts whole
+        extend = max(req.input_len - min(req.prefix_tokens(m.device, bs), cap),
+                     (len(req.blocks) - m.device) * bs)  # fmt: skip
+        if not budget.fits(self._room(locked=True), extend, req.output_len):
+            return None
+        start, got = live.fetched
+        cached = m.device + m.host
+        store = max(0, min(m.store, start + got - cached)) if cached >= start else 0
+        loaded = req.prefix_tokens(cached + store, bs) - req.prefix_tokens(m.device, bs)
+        hit = self.cache.admit(req.rid, req.blocks, store, load_back=loaded >= LOAD_BACK_THRESHOLD)
+        del self.waiting[index]
         on_device = min(req.prefix_tokens(hit.device, bs), cap)
         on_host = min(req.prefix_tokens(hit.device + hit.host, bs), cap)
         in_store = min(req.prefix_tokens(hit.blocks, bs), cap)
@@ -246,37 +255,76 @@ class SGLangServer:
         return live
 
     def _start_prefill(self, now: float) -> float | None:
+        """`Scheduler._get_new_batch_prefill_raw` with FCFS: the chunked request's next chunk,
+        then waiting requests in order while the chunk budget, the running cap and the token
+        budget last; the batch's prompt pages are allocated once it is formed."""
         cfg = self.config
         self._pending = []
         self._budget = cfg.chunked_prefill_size
         self._compute_s = self._load_s = 0.0
+        if not self.running:
+            self._full = False
+        if (self._full or not self.waiting) and not self.prefilling:
+            return None
+        budget = PrefillBudget(self._running_offset())
         for live in self.prefilling:  # the request being chunked goes first
-            if self._budget > 0:
-                self._take_chunk(live)
+            self._take_chunk(live, budget, budget.chunk_room(self._room(), self._budget))
         index = 0
-        while self._budget > 0 and self.running < cfg.max_running_requests:
+        while self._budget > 0:
+            if self.running >= cfg.max_running_requests:
+                self._full = bool(self.waiting)
+                break
             ready = self._next_ready(now, index)
             if ready is None:
                 break
             index = ready
-            if self.waiting[index] is self._blocked and self.cache.room() < self._blocked_need:
-                if self._unsaved:
-                    self._save_chunks()
-                if self.cache.room() < self._blocked_need:
-                    break
-            admitted = self._admit(now, index)
+            admitted = self._admit(now, index, budget)
             if admitted is None:
+                self._full = bool(self._pending or self.decoding)
                 break
             self.prefilling.append(admitted)
-            self._take_chunk(admitted)
+            self._take_chunk(admitted, budget, self._budget)
+            if not budget.has_capacity(self._room()):
+                self._full = True
+                break
         if not self._pending:
             return None
+        self._allocate()
         self.pcie_busy_s += self._load_s
         return self.timing.overlapped_s(self.timing.prefill_batch_s(self._compute_s), self._load_s)
 
-    def _take_chunk(self, live: Live) -> None:
+    def _room(self, locked: bool = False) -> float:
+        """SGLang's free and evictable tokens (`available_size() + evictable_size()`), from
+        the device pages and the generated tokens they hold; `locked`: the last match pinned."""
+        pages = self.cache.room(locked) + self.cache.loose_pages
+        return pages * self.config.block_size - self._decoded
+
+    def _running_offset(self) -> float:
+        """The decoding requests' remaining outputs, each at most CLIP_MAX_NEW_TOKENS
+        (`PrefillAdder._get_running_request_total_token_offset`, whole for fixed lengths)."""
+        if not self._long:
+            return self._out_left - self._decoded
+        per_step = self.timing.tokens_per_step
+        return sum(
+            min(live.req.output_len - 1 - (self._steps - live.first_step) * per_step,
+                CLIP_MAX_NEW_TOKENS)
+            for live in self.decoding.values()
+        )  # fmt: skip
+
+    def _allocate(self) -> None:
+        """`alloc_for_extend`: pages for the batch's prompt tokens, evicting as needed."""
+        bs = self.config.block_size
+        cache = self.cache
+        for live in self._pending:
+            req = live.req
+            more = min(len(req.blocks), -(-live.prefilled // bs)) - cache.held(req.rid)
+            if more > 0:
+                cache.grow(req.rid, more)
+
+    def _take_chunk(self, live: Live, budget: PrefillBudget, limit: int) -> None:
         prefix = live.prefilled
-        chunk = min(live.req.input_len - prefix, self._budget)
+        chunk = min(live.req.input_len - prefix, limit)
+        budget.reserve(chunk, live.req.output_len if prefix + chunk == live.req.input_len else 0)
         self._budget -= chunk
         self._compute_s += self.timing.prefill_s(chunk, prefix)
         self._load_s += self.timing.load_s(live.load_tokens)
@@ -323,17 +371,25 @@ class SGLangServer:
         if self._pending_decode:
             per_step = self.timing.tokens_per_step
             self._steps += self._pending_decode
-            self._decode_kv += self._pending_decode * len(self.decoding) * per_step
+            grown = self._pending_decode * len(self.decoding) * per_step
+            self._decode_kv += grown
+            self._hold_decoded(grown)
             self._pending_decode = 0
             while self._finish_heap and self._finish_heap[0][0] <= self._steps:
                 _, rid = heapq.heappop(self._finish_heap)
                 live = self.decoding.pop(rid)
                 ran = self._steps - live.first_step
                 self._decode_kv -= live.req.input_len + 1 + ran * per_step
+                self._decoded -= ran * per_step
+                self._out_left -= live.req.output_len - 1
+                self._long -= live.req.output_len - 1 > CLIP_MAX_NEW_TOKENS
                 live.rec.decode_steps = (live.first_step, self._steps)
                 done.append(self._finish(live, now))
             if not self.decoding:
-                self._decode_kv = 0.0  # what float sums leave behind
+                self._decode_kv = self._decoded = 0.0  # what float sums leave behind
+            if done:
+                self._full = False
+                self._hold_decoded(0.0)
             return done
         chunked = []
         for live in self._pending:
@@ -343,12 +399,13 @@ class SGLangServer:
             self.prefilling.remove(live)
             self._unsaved.pop(live.req.rid, None)
             self.cache.commit(live.req.rid)
-            if self._blocked is not None:
-                self._relax_need(live.req.blocks)
             live.rec.first_token_s = now
             if live.req.output_len == 1:
                 done.append(self._finish(live, now))
+                self._full = False
                 continue
+            self._out_left += live.req.output_len - 1
+            self._long += live.req.output_len - 1 > CLIP_MAX_NEW_TOKENS
             # the first token came from prefill; the rest take decode iterations of the accept
             # length each
             self.decoding[live.req.rid] = live
@@ -360,22 +417,17 @@ class SGLangServer:
             # Scheduler.stash_chunked_request (checkpoint_kv_cache, v0.5.23; cache_unfinished_req
             # before): the chunks done enter the tree before the next batch is formed, whole
             # trace blocks of them; inserted when a match may see them (_save_chunks)
-            self._unsaved[live.req.rid] = (live, live.prefilled // self.config.block_size)
+            self._unsaved[live.req.rid] = live.prefilled // self.config.block_size
         self._pending = []
         return done
 
-    def _relax_need(self, committed: tuple[int, ...]) -> None:
-        """The committed blocks are now on the device: the blocked request's match covers at
-        least their common prefix with its prompt, so it may need less room than at its last try."""
-        assert self._blocked is not None
-        head = self._blocked.req
-        n = 0
-        for a, b in zip(head.blocks, committed, strict=False):
-            if a != b:
-                break
-            n += 1
-        prompt, extra = self.pages_for(head)
-        self._blocked_need = min(self._blocked_need, prompt + extra - n)
+    def _hold_decoded(self, grown: float) -> None:
+        """`alloc_for_decode`: the generated tokens' KV grows by `grown` tokens (evicting as
+        needed; a step takes the same leaves one at a time) or shrinks as requests finish."""
+        self._decoded += grown
+        pages = math.ceil(self._decoded / self.config.block_size)
+        if pages != self.cache.loose_pages:
+            self.cache.hold_loose(pages)
 
     def _finish(self, live: Live, now: float) -> RequestRecord:
         self.cache.release(live.req.rid)
