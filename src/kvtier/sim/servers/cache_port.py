@@ -55,10 +55,6 @@ class CachePort(Protocol):
         change, when the device cannot give them."""
         ...
 
-    def held(self, rid: int) -> int:
-        """Device pages the request holds, its cached prefix's included."""
-        ...
-
     def hold_loose(self, pages: int) -> bool:
         """Hold `pages` device pages for the running requests' generated tokens, evicting as
         needed; False, and no change, when the device cannot give them."""

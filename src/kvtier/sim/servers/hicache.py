@@ -105,9 +105,6 @@ class TieredCachePort:
         adm.pages = adm.pages + new  # type: ignore[operator]  # lists: page_runs=False
         return True
 
-    def held(self, rid: int) -> int:
-        return len(self._held[rid].pages)
-
     def hold_loose(self, pages: int) -> bool:
         loose = self._loose
         have = len(loose)

@@ -74,6 +74,7 @@ class Live:
     prefilled: int = 0  # prompt tokens whose KV exists (hits included)
     load_tokens: int = 0  # hit tokens still to copy to the device in the next step
     fetched: tuple[int, int] = (0, 0)  # (first block, blocks) its store prefetch brought in
+    pages: int = 0  # device pages it holds, its cached prefix's included
     first_step: int = 0  # the decode iteration it joined the batch at
 
 
@@ -252,6 +253,7 @@ class SGLangServer:
         live.rec.admit_s = now
         live.prefilled = in_store
         live.load_tokens = in_store - on_device
+        live.pages = hit.blocks
         return live
 
     def _start_prefill(self, now: float) -> float | None:
@@ -317,9 +319,10 @@ class SGLangServer:
         cache = self.cache
         for live in self._pending:
             req = live.req
-            more = min(len(req.blocks), -(-live.prefilled // bs)) - cache.held(req.rid)
-            if more > 0:
-                cache.grow(req.rid, more)
+            want = -(-live.prefilled // bs)
+            more = (want if want < len(req.blocks) else len(req.blocks)) - live.pages
+            if more > 0 and cache.grow(req.rid, more):
+                live.pages += more
 
     def _take_chunk(self, live: Live, budget: PrefillBudget, limit: int) -> None:
         prefix = live.prefilled
