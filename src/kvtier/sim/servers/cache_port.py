@@ -1,8 +1,8 @@
 """What the simulated scheduler asks of the KV cache, in trace blocks.
 
 The simulator keys the cache by trace block: one Mooncake `hash_ids` entry is one page key. A
-request's pages are its prompt blocks (shared through the tree) plus private pages for the
-tokens it will generate, which are never cached (a trace has no ids for generated text).
+request's pages are its prompt blocks (shared through the tree); the tokens the running requests
+generate share `hold_loose`'s pages, never cached (a trace has no ids for generated text).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class CachePort(Protocol):
         ...
 
     def release(self, rid: int) -> None:
-        """The request finished: unpin its blocks and free its private pages."""
+        """The request finished: unpin its blocks (stamped as used) and free its own pages."""
         ...
 
     def evictions(self) -> dict[str, int]:
