@@ -65,6 +65,30 @@ def test_page_has_at_least_six_results_each_with_a_source() -> None:
         assert any(line.startswith("$ kvtier simulate ") for line in body), title
 
 
+VLLM_TIERS = ("OffloadingConnector", "LMCacheConnectorV1", "--kv-offloading-size")
+
+
+def test_vllm_host_tier_results_come_from_several_sources() -> None:
+    """At least three results set vLLM with a host tier against vLLM alone, from more than one
+    source (a `Source: as VN` line names VN's)."""
+    sources: dict[str, str] = {}
+    tiered: list[str] = []
+    for title, body in _sections():
+        found = re.match(r"(V\d+)\. ", title)
+        if not found:
+            continue
+        source = next(line for line in body if line.startswith("Source: "))
+        same = re.match(r"Source: as (V\d+)", source)
+        sources[found[1]] = sources[same[1]] if same else source
+        commands = [line for line in body if line.startswith("$ kvtier simulate ")]
+        if any("vllm serve" in c and any(t in c for t in VLLM_TIERS) for c in commands) and any(
+            "vllm serve" in c and not any(t in c for t in VLLM_TIERS) for c in commands
+        ):
+            tiered.append(found[1])
+    assert len(tiered) >= 3, tiered
+    assert len({sources[v] for v in tiered}) >= 2, tiered
+
+
 @pytest.mark.parametrize(("section", "command", "shown"), RUNS, ids=[r[0][:3] for r in RUNS])
 def test_each_command_still_gives_the_figures_printed(
     section: str,
