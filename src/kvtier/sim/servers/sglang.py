@@ -270,7 +270,7 @@ class SGLangServer:
             return None
         budget = PrefillBudget(self._running_offset())
         for live in self.prefilling:  # the request being chunked goes first
-            self._take_chunk(live, budget, budget.chunk_room(self._room(), self._budget))
+            self._take_chunk(live, budget, budget.chunk_room(self._room(False), self._budget))
         index = 0
         while self._budget > 0:
             if self.running >= cfg.max_running_requests:
@@ -286,7 +286,7 @@ class SGLangServer:
                 break
             self.prefilling.append(admitted)
             self._take_chunk(admitted, budget, self._budget)
-            if not budget.has_capacity(self._room()):
+            if not budget.has_capacity(self._room(False)):
                 self._full = True
                 break
         if not self._pending:
@@ -295,11 +295,11 @@ class SGLangServer:
         self.pcie_busy_s += self._load_s
         return self.timing.overlapped_s(self.timing.prefill_batch_s(self._compute_s), self._load_s)
 
-    def _room(self, locked: bool = False) -> float:
+    def _room(self, locked: bool) -> float:
         """SGLang's free and evictable tokens (`available_size() + evictable_size()`), from
         the device pages and the generated tokens they hold; `locked`: the last match pinned."""
-        pages = self.cache.room(locked) + self.cache.loose_pages
-        return pages * self.config.block_size - self._decoded
+        cache = self.cache
+        return (cache.room(locked) + cache.loose_pages) * self.config.block_size - self._decoded
 
     def _running_offset(self) -> float:
         """The decoding requests' remaining outputs, each at most CLIP_MAX_NEW_TOKENS
@@ -326,8 +326,9 @@ class SGLangServer:
 
     def _take_chunk(self, live: Live, budget: PrefillBudget, limit: int) -> None:
         prefix = live.prefilled
-        chunk = min(live.req.input_len - prefix, limit)
-        budget.reserve(chunk, live.req.output_len if prefix + chunk == live.req.input_len else 0)
+        left = live.req.input_len - prefix
+        chunk = left if left < limit else limit
+        budget.reserve(chunk, live.req.output_len if chunk == left else 0)
         self._budget -= chunk
         self._compute_s += self.timing.prefill_s(chunk, prefix)
         self._load_s += self.timing.load_s(live.load_tokens)

@@ -28,12 +28,14 @@ class PrefillBudget:
     def fits(self, room: float, extend: int, output: int) -> bool:
         """`check_prefill`: extend + output + one page < remaining_total, with `room` the free
         and evictable tokens (the request's matched prefix locked)."""
-        return extend + min(output, CLIP_MAX_NEW_TOKENS) + 1 < room - self.total_offset
+        clipped = output if output < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
+        return extend + clipped + 1 < room - self.total_offset
 
     def reserve(self, extend: int, output: int) -> None:
         """`PrefillBudget.reserve` with one page of overhead; `output` 0 for a chunk that does
         not end the prompt."""
-        self.total_offset += extend + 1 + min(output, CLIP_MAX_NEW_TOKENS)
+        clipped = output if output < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
+        self.total_offset += extend + 1 + clipped
         self.current_offset += extend + 1
 
     def has_capacity(self, room: float) -> bool:
