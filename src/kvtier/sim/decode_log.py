@@ -16,14 +16,18 @@ from kvtier.sim.timing import StepLines
 class DecodeLog:
     """Decode runs in order: (start seconds, first iteration index, iterations, lines)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kept: bool = True) -> None:
+        self.kept = kept  # False: nothing is recorded (a run that reports no token times)
         self.runs: list[tuple[float, int, int, StepLines]] = []
 
     def record(self, start_s: float, first: int, steps: int, lines: StepLines) -> None:
-        self.runs.append((start_s, first, steps, lines))
+        if self.kept:
+            self.runs.append((start_s, first, steps, lines))
 
     def shorten(self, steps: int) -> None:
         """The run in flight stops after `steps` iterations (a request arrived)."""
+        if not self.kept:
+            return
         start, first, _, lines = self.runs[-1]
         self.runs[-1] = (start, first, steps, lines)
 

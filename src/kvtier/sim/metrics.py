@@ -13,6 +13,7 @@ benchmark prints per round). Latency percentiles interpolate linearly between or
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,13 +148,20 @@ def percentiles(values: Sequence[float]) -> Percentiles | None:
 
 
 class ConcurrencyRecorder:
-    """Time-weighted running/waiting counts, sampled at every change."""
+    """Time-weighted running/waiting counts, sampled at every change. The samples are kept in
+    three flat arrays (24 bytes a sample, where a tuple of a float and two ints took about 100),
+    and the waiting requests' area and peak are summed as samples come."""
 
     def __init__(self) -> None:
-        self.samples: list[tuple[float, int, int]] = []
+        self.times = array("d")
+        self.running = array("q")
+        self.waiting = array("q")
         self.max_running = 0
+        self.max_waiting = 0
+        self.waiting_area = 0.0  # sum of waiting x (next sample's time - its time)
         self._area = 0.0
         self._last = (0.0, 0)
+        self._sample: tuple[float, int, int] | None = None  # the last sample kept
 
     def observe(self, t: float, running: int, waiting: int) -> None:
         last_t, last_running = self._last
@@ -161,15 +169,26 @@ class ConcurrencyRecorder:
         self._last = (t, running)
         if running > self.max_running:
             self.max_running = running
-        if not self.samples or self.samples[-1][1:] != (running, waiting):
-            self.samples.append((t, running, waiting))
+        kept = self._sample
+        if kept is not None:
+            if kept[1] == running and kept[2] == waiting:
+                return
+            self.waiting_area += kept[2] * (t - kept[0])
+        if waiting > self.max_waiting:
+            self.max_waiting = waiting
+        self._sample = (t, running, waiting)
+        self.times.append(t)
+        self.running.append(running)
+        self.waiting.append(waiting)
 
     def mean(self, start: float, end: float) -> float:
         return self._area / (end - start) if end > start else 0.0
 
     def series(self) -> tuple[tuple[float, int, int], ...]:
-        step = max(1, math.ceil(len(self.samples) / MAX_SERIES_POINTS))
-        return tuple(self.samples[::step])
+        step = max(1, math.ceil(len(self.times) / MAX_SERIES_POINTS))
+        return tuple(
+            zip(self.times[::step], self.running[::step], self.waiting[::step], strict=True)
+        )
 
 
 def summarize_untimed(

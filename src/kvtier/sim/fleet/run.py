@@ -9,7 +9,6 @@ L3), the replicas' caches save to and read from one `AccountingStore` through on
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from kvtier.engines.deployment import Engine
 from kvtier.engines.sglang.prefetch import ERA_0_5_3
 from kvtier.errors import KvtierError
+from kvtier.sim.decode_log import DecodeLog
 from kvtier.sim.fleet.loop import FleetLoop, ReplicaLog
 from kvtier.sim.fleet.registry import make_router
 from kvtier.sim.fleet.result import FleetResult, ReplicaStats
@@ -65,7 +65,16 @@ def _shared_queue(config: SimConfig, spec: FleetSpec) -> SharedStoreQueue:
 
 
 def build_servers(config: SimConfig, spec: FleetSpec) -> list[ServerModel]:
-    """The replicas: the engine's own server N times, or SGLang servers over one store."""
+    """The replicas: the engine's own server N times, or SGLang servers over one store; a
+    fleet reports no token times, so no server keeps its decode iterations' ends."""
+    servers = _servers(config, spec)
+    for server in servers:
+        if isinstance(server, SGLangServer):
+            server.decode_log = DecodeLog(kept=False)
+    return servers
+
+
+def _servers(config: SimConfig, spec: FleetSpec) -> list[ServerModel]:
     if not (spec.shared_store and config.store_blocks):
         return [build_server(config) for _ in range(spec.replicas)]
     if config.engine is not Engine.SGLANG:
@@ -185,12 +194,7 @@ def result_span(records: Sequence[RequestRecord]) -> tuple[float, float]:
 
 def queue_stats(c: ConcurrencyRecorder, start: float, end: float) -> tuple[float, int]:
     """Time-weighted mean and maximum of the waiting requests between `start` and `end`."""
-    samples = c.samples
-    area = 0.0
-    for (t0, _, waiting), (t1, _, _) in itertools.pairwise(samples):
-        area += waiting * (t1 - t0)
-    peak = max((w for _, _, w in samples), default=0)
-    return (area / (end - start) if end > start else 0.0), peak
+    return (c.waiting_area / (end - start) if end > start else 0.0), c.max_waiting
 
 
 def _replica(
