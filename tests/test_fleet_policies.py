@@ -37,6 +37,9 @@ class FakeView:
     def kv_usage(self) -> list[float]:
         return self.usage
 
+    def scraped(self, replica: int) -> tuple[int, float]:
+        return self.waiting[replica], self.usage[replica]
+
     def device_prefixes(self, req: TraceRequest) -> list[int]:
         return [self.resident.get(r, 0) for r in range(len(self.loads))]
 
@@ -217,10 +220,26 @@ def test_llmd_queue_scorer_is_stale_between_scrapes() -> None:
     r = llmd("llm-d-precise", view)
     r.tick(0.0)  # type: ignore[attr-defined]
     view.waiting = [5, 0]  # not seen until the next scrape, 50 ms on
+    r.watch(0.01, 0)  # type: ignore[attr-defined]
+    r.watch(0.01, 1)  # type: ignore[attr-defined]
     assert r.route(req(0, (1,)), 0.01) == 0  # type: ignore[attr-defined]
     assert r.next_tick(0.01) == pytest.approx(0.05)  # type: ignore[attr-defined]
     r.tick(0.05)  # type: ignore[attr-defined]
     assert r.route(req(1, (1,)), 0.06) == 1  # type: ignore[attr-defined]
+
+
+def test_llmd_scrape_rereads_only_the_replicas_with_an_event() -> None:
+    view = FakeView([0, 0], queues=[0, 5])
+    r = llmd("llm-d-precise", view)
+    r.tick(0.0)  # type: ignore[attr-defined]
+    view.waiting = [5, 0]
+    r.watch(0.01, 1)  # type: ignore[attr-defined]
+    # replica 0 had no event: its scraped 0 waiting stands beside replica 1's new 0
+    r.tick(0.05)  # type: ignore[attr-defined]
+    assert r._queue_scores == [1.0, 1.0]  # type: ignore[attr-defined]
+    r.watch(0.06, 0)  # type: ignore[attr-defined]
+    r.tick(0.1)  # type: ignore[attr-defined]
+    assert r.route(req(0, (1,)), 0.1) == 1  # type: ignore[attr-defined]
 
 
 def test_llmd_precise_reads_the_device_and_normalises() -> None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 import random
 from collections import OrderedDict, deque
-from collections.abc import Callable
 
 from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
 from kvtier.sim.trace import TraceRequest
@@ -124,7 +123,9 @@ class LlmdScheduler:
         self._usage: list[float] = []
         self._base: list[float] = []
         self._by_base: list[int] = []
-        self._scraped([0] * replicas, [0.0] * replicas)
+        self._queues = [0] * replicas
+        self._scraped([0.0] * replicas)
+        self._touched = set(range(replicas))  # replicas with an event since the last scrape
         self._next = 0.0
         capacity = int(opts.get("lru-capacity-per-server", 0)) or view.device_blocks
         self.index = PrefixIndex(replicas, max(1, capacity))
@@ -132,10 +133,13 @@ class LlmdScheduler:
         self.max_tokens = int(opts.get("max-prefix-tokens", 0))
         delay = opts.get("event-delay-ms", 0.0) / 1e3
         self._events = DelayedEvents(view, replicas, delay) if precise and delay else None
-        # the fleet loop calls this after every event on a replica (None: no delayed events)
-        self.watch: Callable[[float, int], None] | None = (
-            self._events.changed if self._events is not None else None
-        )
+
+    def watch(self, now: float, replica: int) -> None:
+        """The fleet loop calls this after every event on a replica: only those replicas' metrics
+        can have changed by the next scrape."""
+        self._touched.add(replica)
+        if self._events is not None:
+            self._events.changed(now, replica)
 
     def _blocks(self, req: TraceRequest) -> tuple[int, ...]:
         full = req.input_len // self.block_size
@@ -194,12 +198,19 @@ class LlmdScheduler:
         return self._next
 
     def tick(self, now: float) -> None:
-        self._scraped(list(self.view.queues()), list(self.view.kv_usage()))
+        """The scrape: a replica without an event since the last reads as it did then."""
+        if self._touched:
+            usage = list(self._usage)
+            for r in self._touched:
+                self._queues[r], usage[r] = self.view.scraped(r)
+            self._touched.clear()
+            self._scraped(usage)
         self._next = now + self.interval_s
 
-    def _scraped(self, queues: list[int], usage: list[float]) -> None:
+    def _scraped(self, usage: list[float]) -> None:
         """The scrape's queue scores, and each replica's total without a prefix score,
         replicas by that total, highest first (equals in replica order)."""
+        queues = self._queues
         lo, hi = min(queues), max(queues)
         self._queue_scores = [1.0 if hi == lo else (hi - x) / (hi - lo) for x in queues]
         self._usage = usage

@@ -33,6 +33,10 @@ class FleetView(Protocol):
         """Each replica's KV-cache usage, 0 to 1 (its scraped usage metric)."""
         ...
 
+    def scraped(self, replica: int) -> tuple[int, float]:
+        """One replica's (`queues()`, `kv_usage()`)."""
+        ...
+
     def device_prefixes(self, req: TraceRequest) -> Sequence[int]:
         """Leading blocks of `req` resident on each replica's device, as their KV events report
         them; read without touching the caches."""

@@ -48,6 +48,16 @@ def _pool_prefix(cached: Container[int], blocks: Sequence[int]) -> int:
     return n
 
 
+def _usage(s: ServerModel) -> float:
+    if isinstance(s, SGLangServer):
+        total = s.cache.device_pages
+        return (total - s.cache.room()) / total if total else 0.0
+    if isinstance(s, VllmServer):
+        pool = s.pool
+        return 1 - pool.free / pool.num_blocks if pool.num_blocks else 0.0
+    return 0.0
+
+
 class ReplicaView:
     def __init__(
         self,
@@ -90,17 +100,12 @@ class ReplicaView:
         return [s.queued for s in self.servers]
 
     def kv_usage(self) -> list[float]:
-        out = []
-        for s in self.servers:
-            if isinstance(s, SGLangServer):
-                total = s.cache.device_pages
-                out.append((total - s.cache.room()) / total if total else 0.0)
-            elif isinstance(s, VllmServer):
-                pool = s.pool
-                out.append(1 - pool.free / pool.num_blocks if pool.num_blocks else 0.0)
-            else:
-                out.append(0.0)
-        return out
+        return [_usage(s) for s in self.servers]
+
+    def scraped(self, replica: int) -> tuple[int, float]:
+        """(`queues()`, `kv_usage()`) of one replica."""
+        server = self.servers[replica]
+        return server.queued, _usage(server)
 
     def pending_prefill(self) -> list[list[tuple[int, int]]]:
         out: list[list[tuple[int, int]]] = []
