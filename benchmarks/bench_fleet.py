@@ -6,8 +6,9 @@ A shared-prefix trace (inference-perf's shape: 512 groups x 8 prompts, a 2,000-t
 prompt, a 200-token question, 64 output tokens) of --requests requests at 2 requests/s per
 replica runs through --replicas replicas of Llama-3.1-8B on H100s behind llm-d-precise; the
 same trace then runs on one replica at 1/N the rate (--time-scale N), the load each replica
-carried. Each run is a fresh `kvtier simulate` process, timed by its CPU time (user + system: a
-loaded machine stretches wall time, not this), its peak memory the child's maximum resident set.
+carried. Each run is a fresh `kvtier simulate` process, timed by its own CPU time (user + system:
+a loaded machine stretches wall time, not this), its peak memory its own maximum resident set
+(`wait4`'s rusage for that child alone, so one run's figure never includes another's).
 Goals: the fleet within 1.5x the single replica's time, and under 2 GB; the command exits 1
 when either is missed.
 """
@@ -15,7 +16,7 @@ when either is missed.
 from __future__ import annotations
 
 import argparse
-import resource
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,21 +29,24 @@ MEMORY_GOAL_GB = 2.0
 
 
 def run(argv: list[str]) -> tuple[float, float]:
-    """(CPU seconds, peak GB) of `kvtier ARGV` in a fresh process: CPU time, as a loaded
-    machine stretches wall time and not this."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """(CPU seconds, peak GB) of `kvtier ARGV` in a fresh process: its own CPU time (a loaded
+    machine stretches wall time, not this) and its own peak resident set, both from the rusage
+    `wait4` returns for that one child (not the largest of all children so far)."""
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvtier", *argv], capture_output=True, text=True, check=False
-    )
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvtier", *argv], stdout=subprocess.DEVNULL, stderr=err
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
     wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    cpu = usage.ru_utime + usage.ru_stime
     if proc.returncode != 0:
-        raise SystemExit(f"kvtier {' '.join(argv)} failed: {proc.stderr.strip()[-500:]}")
-    # ru_maxrss of the children so far: each run is larger than the generator's, run first
+        raise SystemExit(f"kvtier {' '.join(argv)} failed: {stderr.strip()[-500:]}")
     print(f"  {wall:.1f} s wall, {cpu:.1f} s CPU: kvtier {' '.join(argv[:2])} ...", file=sys.stderr)
-    return cpu, after.ru_maxrss / 1e6
+    return cpu, usage.ru_maxrss * 1024 / 1e9  # ru_maxrss is in KiB on Linux
 
 
 def main() -> int:
