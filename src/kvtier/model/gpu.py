@@ -58,6 +58,10 @@ class GpuSpec:
     allreduce_latency_us: float | None = None
     interconnect: str = ""  # what the all-reduce figures rest on, and whether calibrated
     vendor: str = "NVIDIA"  # AMD: served by the engines' ROCm builds
+    # fraction of bf16 dense peak a prefill reaches where published rows set it, and those rows;
+    # None: the H100's (kvtier.sim.timing.COMPUTE_EFFICIENCY)
+    prefill_efficiency: float | None = None
+    prefill_source: str = ""
 
     @property
     def memory_gib(self) -> float:
@@ -107,6 +111,8 @@ def gpu_catalog() -> tuple[GpuSpec, ...]:
             g.get("allreduce_latency_us"),
             g.get("interconnect", ""),
             g.get("vendor", "NVIDIA"),
+            g.get("prefill_efficiency"),
+            g.get("prefill_source", ""),
         )
         for g in json.loads(text)["gpus"]
     )

@@ -41,7 +41,7 @@ def baseline_tables(
         inferred.add_row(n.name, shown, n.how)
     flags = calibration.flags
     inferred.add_row(
-        "compute efficiency", f"{flags.compute_efficiency:.4f}", calibration.compute_how
+        "compute efficiency", f"{calibration.compute_efficiency:.4f}", calibration.compute_how
     )
     inferred.add_row("HBM efficiency", f"{flags.hbm_efficiency:.4f}", calibration.hbm_how)
     side = Table(title="calibrated baseline: the log vs the simulation", title_justify="left")
@@ -62,7 +62,7 @@ def quiet_lines(calibration: Calibration, rows: tuple[Comparison, ...]) -> list[
     """`key value` lines: the calibrated efficiencies, then each figure observed and simulated."""
     flags = calibration.flags
     out = [
-        f"compute_efficiency {flags.compute_efficiency:.4f}",
+        f"compute_efficiency {calibration.compute_efficiency:.4f}",
         f"hbm_efficiency {flags.hbm_efficiency:.4f}",
     ]
     for r in rows:
@@ -87,7 +87,7 @@ def log_baseline(
         engine=fit.engine,
         fit=copied(FitSummary, fit, window_s=fit.window.duration_s, inferred=fit.inferences),
         calibration=CalibrationSummary(
-            compute_efficiency=flags.compute_efficiency,
+            compute_efficiency=calibration.compute_efficiency,
             compute_how=calibration.compute_how,
             hbm_efficiency=flags.hbm_efficiency,
             hbm_how=calibration.hbm_how,

@@ -45,9 +45,14 @@ _STEPS = 14  # the log of the range halved 14 times: within 0.03% of the efficie
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    flags: TimingFlags
+    flags: TimingFlags  # its compute efficiency resolved (the fitted, the flag's or the GPU's)
     compute_how: str
     hbm_how: str
+
+    @property
+    def compute_efficiency(self) -> float:
+        assert self.flags.compute_efficiency is not None
+        return self.flags.compute_efficiency
 
 
 def run_window(fit: FittedWorkload, config: SimConfig) -> tuple[FittedTrace, SimulatedWindow]:
@@ -150,6 +155,10 @@ def calibrate(
         flags = dataclasses.replace(flags, hbm_efficiency=hbm)
     else:
         hbm_how = f"kept at {flags.hbm_efficiency}: {hbm_how}"
+    # the GPU's or the flag's efficiency, as the simulation runs it
+    flags = dataclasses.replace(
+        flags, compute_efficiency=config_for(flags).timing.compute_efficiency
+    )
     if not fit.window.saturated:
         how = f"kept at {flags.compute_efficiency}: no line showed a request waiting"
         return Calibration(flags, how, hbm_how)

@@ -14,6 +14,7 @@ from kvtier.model.weights import weight_bytes
 from kvtier.sim import speculative
 from kvtier.sim.speculative import SpecDecode
 from kvtier.sim.timing import (
+    COMPUTE_EFFICIENCY,
     FORWARD_OVERHEAD_GPUS,
     FORWARD_OVERHEAD_MS,
     Hardware,
@@ -80,6 +81,20 @@ def forward_overhead_ms(flags: TimingFlags) -> float:
     """The fixed cost of a forward pass: the flag's, else the calibrated default."""
     given = flags.step_overhead_ms
     return FORWARD_OVERHEAD_MS if given is None else given
+
+
+def prefill_efficiency(gpu: GpuSpec, flags: TimingFlags) -> tuple[float, str]:
+    """The fraction of bf16 peak a prefill reaches and where it comes from: the flag's, else the
+    GPU's published rows, else the H100's."""
+    if flags.compute_efficiency is not None:
+        return flags.compute_efficiency, "--compute-efficiency"
+    if gpu.prefill_efficiency is not None:
+        return gpu.prefill_efficiency, f"calibrated on {gpu.name}: {gpu.prefill_source}"
+    return COMPUTE_EFFICIENCY, (
+        "calibrated on H100 prefill"
+        if gpu.name in FORWARD_OVERHEAD_GPUS
+        else f"uncalibrated on {gpu.name}: the H100's; --compute-efficiency"
+    )
 
 
 def _overhead_words(gpu: GpuSpec, flags: TimingFlags) -> str:
@@ -211,11 +226,12 @@ def timing_model(
     hw = hardware(gpu, d, flags, sources)
     cost: ModelCost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
     sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
+    efficiency, efficiency_how = prefill_efficiency(gpu, flags)
     tm = TimingModel(
         cost,
         hw,
         d.tp,
-        flags.compute_efficiency,
+        efficiency,
         flags.hbm_efficiency,
         spec_decode(d, ledger, cost, flags, sources),
     )
@@ -224,9 +240,9 @@ def timing_model(
     sources.append(
         (
             "timing",
-            f"prefill at {flags.compute_efficiency} x {hw.bf16_dense_tflops:g} TFLOPS x {d.tp} "
-            f"GPUs; decode at {flags.hbm_efficiency} x {hw.hbm_gbps:g} GB/s, or the prefill "
-            f"efficiency of compute where that is longer{overhead}; loads at "
+            f"prefill at {efficiency} x {hw.bf16_dense_tflops:g} TFLOPS x {d.tp} GPUs "
+            f"({efficiency_how}); decode at {flags.hbm_efficiency} x {hw.hbm_gbps:g} GB/s, or "
+            f"the prefill efficiency of compute where that is longer{overhead}; loads at "
             f"{tm.load_gbps:g} GB/s per GPU (link {hw.pcie_gbps:g}, host side "
             f"{hw.host_gbps:g} over {min(d.tp, hw.gpus_per_node)} GPUs)",
         )

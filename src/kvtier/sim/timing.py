@@ -41,7 +41,10 @@ import numpy as np
 if TYPE_CHECKING:
     from kvtier.sim.speculative import SpecDecode
 
-# Fraction of dense bf16 peak a prefill reaches; large-batch prefill MFU is typically 0.3-0.5.
+# Fraction of dense bf16 peak a prefill reaches on an H100 (and every GPU whose catalog entry sets
+# none): sglang#26305's 131,072-token recompute, llm-d's HBM-only TTFT and GPUStack's Qwen3-14B
+# H100 study (vLLM v0.11.0, 2,000-32,000-token prompts: 1.00-1.11x its throughputs) agree on it.
+# A GPU with a lower peak reaches more of it (an A100: 0.75, the catalog's prefill_efficiency).
 COMPUTE_EFFICIENCY = 0.4
 # Fraction of peak HBM bandwidth memory-bound decode kernels sustain.
 HBM_EFFICIENCY = 0.8
@@ -281,7 +284,7 @@ def default_host_gbps(pcie_gbps: float, gpus_per_node: int) -> float:
 class TimingFlags:
     """Timing constants given on the command line; None takes the catalog or default value."""
 
-    compute_efficiency: float = COMPUTE_EFFICIENCY
+    compute_efficiency: float | None = None  # None: the GPU's, else COMPUTE_EFFICIENCY
     hbm_efficiency: float = HBM_EFFICIENCY
     bf16_tflops: float | None = None
     hbm_gbps: float | None = None
