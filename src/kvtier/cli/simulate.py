@@ -48,7 +48,8 @@ examples:
 
 timing constants (override with the flags below): prefill at 0.4 of dense bf16 peak, decode at
 0.8 of HBM bandwidth, host->device loads at min(--pcie-gbps, --host-gbps / GPUs loading), overlapped
-layer by layer with prefill compute; the L3 store reads at 5.0 GB/s per node. See docs/simulate.md.
+layer by layer with prefill compute; the L3 store reads at 5.0 GB/s per node. An A100's prefill
+runs at 0.75 of its peak (published rows set it). See docs/simulate.md.
 """
 
 

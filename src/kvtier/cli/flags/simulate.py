@@ -241,7 +241,7 @@ BENCH = (
 
 TIMING = (
     flag("--compute-efficiency", group="timing", commands=SIM, sample=("0.1",), type=FRACTION,
-         help="share of dense bf16 peak prefill reaches"),
+         help="share of dense bf16 peak prefill reaches (default: an A100 0.75, else 0.4)"),
     flag("--hbm-efficiency", group="timing", commands=SIM, sample=("0.1",), type=FRACTION,
          help="share of HBM bandwidth decode reaches"),
     flag("--bf16-tflops", group="timing", commands=SIM, sample=("50",), type=TFLOPS,
