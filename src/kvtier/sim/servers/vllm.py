@@ -219,13 +219,13 @@ class VllmServer:
     def _schedule_running(self, budget: int) -> tuple[int, bool]:
         size = self.limits.block_size
         preempted = False
-        run, plan, prefills = self.run, self._plan, self._prefills
+        run, plan, prefills, cap = self.run, self._plan, self._prefills, self._cap
         decode = kv = i = 0
         while i < len(run) and budget > 0:
             r = run[i]
             computed = r.computed
             left = r.num_tokens - computed
-            n = min(left, self._cap)
+            n = left if left < cap else cap
             if n > budget:
                 n = budget
             end = computed + n
@@ -380,7 +380,7 @@ class VllmServer:
             if host and self.host is not None:
                 units = r.chain.pairs(len(hit))
                 self.host.touch(units[: self._host_units(units, 0, host)])
-            r.held = list(hit)
+            r.held = hit  # a list of its own (BlockPool.match builds it)
             r.blocks = local
             r.next_unit, r.unit_blocks = len(hit), local
             if len(hit) > r.units:
