@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from kvtier.engines.deployment import Engine
-from kvtier.engines.flags import BadChoice, FlagTable, as_bool
+from kvtier.engines.flags import BadChoice, Flag, FlagTable, as_bool
 from kvtier.engines.sglang.flags import FLAGS as SGLANG_FLAGS
 from kvtier.engines.vllm.flags import FLAGS as VLLM_FLAGS
 from kvtier.errors import KvtierError
@@ -174,6 +174,15 @@ def speculative_config(config: object) -> dict[str, object]:
     return values
 
 
+def _negated_switch(engine: Engine, table: FlagTable, spelling: str) -> Flag | None:
+    """vLLM's switch a `--no-` spelling turns off: EngineArgs declares its booleans with
+    argparse.BooleanOptionalAction, so `--no-enable-prefix-caching` sets the field False."""
+    if engine is not Engine.VLLM or not spelling.startswith("no-"):
+        return None
+    flag = table.find(spelling.removeprefix("no-"))
+    return flag if flag is not None and flag.convert is None else None
+
+
 def flag_table(engine: Engine) -> FlagTable:
     return SGLANG_FLAGS if engine is Engine.SGLANG else VLLM_FLAGS
 
@@ -207,6 +216,9 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
         spelling = _SHORT.get(name, name.lstrip("-")).replace("_", "-")
         flag = table.find(spelling)
         raw: str | None = inline if eq else None
+        negated = _negated_switch(engine, table, spelling)
+        if negated is not None and raw is None:
+            flag, raw = negated, "false"
         takes_value = flag.convert is not None if flag else spelling not in _SWITCHES
         if raw is None and takes_value and i < len(args) and not args[i].startswith("--"):
             raw = args[i]

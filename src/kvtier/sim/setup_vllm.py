@@ -66,7 +66,9 @@ def vllm_part(inputs: PartInputs) -> dict[str, Any]:
     _, batched_from = _input(ledger, "max_num_batched_tokens")
     sources.append(("max_num_batched_tokens", f"{batched:,} ({batched_from})"))
     caching = d.enable_prefix_caching is not False
-    given = "--enable-prefix-caching" if d.enable_prefix_caching is not None else "V1's default"
+    given = "V1's default"
+    if d.enable_prefix_caching is not None:
+        given = f"--{'' if caching else 'no-'}enable-prefix-caching"
     sources.append(("prefix caching", f"{'on' if caching else 'off'} ({given})"))
     blocks = inputs.device_tokens // ledger.page_size
     sources.append(
