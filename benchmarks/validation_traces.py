@@ -14,6 +14,10 @@ A (N distinct prompts), four rounds F of other distinct prompts (4 x N x L token
 from a device pool, and from a host tier, smaller than that), A' (A again, its first share of
 every prompt the same, whole blocks, the rest new: the measured round, the last sixth).
 
+`repeat-L`: one prompt of L tokens sent twice, 1,000 s apart, one output token each, in
+16-token blocks (vLLM's): the second is the measured request, the single-request TTFT of a
+prompt computed again or loaded back from a host tier.
+
     .venv/bin/python benchmarks/validation_traces.py docs/validation
 """
 
@@ -119,6 +123,14 @@ def reuse_trace(
     return out
 
 
+REPEAT_BLOCK = 16  # vLLM's block_size on CUDA
+
+
+def repeat_trace(length: int) -> list[TraceRequest]:
+    ids = tuple(range(math.ceil(length / REPEAT_BLOCK)))
+    return [TraceRequest(r, r * ROUND_GAP_S, length, 1, ids) for r in range(2)]
+
+
 def main(folder: str) -> None:
     root = Path(folder)
     for rate in LLMD_QWEN3.reported:
@@ -140,6 +152,10 @@ def main(folder: str) -> None:
     }.items():
         n = write_trace(reuse_trace(*args), root / f"{name}.jsonl")
         print(f"{name}.jsonl: {n} requests")
+    for length in (10_000, 50_000, 100_000):
+        path = root / f"repeat-{length}.jsonl"
+        n = write_trace(repeat_trace(length), path, REPEAT_BLOCK)
+        print(f"{path.name}: {n} requests")
 
 
 if __name__ == "__main__":
