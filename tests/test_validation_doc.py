@@ -222,3 +222,11 @@ def test_cache_aware_router_beats_round_robin() -> None:
         row = next(_cells(line) for line in lines if line.startswith(f"| {label}"))
         round_robin, cache_aware = (float(_numbers(c)[0]) for c in row[1:3])
         assert cache_aware > gain * round_robin, label
+
+
+@pytest.mark.parametrize("prefix", ["V24. ", "V25. "])
+def test_llmd_capacity_reports_order_as_published(prefix: str) -> None:
+    """V24, V25: at every stage precise, approximate, then the cache-blind two at TTFT P90."""
+    title = next(t for t, _ in _sections() if t.startswith(prefix))
+    for stage in _stage_p90s(title):
+        assert stage["precise"] < stage["approximate"] < min(stage["load"], stage["random"])
