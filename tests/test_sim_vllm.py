@@ -164,6 +164,14 @@ LAUNCH = ("--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct")
 ENGINE = ("--engine", "vllm", "--model", "llama-3.1-8b")
 
 
+def native(**extra: int) -> str:
+    """An OffloadingConnector config of 1,000 CPU blocks and `extra`."""
+    settings = {"num_cpu_blocks": 1000, **extra}
+    return json.dumps(
+        {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": settings}
+    )
+
+
 @pytest.fixture(scope="module")
 def chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("vllm") / "t.jsonl"
@@ -187,6 +195,10 @@ def chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "max_local_cpu_size",
         ),
         ((*LAUNCH, "--kv-offloading-backend", "ramdisk"), "--kv-offloading-backend"),
+        ((*LAUNCH, "--kv-transfer-config", native(block_size=250)), "multiple of the GPU block"),
+        ((*LAUNCH, "--kv-transfer-config", native(block_size=256, blocks_per_chunk=2)),
+         "not both"),
+        ((*LAUNCH, "--kv-transfer-config", native(blocks_per_chunk=0)), "blocks_per_chunk"),
     ],
 )  # fmt: skip
 def test_bad_vllm_input_exits_2_naming_it(chat: Path, flags: tuple[str, ...], named: str) -> None:
@@ -209,3 +221,36 @@ def test_lmcache_disk_is_the_store_tier_behind_its_cpu(chat: Path) -> None:
     assert result["hit_tokens_by_tier"]["store"] > 0
     assert result["hit_rate"] > alone["hit_rate"]
     assert "LMCache local disk 50 GiB" in result["params"]["sources"]["store tier"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "hit_tokens", "host_tokens"),
+    [
+        ({}, 4992, "16,000"),
+        ({"block_size": 256}, 4864, "256,000"),
+        ({"blocks_per_chunk": 5}, 4960, "80,000"),
+    ],
+)
+def test_the_offloading_connector_hits_and_counts_its_own_blocks(
+    tmp_path: Path, extra: dict[str, int], hit_tokens: int, host_tokens: str
+) -> None:
+    """vLLM v0.11 OffloadingSpec: offloaded blocks of kv_connector_extra_config block_size
+    tokens (the GPU block by default), num_cpu_blocks of them; get_num_new_matched_tokens hits
+    whole offloaded blocks. One 5,000-token prompt sent twice, device caching off."""
+    ids = list(range(313))
+    trace = tmp_path / "twice.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": t, "input_length": 5000, "output_length": 1,
+                        "hash_ids": ids, "block_tokens": 16}) + "\n"
+            for t in (0, 1_000_000)
+        )
+    )  # fmt: skip
+    run = _kvtier(
+        "simulate", str(trace), "--gpu", "h100", "--warmup-fraction", "0.5", "--json",
+        *LAUNCH, "--no-enable-prefix-caching", "--kv-transfer-config", native(**extra),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["hit_tokens_by_tier"] == {"device": 0, "host": hit_tokens, "store": 0}
+    assert f"{host_tokens} tokens" in result["params"]["sources"]["host tier"]

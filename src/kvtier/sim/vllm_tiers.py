@@ -4,6 +4,10 @@
                       the default): the ledger's CPUOffloadingSpec host pool; or
                       --kv-transfer-config {"kv_connector": "OffloadingConnector",
                       "kv_connector_extra_config": {"cpu_bytes_to_use": B | "num_cpu_blocks": N}}
+                      and optionally "block_size" (tokens, a multiple of the GPU block) or
+                      "blocks_per_chunk": the connector stores and hits whole chunks of that
+                      many tokens, and counts num_cpu_blocks in them (one GPU block each by
+                      default; vLLM's offloading config, blocks_per_chunk from v0.32)
   LMCache             --kv-transfer-config {"kv_connector": "LMCacheConnectorV1", ...}, or
                       --kv-offloading-backend lmcache with --kv-offloading-size S (vLLM sets
                       LMCache's local CPU to S / ranks GiB per rank). LMCache's settings come from
@@ -124,6 +128,32 @@ def _lmcache(
     return VllmTiers(host, store, int(chunk), tuple(sources))
 
 
+def _native_chunk(extra: dict[str, object], page: int) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """The OffloadingConnector's chunk in tokens (0: one GPU block) and its source line, from
+    `block_size` (tokens) or `blocks_per_chunk` (vLLM's offloading config: one of the two, a
+    whole number of GPU blocks)."""
+    tokens, per = extra.get("block_size"), extra.get("blocks_per_chunk")
+    if tokens is None and per is None:
+        return 0, ()
+    if tokens is not None and per is not None:
+        raise KvtierError(
+            f"--kv-transfer-config: {NATIVE} takes block_size or blocks_per_chunk, not both"
+        )
+    key, value = ("block_size", tokens) if tokens is not None else ("blocks_per_chunk", per)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise KvtierError(
+            f"--kv-transfer-config: {NATIVE} {key} must be a positive whole number, "
+            f"got {value!r:.40}"
+        )
+    chunk = value if key == "block_size" else value * page
+    if chunk % page:
+        raise KvtierError(
+            f"--kv-transfer-config: {NATIVE} block_size {chunk} must be a multiple of the GPU "
+            f"block ({page} tokens)"
+        )
+    return chunk, (("connector granularity", f"{NATIVE} blocks of {chunk} tokens ({key})"),)
+
+
 def vllm_tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
     """The host and store tiers `d`'s flags give, in tokens per rank."""
     per_token = ledger.kv_bytes_per_token
@@ -132,25 +162,16 @@ def vllm_tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
         name, extra = _config(d.kv_transfer_config)
         if name == LMCACHE:
             return _lmcache(d, extra, per_token, None)
+        chunk, chunk_source = _native_chunk(extra, ledger.page_size)
         blocks, size = extra.get("num_cpu_blocks"), extra.get("cpu_bytes_to_use")
         if isinstance(blocks, int) and not isinstance(blocks, bool) and blocks > 0:
-            tokens = blocks * ledger.page_size
-            return VllmTiers(
-                tokens,
-                sources=(("host tier", f"{NATIVE} num_cpu_blocks {blocks:,}: {tokens:,} tokens"),),
-            )
+            tokens = blocks * (chunk or ledger.page_size)
+            host = f"{NATIVE} num_cpu_blocks {blocks:,}: {tokens:,} tokens"
+            return VllmTiers(tokens, 0, chunk, (("host tier", host), *chunk_source))
         if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0:
             tokens = int(size) // (per_token * world)
-            return VllmTiers(
-                tokens,
-                sources=(
-                    (
-                        "host tier",
-                        f"{NATIVE} cpu_bytes_to_use {int(size):,} over {world} ranks: "
-                        f"{tokens:,} tokens",
-                    ),
-                ),
-            )
+            host = f"{NATIVE} cpu_bytes_to_use {int(size):,} over {world} ranks: {tokens:,} tokens"
+            return VllmTiers(tokens, 0, chunk, (("host tier", host), *chunk_source))
         raise KvtierError(
             f"--kv-transfer-config: {NATIVE} needs kv_connector_extra_config num_cpu_blocks "
             "or cpu_bytes_to_use, a positive number"
