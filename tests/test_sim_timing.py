@@ -145,3 +145,31 @@ def test_the_forward_cost_says_where_it_was_set(
     config = build_config(d, 512, device_tokens=100_000, timing=flags)
     assert config.timing.hw.step_overhead_s == pytest.approx(seconds)
     assert words in dict(config.sources)["timing"]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "given", "efficiency", "words"),
+    [
+        ("h100", None, 0.4, "prefill at 0.4 x 989 TFLOPS x 1 GPUs (calibrated on H100 prefill)"),
+        (
+            "A100 80GB",
+            None,
+            0.75,
+            "prefill at 0.75 x 312 TFLOPS x 1 GPUs (calibrated on A100 80GB:",
+        ),
+        ("a100-40gb", None, 0.75, "(calibrated on A100 40GB: GPUStack performance-lab"),
+        ("L40S", None, 0.4, "(uncalibrated on L40S: the H100's; --compute-efficiency)"),
+        ("A100 80GB", 0.5, 0.5, "prefill at 0.5 x 312 TFLOPS x 1 GPUs (--compute-efficiency)"),
+    ],
+)
+def test_the_prefill_efficiency_is_the_gpus_and_says_where_it_was_set(
+    gpu: str, given: float | None, efficiency: float, words: str
+) -> None:
+    # the A100 reaches 0.75 of its peak in GPUStack's Qwen3-32B study; GPUs without published
+    # rows run the H100's 0.4, and the flag overrides either
+    d = Deployment(Engine.SGLANG, "llama-3.1-8b", gpu=gpu, mem_fraction=0.88)
+    config = build_config(
+        d, 512, device_tokens=100_000, timing=TimingFlags(compute_efficiency=given)
+    )
+    assert config.timing.compute_efficiency == efficiency
+    assert words in dict(config.sources)["timing"]
