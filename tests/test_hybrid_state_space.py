@@ -183,6 +183,12 @@ def test_vllm_lfm25_log_is_reproduced(tmp_path: Path, capsys: pytest.CaptureFixt
     assert low <= 2_324_244 <= high
     # int(145,599 blocks / 2,052 blocks a request x 32,768): +798 tokens, +0.03%
     assert out["predicted"]["kv_tokens"] == 2_325_042
+    # the count is no budget / bytes per token (state pages share the blocks): no warning that
+    # the model's 6,144 B a token falls outside the log's 6,156 - 6,160
+    assert not [w for w in out["warnings"] if "B of KV per token" in w]
+    # the catalog id reads the same
+    by_id = run_json(capsys, ["explain", str(log), "--model", "LiquidAI/LFM2-1.2B", "--json"])
+    assert by_id["predicted"]["kv_tokens"] == 2_325_042
     assert vllm_mamba.attention_block_size(2048 * 2 * 2, 8 * 128, 16) == 16
 
 

@@ -169,8 +169,14 @@ def _unaligned_top(inp: LogInputs, plan: PlanInputs, high: int, notes: list[str]
 
 
 def _geometry_warning(inp: LogInputs, ledger: Ledger) -> tuple[str, ...]:
+    """The model's KV bytes per token outside what the log's budget and count allow. Not for a
+    model whose other layers keep state (hybrid linear attention, Mamba2, short conv): state
+    pages share the budget, so the count is no budget / bytes per token (the predicted count
+    is checked against it instead)."""
     geometry = inp.geometry
-    if not inp.model_known or geometry is None or geometry.fits(ledger.kv_bytes_per_token):
+    if not inp.model_known or geometry is None or inp.model.kv.linear is not None:
+        return ()
+    if geometry.fits(ledger.kv_bytes_per_token):
         return ()
     return (
         f"{inp.model.model_id} takes {ledger.kv_bytes_per_token:,} B of KV per token per GPU, "
