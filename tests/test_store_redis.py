@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvtier.errors import KvtierError
-from kvtier.store import open_store
+from kvtier.store import open_store, redis_store
 from kvtier.store.base import StoreFingerprint, StoreUnavailable
 from kvtier.store.blob import encode_blob
 from kvtier.store.redis_store import RedisStore, page_key
@@ -96,6 +96,32 @@ def test_round_trip_ttl_and_delete(server: RedisServer) -> None:
     assert store.exists_prefix(hashes) == 0
     stats = store.stats()
     assert (stats.puts, stats.hits, stats.misses, stats.bytes_read) == (16, 16, 4, 16 * 4096)
+
+
+@needs_redis
+@pytest.mark.redis
+@pytest.mark.parametrize("window_bytes", [1, 10_000, 1 << 40])
+@pytest.mark.parametrize("ttl_s", [None, 600])
+def test_get_into_reads_a_batch_window_by_window(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, window_bytes: int, ttl_s: int | None
+) -> None:
+    """Whether the batch's GETs go out one page, a few pages or all at once, every page lands in
+    its own target, a damaged one and an absent one are misses, and nothing is left unread."""
+    monkeypatch.setattr(redis_store, "READ_WINDOW_BYTES", window_bytes)
+    store = RedisStore(server.url, FP, ttl_s=ttl_s)
+    hashes, blobs = chain(9), payloads(9)
+    store.put(hashes[:8], blobs[:8])
+    raw = _raw(server)
+    good = raw.get(store.key(hashes[3]))
+    raw.set(store.key(hashes[3]), good[:-1] + bytes([good[-1] ^ 1]))
+    targets = [bytearray(len(b)) for b in blobs]
+    found = store.get_into(hashes, [[memoryview(t)] for t in targets])
+    assert found == [True] * 3 + [False] + [True] * 4 + [False]
+    assert [bytes(t) for i, t in enumerate(targets) if found[i]] == [
+        b for i, b in enumerate(blobs) if found[i]
+    ]
+    assert store.get_into(hashes[:3], [[memoryview(t)] for t in targets[:3]]) == [True] * 3
+    assert (store.stats().corrupt, store.stats().hits) == (1, 10)
 
 
 @needs_redis

@@ -80,6 +80,19 @@ def connect(url: str, *, timeout_s: float) -> redis.Redis | redis.RedisCluster:
     return redis.Redis.from_url(url, **options)
 
 
+# A batch's GETs go out a window at a time, the next window's commands sent before this one's
+# replies are read: at most two windows of replies wait in the server's output buffer. Sending
+# the whole batch at once made redis-server queue 64 MiB of replies for 32 pages of 2 MiB, and
+# get at batch 32 ran at 0.67-0.73 GB/s against 0.95-1.49 GB/s with one 2 MiB page a window
+# (benchmarks/bench_store.py, docs/benchmarks.md).
+READ_WINDOW_BYTES = 2 << 20
+
+
+def _read_window(page_bytes: int) -> int:
+    """Pages a window holds: READ_WINDOW_BYTES of payload, at least one page."""
+    return max(1, READ_WINDOW_BYTES // max(1, page_bytes))
+
+
 class RedisStore:
     """Page store in Redis; see the module docstring for keys, sizing and URLs."""
 
@@ -159,25 +172,37 @@ class RedisStore:
         sizes = [parts_size(t) for t in targets]
         damaged: list[PageHash] = []
 
+        window = _read_window(max(sizes))
+
         def exchange(sock: socket.socket, reader: Reader) -> list[bool]:
-            buffers: list[Buffer] = []
-            for i, h in enumerate(hashes):
-                ttl = self._ttl_ms(i)
-                key = self.key(h).encode()
-                buffers += (
-                    frame(b"GET", key) if ttl is None else frame(b"GETEX", key, b"PX", b"%d" % ttl)
-                )
-            send_all(sock, buffers)
-            return [
-                self._read_page(reader, h, t, size, damaged)
-                for h, t, size in zip(hashes, targets, sizes, strict=True)
-            ]
+            found: list[bool] = []
+            send_all(sock, self._get_frames(0, window, hashes))
+            for start in range(0, len(hashes), window):
+                end = start + window
+                if end < len(hashes):  # the next window's commands, before this one's replies
+                    send_all(sock, self._get_frames(end, end + window, hashes))
+                found += [
+                    self._read_page(reader, hashes[i], targets[i], sizes[i], damaged)
+                    for i in range(start, min(end, len(hashes)))
+                ]
+            return found
 
         found = self._raw(hashes[0], exchange)
         if damaged:
             self.delete(damaged)
         self._counters.add_reads_into(found, sizes)
         return found
+
+    def _get_frames(self, start: int, end: int, hashes: Sequence[PageHash]) -> list[Buffer]:
+        """GET (GETEX with a TTL) commands for pages `start` to `end` of a batch."""
+        buffers: list[Buffer] = []
+        for i in range(start, min(end, len(hashes))):
+            ttl = self._ttl_ms(i)
+            key = self.key(hashes[i]).encode()
+            buffers += (
+                frame(b"GET", key) if ttl is None else frame(b"GETEX", key, b"PX", b"%d" % ttl)
+            )
+        return buffers
 
     def _read_page(
         self, reader: Reader, page_hash: PageHash, target: Parts, size: int, damaged: list[bytes]
