@@ -148,3 +148,16 @@ def test_whole_real_logs_with_every_line_cut_short() -> None:
                 text = "\n".join([*lines[:index], line[:cut], *lines[index + 1 :]])
                 _parse(text)
                 _explain(text, {})
+
+
+@pytest.mark.parametrize("name", ["a" * 300, "~kvtier-no-such-user/m"])
+@pytest.mark.parametrize("where", ["log", "flag"])
+def test_a_model_name_no_local_path_can_be_is_refused(name: str, where: str) -> None:
+    """A model name over the file system's name limit, or `~user` of an unknown user: neither is
+    a path here, so it is an unknown model (a refusal naming it), not an OSError or a
+    RuntimeError from the path lookup."""
+    text = "\n".join(
+        [f"INFO args: Namespace(model='{name}', tensor_parallel_size=2)", EXTRA_LINES[-1]]
+    )
+    with pytest.raises(KvtierError, match=re.escape(name[:40])):
+        explain_log(text, {"model": name} if where == "flag" else {})

@@ -76,12 +76,13 @@ def resolve_model(name_or_path: str) -> ModelSpec:
     entry = catalog_entry(name_or_path)
     if entry is not None:
         return _from_entry(entry)
-    path = Path(name_or_path).expanduser()
-    if path.exists():
+    path = _local_path(name_or_path)
+    if path is not None:
         return _from_path(path, _cache_repo_id(path) or str(path))
     cached = _hf_cache_config(name_or_path)
     if cached is not None:
         return _from_path(cached, name_or_path)
+    path = Path(name_or_path)
     # an engine log may name a path on another machine: its HF-cache repo or, for a path
     # (not an `org/name` id, which may be a fine-tune), its last part may be a catalog name
     is_path = name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1
@@ -92,6 +93,17 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         f"unknown model {name_or_path!r}; closest catalog ids: "
         + ", ".join(closest_ids(name_or_path))
     )
+
+
+def _local_path(name: str) -> Path | None:
+    """`name` as an existing local file or directory, if it is one. A name no path here can be
+    (a component over the file system's limit, `~user` of an unknown user, a directory that
+    cannot be read) is none: it may name a path on another machine."""
+    try:
+        path = Path(name).expanduser()
+        return path if path.exists() else None
+    except (OSError, RuntimeError):
+        return None
 
 
 def closest_ids(name: str, n: int = 3) -> list[str]:
