@@ -1,5 +1,5 @@
 """SGLang's ROCm build sizes its default fraction by the CUDA rules less what it asks is_cuda()
-for; its NPU build is refused."""
+for; its NPU build does too, after its own chunk and CUDA-graph batch tiers."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.engines.sglang.platform import npu_tiers
+from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.plan import plan
@@ -75,16 +77,70 @@ def test_an_ascend_npu_fails_closed(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(err) == 1 and "unknown GPU 'Ascend 910B'" in err[0]
 
 
-def test_the_npu_build_needs_its_fraction(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("version", "mib", "tp", "tiers"),
+    [
+        ("0.5.3", 30 * 1024, 1, None),  # no NPU tier before v0.5.4
+        ("0.5.4", 20 * 1024 - 1, 1, None),  # the T4 tier comes first
+        ("0.5.4", 20 * 1024, 1, (32768, 16)),
+        ("0.5.5", 32 * 1024 - 1, 4, (32768, 64)),
+        ("0.5.5", 32 * 1024, 1, None),  # upper bounds out
+        ("0.5.5", 60 * 1024, 4, (32768, 128)),
+        ("0.5.5", 64 * 1024, 1, None),
+        ("0.5.7", 16 * 1024, 1, (4096, 16)),
+        ("0.5.9", 32 * 1024, 4, (4096, 64)),  # bounds in from v0.5.7
+        ("0.5.9", 32 * 1024 + 1, 1, (8192, 64)),
+        ("0.5.23", 64 * 1024, 8, (8192, 256)),
+        ("0.5.23", 64 * 1024 + 1, 1, None),
+    ],
+)
+def test_the_npu_tiers_per_release(
+    version: str, mib: int, tp: int, tiers: tuple[int, int] | None
+) -> None:
+    """v0.5.4-v0.5.5 is_npu() tiers in _handle_gpu_memory_settings; v0.5.7-v0.5.23
+    hardware_backend/npu/utils.py set_default_server_args (same values, bounds included)."""
+    assert npu_tiers(mib, tp, Version.parse(version, "SGLang")) == tiers
+
+
+@pytest.mark.parametrize(
+    ("version", "card", "fraction"),
+    [
+        # (32,768 - 512 - 4,096 x 1.5 - 16 x 2 - 1/8 x 1,024) / 32,768 = 0.79199; CUDA: 0.885
+        ("0.5.9", ["--gpu-mem-gib", "32"], 0.792),
+        # 8,192 and 64 on 40,960 MiB: (40,960 - 13,056) / 40,960 = 0.68125; CUDA: 0.833
+        ("0.5.9", ["--gpu", "A100-40GB"], 0.681),
+        ("0.5.5", ["--gpu", "A100-40GB"], 0.833),  # no NPU tier at 35-60 GiB: the CUDA one
+        ("0.5.23", ["--gpu", "H100"], 0.835),  # above 64 GiB the CUDA tiers decide
+    ],
+)
+def test_the_npu_default_fraction(
+    version: str, card: list[str], fraction: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["plan", "--engine", "sglang", "--model", "Qwen/Qwen3-8B", "--device", "npu"]
+    assert main([*args, *card, "--sglang-version", version, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mem_fraction"] == fraction
+    assert any("NPU chunk and CUDA-graph batch tiers" in n for n in out["notes"])
+
+
+def test_the_npu_build_fails_closed_where_unmodelled(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["plan", "--engine", "sglang", "--model", "Qwen/Qwen3-8B", "--gpu", "H100"]
-    assert main([*args, "--device", "npu"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Ascend NPU build (--device npu)" in err[0]
-    assert err[0].endswith("pass --mem-fraction-static")
     assert main([*args, "--device", "npu", "--mem-fraction-static", "0.8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["page_size"] == 128  # the ascend backend's page when --page-size is unset
     assert any(n.startswith("Ascend NPU build") for n in out["notes"])
+    dsa = [
+        "plan",
+        "--engine",
+        "sglang",
+        "--model",
+        "deepseek-ai/DeepSeek-V3.2-Exp",
+        "--gpu",
+        "H100",
+    ]
+    assert main([*dsa, "--tp", "8", "--device", "npu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "serves a DSA model" in err[0]
     assert main([*args, "--device", "xpu"]) == 2
     assert "--device xpu is not modelled" in capsys.readouterr().err
     assert main([*args, "--device", "cuda"]) == 0
@@ -108,14 +164,17 @@ NPU_LOG = "".join(
 
 def test_an_npu_log_is_recomputed_at_its_printed_fraction() -> None:
     """profile_max_num_token has no NPU branch: (44.50 - 60.00 x 0.2) GiB / 147,456 B, down to the
-    page of 128 the log prints = 236,544; without the fraction printed, the NPU default is not
-    modelled and the count is observed only, with the reason."""
+    page of 128 the log prints = 236,544; without the fraction printed, the NPU default rule runs
+    over a card estimated from the free memory before load, and its range holds the count."""
     rec = explain_log(NPU_LOG, {}).reconciliation
     assert rec.status == "match" and rec.predicted == 236_544
     assert rec.observed is not None and rec.observed.value == 236_544
     unstated = explain_log(NPU_LOG.replace("mem_fraction_static=0.8, ", ""), {}).reconciliation
-    assert unstated.status == "observed only"
-    assert unstated.unchecked is not None and "Ascend NPU build" in unstated.unchecked
+    assert unstated.status == "match" and unstated.unchecked is None
+    assert unstated.predicted_low is not None and unstated.predicted_high is not None
+    assert unstated.predicted_low <= 236_544 <= unstated.predicted_high
+    assert unstated.ledger is not None
+    assert any("as torch_npu reports it" in n for n in unstated.ledger.notes)
 
 
 def test_the_public_npu_log_is_a_count_without_a_recomputation() -> None:

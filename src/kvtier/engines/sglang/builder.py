@@ -17,7 +17,13 @@ from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.dtype import checkpoint_kv_dtype, run_dtype
-from kvtier.engines.sglang.platform import check_device, default_page, platform_notes, rocm
+from kvtier.engines.sglang.platform import (
+    as_built,
+    check_device,
+    default_page,
+    not_cuda,
+    platform_notes,
+)
 from kvtier.engines.sglang.pool import PoolEra
 from kvtier.engines.version import Version
 from kvtier.errors import DoesNotStart, KvtierError
@@ -264,7 +270,8 @@ class Budget:
 def _budget(p: PlanInputs, cells: Cells) -> Budget:
     d, era = p.deployment, cells.era
     # The engine picks chunked_prefill_size and cuda_graph_max_bs by GPU tier either way.
-    rule = default_mem_fraction(era.version, p.gpu_mem_mib, d, p.model, rocm(d))
+    built = as_built(d, p.gpu_mem_mib, era.version)
+    rule = default_mem_fraction(era.version, p.gpu_mem_mib, built, p.model, not_cuda(d))
     chunk, max_bs = rule.chunked_prefill_size, rule.cuda_graph_max_bs
     if p.gpu_mem_mib is None:  # the engine's tiers need the card: only the flags are known
         chunk, max_bs = d.chunked_prefill_size, d.cuda_graph_max_bs
@@ -388,7 +395,7 @@ def build(p: PlanInputs) -> Ledger:
     """The ledger SGLang's profile_max_num_token / init_memory_pool produce for `p`:
     cells -> budget -> token split -> request table -> items and notes."""
     d = p.deployment
-    check_device(d)
+    check_device(d, bool(p.model.kv.index_head_dim))
     cells = _cells(p)
     budget = _budget(p, cells)
     split = _split(p, cells, budget)
