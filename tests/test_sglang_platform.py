@@ -111,6 +111,8 @@ def test_the_npu_tiers_per_release(
         ("0.5.9", ["--gpu", "A100-40GB"], 0.681),
         ("0.5.5", ["--gpu", "A100-40GB"], 0.833),  # no NPU tier at 35-60 GiB: the CUDA one
         ("0.5.23", ["--gpu", "H100"], 0.835),  # above 64 GiB the CUDA tiers decide
+        # v0.4.7's get_device_memory_capacity has no npu branch: memory unknown, 0.88
+        ("0.4.7", ["--gpu", "H100"], 0.88),
     ],
 )
 def test_the_npu_default_fraction(
@@ -141,6 +143,8 @@ def test_the_npu_build_fails_closed_where_unmodelled(capsys: pytest.CaptureFixtu
     assert main([*dsa, "--tp", "8", "--device", "npu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "serves a DSA model" in err[0]
+    assert main([*args, "--device", "npu", "--sglang-version", "0.4.6"]) == 2
+    assert "has no --device npu" in capsys.readouterr().err
     assert main([*args, "--device", "xpu"]) == 2
     assert "--device xpu is not modelled" in capsys.readouterr().err
     assert main([*args, "--device", "cuda"]) == 0

@@ -21,6 +21,7 @@ from kvtier.engines.sglang.platform import (
     as_built,
     check_device,
     default_page,
+    device_memory,
     not_cuda,
     platform_notes,
 )
@@ -270,8 +271,9 @@ class Budget:
 def _budget(p: PlanInputs, cells: Cells) -> Budget:
     d, era = p.deployment, cells.era
     # The engine picks chunked_prefill_size and cuda_graph_max_bs by GPU tier either way.
-    built = as_built(d, p.gpu_mem_mib, era.version)
-    rule = default_mem_fraction(era.version, p.gpu_mem_mib, built, p.model, not_cuda(d))
+    gpu = device_memory(d, p.gpu_mem_mib, era.version)
+    built = as_built(d, gpu, era.version)
+    rule = default_mem_fraction(era.version, gpu, built, p.model, not_cuda(d))
     chunk, max_bs = rule.chunked_prefill_size, rule.cuda_graph_max_bs
     if p.gpu_mem_mib is None:  # the engine's tiers need the card: only the flags are known
         chunk, max_bs = d.chunked_prefill_size, d.cuda_graph_max_bs
@@ -395,8 +397,8 @@ def build(p: PlanInputs) -> Ledger:
     """The ledger SGLang's profile_max_num_token / init_memory_pool produce for `p`:
     cells -> budget -> token split -> request table -> items and notes."""
     d = p.deployment
-    check_device(d, bool(p.model.kv.index_head_dim))
     cells = _cells(p)
+    check_device(d, cells.era.version, bool(p.model.kv.index_head_dim))
     budget = _budget(p, cells)
     split = _split(p, cells, budget)
     requests = _requests(p, cells, budget, split)

@@ -14,7 +14,8 @@ rule's own arithmetic over get_npu_memory_capacity's MiB (the card's memory here
 is_cuda()-only term off as on ROCm, after the NPU build has set chunked_prefill_size and
 cuda_graph_max_bs from its own tiers (`npu_tiers`): v0.5.4-v0.5.5 two is_npu() tiers inside
 _handle_gpu_memory_settings; from v0.5.7 set_default_server_args, which runs before
-_handle_gpu_memory_settings (v0.5.7 - v0.5.23).
+_handle_gpu_memory_settings (v0.5.7 - v0.5.23). --device npu arrives in v0.4.7, whose
+get_device_memory_capacity has no npu branch (the rule runs without the card's memory).
 A DSA model on NPU skips the DP-attention and page rules kvtier models, so it needs its fraction.
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvtier.engines.deployment import Deployment
-from kvtier.engines.sglang.versions import V0_5_4, V0_5_7
+from kvtier.engines.sglang.versions import V0_4_7, V0_4_8, V0_5_4, V0_5_7
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
 from kvtier.model.gpu import resolve_gpu
@@ -35,12 +36,14 @@ NPU_DSA = (
 NPU_PAGE = 128  # the ascend backend's page size when --page-size is unset (v0.5.4, v0.5.9)
 
 
-def check_device(d: Deployment, dsa: bool = False) -> None:
-    """Fail closed on a device whose build kvtier does not model (cuda covers ROCm; npu, with
-    its fraction given for a DSA model)."""
+def check_device(d: Deployment, v: Version, dsa: bool = False) -> None:
+    """Fail closed on a device whose build kvtier does not model (cuda covers ROCm; npu from
+    v0.4.7, with its fraction given for a DSA model)."""
     if d.device is None or d.device == "cuda":
         return
     if d.device == "npu":
+        if v < V0_4_7:
+            raise KvtierError(f"SGLang {v} has no --device npu (its choices gain npu in v0.4.7)")
         if dsa and d.mem_fraction is None:
             raise KvtierError(NPU_DSA)
         return
@@ -71,6 +74,12 @@ def npu_tiers(gpu: int | None, tp: int, v: Version) -> tuple[int, int] | None:
     if gpu <= 64 * 1024:
         return 8192, 64 if small_tp else 256
     return None
+
+
+def device_memory(d: Deployment, gpu: int | None, v: Version) -> int | None:
+    """The memory (MiB) get_device_memory_capacity hands the fraction rule: none on NPU in
+    v0.4.7, whose function has no npu branch yet (get_npu_memory_capacity from v0.4.8)."""
+    return None if d.device == "npu" and v < V0_4_8 else gpu
 
 
 def as_built(d: Deployment, gpu: int | None, v: Version) -> Deployment:
