@@ -17,6 +17,7 @@ import random
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,9 @@ import pytest
 from conftest import in_ci, missing
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang.defaults import default_mem_fraction
+from kvtier.engines.sglang.platform import as_built
+from kvtier.engines.sglang.versions import V0_4_8
+from kvtier.engines.version import Version
 from kvtier.model.config import model_from_config
 from kvtier.model.description import AttentionKind, ModelSpec
 from sglang_wheels import differ, run_oracle, sglang_wheel
@@ -63,22 +67,23 @@ TREE_FILES = (
     "sglang/srt/configs/model_config.py",
     "sglang/srt/runtime_context.py",
     "sglang/srt/environ.py",
+    "sglang/srt/hardware_backend/npu/utils.py",
 )
 TREE_DIRS = ("sglang/srt/arg_groups/",)
 
 
 def _tree(version: str) -> Path:
-    """The wheel's files the oracle runs, extracted once into .oracle-sglang/<version>/."""
+    """The wheel's files the oracle runs, each extracted once into .oracle-sglang/<version>/."""
     target = CACHE / version
-    if (target / "sglang" / "srt" / "server_args.py").exists():
-        return target
     with zipfile.ZipFile(sglang_wheel(version)) as wheel:
         names = [
             n
             for n in wheel.namelist()
             if n in TREE_FILES or (n.startswith(TREE_DIRS) and n.endswith(".py"))
         ]
-        wheel.extractall(target, names)
+        missing = [n for n in names if not (target / n).exists()]
+        if missing:
+            wheel.extractall(target, missing)
     return target
 
 
@@ -161,18 +166,30 @@ def _engine_case(d: Deployment, model: ModelSpec, gpu: int | None) -> dict[str, 
     }
 
 
-@pytest.mark.parametrize("platform", ["cuda", "hip"])
-@pytest.mark.parametrize("version", VERSIONS)
+# v0.4.7 queries no NPU memory and earlier releases have no --device npu (test_sglang_platform.py)
+PLATFORMS = [
+    (version, platform)
+    for platform in ("cuda", "hip", "npu")
+    for version in VERSIONS
+    if platform != "npu" or Version.parse(version, "SGLang") >= V0_4_8
+]
+
+
+@pytest.mark.parametrize(("version", "platform"), PLATFORMS)
 def test_defaults_match_the_engine(version: str, platform: str) -> None:
     """On ROCm (is_hip() True, is_cuda() False) too: kvtier applies the CUDA rules to an AMD
-    card (engines/sglang/platform.py), and the engine's own code must agree."""
+    card (engines/sglang/platform.py), and the engine's own code must agree; on an Ascend NPU
+    (is_npu() True) the same rules after the NPU chunk and graph-batch tiers."""
     cases = _grid(version)
+    if platform == "npu":  # torch.npu.mem_get_info always answers
+        cases = [(replace(d, device="npu"), m, gpu) for d, m, gpu in cases if gpu is not None]
     engine_cases = [_engine_case(*case) for case in cases]
     args = [str(_tree(version)), str(_site()), platform]
     picked = run_oracle(sys.executable, RUNNER, args, engine_cases)
     differences = []
     for (d, model, gpu), engine, case in zip(cases, picked, engine_cases, strict=True):
-        ours = default_mem_fraction(version, gpu, d, model, rocm=platform == "hip")
+        built = as_built(d, gpu, Version.parse(version, "SGLang"))
+        ours = default_mem_fraction(version, gpu, built, model, rocm=platform != "cuda")
         mine = {
             "mem_fraction_static": ours.value,
             "chunked_prefill_size": ours.chunked_prefill_size,

@@ -2,7 +2,7 @@
 
 Executed by a bare interpreter (`python3 -I -S`), never imported by kvtier:
 
-    python -I -S sglang_defaults.py <tree> <site> [cuda|hip] < configs.json
+    python -I -S sglang_defaults.py <tree> <site> [cuda|hip|npu] < configs.json
 
 <tree> holds the wheel's sglang/srt/server_args.py and, from v0.5.14, the pure-Python modules the
 memory rule moved into (model_executor/cuda_graph_config.py, arg_groups/, ...). Those run as
@@ -57,12 +57,14 @@ class _Finder(StubFinder):
 
 MODEL_CONFIG = "sglang.srt.configs.model_config"
 GPU: list[int | None] = [None]
+PLATFORM = ["cuda"]
 MODEL: list[Any] = [None]
 
 
 def _install_stubs(tree: Path, platform: str) -> None:
-    """`platform` "cuda", or "hip": a ROCm build (torch.version.hip set, so SGLang's is_cuda()
-    is False and is_hip() True; the device is still "cuda")."""
+    """`platform` "cuda", "hip": a ROCm build (torch.version.hip set, so SGLang's is_cuda()
+    is False and is_hip() True; the device is still "cuda"), or "npu": an Ascend build (is_npu()
+    True, the device "npu", get_npu_memory_capacity the GPU's capacity)."""
     sys.meta_path.insert(0, _Finder(tree))
     import sglang.srt.utils  # the stubs
     import sglang.srt.utils.common
@@ -76,13 +78,16 @@ def _install_stubs(tree: Path, platform: str) -> None:
             "get_amdgpu_memory_capacity",
             "get_hpu_memory_capacity",
             "get_device_memory_capacity",
+            "get_npu_memory_capacity",
         ):
             setattr(utils, name, capacity)
         utils.get_device = lambda *a: "cuda"  # type: ignore[attr-defined]
         for name in ("is_hip", "is_npu", "is_cpu", "is_mps", "is_xpu", "is_flashinfer_available"):
             setattr(utils, name, lambda *a: False)
-        utils.is_cuda = lambda: platform != "hip"  # type: ignore[attr-defined]
+        utils.is_cuda = lambda: platform == "cuda"  # type: ignore[attr-defined]
         utils.is_hip = lambda *a: platform == "hip"  # type: ignore[attr-defined]
+        utils.is_npu = lambda *a: platform == "npu"  # type: ignore[attr-defined]
+    PLATFORM[0] = platform
     import torch  # the stub
 
     torch.cuda = types.SimpleNamespace(is_available=lambda: True)  # type: ignore[attr-defined]
@@ -181,6 +186,7 @@ def _record(server_args_cls: Any, given: dict[str, Any]) -> Any:
 HOOKS_IN_ORDER = (
     ("parallel_hook", "handle_deprecated_dp_attention"),  # --dp-size N --enable-dp-attention
     ("cuda_graph_hook", "handle_cuda_graph_config"),
+    ("platform_hook", "handle_npu_backends"),  # NPU chunk and graph-batch tiers
     ("memory_hook", "handle_gpu_memory_settings"),
 )
 
@@ -212,7 +218,9 @@ def run(server_args_cls: Any, c: dict[str, Any]) -> dict[str, Any]:
     GPU[0] = c["gpu_mem_mib"]
     MODEL[0] = _model(c)
     names = _field_names(server_args_cls)
-    given = {"mem_fraction_static": None}
+    given: dict[str, Any] = {"mem_fraction_static": None}
+    if PLATFORM[0] == "npu":
+        given["device"] = "npu"
     for name, value in c["args"].items():
         if name not in names and f"{name}_decode" in names:  # v0.5.14+: --cuda-graph-max-bs
             name = f"{name}_decode"
@@ -234,6 +242,8 @@ def run(server_args_cls: Any, c: dict[str, Any]) -> dict[str, Any]:
         for step in ("_handle_piecewise_cuda_graph", "_handle_cuda_graph_config"):
             if hasattr(server_args_cls, step):
                 getattr(args, step)()
+        if hasattr(server_args_cls, "_handle_npu_backends"):  # v0.5.7+: a no-op off NPU
+            args._handle_npu_backends()
         args._handle_gpu_memory_settings(GPU[0])
     else:
         try:
