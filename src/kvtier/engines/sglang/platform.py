@@ -47,7 +47,8 @@ def check_device(d: Deployment, v: Version, dsa: bool = False) -> None:
         if dsa and d.mem_fraction is None:
             raise KvtierError(NPU_DSA)
         return
-    raise KvtierError(f"SGLang on --device {d.device} is not modelled (only cuda: CUDA and ROCm)")
+    modelled = "cuda (ROCm included) and npu are"
+    raise KvtierError(f"SGLang on --device {d.device} is not modelled ({modelled})")
 
 
 def default_page(d: Deployment) -> int | None:
