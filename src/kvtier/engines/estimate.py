@@ -111,7 +111,7 @@ def spread(terms: Mapping[str, Term], formula: Callable[[Mapping[str, float]], f
             values[n] = terms[n].high if pick else terms[n].low
         results.append(formula(values))
     low, high = min(results), max(results)
-    return Term.estimated(nominal, low, high, _dominant(terms, formula, nominal, high - low))
+    return Term.estimated(nominal, low, high, _dominant(terms, formula, high - low))
 
 
 def widest(budget: Term) -> tuple[str, ...]:
@@ -135,7 +135,6 @@ TERM_NAMES = {
 def _dominant(
     terms: Mapping[str, Term],
     formula: Callable[[Mapping[str, float]], float],
-    nominal: float,
     width: float,
 ) -> str:
     """Which estimated input the range's width comes from most: each moved alone over its own
