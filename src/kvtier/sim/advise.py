@@ -176,7 +176,6 @@ def beats_baseline(o: AdvisedOption) -> bool:
     return _group(o) == 0
 
 
-KV_KINDS = ("fraction", "kv-dtype", "host-tier", "store", "page-size", "cuda-graph")
 COMPUTE_LEVERS = "chunked prefill, replicas, speculative decoding, fewer running requests"
 
 
