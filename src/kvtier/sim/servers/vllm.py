@@ -210,7 +210,7 @@ class VllmServer:
         if not (self.busy and self._run_yields and self._steps > 1) or now <= start:
             return None
         _, kv, decode, _, _ = self._cost
-        until = max(1, self.timing.decode_tokens_before(now - start, kv, decode))
+        until = self.timing.decode_tokens_before(now - start, kv, decode)
         if until >= self._steps:
             return None
         self._steps = until
