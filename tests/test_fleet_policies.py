@@ -31,12 +31,6 @@ class FakeView:
     def token_loads(self) -> list[int]:
         return self.loads
 
-    def queues(self) -> list[int]:
-        return self.waiting
-
-    def kv_usage(self) -> list[float]:
-        return self.usage
-
     def scraped(self, replica: int) -> tuple[int, float]:
         return self.waiting[replica], self.usage[replica]
 

@@ -25,16 +25,8 @@ class FleetView(Protocol):
         """Each replica's /get_load `num_tokens` (-1 where the server has no such endpoint)."""
         ...
 
-    def queues(self) -> Sequence[int]:
-        """Requests waiting on each replica (its scraped waiting-queue metric)."""
-        ...
-
-    def kv_usage(self) -> Sequence[float]:
-        """Each replica's KV-cache usage, 0 to 1 (its scraped usage metric)."""
-        ...
-
     def scraped(self, replica: int) -> tuple[int, float]:
-        """One replica's (`queues()`, `kv_usage()`)."""
+        """One replica's scraped metrics: its requests waiting and its KV-cache usage, 0 to 1."""
         ...
 
     def device_prefixes(self, req: TraceRequest) -> Sequence[int]:

@@ -96,14 +96,8 @@ class ReplicaView:
                 out.append(-1)  # no /get_load: the router records a failed poll
         return out
 
-    def queues(self) -> list[int]:
-        return [s.queued for s in self.servers]
-
-    def kv_usage(self) -> list[float]:
-        return [_usage(s) for s in self.servers]
-
     def scraped(self, replica: int) -> tuple[int, float]:
-        """(`queues()`, `kv_usage()`) of one replica."""
+        """One replica's requests waiting and KV-cache usage."""
         server = self.servers[replica]
         return server.queued, _usage(server)
 
