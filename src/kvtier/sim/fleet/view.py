@@ -2,10 +2,10 @@
 
 Each reading stands for something the real router consumes: SGLang's `/get_load` (tokens held
 by running requests, device pages neither free nor evictable, plus the waiting prompts); the
-scraped waiting-queue and KV-usage metrics; the prompt tokens a replica has yet to prefill
-(what a global scheduler that tracks its requests knows); (SGLang: pages in use over the pool; vLLM:
-`kv_cache_usage`, 1 - free blocks / blocks, cached free blocks counting as free); and the KV
-events a precise router indexes, read here as the device-resident prefix of a prompt without
+scraped waiting-queue and KV-usage metrics (SGLang: pages in use over the pool; vLLM:
+`kv_cache_usage`, 1 - free blocks / blocks, cached free blocks counting as free); the prompt
+tokens a replica has yet to prefill (what a global scheduler that tracks its requests knows); and
+the KV events a precise router indexes, read here as the device-resident prefix of a prompt without
 touching the cache's recency.
 """
 
