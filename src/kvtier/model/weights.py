@@ -6,7 +6,7 @@ embedding and lm_head is first padded to a multiple of 64 (`VocabParallelEmbeddi
 `DEFAULT_VOCAB_PADDING_SIZE`); k/v projections stop shrinking once tp exceeds the KV heads
 (`QKVParallelLinear` replicates heads); replicated groups are whole on every rank.
 Quantized groups cost `Quantization.bytes_per_param`, the rest the model dtype's width
-(`spec.dtypes`).
+(`model.dtypes`).
 The tensors engines derive while loading (`ModelSpec.load_buffers`) are itemised too, because
 both engines' "weights" figure (SGLang `mem usage` at `Load weight end`, vLLM `Model loading
 took`) is the device memory the load consumed.
