@@ -164,7 +164,8 @@ class RedisStore:
 
     def get_into(self, hashes: Sequence[PageHash], targets: Sequence[Parts]) -> list[bool]:
         """GET (GETEX with a TTL) each page, its payload read from the socket straight into
-        its target, the whole batch in one round trip; True per page read and verified."""
+        its target, the batch pipelined a window at a time (READ_WINDOW_BYTES); True per page
+        read and verified."""
         if len(hashes) != len(targets):
             raise ValueError("hash and target counts differ")
         if not hashes:
