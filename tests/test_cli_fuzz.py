@@ -8,8 +8,6 @@ are a fixed list (no randomness), so a run under CI=true is the same every time.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from kvtier.cli import main, shared_parser
+from cli_support import run_cli as call
+from kvtier.cli import shared_parser
 from kvtier.model.catalog import catalog_entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,16 +38,6 @@ CONFIGS = ("llama-3.1-8b", "qwen3-32b", "deepseek-v3", "kimi-k2.5", "gemma-3-27b
 
 # the engines' own refusals to start (exit 1: an answer about the deployment, not bad input)
 ENGINE_REFUSALS = ("Not enough memory", "No available memory", "max seq len", "derived maximum")
-
-
-def call(argv: list[str]) -> tuple[Any, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code: Any = main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def problem(argv: list[str], names: tuple[str, ...]) -> str | None:
