@@ -32,10 +32,10 @@ from kvtier.integrations.sglang.config import (
     fingerprint,
     page_hash,
 )
+from sglang_venv_support import sglang_python
 from store_support import RedisServer, needs_redis
 
 ROOT = Path(__file__).resolve().parents[1]
-SGLANG_PYTHON = ROOT / "benchmarks" / "peers" / ".venv-sglang" / "bin" / "python"
 WORKER = ROOT / "tests" / "sglang_hicache_worker.py"
 BENCH = ROOT / "benchmarks" / "bench_sglang_hicache.py"
 REPLY_TIMEOUT_S = 120
@@ -50,15 +50,6 @@ LAYOUTS = [
     ("mla", "page_first"),
     ("mla", "page_first_direct"),
 ]
-
-
-def sglang_python() -> Path:
-    """The SGLang virtualenv's python; skips (fails under CI) when it is not there."""
-    if not SGLANG_PYTHON.exists():
-        missing(
-            f"no SGLang virtualenv at {SGLANG_PYTHON.relative_to(ROOT)}: run .ci/sglang-venv.sh"
-        )
-    return SGLANG_PYTHON
 
 
 class WorkerError(AssertionError):

@@ -29,9 +29,9 @@ from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.sglang import EngineConfig, SGLangServer
 from kvtier.sim.timing import Hardware, ModelCost, TimingModel
 from kvtier.sim.trace import TraceRequest
+from sglang_venv_support import sglang_python
 
 ROOT = Path(__file__).resolve().parents[1]
-SGLANG_PYTHON = ROOT / "benchmarks" / "peers" / ".venv-sglang" / "bin" / "python"
 WORKER = ROOT / "tests" / "sglang_scheduler_worker.py"
 BLOCK = 16  # trace tokens per block; SGLang's page is one token
 POOL_TOKENS = 4096
@@ -75,13 +75,9 @@ def _case(trace: list[TraceRequest]) -> dict[str, Any]:
 
 
 def _sglang(case: dict[str, Any]) -> dict[str, Any]:
-    if not SGLANG_PYTHON.exists():
-        missing(
-            f"no SGLang virtualenv at {SGLANG_PYTHON.relative_to(ROOT)}: run .ci/sglang-venv.sh"
-        )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [str(SGLANG_PYTHON), str(WORKER)],
+        [str(sglang_python()), str(WORKER)],
         input=json.dumps(case),
         capture_output=True,
         text=True,

@@ -18,11 +18,8 @@ from pathlib import Path
 import pytest
 
 from cli_support import error_line, run_json
-from conftest import missing
+from sglang_venv_support import sglang_python
 from test_trace_logs import INPUT, PROMPTS, REUSED
-
-ROOT = Path(__file__).resolve().parents[1]
-SGLANG_PYTHON = ROOT / "benchmarks" / "peers" / ".venv-sglang" / "bin" / "python"
 
 # Run with the SGLang virtualenv's python: argv[1] is a JSON list of [level, format, prompts];
 # each run's lines follow a `=== run N` line on stdout.
@@ -76,12 +73,8 @@ RUNS = [(3, "text", PROMPTS), (3, "json", PROMPTS), (2, "text", LONG), (2, "json
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, str], Path]:
     """Each run's lines as a log file, by (level, format)."""
-    if not SGLANG_PYTHON.exists():
-        missing(
-            f"no SGLang virtualenv at {SGLANG_PYTHON.relative_to(ROOT)}: run .ci/sglang-venv.sh"
-        )
     done = subprocess.run(
-        [str(SGLANG_PYTHON), "-c", _EMIT, json.dumps(RUNS)],
+        [str(sglang_python()), "-c", _EMIT, json.dumps(RUNS)],
         capture_output=True,
         text=True,
         timeout=300,
