@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvtier.cli import main
-from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.deployment import Deployment, Engine, Measured
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.platform import npu_tiers
 from kvtier.engines.version import Version
@@ -189,5 +189,14 @@ def test_the_public_npu_log_is_a_count_without_a_recomputation() -> None:
     rec = explain_log(text, {}).reconciliation
     assert rec.status == "observed only" and rec.observed is not None
     assert rec.observed.value == 387_968
+    # no 'Load weight' line, model or card: no range, and the flags explain takes, not plan's
+    # --free-before-load-gib / --weights-gib (which explain refuses)
+    assert rec.predicted_low == rec.predicted_high == 387_968
+    assert rec.unchecked is not None and "neither a count nor a range" in rec.unchecked
+    assert "--gpu or --gpu-mem-gib" in rec.unchecked and "--model" in rec.unchecked
+    assert "--free-before-load-gib" not in rec.unchecked
+    carded = explain_log(text, {}, Measured(gpu_mem_gib=64.0)).reconciliation
+    assert carded.unchecked is not None and "--weights-gib" not in carded.unchecked
+    assert "--gpu-mem-gib" not in carded.unchecked and "--model" in carded.unchecked
     with pytest.raises(KvtierError, match="unknown GPU 'Ascend 910B'"):
         resolve_gpu("Ascend 910B")

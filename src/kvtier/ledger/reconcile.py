@@ -197,6 +197,7 @@ def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
         predicted = observed.value if observed is not None else 0
     else:
         assert observed is not None
+        why = _explain_needs(inp, plan, why)
         unchecked = f"the log lacks the figures to recompute it ({why})"
         predicted = observed.value
     geometry = inp.geometry
@@ -215,6 +216,26 @@ def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
         notes=tuple(notes),
         ledger=None,
         unchecked=unchecked,
+    )
+
+
+def _explain_needs(inp: LogInputs, plan: PlanInputs, why: str) -> str:
+    """Why a count-only log gets no count or range, in the flags explain takes: the builder
+    names plan's measured-figure flags (--free-before-load-gib, --weights-gib), which explain
+    refuses because the log states the deployment; without the log's memory lines the pool is
+    estimated from the card and the model's weights, so those are what it lacks."""
+    if inp.memory is not None:
+        return why
+    needs = []
+    if plan.gpu_mem_mib is None:
+        needs.append("the card's memory (--gpu or --gpu-mem-gib)")
+    if not inp.model_known:
+        needs.append("the model's weights (--model: a catalog id or a folder with its config.json)")
+    if not needs:
+        return why
+    return (
+        "the log prints no memory figure the pool was sized from, and kvtier cannot estimate "
+        f"them without {' and '.join(needs)}, so neither a count nor a range is recomputed"
     )
 
 

@@ -86,11 +86,12 @@ def _header(console: Console, e: Explanation) -> None:
         table.add_row("observed", f"{rec.observed.value:,}", rec.observed.where)
     else:
         table.add_row("observed", "-", "the failed start printed no count")
+    spread = f"; rounding of the printed figures{rec.widened}: "
+    spread += f"{rec.predicted_low:,} - {rec.predicted_high:,}"
     table.add_row(
         "predicted",
         f"{rec.predicted:,}",
-        f"{rec.formula}; rounding of the printed figures{rec.widened}: "
-        f"{rec.predicted_low:,} - {rec.predicted_high:,}",
+        rec.formula + ("" if rec.unchecked is not None else spread),
     )
     table.add_row("difference", f"{rec.difference:+,}", f"{rec.relative_difference:+.2%}")
     console.print(table)
