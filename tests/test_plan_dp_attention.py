@@ -1,8 +1,9 @@
-"""SGLang's DP attention splits the attention layers over tp / dp and keeps the embedding whole on
-every rank (`VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())`): DeepSeek-V3.2-Exp
-on 8 x B200 at --tp 8 --dp 8 --enable-dp-attention (sgl-project/sglang pull request 11309) logs
-975,424 tokens; planned with the attention at TP8 the pool was 1,314,929 (+34.8%), outside its
-range."""
+"""SGLang's DP attention splits the attention layers over tp / dp; deepseek_v2.py keeps the
+embedding whole on every rank through v0.5.7 (`VocabParallelEmbedding(enable_tp=not
+is_dp_attention_enabled())`) and splits it over the same tp / dp from v0.5.8
+(tests/test_sglang_embedding.py): DeepSeek-V3.2-Exp on 8 x B200 at --tp 8 --dp 8
+--enable-dp-attention (sgl-project/sglang pull request 11309) logs 975,424 tokens; planned with
+the attention at TP8 the pool was 1,314,929 (+34.8%), outside its range."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ LAUNCH += ["--tp", "8", "--dp", "8", "--enable-dp-attention"]
 def test_attention_is_split_over_attn_tp_and_the_embedding_is_whole() -> None:
     spec = resolve_model("deepseek-ai/DeepSeek-V3.2")
     plain = {g.name: g for g in weight_bytes(spec, 8).groups}
-    dp = {g.name: g for g in weight_bytes(spec, 8, attn_tp=1).groups}
+    dp = {g.name: g for g in weight_bytes(spec, 8, attn_tp=1, embed_tp=1).groups}
     assert dp[ATTENTION].params_per_rank == 8 * plain[ATTENTION].params_per_rank
     assert dp[EMBEDDING].params_per_rank == spec.vocab_size * spec.hidden_size
     # the MoE experts and the LM head stay split over the full TP
@@ -37,4 +38,5 @@ def test_the_plans_range_holds_the_logged_count(capsys: pytest.CaptureFixture[st
     low, high = out["kv_tokens_range"]
     assert low <= 975_424 <= high
     weights = next(r for r in out["ledger"] if r["item"] == "weights")
-    assert "attention at TP1 and the embedding whole (DP attention)" in weights["source"]
+    rule = "the embedding whole (deepseek_v2.py from v0.4.10, before v0.5.8"
+    assert f"attention at TP1 (DP attention), {rule}" in weights["source"]

@@ -116,6 +116,8 @@ class Deployment:
     kv_offloading_backend: str | None = None
     kv_transfer_config: str | None = None
     lmcache_env: tuple[tuple[str, str], ...] = ()
+    # SGLANG_* assignments before a pasted SGLang command (SGLang reads them in environ.py)
+    sglang_env: tuple[tuple[str, str], ...] = ()
     scheduling_policy: str | None = None  # vLLM --scheduling-policy (fcfs, priority)
     long_prefill_token_threshold: int | None = None  # vLLM; None: 0, no cap on a prefill chunk
     # SGLang HiCache policies the simulator follows (None: the version's default)

@@ -36,3 +36,5 @@ class EngineRules:
     load_model: Callable[[ModelSpec, Deployment], tuple[ModelSpec, str | None]]
     explain: ExplainRules  # a parsed startup log read into inputs, a deployment and a ledger
     host_tier: HostTier | None = None  # a host-RAM KV tier the engine sizes by flags (HiCache)
+    # the ranks the input embedding is split over and why, where not over TP (None: over TP)
+    embedding_ranks: Callable[[ModelSpec, Deployment], tuple[int, str] | None] | None = None

@@ -194,13 +194,17 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
     engine, args, positional_model = _engine(words)
     table = flag_table(engine)
     values: dict[str, object] = {}
-    lmcache = tuple(
+    # LMCache reads its settings from LMCACHE_* variables, SGLang its own from SGLANG_* ones
+    field, prefix = (
+        ("lmcache_env", "LMCACHE_") if engine is Engine.VLLM else ("sglang_env", "SGLANG_")
+    )
+    env = tuple(
         (name, value)
         for name, _, value in (w.partition("=") for w in words[: len(words) - len(args)])
-        if name.startswith("LMCACHE_")
+        if name.startswith(prefix)
     )
-    if lmcache and engine is Engine.VLLM:
-        values["lmcache_env"] = lmcache  # LMCache reads its settings from LMCACHE_* variables
+    if env:
+        values[field] = env
     if positional_model:
         values["model"] = positional_model
     ignored: list[str] = []

@@ -93,12 +93,21 @@ def _explain(
 
 def _era_variants(inputs: LogInputs, plan: PlanInputs) -> tuple[PlanInputs, ...]:
     """The plan under each release the engine may have run when the log does not say which, so
-    the range covers each release's rule."""
+    the range covers each release's rule (its weight rules too, when the model is known)."""
     d = plan.deployment
-    return tuple(
-        dataclasses.replace(plan, deployment=d.with_values("candidate era", engine_version=v))
-        for v in rules_for(inputs.engine).explain.candidate_versions(d)
-    )
+    variants = []
+    for v in rules_for(inputs.engine).explain.candidate_versions(d):
+        era = dataclasses.replace(plan, deployment=d.with_values("candidate era", engine_version=v))
+        if plan.weights_bytes is not None:
+            again = resolve(era.deployment, model=inputs.model, logged=True)
+            era = dataclasses.replace(
+                era,
+                model=again.model,
+                weights_bytes=again.weights_bytes,
+                weights_source=again.weights_source,
+            )
+        variants.append(era)
+    return tuple(variants)
 
 
 def _geometry_variants(inputs: LogInputs, plan: PlanInputs) -> tuple[PlanInputs, ...]:

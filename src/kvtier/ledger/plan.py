@@ -44,15 +44,19 @@ def resolve(
     if d.measured.gpu_mem_gib is not None:
         gpu_mem_mib = round(d.measured.gpu_mem_gib * 1024)
         gpu_name = gpu_name or f"custom {d.measured.gpu_mem_gib:g} GiB"
-    model, loaded = rules_for(d.engine).load_model(model, d)
+    rules = rules_for(d.engine)
+    model, loaded = rules.load_model(model, d)
     dtype = None if d.dtype == "auto" else d.dtype
-    # SGLang's DP attention splits the attention layers over tp / dp (the embedding whole)
+    # SGLang's DP attention splits the attention layers over tp / dp; the embedding by its rule
     attn_tp = d.tp // d.dp if d.enable_dp_attention and d.dp > 1 else None
-    weights = weight_bytes(model, d.tp, dtype, attn_tp)
+    embed = rules.embedding_ranks(model, d) if rules.embedding_ranks else None
+    weights = weight_bytes(model, d.tp, dtype, attn_tp, embed[0] if embed else None)
     per_gpu = weights.total_bytes
     source = f"estimated: spec weights at TP{d.tp}" + (f" ({loaded})" if loaded else "")
     if attn_tp is not None:
-        source += f", attention at TP{attn_tp} and the embedding whole (DP attention)"
+        source += f", attention at TP{attn_tp} (DP attention)"
+    if embed is not None:
+        source += f", {embed[1]}"
     if d.pp > 1:  # an even split: the stages holding the embedding or the head carry a bit more
         per_gpu = -(-per_gpu // d.pp)
         source += f" / PP{d.pp}"

@@ -68,15 +68,19 @@ class WeightBytes:
 
 
 def weight_bytes(
-    spec: ModelSpec, tp: int, dtype: str | None = None, attn_tp: int | None = None
+    spec: ModelSpec,
+    tp: int,
+    dtype: str | None = None,
+    attn_tp: int | None = None,
+    embed_tp: int | None = None,
 ) -> WeightBytes:
     """Per-rank weight bytes of `spec` at tensor parallelism `tp`.
 
     `dtype` overrides the config's dtype for unquantized groups (an engine's `--dtype`).
-    `attn_tp` is the attention layers' own TP size under SGLang's DP attention (tp / dp): the
-    attention projections are split over it, and the embedding is whole on every rank
-    (deepseek_v2.py / qwen2_moe.py `VocabParallelEmbedding(enable_tp=not
-    is_dp_attention_enabled())`).
+    `attn_tp` is the attention layers' own TP size (SGLang's DP attention: tp / dp); the
+    attention projections are split over it. `embed_tp` is the ranks the input embedding's
+    padded vocabulary is split over (1: whole on every rank); None splits it over `tp`. Which
+    applies is the engine's rule, by model and release (engines/sglang/embedding.py).
     """
     if tp < 1:
         raise KvtierError(f"tensor parallel size must be >= 1, got {tp}")
@@ -92,10 +96,11 @@ def weight_bytes(
     tagged = [(g, False) for g in spec.params] + [(g, True) for g in spec.load_buffers]
     heads_tp = tp if attn_tp is None else attn_tp
     for g, buffer in tagged:
-        if not g.sharded or (g.name == EMBEDDING and attn_tp is not None):
+        if not g.sharded:
             params = g.count
         elif g.name in (EMBEDDING, LM_HEAD):
-            params = -(-padded_vocab // tp) * (g.count // spec.vocab_size)
+            ranks = embed_tp if g.name == EMBEDDING and embed_tp is not None else tp
+            params = -(-padded_vocab // ranks) * (g.count // spec.vocab_size)
         elif g.name == ATTENTION_KV:
             params = g.count // min(heads_tp, spec.kv.num_kv_heads)
         elif g.name in (ATTENTION, MLA_ABSORBED):

@@ -190,27 +190,6 @@ OUTPUT = (
          help="only the key figures, as `key value`"),
 )
 
-# advise's flags that only the --workload run reads
-WORKLOAD_ONLY = (
-    flag("--objective", group="advice", commands=used(ADVISE), sample=("throughput",),
-         choices=OBJECTIVES, default="ttft-p90",
-         help="what --workload ranks by: the lowest TTFT p90, the highest output throughput, "
-         "or the least cost (extra GPUs, then host RAM, then TTFT p90) (default ttft-p90)"),
-    flag("--ttft-p90-max", group="advice", commands=used(ADVISE), sample=("2",),
-         type=number(0.0, MAX_SLO_S, above=True), metavar="SECONDS",
-         help="SLO: an option whose TTFT p90 is above this ranks after those that meet it"),
-    flag("--jobs", group="advice", commands=used(ADVISE), sample=("2",), type=count(1, 256),
-         default=1, help="simulate the --workload options in N processes"),
-    flag("--html", group="advice", commands=used(ADVISE), metavar="FILE",
-         sample=("{tmp}/advise.html",),
-         help="--workload: also write the answer as one self-contained HTML file, with a "
-         "chart of each option's TTFT p90 and throughput against the baseline"),
-    flag("--mean-prompt-tokens", group="advice", commands=used(ADVISE), sample=("100",),
-         type=TOKENS, help="a serving log --workload: as `simulate --from-log` takes it"),
-    flag("--mean-output-tokens", group="advice", commands=used(ADVISE), sample=("100",),
-         type=TOKENS, help="a serving log --workload: as `simulate --from-log` takes it"),
-)
-
 ADVICE = (
     flag("--margin-gib", group="advice", commands=used(ADVISE), sample=("5",), type=GIB,
          default=2.0, help="GiB to keep free at the end of startup when raising the fraction"),
@@ -228,7 +207,23 @@ ADVICE = (
          "request log, a serving log (observe's verdict first) or a saved /metrics text "
          "(the verdict; give a second --workload to replay). Pairs of the top three options "
          "that beat the baseline (at most 3) are simulated too"),
-    *WORKLOAD_ONLY,
+    flag("--objective", group="advice", commands=used(ADVISE), sample=("throughput",),
+         choices=OBJECTIVES, default="ttft-p90",
+         help="what --workload ranks by: the lowest TTFT p90, the highest output throughput, "
+         "or the least cost (extra GPUs, then host RAM, then TTFT p90) (default ttft-p90)"),
+    flag("--ttft-p90-max", group="advice", commands=used(ADVISE), sample=("2",),
+         type=number(0.0, MAX_SLO_S, above=True), metavar="SECONDS",
+         help="SLO: an option whose TTFT p90 is above this ranks after those that meet it"),
+    flag("--jobs", group="advice", commands=used(ADVISE), sample=("2",), type=count(1, 256),
+         default=1, help="simulate the --workload options in N processes"),
+    flag("--html", group="advice", commands=used(ADVISE), metavar="FILE",
+         sample=("{tmp}/advise.html",),
+         help="--workload: also write the answer as one self-contained HTML file, with a "
+         "chart of each option's TTFT p90 and throughput against the baseline"),
+    flag("--mean-prompt-tokens", group="advice", commands=used(ADVISE), sample=("100",),
+         type=TOKENS, help="a serving log --workload: as `simulate --from-log` takes it"),
+    flag("--mean-output-tokens", group="advice", commands=used(ADVISE), sample=("100",),
+         type=TOKENS, help="a serving log --workload: as `simulate --from-log` takes it"),
 )
 
 EXPLAIN_OWN = (

@@ -5,7 +5,16 @@ from __future__ import annotations
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.host import HostTier
 from kvtier.engines.interface import EngineRules
-from kvtier.engines.sglang import builder, explain, hicache, log, pool, quantization, router
+from kvtier.engines.sglang import (
+    builder,
+    embedding,
+    explain,
+    hicache,
+    log,
+    pool,
+    quantization,
+    router,
+)
 from kvtier.engines.sglang.flags import FLAGS
 from kvtier.model.description import ModelSpec
 
@@ -28,4 +37,5 @@ RULES = EngineRules(
     load_model=_load_model,
     explain=explain.EXPLAIN,
     host_tier=HostTier(hicache.host_tokens, hicache.check_host_ram),
+    embedding_ranks=embedding.embedding_ranks,
 )

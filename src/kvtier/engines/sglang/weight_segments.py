@@ -65,9 +65,12 @@ def segment_bytes(sizes: Iterable[int]) -> int:
     return reserved
 
 
-def dense_tensors(model: ModelSpec, tp: int) -> list[int] | None:
+def dense_tensors(
+    model: ModelSpec, tp: int, attn_tp: int | None = None, embed_tp: int | None = None
+) -> list[int] | None:
     """Bytes of each large tensor one rank creates, in creation order (None: not a dense,
-    unquantized decoder kvtier lists the tensors of)."""
+    unquantized decoder kvtier lists the tensors of); `attn_tp` and `embed_tp` as
+    `weight_bytes` takes them (DP attention)."""
     kv = model.kv
     if (
         model.architecture not in DENSE_DECODERS
@@ -79,10 +82,12 @@ def dense_tensors(model: ModelSpec, tp: int) -> list[int] | None:
         return None
     width = dtype_bytes(model.dtype)
     hidden = model.hidden_size
-    q = model.num_attention_heads // tp * kv.head_dim
-    k_v = kv.kv_heads_per_rank(tp) * (kv.head_dim + kv.v_head_dim)
+    heads_tp = attn_tp or tp
+    q = model.num_attention_heads // heads_tp * kv.head_dim
+    k_v = kv.kv_heads_per_rank(heads_tp) * (kv.head_dim + kv.v_head_dim)
     mlp = model.intermediate_size // tp
-    groups = {g.name: g.bytes_per_rank for g in weight_bytes(model, tp).groups}
+    weights = weight_bytes(model, tp, attn_tp=attn_tp, embed_tp=embed_tp)
+    groups = {g.name: g.bytes_per_rank for g in weights.groups}
     layer = [(q + k_v) * hidden * width, hidden * q * width]
     sizes = [groups[EMBEDDING]]
     for i in range(model.num_hidden_layers):
@@ -95,9 +100,11 @@ def dense_tensors(model: ModelSpec, tp: int) -> list[int] | None:
     return sizes
 
 
-def rounding_bytes(model: ModelSpec, tp: int, pp: int) -> int | None:
+def rounding_bytes(
+    model: ModelSpec, tp: int, pp: int, attn_tp: int | None = None, embed_tp: int | None = None
+) -> int | None:
     """Segment bytes beyond the tensors' own bytes on one rank (None: not modelled here)."""
-    sizes = dense_tensors(model, tp) if pp == 1 else None
+    sizes = dense_tensors(model, tp, attn_tp, embed_tp) if pp == 1 else None
     if sizes is None:
         return None
     return segment_bytes(sizes) - sum(sizes)
