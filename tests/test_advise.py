@@ -8,7 +8,9 @@ from founding_support import kimi
 from kvtier.engines.deployment import Deployment, Engine, Measured
 from kvtier.ledger.advise import (
     HostSetup,
+    OptionKind,
     all_options,
+    fraction_flag,
     fraction_options,
     max_safe_fraction,
     variant,
@@ -82,6 +84,25 @@ def test_vllm_offload_size_is_gib_over_all_ranks() -> None:
     assert size == pytest.approx(base.kv_tokens * base.kv_bytes_per_token * 4 * 2 / GiB, abs=1)
     host_tokens = dict(offload.figures)["host_tokens"]
     assert host_tokens == pytest.approx(4 * base.kv_tokens, rel=0.01)
+
+
+@pytest.mark.parametrize("engine", [Engine.SGLANG, Engine.VLLM])
+def test_each_option_carries_the_kind_of_what_it_changes(engine: Engine) -> None:
+    """The kind is set where the option is made: vLLM's --gpu-memory-utilization options are
+    fraction options too, though their names do not say "fraction"."""
+    d = Deployment(engine, "Qwen/Qwen3-32B", tp=2, gpu="H100", context_length=32768)
+    inputs = resolve(d)
+    base = build_ledger(inputs)
+    kinds = {o.name: o.kind for o in all_options(inputs, base, 2.0, HostSetup())}
+    fraction = fraction_flag(inputs)
+    assert {k for n, k in kinds.items() if fraction in n} == {OptionKind.FRACTION}
+    assert {k for n, k in kinds.items() if n.startswith(("HiCache", "CPU offload"))} == {
+        OptionKind.HOST_TIER
+    }
+    assert kinds[f"page size {64 if base.page_size < 64 else base.page_size * 2}"] is (
+        OptionKind.PAGE_SIZE
+    )
+    assert OptionKind.KV_DTYPE in kinds.values()
 
 
 def test_hicache_options_size_the_host_in_the_pool_s_kv_dtype() -> None:

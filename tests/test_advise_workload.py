@@ -171,6 +171,22 @@ def test_bad_input_exits_2_with_one_line_naming_it(
     assert len(err.strip().splitlines()) == 1 and named in err, err
 
 
+def test_a_workload_is_metrics_exactly_where_observe_reads_metrics(tmp_path: Path) -> None:
+    from kvtier.cli.advise_source import kind_of
+    from kvtier.observe.metrics import is_metrics_text
+
+    fixtures = ROOT / "tests" / "fixtures" / "observe"
+    bare = tmp_path / "bare.prom"  # a scrape without # HELP / # TYPE lines
+    bare.write_text('vllm:num_requests_running{model_name="m"} 3.0\n', encoding="utf-8")
+    pasted = tmp_path / "pasted.log"  # a log with a scrape pasted after its first line
+    pasted.write_text("INFO engine started\n# TYPE vllm:num_requests_running gauge\n", "utf-8")
+    paths = [*sorted(fixtures.glob("*.log")), *sorted(fixtures.glob("*.prom")), bare, pasted]
+    for path in paths:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert kind_of(str(path)) == ("metrics" if is_metrics_text(text) else "log"), path
+    assert kind_of(str(bare)) == "metrics" and kind_of(str(pasted)) == "log"
+
+
 def test_the_flag_table_names_the_objectives() -> None:
     assert FLAG_OBJECTIVES == OBJECTIVES
 

@@ -17,6 +17,7 @@ from kvtier.ledger.advise import (
     FRACTION_STEPS,
     HostSetup,
     Option,
+    OptionKind,
     all_options,
     fraction_flag,
     free_at_end,
@@ -30,16 +31,6 @@ STORE_POOLS = 20  # the L3 option's store: this many device pools of tokens
 # engine switches kvtier's own flags already imply: the host tier is on once it has a size, a
 # store once it has tokens, vLLM's native offloading is the backend --kv-offloading-size sizes
 IMPLIED = {"--enable-hierarchical-cache": 0, "--hicache-storage-backend": 1}
-KINDS = {
-    "fraction": "fraction",
-    "KV cache": "kv-dtype",
-    "HiCache": "host-tier",
-    "CPU offload": "host-tier",
-    "page size": "page-size",
-    "max running requests": "running-cap",
-    "chunked prefill": "chunked-prefill",
-    "cuda graph": "cuda-graph",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,17 +100,14 @@ def fields_of(words: Sequence[str]) -> dict[str, object]:
     return out
 
 
-def _kind(option: Option) -> str:
-    return next((kind for key, kind in KINDS.items() if key in option.name), "knob")
-
-
 def _from_ledger(option: Option, host: HostSetup) -> Candidate:
     figures = dict(option.figures)
-    kind = _kind(option)
+    kind = option.kind.value
     if not option.flags:  # "no room": the fraction cannot rise within the margin
         return Candidate(option.name, kind, (), option.cost, fits=False, why_not=option.cost)
     host_gb = figures.get("host_gb_per_node", 0.0)
-    if kind == "host-tier" and "host_gb_per_node" not in figures:  # vLLM: GiB over the ranks
+    # vLLM states its host tier as GiB over the ranks
+    if option.kind is OptionKind.HOST_TIER and "host_gb_per_node" not in figures:
         host_gb = float(option.flags[-1]) * GiB / GB
     fits = figures.get("engine_check_ok", 1.0) == 1.0 and figures.get("node_check_ok", 1.0) == 1.0
     if host.ram_available_gb is not None and host_gb > host.ram_available_gb:
@@ -145,7 +133,7 @@ def candidates(
         out.append(
             Candidate(
                 f"max running requests {cap // 2}",
-                "running-cap",
+                OptionKind.RUNNING_CAP.value,
                 (spelled(p, "max_running_requests"), str(cap // 2)),
                 "fewer requests decode at once: each decodes faster, the queue grows",
             )
@@ -154,7 +142,7 @@ def candidates(
         out.append(
             Candidate(
                 f"chunked prefill {chunk * 2}",
-                "chunked-prefill",
+                OptionKind.CHUNKED_PREFILL.value,
                 (spelled(p, "chunked_prefill_size"), str(chunk * 2)),
                 "long prompts prefill in fewer steps; a larger activation peak (OOM risk) and "
                 "decode steps wait behind longer prefill batches",
@@ -219,7 +207,8 @@ def _over_margin(p: PlanInputs, base: Ledger, margin_gib: float) -> list[Candida
         f"OOM margin: {left:.2f} GiB left free at the end of startup, under --margin-gib "
         f"{margin_gib:.2f}"
     )
-    return [Candidate(f"{flag} {over:.2f}", "fraction", (flag, f"{over:.2f}"), why, (), False, why)]
+    kind = OptionKind.FRACTION.value
+    return [Candidate(f"{flag} {over:.2f}", kind, (flag, f"{over:.2f}"), why, (), False, why)]
 
 
 def _store(p: PlanInputs, base: Ledger) -> Candidate:

@@ -21,6 +21,7 @@ from typing import Any
 
 from kvtier.errors import KvtierError
 from kvtier.files import MAX_LOG_BYTES, MAX_TRACE_BYTES, open_input
+from kvtier.observe.metrics import is_metrics_text
 from kvtier.sim.advise import Verdict
 
 SNIFF_BYTES = 1 << 16
@@ -55,7 +56,8 @@ def command_payload(argv: Sequence[str]) -> Any:
 
 
 def kind_of(path: str) -> str:
-    """trace, request-json, metrics or log, from the file's first 64 KiB."""
+    """trace, request-json, metrics or log, from the file's first 64 KiB: metrics where
+    `kvtier observe` reads the file as a /metrics scrape."""
     with open_input(path, "--workload", max(MAX_TRACE_BYTES, MAX_LOG_BYTES)) as stream:
         head = stream.read(SNIFF_BYTES).decode("utf-8", "replace")
     lines = [line.strip() for line in head.splitlines() if line.strip()]
@@ -68,9 +70,7 @@ def kind_of(path: str) -> str:
             first = None
         if isinstance(first, dict):
             return "trace" if "hash_ids" in first else "request-json"
-    if any(line.startswith(("# TYPE ", "# HELP ")) for line in lines):
-        return "metrics"
-    return "log"
+    return "metrics" if is_metrics_text(head) else "log"
 
 
 def _verdict(path: str, kind: str) -> Verdict | None:

@@ -25,6 +25,8 @@ from kvtier.cli.advise_menu import (
     sim_rows,
 )
 from kvtier.cli.advise_source import Workload, command_payload, prepare
+from kvtier.cli.flags import given_names
+from kvtier.cli.flags.deployment import WORKLOAD_ONLY
 from kvtier.cli.progress import Progress
 from kvtier.errors import KvtierError
 from kvtier.files import check_output
@@ -38,15 +40,6 @@ from kvtier.sim.advise import (
 )
 from kvtier.units import GB
 
-# advise's flags that only the --workload run reads
-WORKLOAD_ONLY = (
-    "objective",
-    "ttft_p90_max",
-    "jobs",
-    "html",
-    "mean_prompt_tokens",
-    "mean_output_tokens",
-)
 FAMILY = {"store": "host-tier"}  # options of one family are not paired
 
 
@@ -55,10 +48,9 @@ def check(args: argparse.Namespace) -> None:
         if args.target_requests is not None:
             raise KvtierError("--target-requests answers the capacity question: drop --workload")
         return
-    for name in WORKLOAD_ONLY:
-        default = 1 if name == "jobs" else "ttft-p90" if name == "objective" else None
-        if getattr(args, name) != default:
-            raise KvtierError(f"--{name.replace('_', '-')} applies to --workload SOURCE")
+    given = given_names(args, WORKLOAD_ONLY)
+    if given:
+        raise KvtierError(f"{given[0]} applies to --workload SOURCE")
 
 
 def simulate_words(words: Sequence[str]) -> tuple[Outcome | None, str | None]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 from kvtier.engines.deployment import Engine
 from kvtier.engines.figures import SGLangFigures, VllmFigures
@@ -32,9 +33,23 @@ SUGGESTED_MAX_RUNNING_REQUESTS = 256
 OFFLOADING_BACKEND = "--kv-offloading-backend"
 
 
+class OptionKind(StrEnum):
+    """What an option changes: advise --workload pairs options of different kinds only."""
+
+    FRACTION = "fraction"
+    KV_DTYPE = "kv-dtype"
+    HOST_TIER = "host-tier"
+    PAGE_SIZE = "page-size"
+    RUNNING_CAP = "running-cap"
+    CHUNKED_PREFILL = "chunked-prefill"
+    CUDA_GRAPH = "cuda-graph"
+    COMBINATION = "combination"  # the inverse question's FP8 KV at a higher fraction
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     name: str
+    kind: OptionKind
     flags: tuple[str, ...]
     kv_tokens: int | None  # GPU KV tokens with the option; None when it does not change them
     concurrency: tuple[tuple[int, float], ...]
@@ -113,6 +128,7 @@ def fraction_options(p: PlanInputs, base: Ledger, margin_gib: float) -> list[Opt
         return [
             Option(
                 f"raise {flag}",
+                OptionKind.FRACTION,
                 (),
                 None,
                 (),
@@ -130,6 +146,7 @@ def fraction_options(p: PlanInputs, base: Ledger, margin_gib: float) -> list[Opt
         options.append(
             Option(
                 f"{flag} {f:.2f}",
+                OptionKind.FRACTION,
                 (flag, f"{f:.2f}"),
                 led.kv_tokens,
                 _conc(led),
@@ -166,6 +183,7 @@ def fp8_options(p: PlanInputs, base: Ledger) -> list[Option]:
         options.append(
             Option(
                 f"KV cache {name}",
+                OptionKind.KV_DTYPE,
                 (spelled(p, "kv_cache_dtype"), name),
                 led.kv_tokens,
                 _conc(led),
@@ -228,6 +246,7 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
         options.append(
             Option(
                 f"HiCache {label}",
+                OptionKind.HOST_TIER,
                 (spelled(p, "enable_hierarchical_cache"), *flags),
                 base.kv_tokens,
                 _conc(base),
@@ -251,6 +270,7 @@ def _vllm_offload_options(p: PlanInputs, base: Ledger) -> list[Option]:
         options.append(
             Option(
                 f"CPU offload x{ratio:g}",
+                OptionKind.HOST_TIER,
                 (OFFLOADING_BACKEND, "native", spelled(p, "kv_offloading_size_gib"), str(size)),
                 base.kv_tokens,
                 _conc(base),
@@ -273,6 +293,7 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
         options.append(
             Option(
                 f"page size {page}",
+                OptionKind.PAGE_SIZE,
                 (flag, str(page)),
                 led.kv_tokens,
                 _conc(led),
@@ -288,6 +309,7 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
             options.append(
                 Option(
                     f"max running requests {n}",
+                    OptionKind.RUNNING_CAP,
                     (spelled(p, "max_running_requests"), str(n)),
                     led.kv_tokens,
                     _conc(led),
@@ -311,6 +333,7 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
             options.append(
                 Option(
                     f"chunked prefill {chunk // 2}",
+                    OptionKind.CHUNKED_PREFILL,
                     (flag, str(chunk // 2)),
                     led.kv_tokens,
                     _conc(led),
@@ -324,6 +347,7 @@ def knob_options(p: PlanInputs, base: Ledger) -> list[Option]:
             options.append(
                 Option(
                     f"cuda graph max bs {max_bs // 2}",
+                    OptionKind.CUDA_GRAPH,
                     (spelled(p, "cuda_graph_max_bs"), str(max_bs // 2)),
                     led.kv_tokens,
                     _conc(led),
@@ -348,6 +372,7 @@ def _v0_chunked_prefill_option(p: PlanInputs, base: Ledger) -> list[Option]:
     return [
         Option(
             f"chunked prefill ({batch} tokens a step)",
+            OptionKind.CHUNKED_PREFILL,
             (spelled(p, "enable_chunked_prefill"),),
             led.kv_tokens,
             _conc(led),

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any
 
 from kvtier.engines.deployment import Measured
 from kvtier.engines.explain import LogInputs, Reconciliation
 from kvtier.engines.inputs import PlanInputs
+from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.rules import rules_for
 from kvtier.errors import KvtierError
@@ -99,14 +99,14 @@ def reconcile(
     return _reconciled(
         inp,
         (inp.observed, ledger.kv_tokens, low, high),
+        tuple(_memory_rows(inp, ledger) + _common_rows(inp, ledger)),
+        ledger,
         kv_bytes_per_token=ledger.kv_bytes_per_token,
         kv_dtype=plan.kv_dtype(),
         page_size=ledger.page_size,
-        inputs=tuple(_memory_rows(inp, ledger) + _common_rows(inp, ledger)),
         formula=ledger.pool_formula,
-        warnings=tuple(inp.warnings) + _geometry_warning(inp, ledger),
         notes=tuple(notes),
-        ledger=ledger,
+        warnings=_geometry_warning(inp, ledger),
         stages=bool(ledger.range_why),
     )
 
@@ -115,19 +115,37 @@ def _reconciled(
     inp: LogInputs,
     counts: tuple[Fact[int] | None, int, int, int],
     inputs: tuple[tuple[str, Fact[object]], ...],
-    **figures: Any,
+    ledger: Ledger | None,
+    *,
+    kv_bytes_per_token: int,
+    kv_dtype: KVDtype,
+    page_size: int,
+    formula: str,
+    notes: tuple[str, ...],
+    warnings: tuple[str, ...] = (),
+    unchecked: str | None = None,
+    stages: bool = False,
 ) -> Reconciliation:
     """`inp`'s start as the log names it, its (observed, predicted, low, high) token counts, the
-    rows of `inputs` then those the log's reader estimated, and the builder's `figures`."""
+    rows of `inputs` then those the log's reader estimated, the builder's `ledger` (None: it
+    could not run) and its figures; `warnings` follow the log reader's own."""
     return Reconciliation(
         inp.engine.value,
         inp.model,
         inp.model_source,
         *counts,
+        kv_bytes_per_token=kv_bytes_per_token,
+        kv_dtype=kv_dtype,
+        page_size=page_size,
         inputs=inputs + tuple(inp.estimated),
+        formula=formula,
+        warnings=tuple(inp.warnings) + warnings,
+        notes=notes,
+        ledger=ledger,
         failure=inp.failure,
+        unchecked=unchecked,
         estimated=tuple(name for name, _ in inp.estimated),
-        **figures,
+        stages=stages,
     )
 
 
@@ -208,13 +226,12 @@ def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
         inp,
         (observed, predicted, predicted, predicted),
         tuple(rows),
+        None,
         kv_bytes_per_token=cell,
         kv_dtype=inp.kv_dtype,
         page_size=inp.page_size.value,
         formula="not recomputed: " + why,
-        warnings=tuple(inp.warnings),
         notes=tuple(notes),
-        ledger=None,
         unchecked=unchecked,
     )
 

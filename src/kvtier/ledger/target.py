@@ -10,6 +10,7 @@ from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
 from kvtier.ledger.advise import (
     Option,
+    OptionKind,
     fraction_flag,
     max_safe_fraction,
     spelled,
@@ -65,7 +66,14 @@ def solve(
     if found:
         f, led = found
         return answer(
-            Option(f"{flag} {f:.2f}", (flag, f"{f:.2f}"), led.kv_tokens, (), "raise the fraction"),
+            Option(
+                f"{flag} {f:.2f}",
+                OptionKind.FRACTION,
+                (flag, f"{f:.2f}"),
+                led.kv_tokens,
+                (),
+                "raise the fraction",
+            ),
             f"{flag} {f:.2f} gives {led.kv_tokens:,} tokens (max safe {top:.2f})",
         )
     to_fp8 = not stores_fp8(base)
@@ -75,6 +83,7 @@ def solve(
             return answer(
                 Option(
                     f"KV cache {fp8}",
+                    OptionKind.KV_DTYPE,
                     (dtype_flag, fp8),
                     halved.kv_tokens,
                     (),
@@ -88,6 +97,7 @@ def solve(
             return answer(
                 Option(
                     f"KV cache {fp8} + {flag} {f:.2f}",
+                    OptionKind.COMBINATION,
                     (dtype_flag, fp8, flag, f"{f:.2f}"),
                     led.kv_tokens,
                     (),

@@ -190,23 +190,8 @@ OUTPUT = (
          help="only the key figures, as `key value`"),
 )
 
-ADVICE = (
-    flag("--margin-gib", group="advice", commands=used(ADVISE), sample=("5",), type=GIB,
-         default=2.0, help="GiB to keep free at the end of startup when raising the fraction"),
-    flag("--host-ram-gb", group="advice", commands=used(ADVISE), sample=("64",), type=HOST_GB,
-         help="host RAM available on the node (GB, as `free -g` available)"),
-    flag("--load-tokens", group="advice", commands=used(ADVISE), sample=("1000",), type=TOKENS,
-         default=32768, help="tokens to reload from host when pricing the host tier"),
-    flag("--node-host-gbps", group="advice", commands=used(ADVISE), sample=("10",), type=GBPS,
-         help="host-to-GPU GB/s the node sustains in total (shared by its GPUs)"),
-    flag("--target-requests", group="advice", commands=used(ADVISE), sample=("64",),
-         type=TOKENS, help="requests that must run at once (with one --context length)"),
-    flag("--workload", group="advice", commands=used(ADVISE), action="append",
-         metavar="SOURCE", sample=("tests/fixtures/advise/chat-40.jsonl",),
-         help="simulate every option on this traffic and rank them: a Mooncake trace, a "
-         "request log, a serving log (observe's verdict first) or a saved /metrics text "
-         "(the verdict; give a second --workload to replay). Pairs of the top three options "
-         "that beat the baseline (at most 3) are simulated too"),
+# advise's flags that only the --workload run reads
+WORKLOAD_ONLY = (
     flag("--objective", group="advice", commands=used(ADVISE), sample=("throughput",),
          choices=OBJECTIVES, default="ttft-p90",
          help="what --workload ranks by: the lowest TTFT p90, the highest output throughput, "
@@ -224,6 +209,26 @@ ADVICE = (
          type=TOKENS, help="a serving log --workload: as `simulate --from-log` takes it"),
     flag("--mean-output-tokens", group="advice", commands=used(ADVISE), sample=("100",),
          type=TOKENS, help="a serving log --workload: as `simulate --from-log` takes it"),
+)
+
+ADVICE = (
+    flag("--margin-gib", group="advice", commands=used(ADVISE), sample=("5",), type=GIB,
+         default=2.0, help="GiB to keep free at the end of startup when raising the fraction"),
+    flag("--host-ram-gb", group="advice", commands=used(ADVISE), sample=("64",), type=HOST_GB,
+         help="host RAM available on the node (GB, as `free -g` available)"),
+    flag("--load-tokens", group="advice", commands=used(ADVISE), sample=("1000",), type=TOKENS,
+         default=32768, help="tokens to reload from host when pricing the host tier"),
+    flag("--node-host-gbps", group="advice", commands=used(ADVISE), sample=("10",), type=GBPS,
+         help="host-to-GPU GB/s the node sustains in total (shared by its GPUs)"),
+    flag("--target-requests", group="advice", commands=used(ADVISE), sample=("64",),
+         type=TOKENS, help="requests that must run at once (with one --context length)"),
+    flag("--workload", group="advice", commands=used(ADVISE), action="append",
+         metavar="SOURCE", sample=("tests/fixtures/advise/chat-40.jsonl",),
+         help="simulate every option on this traffic and rank them: a Mooncake trace, a "
+         "request log, a serving log (observe's verdict first) or a saved /metrics text "
+         "(the verdict; give a second --workload to replay). Pairs of the top three options "
+         "that beat the baseline (at most 3) are simulated too"),
+    *WORKLOAD_ONLY,
 )
 
 EXPLAIN_OWN = (
