@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.ledger import Concurrency, HostPool, Input, Ledger, Placement
-from kvtier.errors import DoesNotStart
+from kvtier.errors import DoesNotStart, Setting
 from kvtier.ledger.advise import Option
 from kvtier.ledger.target import TargetAnswer
 from kvtier.payload import INLINE, OMITTED, Count, Positive, Share, copied
@@ -51,13 +51,6 @@ class PlanPayload(Placement):
 
 
 @dataclass(frozen=True, slots=True)
-class SettingPayload:
-    flag: str
-    value: float
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
 class RefusalPayload:
     """A deployment the engine would refuse to start: its message, the KV tokens it sized
     before refusing (null when it refused before sizing a pool) and the nearest setting that
@@ -72,7 +65,7 @@ class RefusalPayload:
     message: str
     kv_tokens: Count | None
     kv_tokens_range: tuple[Count, Count] | None
-    would_start: SettingPayload | None
+    would_start: Setting | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +126,6 @@ def plan_payload(ledger: Ledger) -> PlanPayload:
 
 
 def refusal_payload(deployment: Deployment, refusal: DoesNotStart) -> RefusalPayload:
-    s = refusal.would_start
     return copied(
         RefusalPayload,
         deployment,
@@ -142,7 +134,7 @@ def refusal_payload(deployment: Deployment, refusal: DoesNotStart) -> RefusalPay
         message=str(refusal),
         kv_tokens=refusal.tokens,
         kv_tokens_range=refusal.tokens_range,
-        would_start=None if s is None else SettingPayload(s.flag, s.value, s.why),
+        would_start=refusal.would_start,
     )
 
 
