@@ -4,13 +4,18 @@ from the last stage's count up to stage 0's."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.launch import find_launch, parse_launch
+from kvtier.engines.version import Version
 from kvtier.engines.vllm.log import parse_vllm
 from kvtier.engines.vllm.stages import pp_partition, stages
+from kvtier.engines.vllm.versions import V0_8
+from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.plan import plan
 from kvtier.logs.lines import read_lines
@@ -30,24 +35,64 @@ PUBLIC = Path(__file__).parent / "fixtures" / "logs" / "public"
     ],
 )
 def test_layers_split_as_get_pp_indices(layers: int, pp: int, split: tuple[int, ...]) -> None:
-    assert pp_partition(layers, pp) == split
+    assert pp_partition(layers, pp, V0_8) == split
     assert sum(split) == layers
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "split"),
+    [(32, 3, (10, 10, 12)), (62, 4, (15, 15, 15, 17)), (80, 8, (10,) * 8)],
+)
+def test_before_v0_8_the_last_stage_takes_the_remainder(
+    layers: int, pp: int, split: tuple[int, ...]
+) -> None:
+    """get_pp_indices v0.6.0 - v0.7.3: L // pp a stage, the last one to the end."""
+    assert pp_partition(layers, pp, Version.parse("0.7.3", "vLLM")) == split
+
+
+def test_the_env_partition_replaces_the_default_split() -> None:
+    """VLLM_PP_LAYER_PARTITION: the stated counts, whatever the release's default."""
+    for version in ("0.6.0", "0.12.0", "0.33.0"):
+        assert pp_partition(36, 3, Version.parse(version, "vLLM"), "10, 8,18") == (10, 8, 18)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("10,x,16", "is not comma-separated layer counts"),
+        ("", "is not comma-separated layer counts"),
+        ("18,18,0", "names 3 stages; the pipeline has 2"),
+        ("20,20", "sums to 40 layers; the model has 36"),
+        ("37,-1", "leaves a stage without layers"),
+        ("36,0", "leaves a stage without layers"),
+    ],
+)
+def test_a_bad_env_partition_is_refused_naming_it(raw: str, message: str) -> None:
+    with pytest.raises(KvtierError, match=f"VLLM_PP_LAYER_PARTITION=.*{message}"):
+        pp_partition(36, 2, V0_8, raw)
 
 
 def test_the_first_stage_holds_the_embedding_the_last_the_head() -> None:
     untied = resolve_model("Qwen/Qwen3-8B")  # lm_head of its own: both ends hold a vocabulary
-    first, last = stages(untied, 1, 2, None)
+    first, last = stages(untied, 1, (18, 18), None)
     assert (first.layers, last.layers) == (18, 18) and last.samples and not first.samples
     assert first.weights_bytes == last.weights_bytes
-    middle = stages(untied, 1, 3, None)[1]
+    middle = stages(untied, 1, (12, 12, 12), None)[1]
     assert middle.weights_bytes < first.weights_bytes  # no vocabulary matrix
     tied = resolve_model("Qwen/Qwen3-0.6B")  # tied: the last stage keeps the embedding for it
-    first, last = stages(tied, 1, 2, None)
+    first, last = stages(tied, 1, (14, 14), None)
     assert first.weights_bytes == last.weights_bytes
 
 
-def _h100(pp: int) -> Deployment:
-    return Deployment(Engine.VLLM, "Qwen/Qwen3-8B", gpu="H100", pp=pp, engine_version="0.12.0")
+def _h100(pp: int, partition: str | None = None) -> Deployment:
+    return Deployment(
+        Engine.VLLM,
+        "Qwen/Qwen3-8B",
+        gpu="H100",
+        pp=pp,
+        engine_version="0.12.0",
+        pp_layer_partition=partition,
+    )
 
 
 def test_plan_ranges_from_the_last_stage_to_stage_0() -> None:
@@ -61,6 +106,50 @@ def test_plan_ranges_from_the_last_stage_to_stage_0() -> None:
     assert ledger.kv_tokens == 865_840  # the smallest stage's
     assert ledger.kv_tokens_range == (844_592, 911_008)  # to stage 0's at its budget's top
     assert not plan(_h100(1)).range_why
+
+
+def test_plan_takes_the_env_partition_and_the_least_stage() -> None:
+    """VLLM_PP_LAYER_PARTITION=20,16 before `vllm serve`: stage 0 holds 20 of Qwen3-8B's 36
+    layers and is now the smallest pool (787,408 tokens against the default 18,18's 865,840);
+    16,20 moves the layers to the last stage, whose count (769,840) the engine takes."""
+    command = "VLLM_PP_LAYER_PARTITION={} vllm serve Qwen/Qwen3-8B --pipeline-parallel-size 2"
+    for given, tokens, least in (
+        ("20,16", 787_408, "holds 787,408 tokens, the least of the stages"),
+        ("16,20", 769_840, "the last (the LM head and 20 layers, the sampler's peak) 769,840"),
+    ):
+        launch = parse_launch([command.format(given)])
+        assert launch.values["pp_layer_partition"] == given
+        ledger = plan(_h100(2, given))
+        assert ledger.kv_tokens == tokens and ledger.kv_tokens < plan(_h100(2)).kv_tokens
+        assert least in ledger.range_why
+        (row,) = [i for i in ledger.inputs if i.name == "layers per pipeline stage"]
+        assert (row.value, row.origin) == (given, "VLLM_PP_LAYER_PARTITION")
+    (row,) = [i for i in plan(_h100(2)).inputs if i.name == "layers per pipeline stage"]
+    assert (row.value, row.origin) == ("18,18", "get_pp_indices default split")
+    with pytest.raises(KvtierError, match="VLLM_PP_LAYER_PARTITION='20,20' sums to 40"):
+        plan(_h100(2, "20,20"))
+
+
+def test_a_logged_launch_line_carries_its_partition() -> None:
+    """vllm-project/vllm#34076 pastes `VLLM_PP_LAYER_PARTITION=16,32 CUDA_DEVICE_ORDER=... vllm
+    serve ...`: the assignments before the command are read with it."""
+    text = (PUBLIC / "vllm-0.15-qwen3-coder-30b-fp8-pp2-failed.log").read_text(encoding="utf-8")
+    args = find_launch(read_lines(text))
+    assert args is not None and args.values["pp_layer_partition"] == "16,32"
+    module = "X=1 VLLM_PP_LAYER_PARTITION=3,5 python3 -m vllm.entrypoints.openai.api_server -pp 2"
+    args = find_launch(read_lines(f"INFO {module}\n"))
+    assert args is not None and args.values["pp_layer_partition"] == "3,5"
+
+
+def test_v0_sizes_the_stage_with_the_most_layers() -> None:
+    """vLLM 0.7.3 (V0) takes the least pool over its workers: Llama-3.1-8B's 32 layers at PP3
+    split 10,10,12, so the last worker's 12 layers size the count, not ceil(32 / 3) = 11."""
+    d = Deployment(
+        Engine.VLLM, "meta-llama/Llama-3.1-8B-Instruct", gpu="H100", pp=3, engine_version="0.7.3"
+    )
+    assert plan(d).kv_bytes_per_token == 12 * 4_096
+    custom = plan(dataclasses.replace(d, pp_layer_partition="11,11,10"))
+    assert custom.kv_bytes_per_token == 11 * 4_096 and custom.kv_tokens > plan(d).kv_tokens
 
 
 # A v0.12+ PP2 start as its lines read: stage 0's worker prints the budget, EngineCore the count

@@ -118,6 +118,9 @@ class Deployment:
     lmcache_env: tuple[tuple[str, str], ...] = ()
     # SGLANG_* assignments before a pasted SGLang command (SGLang reads them in environ.py)
     sglang_env: tuple[tuple[str, str], ...] = ()
+    # vLLM's layers per pipeline stage, VLLM_PP_LAYER_PARTITION as written (checked against the
+    # model's layers when the ledger is built); None: get_pp_indices' default split
+    pp_layer_partition: str | None = None
     scheduling_policy: str | None = None  # vLLM --scheduling-policy (fcfs, priority)
     long_prefill_token_threshold: int | None = None  # vLLM; None: 0, no cap on a prefill chunk
     # SGLang HiCache policies the simulator follows (None: the version's default)

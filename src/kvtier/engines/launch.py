@@ -198,13 +198,13 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
     field, prefix = (
         ("lmcache_env", "LMCACHE_") if engine is Engine.VLLM else ("sglang_env", "SGLANG_")
     )
-    env = tuple(
-        (name, value)
-        for name, _, value in (w.partition("=") for w in words[: len(words) - len(args)])
-        if name.startswith(prefix)
-    )
+    assigned = [w.partition("=") for w in words[: len(words) - len(args)]]
+    env = tuple((name, value) for name, _, value in assigned if name.startswith(prefix))
     if env:
         values[field] = env
+    for name, _, value in assigned:
+        if name == "VLLM_PP_LAYER_PARTITION" and engine is Engine.VLLM:
+            values["pp_layer_partition"] = value  # get_pp_indices reads it from envs
     if positional_model:
         values["model"] = positional_model
     ignored: list[str] = []
@@ -305,6 +305,7 @@ def find_launch(lines: list[LogLine]) -> Args | None:
         command = " ".join(part.rstrip().rstrip("\\") for part in parts)
         if not match.group().startswith(("sglang ", "vllm ")) and "-m" not in match.group():
             command = "python -m " + command
+        command = _assignments(line.text[: match.start()]) + command
         launch = _read_in_log(command)
         if launch is None:
             continue
@@ -315,6 +316,19 @@ def find_launch(lines: list[LogLine]) -> Args | None:
             values[names[0]] = value
         found = Args(line.number, line.text, None, values)
     return found
+
+
+_ASSIGNMENT = re.compile(r"[A-Z_][A-Z0-9_]*=\S*")
+
+
+def _assignments(before: str) -> str:
+    """The `VAR=value` words just before a launch command on its line (`VLLM_PP_LAYER_PARTITION=
+    16,32 vllm serve ...`), which the command runs under."""
+    words = before.split()
+    start = len(words)
+    while start > 0 and _ASSIGNMENT.fullmatch(words[start - 1]):
+        start -= 1
+    return "".join(w + " " for w in words[start:])
 
 
 def _read_in_log(command: str) -> LaunchCommand | None:

@@ -57,6 +57,9 @@ def pick(
     return None
 
 
+STAND_IN_ARCHITECTURE = "unknown (KV geometry from the log)"
+
+
 def stand_in(
     name: str, geometry: LogGeometry, element_bytes: int, dtype: str, context: int
 ) -> ModelSpec:
@@ -66,7 +69,7 @@ def stand_in(
     kv = KVGeometry(AttentionKind.MHA, 1, width, 0, (LayerKind.FULL,))
     return ModelSpec(
         model_id=name,
-        architecture="unknown (KV geometry from the log)",
+        architecture=STAND_IN_ARCHITECTURE,
         kv=kv,
         num_hidden_layers=1,
         hidden_size=0,

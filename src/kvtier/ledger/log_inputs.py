@@ -200,6 +200,8 @@ _PLAN_SETTINGS = (
     ("mamba_ssm_dtype", to_str),
     # SGLang --device: a build kvtier does not model is refused, not sized as CUDA
     ("device", to_str),
+    # vLLM's VLLM_PP_LAYER_PARTITION, from the assignments before a logged launch command
+    ("pp_layer_partition", to_str),
 )
 
 

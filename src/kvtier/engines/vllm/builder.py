@@ -12,13 +12,14 @@ from kvtier.engines import estimate
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.estimate import Term
 from kvtier.engines.figures import VllmFigures
-from kvtier.engines.inputs import PlanInputs, stage_layers
+from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import (
     Concurrency,
     Ledger,
     context_lengths,
 )
+from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import ledger_items, mamba, profile, stages
 from kvtier.engines.vllm import pool as vllm
@@ -275,6 +276,7 @@ class Setup:
     """What vLLM resolves before it profiles: the era, dtypes, the profile batch, the block."""
 
     era: vllm.Era
+    partition: tuple[int, ...]  # layers per pipeline stage (get_pp_indices); () for a stand-in
     run_dtype: str  # the dtype the model runs in
     kv_cache_dtype: str  # --kv-cache-dtype, `auto` resolved from a ModelOpt checkpoint
     dtype: KVDtype  # the pool's element type
@@ -286,6 +288,15 @@ class Setup:
     state: tuple[int, str, str] | None  # linear-attention state page: bytes, conv, SSM dtype
     page: int  # bytes of one layer's block
     util: float  # gpu_memory_utilization
+
+
+def _partition(p: PlanInputs, era: vllm.Era) -> tuple[int, ...]:
+    """Layers per pipeline stage; none for a geometry read from the log, one layer of the
+    whole cell that no partition splits."""
+    d, layers = p.deployment, p.model.kv.num_layers
+    if p.model.architecture == STAND_IN_ARCHITECTURE:
+        return ()
+    return stages.pp_partition(layers, d.pp, era.version, d.pp_layer_partition)
 
 
 def _setup(p: PlanInputs) -> Setup:
@@ -320,15 +331,17 @@ def _setup(p: PlanInputs) -> Setup:
         state_bytes = mamba.state_page_bytes(kv.linear, d.tp, conv, ssm)
         block = mamba.attention_block_size(state_bytes, vllm.page_bytes(kv, d.tp, 1, dtype), block)
         state = (state_bytes, conv, ssm)
+    partition = _partition(p, era)
     staged: tuple[stages.Stage, ...] = ()
-    # a geometry read from the log is one layer of the whole cell: no stages to split it in
     if d.pp > 1 and era.worker is not vllm.Worker.V0 and kv.num_layers >= d.pp:
-        staged = stages.stages(p.model, d.tp, d.pp, None if d.dtype == "auto" else d.dtype)
-    layers = staged[0].layers if staged else stage_layers(kv.num_layers, d.pp)
+        staged = stages.stages(p.model, d.tp, partition, None if d.dtype == "auto" else d.dtype)
+    # V0 takes the least pool over workers too: the stage with the most layers
+    layers = staged[0].layers if staged else max(partition, default=kv.num_layers)
     page = vllm.page_bytes(kv, d.tp, block, dtype)
     util = d.mem_fraction or vllm.DEFAULT_GPU_MEMORY_UTILIZATION
     return Setup(
         era,
+        partition,
         run_dtype,
         kv_cache_dtype,
         dtype,
@@ -497,12 +510,20 @@ def _stage_note(p: PlanInputs, split: Split) -> tuple[str, ...]:
     if not split.stage_tokens:
         return ()
     pp = p.deployment.pp
-    (first, top), (last, bottom) = split.stage_tokens[0], split.stage_tokens[-1]
+    (first, top) = split.stage_tokens[0]
+    least, bottom = min(reversed(split.stage_tokens), key=lambda pair: pair[1])
+    if least.index == 0:
+        named, source = "the least of the stages", "its budget"
+    else:
+        which = "the last" if least.index == pp - 1 else f"stage {least.index}"
+        peak = ", the sampler's peak" if least.samples else ""
+        named = f"{which} ({least.holds(pp)}{peak}) {bottom:,}"
+        source = f"{which} stage's budget" if least.index == pp - 1 else f"{which}'s budget"
     return (
         f"PP{pp} on vLLM V1: every stage sizes its own pool and the engine takes the smallest "
-        f"(get_kv_cache_configs); stage 0 ({first.holds(pp)}) holds {top:,} tokens, the last "
-        f"({last.holds(pp)}, the sampler's peak) {bottom:,}, so the range runs from the last "
-        "stage's budget up to stage 0's count, the only stage whose figures the log prints",
+        f"(get_kv_cache_configs); stage 0 ({first.holds(pp)}) holds {top:,} tokens, {named}, "
+        f"so the range runs from {source} up to stage 0's count, the only stage whose figures "
+        "the log prints",
     )
 
 
