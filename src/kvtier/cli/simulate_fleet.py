@@ -15,6 +15,7 @@ from kvtier.errors import KvtierError
 from kvtier.report.json_text import emit
 
 SHARED_PREFIX = "shared-prefix"
+STAGES = "--rate-stages"
 FLEET_SWEEPS = ("router", "replicas")
 
 
@@ -43,9 +44,13 @@ def check(args: argparse.Namespace) -> None:
         if given:
             raise KvtierError(f"{', '.join(given)} apply to --generate {SHARED_PREFIX}")
     else:
-        missing = [row.name for row in GENERATOR if getattr(args, row.dest) is None]
+        missing = [
+            row.name for row in GENERATOR if getattr(args, row.dest) is None and row.name != STAGES
+        ]
         if missing:
             raise KvtierError(f"--generate {SHARED_PREFIX} needs {', '.join(missing)}")
+    if args.rate_stages:
+        _check_stages(args)
     store = args.shared_store_gbps is not None or args.shared_store_latency_ms is not None
     if store and args.shared_store_tokens is None:
         raise KvtierError(
@@ -83,8 +88,27 @@ def check(args: argparse.Namespace) -> None:
             raise KvtierError(f"{flag} runs one server: drop the fleet flags")
 
 
+def _check_stages(args: argparse.Namespace) -> None:
+    """--rate-stages stands for --rate and --requests, holds each stage until the one before
+    has finished (a fleet's loop does), and is measured over its last stage."""
+    if args.rate != 1.0 or args.requests is not None:
+        flag = "--rate" if args.rate != 1.0 else "--requests"
+        raise KvtierError(f"{STAGES} replaces {flag}: drop it")
+    for flag, used in (
+        ("--warmup-fraction", args.warmup_fraction != 0.0),
+        ("--time-scale", args.time_scale != 1.0),
+        ("-o", bool(args.output)),
+    ):
+        if used:
+            raise KvtierError(
+                f"{STAGES} does not take {flag}: the fleet runs it, last stage measured"
+            )
+    if not active(args):
+        raise KvtierError(f"{STAGES} runs a fleet: give --replicas N (N > 1)")
+
+
 def generate(args: argparse.Namespace) -> Any:
-    from kvtier.sim.shared_prefix import SharedPrefixSpec, shared_prefix
+    from kvtier.sim.shared_prefix import SharedPrefixSpec, ladder, shared_prefix
     from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace
 
     spec = SharedPrefixSpec(
@@ -96,7 +120,10 @@ def generate(args: argparse.Namespace) -> Any:
         args.rate,
         args.requests or 1000,
         args.block_tokens or MOONCAKE_BLOCK_TOKENS,
+        args.rate_stages or (),
     )
+    if spec.stages:
+        return ladder(spec, args.seed)
     requests = shared_prefix(spec, args.seed)
     return Trace(requests, spec.block_tokens, f"generated {SHARED_PREFIX} seed {args.seed}")
 

@@ -85,6 +85,28 @@ def counts(least: int = 1, most: int = MAX_TOKENS) -> Callable[[str], list[int]]
     return parse
 
 
+def rate_stages(text: str) -> tuple[tuple[float, int], ...]:
+    """Load stages like 15:50,3:20: 1 to 256 of RATE (requests a second, above 0, at most 1e6)
+    and whole SECONDS (1 to MAX_SECONDS) each, as inference-perf's `load.stages` give them."""
+    out: list[tuple[float, int]] = []
+    for word in (w.strip() for w in text.split(",") if w.strip()):
+        rate_text, _, seconds_text = word.partition(":")
+        try:
+            rate, seconds = float(rate_text), int(seconds_text)
+        except ValueError:
+            rate, seconds = math.nan, 0
+        if not (0 < rate <= 1e6 and 1 <= seconds <= MAX_SECONDS):
+            out = []
+            break
+        out.append((rate, seconds))
+    if not 1 <= len(out) <= 256:
+        raise argparse.ArgumentTypeError(
+            f"wants RATE:SECONDS[,RATE:SECONDS...] (1 to 256 stages, RATE in (0, 1e6], whole "
+            f"SECONDS from 1 to {MAX_SECONDS:g}), got {text!r}"
+        )
+    return tuple(out)
+
+
 def contexts(raw: str) -> tuple[int, ...]:
     """Context lengths like 8192,32k: 1 to 64 whole lengths from 1 to MAX_TOKENS."""
     values = []

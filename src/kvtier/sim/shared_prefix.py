@@ -11,17 +11,34 @@ order, not the same one.
 Block ids: the system prompt's whole blocks are the group's; the block where the question
 starts, and the question's, are the prompt's own. A prompt sent again has the same ids (the
 same text), so a later round hits its whole prompt.
+
+With load stages (`--rate-stages RATE:SECONDS,...`, inference-perf's `load.stages` of a Poisson
+load), the trace is inference-perf's run of them as of September 2025 (`loadgen/
+load_generator.py` `run_stage`, `loadgen/load_timer.py` `PoissonLoadTimer`, commit 5b1da4d):
+stage k sends int(RATE x SECONDS) requests, request n of a stage (counted from 0 in every stage)
+being prompt n mod G x P (`SharedPrefixDataGenerator.get_request`); its times come a second at a
+time, a Poisson(RATE) count of them spread over the second by exponential gaps scaled to sum to
+it (`ConstantLoadTimer`), from one second after the stage starts. A stage starts only after every
+request of the one before it has finished: the load generator polls its finished count once a
+second, then sleeps the stage interval (1 s, `LoadConfig.interval`); `next_stage_start` gives
+that time, and the fleet loop holds each stage's arrivals until then.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
+import numpy as np
+
 from kvtier.errors import KvtierError
-from kvtier.sim.trace import TraceRequest
+from kvtier.sim.trace import Trace, TraceRequest
 
 MAX_PROMPTS = 1 << 22
+HEAD_START_S = 1.0  # run_stage: start_time = time.perf_counter() + 1
+POLL_S = 1.0  # run_stage: `await sleep(1)` between looks at the finished count
+STAGE_INTERVAL_S = 1.0  # LoadConfig.interval, slept between stages
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +51,7 @@ class SharedPrefixSpec:
     rate: float
     requests: int
     block_tokens: int = 512
+    stages: tuple[tuple[float, int], ...] = ()  # (rate, seconds) each; () : `rate`, `requests`
 
     def check(self) -> None:
         if self.groups * self.prompts_per_group > MAX_PROMPTS:
@@ -41,6 +59,13 @@ class SharedPrefixSpec:
                 f"--groups x --prompts-per-group must be at most {MAX_PROMPTS:,}, got "
                 f"{self.groups * self.prompts_per_group:,}"
             )
+        sizes = [int(rate * seconds) for rate, seconds in self.stages]
+        if any(n < 1 for n in sizes):
+            raise KvtierError(
+                "--rate-stages: every stage must send a request (RATE x SECONDS >= 1)"
+            )
+        if sum(sizes) > MAX_PROMPTS:
+            raise KvtierError(f"--rate-stages sends at most {MAX_PROMPTS:,} requests in all")
 
 
 def _prompts(spec: SharedPrefixSpec) -> list[tuple[int, tuple[int, ...]]]:
@@ -59,6 +84,50 @@ def _prompts(spec: SharedPrefixSpec) -> list[tuple[int, tuple[int, ...]]]:
             next_id += blocks - shared
             out.append((length, system + own))
     return out
+
+
+def next_stage_start(stage_start: float, drained: float) -> float:
+    """When the next stage's timer starts (its first request a gap later), the last request of
+    the stage whose timer started at `stage_start` having finished at `drained`: the first poll
+    of the finished count at or after it, the stage interval, the next stage's head start."""
+    queued = stage_start - HEAD_START_S  # the stage's requests are queued, then polled
+    polls = max(0, math.ceil((drained - queued) / POLL_S - 1e-9))
+    return queued + polls * POLL_S + STAGE_INTERVAL_S + HEAD_START_S
+
+
+def _stage_times(rng: np.random.Generator, rate: float, count: int, start: float) -> list[float]:
+    """PoissonLoadTimer's first `count` times from `start`."""
+    out: list[float] = []
+    second = start
+    while len(out) < count:
+        n = int(rng.poisson(rate))
+        if n:
+            gaps = rng.exponential(1 / n, n)
+            out.extend((second + np.cumsum(gaps / gaps.sum())).tolist())
+        second += 1.0
+    return out[:count]
+
+
+def ladder(spec: SharedPrefixSpec, seed: int) -> Trace:
+    """The stages' requests at nominal times (each stage's timer starting a head start after the
+    last send of the one before); `Trace.stages` marks where each later stage begins."""
+    spec.check()
+    prompts = _prompts(spec)
+    random.Random(seed).shuffle(prompts)
+    rng = np.random.default_rng(seed)
+    requests: list[TraceRequest] = []
+    gates: list[tuple[int, float]] = []
+    start = 0.0
+    for rate, seconds in spec.stages:
+        if requests:
+            start = requests[-1].arrival_s + STAGE_INTERVAL_S + HEAD_START_S
+            gates.append((len(requests), start))
+        times = _stage_times(rng, rate, int(rate * seconds), start)
+        for n, t in enumerate(times):
+            length, blocks = prompts[n % len(prompts)]
+            requests.append(TraceRequest(len(requests), t, length, spec.output_tokens, blocks))
+    source = f"generated shared-prefix seed {seed}, {len(spec.stages)} stages"
+    return Trace(tuple(requests), spec.block_tokens, source, tuple(gates))
 
 
 def shared_prefix(spec: SharedPrefixSpec, seed: int) -> tuple[TraceRequest, ...]:

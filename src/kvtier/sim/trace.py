@@ -62,6 +62,10 @@ class Trace:
     requests: tuple[TraceRequest, ...]
     block_size: int = MOONCAKE_BLOCK_TOKENS
     source: str = ""
+    # load stages after the first: (index of the stage's first request, when its timer starts
+    # if the stage before it finished at its last send). A stage is sent only once every earlier
+    # request has finished (`kvtier.sim.shared_prefix.next_stage_start`); () : one open stream
+    stages: tuple[tuple[int, float], ...] = ()
 
     @property
     def input_tokens(self) -> int:

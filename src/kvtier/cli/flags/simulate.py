@@ -20,6 +20,7 @@ from kvtier.cli.values import (
     count,
     counts,
     number,
+    rate_stages,
 )
 from kvtier.engines.sglang.flags import PREFETCH_POLICIES, WRITE_POLICIES
 from kvtier.routers import NAMES
@@ -213,6 +214,11 @@ SHARED_PREFIX = (
          type=count(0, 1 << 27), metavar="S"),
     flag("--question-tokens", group="shared_prefix", commands=SIM, sample=("100",),
          type=count(1, 1 << 27), metavar="Q"),
+    flag("--rate-stages", group="shared_prefix", commands=SIM, sample=("2:3,4:2",),
+         type=rate_stages, metavar="RATE:SECONDS,...",
+         help="inference-perf's load stages in place of --rate and --requests: each sends "
+         "RATE x SECONDS requests once the one before has finished; a fleet, measured over the "
+         "last stage"),
 )
 
 BENCH = (

@@ -10,10 +10,15 @@ One server stops a run of decode steps at every arrival, so the next request can
 in a fleet a run stops only when a request reaches its replica (the server's `cut`, to the same
 step boundary the arrival would have stopped it at), so N replicas do not split their runs at
 every one of the fleet's arrivals. A server without `cut` stops at every arrival as alone.
+
+A trace in load stages (`Trace.stages`) holds each later stage's arrivals until every earlier
+request has finished, then moves the stage's times to start when the load generator would have
+started it (`next_stage_start`), as inference-perf runs its stages.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -22,7 +27,8 @@ from dataclasses import dataclass, field
 from kvtier.sim.fleet.policy import Router
 from kvtier.sim.metrics import ConcurrencyRecorder, RequestRecord
 from kvtier.sim.servers.base import ServerModel
-from kvtier.sim.trace import Trace
+from kvtier.sim.shared_prefix import next_stage_start
+from kvtier.sim.trace import Trace, TraceRequest
 
 TICK, ARRIVAL, STEP_END, WAKE = -1, 0, 1, 2
 
@@ -38,7 +44,11 @@ class ReplicaLog:
 
 class FleetLoop:
     def __init__(self, trace: Trace, engines: Sequence[ServerModel], router: Router) -> None:
-        self.requests = trace.requests
+        self.requests: Sequence[TraceRequest] = (
+            list(trace.requests) if trace.stages else trace.requests
+        )
+        self._gates = dict(trace.stages)  # a held stage's first request -> its nominal start
+        self._stage_start = 0.0  # when the stage being sent started
         self.engines = list(engines)
         self.router = router
         self.records: list[RequestRecord] = []
@@ -63,7 +73,25 @@ class FleetLoop:
 
     def _next_arrival(self) -> float:
         reqs = self.requests
-        return reqs[self._next].arrival_s if self._next < len(reqs) else math.inf
+        if self._next >= len(reqs) or self._next in self._gates:
+            return math.inf
+        return reqs[self._next].arrival_s
+
+    def _settle(self, now: float) -> None:
+        """One more request finished (or refused); the last of a stage releases the next."""
+        self._settled += 1
+        first = self._next
+        if self._settled != first or first not in self._gates:
+            return
+        start = next_stage_start(self._stage_start, now)
+        shift = start - self._gates.pop(first)
+        end = min(self._gates, default=len(self.requests))
+        held = self.requests
+        assert isinstance(held, list)
+        for i in range(first, end):
+            held[i] = dataclasses.replace(held[i], arrival_s=held[i].arrival_s + shift)
+        self._stage_start = start
+        self._push(held[first].arrival_s, ARRIVAL)
 
     def run(self, progress: Callable[[int], None] | None = None) -> list[RequestRecord]:
         if self.requests:
@@ -122,7 +150,7 @@ class FleetLoop:
         self.logs[r].rids.append(req.rid)
         rec.rejected = engine.never_fits(req)
         if rec.rejected:
-            self._settled += 1
+            self._settle(now)
             self.router.finished(r, req, now)
             return r
         engine.arrive(req, rec, now)
@@ -139,7 +167,7 @@ class FleetLoop:
 
     def _finish_step(self, now: float, r: int) -> None:
         for rec in self.engines[r].finish_step(now):
-            self._settled += 1
+            self._settle(now)
             self.router.finished(r, self.requests[rec.rid], now)
         self._step(now, r)
 

@@ -123,18 +123,21 @@ def simulate_fleet(
         raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
     counters = [e.counters() for e in engines]
     preempted = [c.preemptions for c in counters if c.preemptions is not None]
+    # a trace in load stages is measured over its last stage, as inference-perf reports a stage
+    # (its requests' outputs over their first send to their last response)
+    skip = trace.stages[-1][0] if trace.stages else math.floor(warmup_fraction * len(records))
     result = summarize(
-        records,
+        records[skip:] if trace.stages else records,
         warmup_fraction,
         True,
         _evictions([c.evictions for c in counters], spec.shared_store),
         loop.concurrency,
         sum(c.pcie_busy_s for c in counters) / len(counters),
-        _params(config, spec, warmup_fraction, params),
+        _params(config, spec, warmup_fraction, params, skip if trace.stages else None),
     )
     start, end = result_span(records)
-    replicas = tuple(_replica(log, records, warmup_fraction, start, end) for log in loop.logs)
-    waits = [r.first_token_s - r.arrival_s for r in _measured(records, warmup_fraction)]
+    replicas = tuple(_replica(log, records, skip, start, end) for log in loop.logs)
+    waits = [r.first_token_s - r.arrival_s for r in records[skip:]]
     waits = [w for w in waits if not math.isnan(w)]
     mean, peak = queue_stats(loop.concurrency, start, end)
     return FleetResult(
@@ -152,8 +155,13 @@ def simulate_fleet(
 
 
 def _params(
-    config: SimConfig, spec: FleetSpec, warmup: float, extra: dict[str, object] | None
+    config: SimConfig,
+    spec: FleetSpec,
+    warmup: float,
+    extra: dict[str, object] | None,
+    last_stage: int | None = None,
 ) -> dict[str, object]:
+    staged = {} if last_stage is None else {"measured_from_request": last_stage}
     return {
         "mode": "timed",
         "replicas": spec.replicas,
@@ -168,6 +176,7 @@ def _params(
         "chunked_prefill_size": config.chunked_prefill_size,
         "warmup_fraction": warmup,
         "sources": dict(config.sources),
+        **staged,
         **(extra or {}),
     }
 
@@ -180,10 +189,6 @@ def _evictions(per_server: Sequence[dict[str, int]], shared: bool) -> dict[str, 
     if shared and "store" in total:
         total["store"] //= len(per_server)  # one store, counted by every replica's port
     return total
-
-
-def _measured(records: Sequence[RequestRecord], warmup: float) -> Sequence[RequestRecord]:
-    return records[math.floor(warmup * len(records)) :]
 
 
 def result_span(records: Sequence[RequestRecord]) -> tuple[float, float]:
@@ -200,11 +205,10 @@ def queue_stats(c: ConcurrencyRecorder, start: float, end: float) -> tuple[float
 def _replica(
     log: ReplicaLog,
     records: Sequence[RequestRecord],
-    warmup: float,
+    skip: int,
     start: float,
     end: float,
 ) -> ReplicaStats:
-    skip = math.floor(warmup * len(records))
     mine = [records[rid] for rid in log.rids if rid >= skip]
     tokens = sum(r.input_len for r in mine)
     hits = sum(sum(r.hit_tokens.values()) for r in mine)

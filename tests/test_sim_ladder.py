@@ -1,0 +1,101 @@
+"""inference-perf's load stages (`--rate-stages`): the generator's stages, the fleet loop holding
+each stage until the one before has finished, the last stage measured, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_support import error_line, run_json
+from kvtier.sim.shared_prefix import SharedPrefixSpec, ladder, next_stage_start
+
+SMALL = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
+GEN = [
+    *("--generate", "shared-prefix", "--groups", "4", "--prompts-per-group", "3"),
+    *("--system-tokens", "3000", "--question-tokens", "600", "--output-tokens", "64"),
+    "--seed",
+    "2",
+]
+
+
+def test_ladder_by_hand() -> None:
+    # 2 groups x 3 prompts; stages of int(4 x 3) = 12 and int(2.5 x 2) = 5 requests
+    spec = SharedPrefixSpec(2, 3, 1100, 300, 8, 1.0, 0, 512, ((4.0, 3), (2.5, 2)))
+    trace = ladder(spec, seed=0)
+    reqs = trace.requests
+    assert len(reqs) == 17 and [r.rid for r in reqs] == list(range(17))
+    start = trace.stages[0][1]
+    assert trace.stages == ((12, start),) and start == reqs[11].arrival_s + 2.0
+    # request n of every stage is prompt n mod 6: the first stage twice, the next from prompt 0
+    assert [r.blocks for r in reqs[6:12]] == [r.blocks for r in reqs[:6]]
+    assert [r.blocks for r in reqs[12:]] == [r.blocks for r in reqs[:5]]
+    assert len({r.blocks for r in reqs}) == 6
+    times = [r.arrival_s for r in reqs]
+    assert times == sorted(times) and times[0] > 0.0 and times[12] > start
+    assert trace == ladder(spec, seed=0) and trace != ladder(spec, seed=1)
+
+
+@pytest.mark.parametrize(
+    ("stage_start", "drained", "start"),
+    [
+        (10.0, 20.3, 23.0),  # queued at 9, polled at 9 + 12 = 21, then 1 s + 1 s
+        (10.0, 21.0, 23.0),  # a poll at the very moment sees it
+        (10.0, 21.01, 24.0),
+        (10.0, 9.0, 11.0),  # finished when queued (a refused request)
+    ],
+)
+def test_next_stage_starts_a_poll_an_interval_and_a_head_start_after(
+    stage_start: float, drained: float, start: float
+) -> None:
+    assert next_stage_start(stage_start, drained) == pytest.approx(start)
+
+
+def test_a_stage_waits_for_the_one_before() -> None:
+    from kvtier.engines.deployment import Deployment, Engine
+    from kvtier.sim.fleet.loop import FleetLoop
+    from kvtier.sim.fleet.rotation import RoundRobin
+    from kvtier.sim.servers import build_server
+    from kvtier.sim.setup import build_config
+
+    # 40 requests of 2,000 output tokens in 2 s, then 10: the first stage runs past its sends
+    spec = SharedPrefixSpec(4, 3, 3000, 600, 2000, 1.0, 0, 512, ((20.0, 2), (10.0, 1)))
+    trace = ladder(spec, seed=3)
+    config = build_config(
+        Deployment(engine=Engine("vllm"), model="llama-3.1-8b", gpu="h100"), trace.block_size, 60000
+    )
+    records = FleetLoop(trace, [build_server(config) for _ in range(2)], RoundRobin(2)).run()
+    first, nominal = trace.stages[0]
+    drained = max(r.finish_s for r in records[:first])
+    assert drained > nominal + 5  # the hold matters here
+    # the first stage's timer started at 0: the second starts a poll, 1 s and 1 s after it drained
+    shift = next_stage_start(0.0, drained) - nominal
+    for rec, req in zip(records[first:], trace.requests[first:], strict=True):
+        assert rec.arrival_s == pytest.approx(req.arrival_s + shift)
+    assert records[first].arrival_s > drained + 2.0
+
+
+def test_the_last_stage_is_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", *GEN, "--rate-stages", "4:5,6:5", *SMALL, "--device-tokens", "60000"]
+    out = run_json(capsys, [*argv, "--replicas", "2", "--json"])
+    assert out["requests"] == out["measured_requests"] == 30
+    assert out["params"]["measured_from_request"] == 20
+    assert sum(r["requests"] for r in out["replicas"]) == 50
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--rate-stages", "4:5", "--rate", "3"], "--rate-stages replaces --rate"),
+        (["--rate-stages", "4:5", "--requests", "3"], "--rate-stages replaces --requests"),
+        (["--rate-stages", "4:5", "--warmup-fraction", "0.5"], "does not take --warmup-fraction"),
+        (["--rate-stages", "4:5", "--replicas", "1"], "--rate-stages runs a fleet"),
+        (["--rate-stages", "0.1:5", "--replicas", "2"], "every stage must send a request"),
+        (["--rate-stages", "4", "--replicas", "2"], "argument --rate-stages: wants RATE:SECONDS"),
+        (["--rate-stages", "4:x", "--replicas", "2"], "argument --rate-stages: wants RATE:SECONDS"),
+        (["--rate-stages", "nan:5", "--replicas", "2"], "argument --rate-stages"),
+    ],
+)
+def test_bad_stages_are_one_line(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    err = error_line(capsys, ["simulate", *GEN, *extra, *SMALL, "--device-tokens", "60000"])
+    assert message in err
