@@ -85,6 +85,7 @@ class Deployment:
     pp: int = 1
     dp: int = 1
     enable_dp_attention: bool = False
+    enable_dp_lm_head: bool = False  # SGLang: the LM head over the attention-TP group
     gpu: str | None = None
     gpus_per_node: int | None = None
     engine_version: str | None = None

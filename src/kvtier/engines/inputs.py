@@ -34,6 +34,9 @@ class PlanInputs:
     draft_weights_bytes: int | None = None
     contexts: tuple[int, ...] | None = None
     pcie_gbps: float | None = None  # host-to-GPU link of one card, GB/s
+    # the ranks the input embedding and the LM head are split over (None: tp), by engine rule
+    embed_tp: int | None = None
+    head_tp: int | None = None
 
     @property
     def context_length(self) -> int:

@@ -38,3 +38,4 @@ class EngineRules:
     host_tier: HostTier | None = None  # a host-RAM KV tier the engine sizes by flags (HiCache)
     # the ranks the input embedding is split over and why, where not over TP (None: over TP)
     embedding_ranks: Callable[[ModelSpec, Deployment], tuple[int, str] | None] | None = None
+    lm_head_ranks: Callable[[ModelSpec, Deployment], tuple[int, str] | None] | None = None

@@ -105,6 +105,8 @@ def _era_variants(inputs: LogInputs, plan: PlanInputs) -> tuple[PlanInputs, ...]
                 model=again.model,
                 weights_bytes=again.weights_bytes,
                 weights_source=again.weights_source,
+                embed_tp=again.embed_tp,
+                head_tp=again.head_tp,
             )
         variants.append(era)
     return tuple(variants)

@@ -202,6 +202,8 @@ _PLAN_SETTINGS = (
     ("device", to_str),
     # vLLM's VLLM_PP_LAYER_PARTITION, from the assignments before a logged launch command
     ("pp_layer_partition", to_str),
+    # SGLang: the LM head over the attention-TP group under DP attention
+    ("enable_dp_lm_head", to_bool),
 )
 
 

@@ -50,13 +50,14 @@ def resolve(
     # SGLang's DP attention splits the attention layers over tp / dp; the embedding by its rule
     attn_tp = d.tp // d.dp if d.enable_dp_attention and d.dp > 1 else None
     embed = rules.embedding_ranks(model, d) if rules.embedding_ranks else None
-    weights = weight_bytes(model, d.tp, dtype, attn_tp, embed[0] if embed else None)
+    head = rules.lm_head_ranks(model, d) if rules.lm_head_ranks else None
+    embed_tp, head_tp = (split[0] if split else None for split in (embed, head))
+    weights = weight_bytes(model, d.tp, dtype, attn_tp, embed_tp, head_tp)
     per_gpu = weights.total_bytes
     source = f"estimated: spec weights at TP{d.tp}" + (f" ({loaded})" if loaded else "")
     if attn_tp is not None:
         source += f", attention at TP{attn_tp} (DP attention)"
-    if embed is not None:
-        source += f", {embed[1]}"
+    source += "".join(f", {split[1]}" for split in (embed, head) if split)
     if d.pp > 1:  # an even split: the stages holding the embedding or the head carry a bit more
         per_gpu = -(-per_gpu // d.pp)
         source += f" / PP{d.pp}"
@@ -74,6 +75,8 @@ def resolve(
         gpu_mem_mib=gpu_mem_mib,
         weights_bytes=per_gpu,
         weights_source=source,
+        embed_tp=embed_tp,
+        head_tp=head_tp,
         draft=draft,
         draft_weights_bytes=draft_bytes,
         contexts=contexts,

@@ -73,14 +73,16 @@ def weight_bytes(
     dtype: str | None = None,
     attn_tp: int | None = None,
     embed_tp: int | None = None,
+    head_tp: int | None = None,
 ) -> WeightBytes:
     """Per-rank weight bytes of `spec` at tensor parallelism `tp`.
 
     `dtype` overrides the config's dtype for unquantized groups (an engine's `--dtype`).
     `attn_tp` is the attention layers' own TP size (SGLang's DP attention: tp / dp); the
     attention projections are split over it. `embed_tp` is the ranks the input embedding's
-    padded vocabulary is split over (1: whole on every rank); None splits it over `tp`. Which
-    applies is the engine's rule, by model and release (engines/sglang/embedding.py).
+    padded vocabulary is split over (1: whole on every rank), `head_tp` the LM head's; None splits
+    it over `tp`. Which applies is the engine's rule, by model and release
+    (engines/sglang/embedding.py, engines/sglang/lm_head.py).
     """
     if tp < 1:
         raise KvtierError(f"tensor parallel size must be >= 1, got {tp}")
@@ -99,7 +101,7 @@ def weight_bytes(
         if not g.sharded:
             params = g.count
         elif g.name in (EMBEDDING, LM_HEAD):
-            ranks = embed_tp if g.name == EMBEDDING and embed_tp is not None else tp
+            ranks = (embed_tp if g.name == EMBEDDING else head_tp) or tp
             params = -(-padded_vocab // ranks) * (g.count // spec.vocab_size)
         elif g.name == ATTENTION_KV:
             params = g.count // min(heads_tp, spec.kv.num_kv_heads)

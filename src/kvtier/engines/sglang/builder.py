@@ -12,7 +12,7 @@ from kvtier.engines.figures import SGLangFigures
 from kvtier.engines.inputs import PlanInputs, stage_layers
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import Concurrency, Ledger, context_lengths
-from kvtier.engines.sglang import embedding, hicache, ledger_items, mamba, weight_segments
+from kvtier.engines.sglang import hicache, ledger_items, mamba, weight_segments
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
@@ -195,10 +195,8 @@ def _memory_terms(p: PlanInputs) -> dict[str, Term]:
     else:
         nbytes, source = p.weights_bytes, p.weights_source
         d = p.deployment
-        embed = embedding.embedding_ranks(p.model, d)
-        rounding = weight_segments.rounding_bytes(
-            p.model, d.tp, d.pp, p.attn_tp, embed[0] if embed else None
-        )
+        splits = (p.attn_tp, p.embed_tp, p.head_tp)
+        rounding = weight_segments.rounding_bytes(p.model, d.tp, d.pp, *splits)
         if nbytes is not None and rounding is not None:
             nbytes += rounding
             source += f" + {rounding / MiB:,.0f} MiB of allocator segment rounding"

@@ -20,6 +20,7 @@ FLAGS = FlagTable(
         flag("pp_size", int, "pp", "pipeline-parallel-size", field="pp"),
         flag("dp_size", int, "dp", "data-parallel-size", field="dp"),
         flag("enable_dp_attention", None),
+        flag("enable_dp_lm_head", None),
         flag("mem_fraction_static", float, field="mem_fraction"),
         flag("device", one_of(*DEVICES)),
         flag("kv_cache_dtype", str),

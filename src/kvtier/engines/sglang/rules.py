@@ -10,6 +10,7 @@ from kvtier.engines.sglang import (
     embedding,
     explain,
     hicache,
+    lm_head,
     log,
     pool,
     quantization,
@@ -38,4 +39,5 @@ RULES = EngineRules(
     explain=explain.EXPLAIN,
     host_tier=HostTier(hicache.host_tokens, hicache.check_host_ram),
     embedding_ranks=embedding.embedding_ranks,
+    lm_head_ranks=lm_head.lm_head_ranks,
 )

@@ -66,10 +66,14 @@ def segment_bytes(sizes: Iterable[int]) -> int:
 
 
 def dense_tensors(
-    model: ModelSpec, tp: int, attn_tp: int | None = None, embed_tp: int | None = None
+    model: ModelSpec,
+    tp: int,
+    attn_tp: int | None = None,
+    embed_tp: int | None = None,
+    head_tp: int | None = None,
 ) -> list[int] | None:
     """Bytes of each large tensor one rank creates, in creation order (None: not a dense,
-    unquantized decoder kvtier lists the tensors of); `attn_tp` and `embed_tp` as
+    unquantized decoder kvtier lists the tensors of); `attn_tp`, `embed_tp` and `head_tp` as
     `weight_bytes` takes them (DP attention)."""
     kv = model.kv
     if (
@@ -86,7 +90,7 @@ def dense_tensors(
     q = model.num_attention_heads // heads_tp * kv.head_dim
     k_v = kv.kv_heads_per_rank(heads_tp) * (kv.head_dim + kv.v_head_dim)
     mlp = model.intermediate_size // tp
-    weights = weight_bytes(model, tp, attn_tp=attn_tp, embed_tp=embed_tp)
+    weights = weight_bytes(model, tp, attn_tp=attn_tp, embed_tp=embed_tp, head_tp=head_tp)
     groups = {g.name: g.bytes_per_rank for g in weights.groups}
     layer = [(q + k_v) * hidden * width, hidden * q * width]
     sizes = [groups[EMBEDDING]]
@@ -101,10 +105,15 @@ def dense_tensors(
 
 
 def rounding_bytes(
-    model: ModelSpec, tp: int, pp: int, attn_tp: int | None = None, embed_tp: int | None = None
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    attn_tp: int | None = None,
+    embed_tp: int | None = None,
+    head_tp: int | None = None,
 ) -> int | None:
     """Segment bytes beyond the tensors' own bytes on one rank (None: not modelled here)."""
-    sizes = dense_tensors(model, tp, attn_tp, embed_tp) if pp == 1 else None
+    sizes = dense_tensors(model, tp, attn_tp, embed_tp, head_tp) if pp == 1 else None
     if sizes is None:
         return None
     return segment_bytes(sizes) - sum(sizes)
