@@ -7,6 +7,7 @@ At --tp 8 --dp 2 the attention-TP group is 4 ranks: 8 is the full TP, 4 the atte
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +186,22 @@ def test_the_dp8_log_at_attention_tp1_is_the_same_either_side(
     assert out["observed"]["kv_tokens"] == 975_424
     assert out["predicted"]["kv_tokens"] == count
     assert out["predicted"]["range"] == [low, high]
+
+
+@pytest.mark.parametrize(
+    ("env", "count"), [("SGLANG_ENABLE_EMBED_REPLICATION=1 ", 550_963), ("", 570_743)]
+)
+def test_explain_reads_the_replication_env_on_the_logged_launch_line(
+    env: str, count: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DeepSeek-V3 at --tp 8 --dp 2 on v0.5.23, the log printing its count only: replicated, the
+    embedding takes 1.29 GiB more per GPU, 19,780 fewer tokens of 70,272 B."""
+    log = tmp_path / "start.log"
+    launch = "python -m sglang.launch_server --model deepseek-ai/DeepSeek-V3 --tp 8 --dp 2"
+    log.write_text(
+        f"$ {env}{launch} --enable-dp-attention\n"
+        "[2025-10-07 23:17:19 DP0 TP0] KV Cache is allocated. #tokens: 575424, KV size: 43.67 GB\n"
+    )
+    argv = ["explain", str(log), "--gpu", "H200", "--sglang-version", "0.5.23", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["predicted"]["kv_tokens"] == count

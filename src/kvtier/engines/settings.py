@@ -95,6 +95,16 @@ def _convert(name: str, raw: object, convert: Callable[[object], T], label: str)
         raise KvtierError(f"{label}: {raw!r} is not a valid {name}") from None
 
 
+def to_assignments(raw: object) -> tuple[tuple[str, str], ...]:
+    """`VAR=value` pairs a launch command runs under, as `read_launch` keeps them."""
+    if not isinstance(raw, tuple) or not all(
+        isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(w, str) for w in pair)
+        for pair in raw
+    ):
+        raise TypeError(raw)
+    return raw
+
+
 def to_int(raw: object) -> int:
     """A count of at least 1 (ranks, page size, tokens)."""
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):

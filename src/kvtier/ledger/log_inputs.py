@@ -21,7 +21,14 @@ from kvtier.engines.launch import flag_table
 from kvtier.engines.log_geometry import LogGeometry, stand_in
 from kvtier.engines.log_model import identify_model, named_by_class
 from kvtier.engines.rules import rules_for
-from kvtier.engines.settings import Settings, to_bool, to_int, to_ratio, to_str
+from kvtier.engines.settings import (
+    Settings,
+    to_assignments,
+    to_bool,
+    to_int,
+    to_ratio,
+    to_str,
+)
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, stated
 from kvtier.model.description import ModelSpec
@@ -204,6 +211,8 @@ _PLAN_SETTINGS = (
     ("pp_layer_partition", to_str),
     # SGLang: the LM head over the attention-TP group under DP attention
     ("enable_dp_lm_head", to_bool),
+    # SGLANG_* assignments before a logged launch command (SGLANG_ENABLE_EMBED_REPLICATION)
+    ("sglang_env", to_assignments),
 )
 
 
