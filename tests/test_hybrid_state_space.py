@@ -192,15 +192,6 @@ def test_vllm_lfm25_log_is_reproduced(tmp_path: Path, capsys: pytest.CaptureFixt
     assert vllm_mamba.attention_block_size(2048 * 2 * 2, 8 * 128, 16) == 16
 
 
-def test_gemma4_is_refused_naming_what_kvtier_does_not_size() -> None:
-    """Gemma 4's sliding-window hybrid (transformers Gemma4TextConfig, vLLM from v0.20, SGLang
-    from v0.5.11) keeps two KV head sizes and shares KV across its last layers."""
-    config = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4"}
-    with pytest.raises(UnsupportedModel) as err:
-        model_from_config(config, "gemma-4")
-    assert "'Gemma4ForConditionalGeneration': Gemma 4 keeps KV of two head sizes" in str(err.value)
-
-
 @pytest.mark.parametrize("path", [GRANITE, LFM2])
 @pytest.mark.parametrize(
     ("engine", "version"), [("sglang", "0.5.9"), ("sglang", "0.5.23"), ("vllm", "0.21.0")]

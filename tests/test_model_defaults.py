@@ -34,6 +34,10 @@ def test_text_defaults_match_transformers(model_type: str) -> None:
             n = config.num_hidden_layers
             full = [i for i, kind in enumerate(config.layer_types) if kind == "full_attention"]
             assert full == [i for i in range(n) if (i + 1) % value == 0], field
+        elif getattr(config, "is_heterogeneous", False) and field in ("head_dim",):
+            # Gemma 4 states its shapes per layer: the base value is a sliding layer's (layer 0)
+            assert config.layer_types[0] == "sliding_attention"
+            assert getattr(config.per_layer_config[0], field) == value, field
         else:
             assert getattr(config, field) == value, field
 

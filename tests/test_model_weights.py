@@ -15,6 +15,7 @@ from kvtier.model.catalog import catalog_ids, resolve_model
 from kvtier.model.dtypes import dtype_bytes
 from kvtier.model.params import (
     ATTENTION_KV,
+    ATTENTION_KV_FULL,
     EMBEDDING,
     LM_HEAD,
     MLA_ABSORBED,
@@ -127,6 +128,8 @@ def test_sharding_splits_only_sharded_groups(model: str, exp: int) -> None:
             expected = group.count
         elif group.name == ATTENTION_KV:
             expected = group.count // min(tp, spec.kv.num_kv_heads)
+        elif group.name == ATTENTION_KV_FULL:  # Gemma 4's full layers: their own KV heads
+            expected = group.count // min(tp, spec.kv.full_kv_heads)
         elif group.name in (EMBEDDING, LM_HEAD):
             padded = math.ceil(spec.vocab_size / 64) * 64
             expected = math.ceil(padded / tp) * spec.hidden_size

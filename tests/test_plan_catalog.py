@@ -2,7 +2,7 @@
 smallest catalog card x TP (by total memory) whose pool holds one 8K request at default flags.
 
 A smaller card is refused by the engine's own rule (the weights leave no pool), not by kvtier; the
-one model kvtier refuses as not modelled is named in REFUSED with the line it prints.
+models kvtier refuses as not modelled are named in REFUSED with the line they print.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "deepseek-ai/DeepSeek-V3": {"sglang": ("H200", 8), "vllm": ("H200", 8)},
     "google/gemma-2-9b-it": {"sglang": ("RTX 5080", 2), "vllm": ("RTX 4090", 2)},
     "google/gemma-3-27b-it": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
+    "google/gemma-4-31B-it": {"vllm": ("H100", 1)},
     "meta-llama/Llama-3.1-405B-Instruct": {"sglang": ("H200", 8), "vllm": ("H200", 8)},
     "meta-llama/Llama-3.1-70B-Instruct": {"sglang": ("B200", 1), "vllm": ("A100 80GB", 2)},
     "meta-llama/Llama-3.1-8B-Instruct": {"sglang": ("A10G", 1), "vllm": ("A10G", 1)},
@@ -69,8 +70,11 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "LiquidAI/LFM2-1.2B": {"sglang": ("RTX 5080", 1), "vllm": ("RTX 5080", 1)},
 }
 
-# (model, engine) -> what kvtier prints when it refuses to model the deployment.
-REFUSED: dict[tuple[str, str], str] = {}
+# (model, engine) -> what kvtier prints when it refuses to model the deployment: SGLang's default
+# rules (v0.5.9) predate Gemma 4
+REFUSED: dict[tuple[str, str], str] = {
+    ("google/gemma-4-31B-it", "sglang"): "SGLang runs Gemma 4 from v0.5.11",
+}
 
 CASES = [(m, e) for m in catalog_ids() for e in ENGINES]
 

@@ -62,6 +62,8 @@ class KVLayout:
         """The layout one tensor-parallel rank holds for a model's KV geometry."""
         if page_size < 1 or tp < 1:
             raise ValueError("page_size and tp must be positive")
+        if not kv.is_uniform:
+            raise UnsupportedModel("KV tensor storage of layers of two shapes (Gemma 4)")
         if kv.kind is AttentionKind.MLA:
             width = kv.kv_lora_rank + kv.qk_rope_head_dim if kv.kv_lora_rank else kv.head_dim
             return cls(kv.kind, kv.num_layers, page_size, 1, width, quant.storage_format(dtype))

@@ -22,19 +22,7 @@ from typing import NamedTuple
 
 from kvtier.errors import KvtierError
 from kvtier.model.description import ModelSpec, Quantization
-from kvtier.model.params import (
-    ATTENTION,
-    ATTENTION_KV,
-    ATTENTION_LATENT,
-    DENSE_MLP,
-    ROUTED_EXPERTS,
-    SHARED_EXPERTS,
-)
-
-# parameter groups built from LinearBase or FusedMoE layers (model/params.py)
-LINEAR_GROUPS = frozenset(
-    {ATTENTION, ATTENTION_KV, ATTENTION_LATENT, DENSE_MLP, ROUTED_EXPERTS, SHARED_EXPERTS}
-)
+from kvtier.model.params import LINEAR_GROUPS
 
 
 class QuantizationNames(NamedTuple):

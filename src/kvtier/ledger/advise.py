@@ -195,8 +195,11 @@ def fp8_options(p: PlanInputs, base: Ledger) -> list[Option]:
 
 
 def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
-    """Host-RAM tiers at several sizes: tokens, GB per rank and node, RAM checks, reload time."""
+    """Host-RAM tiers at several sizes: tokens, GB per rank and node, RAM checks, reload time.
+    None for Gemma 4, whose host tiers are not modelled on either engine."""
     d = p.deployment
+    if not p.model.kv.is_uniform:
+        return []
     if d.engine is Engine.VLLM:
         return _vllm_offload_options(p, base)
     tier = rules_for(d.engine).host_tier

@@ -190,9 +190,10 @@ def _geometry_warning(inp: LogInputs, ledger: Ledger) -> tuple[str, ...]:
     """The model's KV bytes per token outside what the log's budget and count allow. Not for a
     model whose other layers keep state (hybrid linear attention, Mamba2, short conv): state
     pages share the budget, so the count is no budget / bytes per token (the predicted count
-    is checked against it instead)."""
-    geometry = inp.geometry
-    if not inp.model_known or geometry is None or inp.model.kv.linear is not None:
+    is checked against it instead); nor for Gemma 4, whose two pools or page sizes price a
+    token differently per layer type."""
+    geometry, kv = inp.geometry, inp.model.kv
+    if not inp.model_known or geometry is None or kv.linear is not None or not kv.is_uniform:
         return ()
     if geometry.fits(ledger.kv_bytes_per_token):
         return ()

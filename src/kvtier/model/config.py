@@ -3,7 +3,8 @@
 A published file is read as the engines read it (`published.py`: nested text sections, unstated
 fields at transformers' defaults, the dtype `--dtype auto` resolves to). Only architectures whose
 attention layout is known are accepted (hybrid linear-attention decoders through
-`linear_attention.py`, Mamba2 and short-conv hybrids through `state_space.py`); anything else
+`linear_attention.py`, Mamba2 and short-conv hybrids through `state_space.py`, Gemma 4's two
+KV shapes and KV-shared layers through `gemma4.py`); anything else
 (other mamba hybrids, unknown `layer_types` or `model_type`, new MLA variants) raises
 UnsupportedModel naming the field and value, because a wrong KV geometry silently corrupts every
 number downstream.
@@ -16,6 +17,13 @@ from typing import Any
 
 from kvtier.errors import UnsupportedModel
 from kvtier.model.description import AttentionKind, KVGeometry, LayerKind, ModelSpec, ParamGroup
+from kvtier.model.gemma4 import (
+    GEMMA4_ARCHITECTURES,
+    gemma4_geometry,
+    gemma4_params,
+    gemma4_rope_cache,
+    gemma4_vision_params,
+)
 from kvtier.model.linear_attention import (
     HYBRID_LINEAR_ARCHITECTURES,
     hybrid_decoder_params,
@@ -55,12 +63,14 @@ TEXT_ARCHITECTURES = frozenset(
         "Glm4MoeLiteForCausalLM",
         "GraniteMoeHybridForCausalLM",
         "Lfm2ForCausalLM",
+        "Gemma4ForCausalLM",
     }
 )
 # Multimodal wrappers -> checkpoint prefix of their text decoder's modules
 WRAPPER_ARCHITECTURES = {
     "KimiK25ForConditionalGeneration": "language_model.",
     "Gemma3ForConditionalGeneration": "language_model.",
+    "Gemma4ForConditionalGeneration": "language_model.",
     "Llama4ForConditionalGeneration": "language_model.",
     "Qwen2_5_VLForConditionalGeneration": "",
     "Qwen3_5ForConditionalGeneration": "",
@@ -86,15 +96,13 @@ _DSA_ARCHITECTURES = frozenset(
 _DSA_ONLY = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")
 # indexer layouts both engines size differently from one key per layer: refused, not guessed
 _DSA_LAYOUT_FIELDS = {"index_kpool": 1, "cli_factor": 1, "indexer_types": None}
-# families the engines run and kvtier does not size, with what it lacks (transformers 5
-# Gemma4TextConfig; vLLM models/gemma4.py from v0.20.0, SGLang models/gemma4_causal.py from v0.5.11)
-_GEMMA4 = (
-    "Gemma 4 keeps KV of two head sizes (head_dim on sliding layers, global_head_dim and "
-    "num_global_key_value_heads on full ones) and shares the last num_kv_shared_layers' KV"
-)
-_NOT_SIZED = {"Gemma4ForCausalLM": _GEMMA4, "Gemma4ForConditionalGeneration": _GEMMA4}
 # tying for configs that state neither it nor a `model_type` (the catalog's condensed entries)
-_TIED_BY_DEFAULT = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
+_TIED_BY_DEFAULT = (
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration",
+    *GEMMA4_ARCHITECTURES,
+)
 
 
 def model_from_config(config: Mapping[str, Any], model_id: str) -> ModelSpec:
@@ -107,10 +115,6 @@ def model_from_config(config: Mapping[str, Any], model_id: str) -> ModelSpec:
     if not isinstance(archs, list) or not isinstance(archs[0], str):
         raise UnsupportedModel(f"{model_id}: `architectures` must be a list of names")
     arch = archs[0]
-    if arch in _NOT_SIZED:
-        raise UnsupportedModel(
-            f"{model_id}: unsupported architectures entry {arch!r}: {_NOT_SIZED[arch]}"
-        )
     if arch not in TEXT_ARCHITECTURES and arch not in WRAPPER_ARCHITECTURES:
         raise UnsupportedModel(f"{model_id}: unsupported architectures entry {arch!r}")
     nested = arch in WRAPPER_ARCHITECTURES and arch not in _TEXT_AT_TOP_LEVEL
@@ -155,13 +159,20 @@ def _build(
         params = hybrid_decoder_params(arch, text, quantized)
     elif arch in STATE_SPACE_ARCHITECTURES:
         params = state_space_params(arch, text, quantized)
+    elif arch in GEMMA4_ARCHITECTURES:
+        if config.get("audio_config"):
+            raise UnsupportedModel("the Gemma 4 audio tower (audio_config) is not counted")
+        params = gemma4_params(text, quantized, prefix)
     else:
         params = decoder_params(arch, text, quantized, prefix)
     raw_vision = config.get("vision_config") if arch in WRAPPER_ARCHITECTURES else None
     vision: dict[str, Any] = {}
     if raw_vision:
         vision = vision_section(arch, raw_vision, model_id)
-        count = vision_params(arch, vision, int(text["hidden_size"]))
+        if arch in GEMMA4_ARCHITECTURES:
+            count = gemma4_vision_params(vision, int(text["hidden_size"]))
+        else:
+            count = vision_params(arch, vision, int(text["hidden_size"]))
         # a quantization_config under the text section covers the language model only
         stored = bool(config.get("quantization_config")) and quantized(
             "vision_tower.encoder.blocks.0.mlp.fc0", True
@@ -194,7 +205,9 @@ def _build(
         multimodal=bool(raw_vision),
         vision_layers=_int_or_none(vision.get("num_hidden_layers")),
         vision_hidden_size=_int_or_none(vision.get("hidden_size")),
-        load_buffers=load_buffers(arch, text),
+        load_buffers=gemma4_rope_cache(text)
+        if arch in GEMMA4_ARCHITECTURES
+        else load_buffers(arch, text),
         defaulted=defaulted,
         intermediate_size=widths[0],
         moe_intermediate_size=widths[1] if experts else 0,
@@ -213,6 +226,8 @@ def kv_geometry(arch: str, text: Mapping[str, Any]) -> KVGeometry:
         kinds, state = linear_state(text)  # the attention layers are full attention
     elif arch in STATE_SPACE_ARCHITECTURES:
         kinds, state = state_space_layers(arch, text)
+    elif arch in GEMMA4_ARCHITECTURES:
+        return gemma4_geometry(text)
     else:
         kinds = _layer_kinds(arch, text, n)
     window = text.get("sliding_window") if LayerKind.SLIDING in kinds else None

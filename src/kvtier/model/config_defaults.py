@@ -330,6 +330,29 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
         },
     ),
     "gemma3_text": Defaults("transformers.Gemma3TextConfig", _GEMMA3_TEXT),
+    # global_head_dim and num_global_key_value_heads stay unstated: `model.gemma4` refuses or
+    # reads them itself
+    "gemma4_text": Defaults(
+        "transformers.Gemma4TextConfig",
+        {
+            "vocab_size": 262144,
+            "hidden_size": 2304,
+            "intermediate_size": 9216,
+            "num_hidden_layers": 30,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "head_dim": 256,
+            "max_position_embeddings": 131072,
+            "tie_word_embeddings": True,
+            "attention_bias": False,
+            "sliding_window": 512,
+            "hidden_size_per_layer_input": 256,
+            "attention_k_eq_v": False,
+            "num_kv_shared_layers": 0,
+            "enable_moe_block": False,
+            "use_double_wide_mlp": False,
+        },
+    ),
     "gpt_oss": Defaults(
         "transformers.GptOssConfig",
         {
@@ -436,6 +459,7 @@ TEXT_DEFAULTS: dict[str, Defaults] = {
 # Wrapper model_type -> the model_type of its text section when that section states none
 TEXT_MODEL_TYPE = {
     "gemma3": "gemma3_text",
+    "gemma4": "gemma4_text",
     "llama4": "llama4_text",
     "kimi_k25": "kimi_k2",
     "qwen2_5_vl": "qwen2_5_vl_text",
@@ -467,6 +491,20 @@ VISION_DEFAULTS: dict[str, Defaults] = {
             "num_channels": 3,
             "image_size": 224,
             "patch_size": 16,
+        },
+    ),
+    "Gemma4ForConditionalGeneration": Defaults(
+        "transformers.Gemma4VisionConfig",
+        {
+            "hidden_size": 768,
+            "intermediate_size": 3072,
+            "num_hidden_layers": 16,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 12,
+            "head_dim": 64,
+            "patch_size": 16,
+            "position_embedding_size": 10240,
+            "standardize": False,
         },
     ),
     "Llama4ForConditionalGeneration": Defaults(

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from kvtier.errors import UnsupportedModel
+
 
 class AttentionKind(StrEnum):
     MHA = "mha"  # multi-head, grouped-query and multi-query: per-head K and V
@@ -72,6 +74,11 @@ class KVGeometry:
     (`kvtier.engines`). 0: no indexer.
     Hybrid linear-attention, Mamba2 and short-conv models: `layer_kinds` lists the attention
     layers only; the others hold the recurrent state `linear` describes.
+    Gemma 4: `num_kv_heads` / `head_dim` are the sliding-window layers' shape and
+    `full_kv_heads` / `full_head_dim` the full-attention layers' (0: the same); the last
+    `kv_shared_layers` of `layer_kinds` read an earlier layer's KV and write none. Engines
+    differ on whether they still allocate them (`kvtier.engines`), so the uniform per-layer
+    helpers below refuse such a geometry (`is_uniform`).
     """
 
     kind: AttentionKind
@@ -86,6 +93,9 @@ class KVGeometry:
     index_head_dim: int = 0
     # hybrid linear-attention models: the recurrent state of the layers `layer_kinds` leaves out
     linear: LinearAttention | None = None
+    full_kv_heads: int = 0  # the full-attention layers' KV heads where they differ (Gemma 4)
+    full_head_dim: int = 0  # the full-attention layers' K and V width where it differs
+    kv_shared_layers: int = 0  # trailing layers that reuse an earlier layer's KV (Gemma 4)
 
     @property
     def num_layers(self) -> int:
@@ -103,6 +113,16 @@ class KVGeometry:
     def is_hybrid(self) -> bool:
         return self.num_local_layers > 0
 
+    @property
+    def is_uniform(self) -> bool:
+        """Whether every layer holds KV of one shape (all but Gemma 4)."""
+        return not (self.full_kv_heads or self.full_head_dim or self.kv_shared_layers)
+
+    @property
+    def kv_holding_kinds(self) -> tuple[LayerKind, ...]:
+        """The kinds of the layers that write KV: all but the trailing KV-shared ones."""
+        return self.layer_kinds[: self.num_layers - self.kv_shared_layers]
+
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one tensor-parallel rank holds; heads are replicated when tp > heads."""
         if self.kind is AttentionKind.MLA:
@@ -110,10 +130,24 @@ class KVGeometry:
         return max(1, self.num_kv_heads // tp)
 
     def elements_per_token_per_layer(self, tp: int) -> int:
-        """KV elements one rank stores for one token in one layer."""
+        """KV elements one rank stores for one token in one layer (one shape in every layer)."""
+        if not self.is_uniform:
+            raise UnsupportedModel(
+                "per-layer KV of two head sizes and KV-shared layers (Gemma 4) is modelled "
+                "for the engines' pools only, not this command"
+            )
         if self.kind is AttentionKind.MLA:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return self.kv_heads_per_rank(tp) * (self.head_dim + self.v_head_dim)
+
+    def layer_elements(self, kind: LayerKind, tp: int) -> int:
+        """KV elements one rank stores for one token in one MHA layer of `kind`: a Gemma 4
+        full-attention layer its own heads and width, every other layer the base shape."""
+        heads, width = self.num_kv_heads, self.head_dim
+        if kind is LayerKind.FULL:
+            heads = self.full_kv_heads or heads
+            width = self.full_head_dim or width
+        return max(1, heads // tp) * 2 * width
 
 
 @dataclass(frozen=True, slots=True)

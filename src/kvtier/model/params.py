@@ -19,6 +19,8 @@ from kvtier.model.quant import ModuleFilter
 EMBEDDING = "embedding"
 ATTENTION = "attention"  # q/o projections (MHA) or the TP-sharded MLA up-projections
 ATTENTION_KV = "attention_kv"  # k/v projections: replicated across ranks once tp > kv heads
+# Gemma 4's full-attention k/v projections: replicated once tp > their own (global) KV heads
+ATTENTION_KV_FULL = "attention_kv_full"
 ATTENTION_LATENT = "attention_latent"  # MLA q_a_proj + kv_a_proj_with_mqa, replicated
 DENSE_MLP = "dense_mlp"
 ROUTED_EXPERTS = "routed_experts"
@@ -32,6 +34,11 @@ LM_HEAD = "lm_head"
 VISION_TOWER = "vision_tower"
 ROPE_CACHE = "rope_cache"
 MLA_ABSORBED = "mla_absorbed"
+# the groups built from LinearBase or FusedMoE layers (what online fp8 quantizes)
+LINEAR_GROUPS = frozenset(
+    {ATTENTION, ATTENTION_KV, ATTENTION_KV_FULL, ATTENTION_LATENT, DENSE_MLP}
+    | {ROUTED_EXPERTS, SHARED_EXPERTS}
+)
 
 # Architectures whose MLP modules sit under `block_sparse_moe` / `feed_forward` rather than `mlp`
 _MLP_PREFIX = {

@@ -55,6 +55,8 @@ _POSITIVE = frozenset(
         "index_topk",
         "index_kpool",
         "cli_factor",
+        "global_head_dim",
+        "num_global_key_value_heads",
         # vision towers
         "depth",
         "patch_size",
@@ -69,15 +71,32 @@ _POSITIVE = frozenset(
         "projector_input_dim",
         "projector_output_dim",
         "vision_output_dim",
+        "position_embedding_size",
     }
 )
 _NON_NEGATIVE = frozenset(
-    {"n_shared_experts", "first_k_dense_replace", "q_lora_rank", "num_nextn_predict_layers"}
+    {
+        "n_shared_experts",
+        "first_k_dense_replace",
+        "q_lora_rank",
+        "num_nextn_predict_layers",
+        "num_kv_shared_layers",
+        "hidden_size_per_layer_input",
+    }
 )
 _INT_LISTS = frozenset({"no_rope_layers", "mlp_only_layers", "merge_kernel_size"})
 _FRACTIONS = frozenset({"partial_rotary_factor", "pixel_shuffle_ratio"})
 _MAPPINGS = frozenset({"rope_scaling", "rope_parameters", "quantization_config"})
-_FLAGS = frozenset({"tie_word_embeddings", "attention_bias", "use_sliding_window"})
+_FLAGS = frozenset(
+    {
+        "tie_word_embeddings",
+        "attention_bias",
+        "use_sliding_window",
+        "attention_k_eq_v",
+        "enable_moe_block",
+        "use_double_wide_mlp",
+    }
+)
 
 _MISSING_DTYPE = (
     "config.json states no dtype: bfloat16, as both engines run it under --dtype auto on "

@@ -22,6 +22,7 @@ from kvtier.model.dtypes import dtype_bytes
 from kvtier.model.params import (
     ATTENTION,
     ATTENTION_KV,
+    ATTENTION_KV_FULL,
     EMBEDDING,
     LM_HEAD,
     MLA_ABSORBED,
@@ -105,6 +106,8 @@ def weight_bytes(
             params = -(-padded_vocab // ranks) * (g.count // spec.vocab_size)
         elif g.name == ATTENTION_KV:
             params = g.count // min(heads_tp, spec.kv.num_kv_heads)
+        elif g.name == ATTENTION_KV_FULL:
+            params = g.count // min(heads_tp, spec.kv.full_kv_heads)
         elif g.name in (ATTENTION, MLA_ABSORBED):
             params = g.count // heads_tp
         else:

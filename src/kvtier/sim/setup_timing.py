@@ -7,7 +7,7 @@ from kvtier.engines.deployment import Deployment
 from kvtier.engines.figures import SGLangFigures
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
-from kvtier.errors import KvtierError
+from kvtier.errors import KvtierError, UnsupportedModel
 from kvtier.model.description import AttentionKind, ModelSpec
 from kvtier.model.gpu import GpuSpec
 from kvtier.model.weights import weight_bytes
@@ -191,6 +191,10 @@ def attention_dim(model: ModelSpec) -> int:
     """
     kv = model.kv
     heads = model.num_attention_heads
+    if not kv.is_uniform:
+        raise UnsupportedModel(
+            f"{model.model_id}: simulating layers of two head widths (Gemma 4) is not modelled"
+        )
     if kv.kind is AttentionKind.MLA:
         return heads * (2 * kv.kv_lora_rank + kv.qk_rope_head_dim)
     return heads * (kv.head_dim + kv.v_head_dim)

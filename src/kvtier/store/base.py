@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Protocol, TypeAlias, runtime_checkable
 
+from kvtier.errors import UnsupportedModel
 from kvtier.model.description import AttentionKind, ModelSpec
 
 PageHash = bytes
@@ -71,6 +72,8 @@ class StoreFingerprint:
     ) -> StoreFingerprint:
         """Fingerprint of one rank's KV pages of `spec`."""
         kv = spec.kv
+        if not kv.is_uniform:
+            raise UnsupportedModel(f"{spec.model_id}: a store of Gemma 4's two KV shapes")
         if kv.kind is AttentionKind.MLA:
             shape = f"mla:latent={kv.kv_lora_rank}+{kv.qk_rope_head_dim}"
         else:

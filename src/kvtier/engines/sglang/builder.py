@@ -12,7 +12,7 @@ from kvtier.engines.figures import SGLangFigures
 from kvtier.engines.inputs import PlanInputs, stage_layers
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import Concurrency, Ledger, context_lengths
-from kvtier.engines.sglang import hicache, ledger_items, mamba, weight_segments
+from kvtier.engines.sglang import gemma4, hicache, ledger_items, mamba, weight_segments
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import swa as sliding
 from kvtier.engines.sglang.defaults import default_mem_fraction
@@ -117,6 +117,15 @@ def _catalog_gpu(d: Deployment) -> GpuSpec | None:
 def _capability(d: Deployment) -> tuple[int, int] | None:
     gpu = _catalog_gpu(d)
     return gpu.compute_capability if gpu is not None else None
+
+
+def _gemma4_refused(d: Deployment) -> tuple[tuple[str, bool], ...]:
+    """The features whose Gemma 4 pools are not modelled, each with whether `d` uses it."""
+    return (
+        ("speculative decoding", bool(d.speculative_algorithm)),
+        ("the hierarchical cache", bool(d.enable_hierarchical_cache)),
+        ("pipeline parallelism", d.pp > 1),
+    )
 
 
 def _draft_cell(p: PlanInputs, dtype: KVDtype) -> sglang.DraftCell | None:
@@ -240,6 +249,8 @@ def _cells(p: PlanInputs) -> Cells:
     swa_pool = sliding.uses_swa_pool(p.model, era.version, _capability(d))
     sglang.check_layers(kv, d.pp, swa_pool)
     dtype = _kv_dtype(p, era.version)
+    if not kv.is_uniform:
+        gemma4.check_runs(era.version, dtype, _capability(d), d.page_size, _gemma4_refused(d))
     page = d.page_size or default_page(d) or (sglang.DSA_PAGE_SIZE if kv.index_head_dim else 1)
     layers = stage_layers(kv.num_layers, d.pp)
     target = sglang.cell_size(kv, p.attn_tp, layers, dtype)
@@ -354,9 +365,13 @@ def _split(p: PlanInputs, cells: Cells, budget: Budget) -> Split:
         )
     kv_bytes = sglang.kv_size_bytes(tokens, page, cells.pool)
     if cells.swa_pool:
-        per_layer = cells.target // cells.layers
-        kv_bytes = sglang.kv_size_bytes(tokens, page, per_layer * kv.num_full_layers)
-        kv_bytes += sglang.kv_size_bytes(swa, page, per_layer * kv.num_local_layers)
+        kv_bytes = sliding.pool_bytes(
+            sliding.pool_cells(kv, p.attn_tp, cells.dtype, cells.target, cells.layers),
+            kv,
+            page,
+            tokens,
+            swa,
+        )
     state = linear.split(rest.value) if linear is not None else None
     return Split(tokens, swa, token_range, kv_bytes, state)
 

@@ -121,8 +121,8 @@ def _memory_items(p: PlanInputs, cells: Cells, budget: Budget, split: Split) -> 
         f"(tokens + page) x {cells.pool:,} B; tokens = int(rest x 2^30) // {cells.profiled:,}"
     )
     if cells.swa_pool:
-        per_layer = cells.target // cells.layers
-        pool_text = sliding.split_text(cells.era, kv, per_layer, split.tokens, split.swa)
+        swa_cells = sliding.pool_cells(kv, p.attn_tp, cells.dtype, cells.target, cells.layers)
+        pool_text = sliding.split_text(cells.era, kv, swa_cells, split.tokens, split.swa)
     gib, exact = split.kv_bytes / GiB, budget.rest.exact
     items.append(LedgerItem("KV cache pool", gib, f"{pool_text}, {rest_text}", exact))
     return items, notes

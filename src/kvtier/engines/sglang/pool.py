@@ -36,7 +36,7 @@ from kvtier.engines.sglang.versions import (
 )
 from kvtier.engines.version import Version
 from kvtier.errors import DoesNotStart, KvtierError, Setting
-from kvtier.model.description import AttentionKind, KVGeometry
+from kvtier.model.description import AttentionKind, KVGeometry, LayerKind
 from kvtier.units import GiB
 
 # memory_pool.py: FP4 pools keep one scale per 16 elements.
@@ -130,7 +130,16 @@ def cell_size(kv: KVGeometry, attn_tp: int, layers: int, dtype: KVDtype) -> int:
     FP4 halves the elements and adds one scale byte per 16 elements (K and V scales for MHA).
     A DSA model adds its indexer's key per layer (`dsa_indexer_bytes`; priced from v0.5.4:
     v0.5.3 allocated it without counting it); its fp8 latent layout is `dsa_pool_cell`'s.
+    Gemma 4 (every layer, none split off by PP): each layer at its own shape (`swa.layer_cells`).
     """
+    if not kv.is_uniform:
+        if layers != kv.num_layers:
+            raise KvtierError("a Gemma 4 cell over a share of its layers is not modelled")
+        full, local = (
+            kv.layer_elements(LayerKind.FULL, attn_tp),
+            kv.layer_elements(LayerKind.SLIDING, attn_tp),
+        )
+        return (full * kv.num_full_layers + local * kv.num_local_layers) * dtype.element_bytes
     if kv.kind is AttentionKind.MLA:
         latent = kv.kv_lora_rank + kv.qk_rope_head_dim
         cell = latent * layers * dtype.element_bytes

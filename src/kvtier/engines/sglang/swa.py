@@ -9,7 +9,8 @@ pool of the global layers. Which models do, by release (python/sglang/srt/):
                    from v0.5.1, Gemma 2 / 3 (server_args disables hybrid SWA memory for them)
   v0.5.7           none of the catalog's models (is_hybrid_model: MiMo-V2 or the ratio flag only)
   v0.5.8+          configs/model_config.py is_hybrid_swa_model: an architecture list that holds
-                   Llama4ForConditionalGeneration and GptOssForCausalLM (not Gemma 2 / 3);
+                   Llama4ForConditionalGeneration and GptOssForCausalLM (not Gemma 2 / 3), and
+                   from v0.5.11 Gemma4ForCausalLM / Gemma4ForConditionalGeneration;
                    v0.5.8 - v0.5.9 turn it off for gpt-oss on the trtllm_mha attention backend,
                    their default on compute capability 10.x
 How the split is computed:
@@ -19,12 +20,14 @@ How the split is computed:
   Era C            pool_configurator.py HybridSWAPoolConfigurator: full_tokens = available bytes
                    // (F x n_full + ratio x S x n_swa), then --max-total-tokens, page-aligned;
                    swa_tokens = int(full_tokens x ratio), page-aligned (`era_c_tokens`)
-F and S are one layer's bytes per token on one rank (the same heads in every catalog model).
+F and S are one layer's bytes per token on one rank: one cell for every layer, but Gemma 4's full
+and sliding layers of their own shapes (`gemma4.layer_cells`).
 """
 
 from __future__ import annotations
 
 from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.sglang import gemma4
 from kvtier.engines.sglang.pool import Era, PoolEra, SwaTokens, cell_size
 from kvtier.engines.sglang.versions import V0_4_10, V0_5_1, V0_5_7, V0_5_10
 from kvtier.engines.version import Version
@@ -53,6 +56,8 @@ def uses_swa_pool(model: ModelSpec, version: Version, capability: tuple[int, int
         if LayerKind.CHUNKED in kv.layer_kinds:
             return False
         return not (v >= V0_5_1 and arch in GEMMA_2_3)
+    if arch in gemma4.ARCHITECTURES:
+        return True  # gemma4.check_runs refuses releases before v0.5.11
     if arch not in HYBRID_SWA_ARCHS:
         return False
     trtllm = capability is not None and capability[0] == TRTLLM_MHA_MAJOR
@@ -70,8 +75,8 @@ def era_c_tokens(
 ) -> SwaTokens:
     """HybridSWAPoolConfigurator.calculate_pool_sizes (v0.5.11+) and, under --max-total-tokens,
     calculate_pool_sizes_from_max_tokens."""
-    per_layer = cell_size(kv, attn_tp, 1, dtype)
-    cell = per_layer * kv.num_full_layers + ratio * per_layer * kv.num_local_layers
+    full_cell, swa_cell = layer_cells(kv, attn_tp, dtype)
+    cell = full_cell * kv.num_full_layers + ratio * swa_cell * kv.num_local_layers
     full = int(int(rest_gib * GiB) // cell)
     if max_total_tokens is not None:
         full = min(full, max_total_tokens)
@@ -79,16 +84,43 @@ def era_c_tokens(
     return SwaTokens(full, int(full * ratio) // page_size * page_size)
 
 
-def split_text(era: Era, kv: KVGeometry, per_layer: int, full: int, swa: int) -> str:
-    """How the ledger states the two pools' sizes and the rule that split them."""
+def layer_cells(kv: KVGeometry, attn_tp: int, dtype: KVDtype) -> tuple[int, int]:
+    """(F, S): one token's bytes in one global and in one local layer on one rank."""
+    if not kv.is_uniform:
+        return gemma4.layer_cells(kv, attn_tp, dtype)
+    per_layer = cell_size(kv, attn_tp, 1, dtype)
+    return per_layer, per_layer
+
+
+def pool_cells(
+    kv: KVGeometry, attn_tp: int, dtype: KVDtype, target: int, layers: int
+) -> tuple[int, int]:
+    """(F, S) of the two pools: Gemma 4's per layer type, else the target's cell (`target`
+    bytes over `layers`) per layer, as the builder priced it."""
+    if not kv.is_uniform:
+        return gemma4.layer_cells(kv, attn_tp, dtype)
+    return target // layers, target // layers
+
+
+def pool_bytes(cells: tuple[int, int], kv: KVGeometry, page: int, full: int, swa: int) -> int:
+    """The two pools as memory_pool.py allocates them: (tokens + page) x F x global layers +
+    (SWA tokens + page) x S x local layers; `cells` is (F, S)."""
+    f, s = cells
+    return (full + page) * f * kv.num_full_layers + (swa + page) * s * kv.num_local_layers
+
+
+def split_text(era: Era, kv: KVGeometry, cells: tuple[int, int], full: int, swa: int) -> str:
+    """How the ledger states the two pools' sizes and the rule that split them; `cells` is
+    (F, S) (`layer_cells`)."""
+    f, s = cells
     pools = (
-        f"(tokens + page) x {per_layer:,} B x {kv.num_full_layers} global layers + "
-        f"({swa:,} + page) x {per_layer:,} B x {kv.num_local_layers} local layers"
+        f"(tokens + page) x {f:,} B x {kv.num_full_layers} global layers + "
+        f"({swa:,} + page) x {s:,} B x {kv.num_local_layers} local layers"
     )
     if era.pool is PoolEra.C:
         return (
-            f"{pools}; tokens = int(rest x 2^30) // ({per_layer:,} x {kv.num_full_layers} + "
-            f"ratio x {per_layer:,} x {kv.num_local_layers}) (HybridSWAPoolConfigurator)"
+            f"{pools}; tokens = int(rest x 2^30) // ({f:,} x {kv.num_full_layers} + "
+            f"ratio x {s:,} x {kv.num_local_layers}) (HybridSWAPoolConfigurator)"
         )
     return (
         f"{pools}; the tokens profiled over every layer re-divided so that SWA tokens = "

@@ -21,7 +21,7 @@ from kvtier.engines.ledger import (
 )
 from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.version import Version
-from kvtier.engines.vllm import ledger_items, mamba, profile, stages
+from kvtier.engines.vllm import gemma4, ledger_items, mamba, profile, stages
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm.versions import V0_19
 from kvtier.errors import KvtierError
@@ -169,6 +169,10 @@ class Pool:
         self.uncounted_draft: str | None = None  # a speculative method whose draft is not
         self.chunked_local = False  # chunked local attention kept as full attention
         self.window = self.batched = 0
+        self.sliding_block = block  # a Gemma 4 sliding group's block (`gemma4.pages`)
+        if setup.gemma4 is not None:
+            self._gemma4(p, setup, setup.gemma4)
+            return
         method = (d.speculative_algorithm or "").upper()
         if method in vllm.MTP_METHODS and p.model.draft_layers and not kv.is_hybrid:
             # the MTP layers register attention layers of the target's shape in the same pool
@@ -196,6 +200,16 @@ class Pool:
         self.window = kv.sliding_window or 0
         self.batched = setup.batch.tokens
 
+    def _gemma4(self, p: PlanInputs, setup: Setup, pages: gemma4.Gemma4Pages) -> None:
+        """Full and sliding groups of the layers that hold KV, each type at its own block
+        (engines/vllm/gemma4.py)."""
+        self.layout = vllm.hybrid_layout(pages.full_layers, pages.sliding_layers)
+        self.layers = self.layout.group_size
+        self.block = pages.full_block
+        self.sliding_block = pages.sliding_block
+        self.window = p.model.kv.sliding_window or 0
+        self.batched = setup.batch.tokens
+
     def _linear(self, p: PlanInputs, era: vllm.Era) -> None:
         """Full-attention and linear-attention groups of one page size (engines/vllm/mamba.py)."""
         d, kv = p.deployment, p.model.kv
@@ -220,7 +234,7 @@ class Pool:
         if self.layout is None:
             return vllm.blocks_per_request(context, self.block)
         return vllm.hybrid_blocks_per_request(
-            self.layout, context, self.block, self.window, self.batched
+            self.layout, context, self.block, self.window, self.batched, self.sliding_block
         )
 
     def tokens(self, blocks: int, context: int) -> int:
@@ -288,6 +302,7 @@ class Setup:
     state: tuple[int, str, str] | None  # linear-attention state page: bytes, conv, SSM dtype
     page: int  # bytes of one layer's block
     util: float  # gpu_memory_utilization
+    gemma4: gemma4.Gemma4Pages | None = None  # Gemma 4: the unified page and each type's block
 
 
 def _partition(p: PlanInputs, era: vllm.Era) -> tuple[int, ...]:
@@ -337,7 +352,14 @@ def _setup(p: PlanInputs) -> Setup:
         staged = stages.stages(p.model, d.tp, partition, None if d.dtype == "auto" else d.dtype)
     # V0 takes the least pool over workers too: the stage with the most layers
     layers = staged[0].layers if staged else max(partition, default=kv.num_layers)
-    page = vllm.page_bytes(kv, d.tp, block, dtype)
+    pages = None
+    if kv.is_uniform:
+        page = vllm.page_bytes(kv, d.tp, block, dtype)
+    else:
+        gemma4.check_runs(era.version, dtype)
+        gemma4.check_deployment(d.pp, d.speculative_algorithm, d.kv_offloading_size_gib)
+        pages = gemma4.pages(kv, d.tp, block, dtype)
+        page = pages.page
     util = d.mem_fraction or vllm.DEFAULT_GPU_MEMORY_UTILIZATION
     return Setup(
         era,
@@ -353,6 +375,7 @@ def _setup(p: PlanInputs) -> Setup:
         state,
         page,
         util,
+        pages,
     )
 
 
@@ -543,7 +566,9 @@ def build(p: PlanInputs) -> Ledger:
         items=text.items,
         kv_tokens=split.tokens,
         kv_tokens_range=split.token_range,
-        kv_bytes_per_token=setup.page * setup.layers // setup.block,
+        kv_bytes_per_token=setup.page * setup.layers // setup.block
+        if setup.gemma4 is None
+        else gemma4.bytes_per_token(p.model.kv, p.deployment.tp, setup.dtype),
         page_size=setup.block,
         context_length=p.context_length,
         mem_fraction=setup.util,

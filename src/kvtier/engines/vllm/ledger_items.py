@@ -9,6 +9,7 @@ from kvtier.engines import estimate
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Description, HostPool, Input, LedgerItem
 from kvtier.engines.vllm import pool as vllm
+from kvtier.model.description import LayerKind
 from kvtier.units import GiB
 
 if TYPE_CHECKING:
@@ -141,8 +142,23 @@ def _pool_notes(p: PlanInputs, pool: Pool) -> list[str]:
     return notes
 
 
+def _gemma4_note(p: PlanInputs, setup: Setup) -> list[str]:
+    """Gemma 4's two page sizes and its KV-shared layers (engines/vllm/gemma4.py)."""
+    pages, kv = setup.gemma4, p.model.kv
+    if pages is None:
+        return []
+    full = kv.layer_elements(LayerKind.FULL, p.deployment.tp)
+    sliding = kv.layer_elements(LayerKind.SLIDING, p.deployment.tp)
+    return [
+        f"Gemma 4: {full:,} KV elements a token in a full layer, {sliding:,} in a sliding "
+        f"one; pages unified at {pages.page:,} B, a full block {pages.full_block} tokens and "
+        f"a sliding block {pages.sliding_block} (unify_kv_cache_spec_page_size); "
+        f"{kv.kv_shared_layers} KV-shared layers hold no KV (kv_sharing_target_layer_name)"
+    ]
+
+
 def _notes(p: PlanInputs, setup: Setup, split: Split) -> tuple[str, ...]:
-    notes = _pool_notes(p, split.pool)
+    notes = _pool_notes(p, split.pool) + _gemma4_note(p, setup)
     if setup.state is not None:
         state, conv, ssm = setup.state
         notes.append(

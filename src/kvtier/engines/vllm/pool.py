@@ -257,14 +257,21 @@ def hybrid_layout(full_layers: int, local_layers: int) -> HybridLayout:
 
 
 def hybrid_blocks_per_request(
-    layout: HybridLayout, context: int, block_size: int, window: int, batched_tokens: int
+    layout: HybridLayout,
+    context: int,
+    block_size: int,
+    window: int,
+    batched_tokens: int,
+    sliding_block: int | None = None,
 ) -> int:
     """Blocks one request of `context` tokens holds over all groups (max_memory_usage_bytes).
 
     Full groups keep every token; a sliding-window group keeps
-    cdiv(min(window - 1 + max_num_batched_tokens, context), block) + 1 blocks.
+    cdiv(min(window - 1 + max_num_batched_tokens, context), block) + 1 blocks, its block
+    `sliding_block` where unifying the page sizes gave it its own (Gemma 4).
     """
-    local = -(-min(window - 1 + batched_tokens, context) // block_size) + 1
+    local_block = sliding_block or block_size
+    local = -(-min(window - 1 + batched_tokens, context) // local_block) + 1
     full = blocks_per_request(context, block_size)
     return layout.full_groups * full + layout.local_groups * local
 
