@@ -16,7 +16,9 @@ import pytest
 from cli_support import error_line
 from kvtier.engines.deployment import Deployment, Engine, Measured
 from kvtier.engines.kvdtype import KVDtype
+from kvtier.engines.sglang import gemma4 as sglang_gemma4
 from kvtier.engines.sglang import swa
+from kvtier.engines.version import Version
 from kvtier.engines.vllm import gemma4 as vllm_gemma4
 from kvtier.errors import KvtierError, UnsupportedModel
 from kvtier.ledger.explain import explain_log
@@ -246,3 +248,11 @@ def test_plan_lines_explain_back_to_the_same_count(engine: str, version: str) ->
     rec = explain_log(text, flags).reconciliation
     assert rec.observed is not None and rec.observed.value == ledger.kv_tokens
     assert rec.predicted == ledger.kv_tokens
+
+
+def test_sglang_refuses_a_text_only_gemma4_file() -> None:
+    """SGLang rewrites the shapes only for model_type gemma4 (the wrapper)."""
+    v0_5_23 = Version.release_of(0, 5, 23)
+    with pytest.raises(KvtierError, match="Gemma4ForCausalLM is not modelled"):
+        sglang_gemma4.check_runs("Gemma4ForCausalLM", v0_5_23, BF16, None, None, ())
+    sglang_gemma4.check_runs("Gemma4ForConditionalGeneration", v0_5_23, BF16, None, None, ())

@@ -250,7 +250,14 @@ def _cells(p: PlanInputs) -> Cells:
     sglang.check_layers(kv, d.pp, swa_pool)
     dtype = _kv_dtype(p, era.version)
     if not kv.is_uniform:
-        gemma4.check_runs(era.version, dtype, _capability(d), d.page_size, _gemma4_refused(d))
+        gemma4.check_runs(
+            p.model.architecture,
+            era.version,
+            dtype,
+            _capability(d),
+            d.page_size,
+            _gemma4_refused(d),
+        )
     page = d.page_size or default_page(d) or (sglang.DSA_PAGE_SIZE if kv.index_head_dim else 1)
     layers = stage_layers(kv.num_layers, d.pp)
     target = sglang.cell_size(kv, p.attn_tp, layers, dtype)

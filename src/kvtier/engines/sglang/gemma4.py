@@ -4,7 +4,9 @@ layers allocated like the rest.
 Read in the v0.5.11 and v0.5.23 wheels (python/sglang/srt/):
 - utils/hf_transformers/config.py rewrites the config SWA-first: the full layers' shape becomes
   `head_dim` / `num_key_value_heads`, the sliding layers' `swa_head_dim` /
-  `swa_num_key_value_heads` (`model.gemma4` states which heads each release takes);
+  `swa_num_key_value_heads` (`model.gemma4` states which heads each release takes). It does so
+  for the wrapper's config (model_type gemma4) only: a text-only Gemma4ForCausalLM file
+  (gemma4_text) keeps one shape there, which its full layers' weights do not fit; refused;
 - configs/model_config.py is_hybrid_swa_model lists Gemma4ForCausalLM and
   Gemma4ForConditionalGeneration, and get_hybrid_layer_ids puts every layer of `layer_types`
   in swa_attention_layer_ids or full_attention_layer_ids, the KV-shared layers included: the
@@ -27,6 +29,7 @@ from kvtier.errors import KvtierError
 from kvtier.model.description import KVGeometry, LayerKind
 
 ARCHITECTURES = frozenset({"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"})
+WRAPPER = "Gemma4ForConditionalGeneration"
 TRTLLM_MHA_MAJOR = 10  # get_platform().is_sm100: the trtllm_mha default
 
 
@@ -39,6 +42,7 @@ def layer_cells(kv: KVGeometry, attn_tp: int, dtype: KVDtype) -> tuple[int, int]
 
 
 def check_runs(
+    architecture: str,
     version: Version,
     dtype: KVDtype,
     capability: tuple[int, int] | None,
@@ -47,6 +51,11 @@ def check_runs(
 ) -> None:
     """Refuse what these rules were not read for; `refused` pairs a feature with whether the
     deployment uses it."""
+    if architecture != WRAPPER:
+        raise KvtierError(
+            f"SGLang rewrites Gemma 4's two shapes only in a {WRAPPER} config (model_type "
+            f"gemma4, utils/hf_transformers/config.py); {architecture} is not modelled"
+        )
     if version < V0_5_11:
         raise KvtierError(
             f"SGLang runs Gemma 4 from v0.5.11 (models/gemma4_causal.py), not {version}: "
