@@ -204,6 +204,8 @@ def test_releases_outside_the_rules_are_refused(
     ("argv", "words"),
     [
         (["--engine", "vllm", "--pp", "2"], "pipeline parallelism"),
+        (["--", "vllm", "serve", "google/gemma-4-31B-it", "--kv-transfer-config",
+          '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}'], "a KV connector"),
         (["--engine", "sglang", "--sglang-version", "0.5.23", "--gpu", "B200"], "--page-size"),
         (["--engine", "sglang", "--sglang-version", "0.5.23", "--hicache-ratio", "2"],
          "hierarchical cache"),

@@ -357,7 +357,7 @@ def _setup(p: PlanInputs) -> Setup:
         page = vllm.page_bytes(kv, d.tp, block, dtype)
     else:
         gemma4.check_runs(era.version, dtype)
-        gemma4.check_deployment(d.pp, d.speculative_algorithm, d.kv_offloading_size_gib)
+        gemma4.check_deployment(d)
         pages = gemma4.pages(kv, d.tp, block, dtype)
         page = pages.page
     util = d.mem_fraction or vllm.DEFAULT_GPU_MEMORY_UTILIZATION

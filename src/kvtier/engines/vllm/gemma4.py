@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from kvtier.engines.deployment import Deployment
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.version import Version
 from kvtier.engines.vllm.versions import V0_21, V0_26
@@ -82,12 +83,16 @@ def bytes_per_token(kv: KVGeometry, tp: int, dtype: KVDtype) -> int:
     return sum(kv.layer_elements(k, tp) for k in kv.kv_holding_kinds) * dtype.element_bytes
 
 
-def check_deployment(pp: int, speculative: str | None, offloading: float | None) -> None:
-    """Refuse the deployments whose Gemma 4 pools these rules do not cover."""
+def check_deployment(d: Deployment) -> None:
+    """Refuse the deployments whose Gemma 4 pools these rules do not cover: a KV connector
+    (--kv-transfer-config, and the OffloadingConnector --kv-offloading-size sets) turns the
+    hybrid KV cache manager off (VllmConfig.__post_init__), making every layer full attention
+    of two shapes."""
     for what, given in (
-        ("pipeline parallelism", pp > 1),
-        ("speculative decoding", bool(speculative)),
-        ("KV offloading", bool(offloading)),
+        ("pipeline parallelism", d.pp > 1),
+        ("speculative decoding", bool(d.speculative_algorithm)),
+        ("KV offloading", bool(d.kv_offloading_size_gib or d.kv_offloading_backend)),
+        ("a KV connector (--kv-transfer-config)", bool(d.kv_transfer_config)),
     ):
         if given:
             raise KvtierError(f"vLLM Gemma 4 pools under {what} are not modelled")
