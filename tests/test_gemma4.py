@@ -149,14 +149,14 @@ def test_geometry_refusals_name_the_field(change: dict[str, Any], words: str | N
 
 
 def test_uncounted_parts_are_refused() -> None:
-    """Per-layer embeddings (E2B / E4B), the MoE block (26B-A4B) and the audio tower."""
+    """Per-layer embeddings (E2B / E4B), an MoE block without its sizes, the audio tower."""
     e2b = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", **E2B_TEXT,
            "hidden_size_per_layer_input": 256, "vocab_size": 262144}  # fmt: skip
     with pytest.raises(UnsupportedModel, match="per-layer embeddings"):
         model_from_config(e2b, "e2b")
     moe = {**e2b, "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0,
            "enable_moe_block": True}  # fmt: skip
-    with pytest.raises(UnsupportedModel, match="MoE block"):
+    with pytest.raises(UnsupportedModel, match="without num_experts, top_k_experts"):
         model_from_config(moe, "moe")
     entry = catalog_entry("gemma-4-31b")
     assert entry is not None
@@ -180,6 +180,31 @@ def test_31b_parameters_as_the_engines_build_them() -> None:
     assert "lm_head" not in groups
     # two RoPE caches of 262,144 positions: 512 wide (proportional) and 256 wide
     assert model.load_buffers[0].count == 262_144 * (512 + 256)
+    # the checkpoint holds no V on the 10 attention_k_eq_v layers: 30.7B text parameters, as
+    # published
+    text = model.total_params - groups["vision_tower"]
+    assert round((text - 10 * h * 4 * 512) / 1e9, 1) == 30.7
+
+
+def test_26b_a4b_by_hand() -> None:
+    """gemma-4-26B-A4B-it: 25 sliding layers of 8 heads x 256 (8,192 B in bf16), 5 full ones of
+    2 x 512 (4,096 B); vLLM's full blocks hold 32 tokens. Each layer runs its dense MLP (2,112)
+    beside 128 experts of 704 (8 a token) and a replicated router; 3.8B active without the
+    vision tower, as published."""
+    model = resolve_model("gemma-4-26b-a4b")
+    kv = model.kv
+    assert kv.layer_elements(LayerKind.SLIDING, 1) * 2 == 8 * 512 * 2
+    assert kv.layer_elements(LayerKind.FULL, 1) * 2 == 2 * 1024 * 2
+    assert vllm_gemma4.pages(kv, 1, 16, BF16) == vllm_gemma4.Gemma4Pages(131_072, 32, 16, 5, 25)
+    h = 2816
+    groups = {g.name: g for g in model.params}
+    assert groups["routed_experts"].count == 30 * 128 * 3 * h * 704
+    assert groups["routed_experts"].active == 30 * 8 * 3 * h * 704
+    assert groups["router"].count == 30 * (h * 128 + h + 128)
+    assert groups["dense_mlp"].count == 30 * 3 * h * 2112
+    assert (model.num_experts, model.experts_per_token) == (128, 8)
+    text_active = model.active_params - groups["vision_tower"].count
+    assert round(text_active / 1e9, 1) == 3.8
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,7 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "google/gemma-2-9b-it": {"sglang": ("RTX 5080", 2), "vllm": ("RTX 4090", 2)},
     "google/gemma-3-27b-it": {"sglang": ("H100", 1), "vllm": ("H100", 1)},
     "google/gemma-4-31B-it": {"vllm": ("H100", 1)},
+    "google/gemma-4-26B-A4B-it": {"vllm": ("H100", 1)},
     "meta-llama/Llama-3.1-405B-Instruct": {"sglang": ("H200", 8), "vllm": ("H200", 8)},
     "meta-llama/Llama-3.1-70B-Instruct": {"sglang": ("B200", 1), "vllm": ("A100 80GB", 2)},
     "meta-llama/Llama-3.1-8B-Instruct": {"sglang": ("A10G", 1), "vllm": ("A10G", 1)},
@@ -74,6 +75,7 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
 # rules (v0.5.9) predate Gemma 4
 REFUSED: dict[tuple[str, str], str] = {
     ("google/gemma-4-31B-it", "sglang"): "SGLang runs Gemma 4 from v0.5.11",
+    ("google/gemma-4-26B-A4B-it", "sglang"): "SGLang runs Gemma 4 from v0.5.11",
 }
 
 CASES = [(m, e) for m in catalog_ids() for e in ENGINES]

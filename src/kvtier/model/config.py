@@ -13,6 +13,7 @@ number downstream.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from kvtier.errors import UnsupportedModel
@@ -20,6 +21,7 @@ from kvtier.model.description import AttentionKind, KVGeometry, LayerKind, Model
 from kvtier.model.gemma4 import (
     GEMMA4_ARCHITECTURES,
     gemma4_geometry,
+    gemma4_moe_layout,
     gemma4_params,
     gemma4_rope_cache,
     gemma4_vision_params,
@@ -178,11 +180,14 @@ def _build(
             "vision_tower.encoder.blocks.0.mlp.fc0", True
         )
         params += (ParamGroup(VISION_TOWER, count, count, False, stored),)
-    moe, experts, top_k, shared = moe_layout(arch, text)
+    layout = gemma4_moe_layout if arch in GEMMA4_ARCHITECTURES else partial(moe_layout, arch)
+    moe, experts, top_k, shared = layout(text)
     dense_width = int(text.get("intermediate_size_mlp") or text.get("intermediate_size") or 0)
     widths = (0 if all(moe) else dense_width, int(text.get("moe_intermediate_size") or dense_width))
     if arch in STATE_SPACE_ARCHITECTURES:
         widths = mlp_widths(arch, text)
+    elif arch in GEMMA4_ARCHITECTURES:  # a Gemma 4 MoE layer runs its dense MLP beside the experts
+        widths = (dense_width, widths[1])
     context = text.get("max_position_embeddings") or text.get("seq_length")
     if not context:
         raise UnsupportedModel(f"{model_id}: config states no `max_position_embeddings`")

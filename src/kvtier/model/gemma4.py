@@ -17,8 +17,12 @@ shape per layer type:
 Parameters follow the engines' modules (vLLM models/gemma4.py, SGLang models/gemma4_causal.py):
 every layer builds a fused `qkv_proj` of its own shape, K and V slots included on the
 `attention_k_eq_v` and KV-shared layers (vLLM loads K into both slots), q / k RMSNorms of the
-layer's head width, four decoder RMSNorms. Per-layer embeddings (`hidden_size_per_layer_input`),
-the MoE block (`enable_moe_block`) and the audio tower are not counted: such files are refused.
+layer's head width, four decoder RMSNorms and a dense MLP. `enable_moe_block` adds to every layer,
+beside that MLP, `num_experts` experts of `moe_intermediate_size` (FusedMoE, `top_k_experts` a
+token), a replicated router (`proj` hidden x experts, a `scale` of the hidden width, a
+`per_expert_scale`) and three more RMSNorms (vLLM Gemma4Router / Gemma4MoE, SGLang the same
+modules). Per-layer embeddings (`hidden_size_per_layer_input`) and the audio tower are not
+counted: such files are refused.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from kvtier.model.params import (
     LM_HEAD,
     NORMS,
     ROPE_CACHE,
+    ROUTED_EXPERTS,
+    ROUTER,
     Groups,
 )
 from kvtier.model.quant import ModuleFilter
@@ -121,10 +127,34 @@ def _refuse_uncounted(text: Mapping[str, Any]) -> None:
         raise UnsupportedModel(
             "Gemma 4 per-layer embeddings (hidden_size_per_layer_input) are not counted"
         )
-    if text.get("enable_moe_block"):
-        raise UnsupportedModel("the Gemma 4 MoE block (enable_moe_block) is not counted")
     if text.get("use_double_wide_mlp") and int(text.get("num_kv_shared_layers") or 0):
         raise UnsupportedModel("Gemma 4 double-wide MLPs (use_double_wide_mlp) are not counted")
+
+
+def gemma4_moe_layout(text: Mapping[str, Any]) -> tuple[list[bool], int, int, int]:
+    """(per layer whether it runs the MoE block, experts, experts a token, shared experts)."""
+    n = int(text["num_hidden_layers"])
+    if not text.get("enable_moe_block"):
+        return [False] * n, 0, 0, 0
+    experts, top_k = text.get("num_experts"), text.get("top_k_experts")
+    if not experts or not top_k or not text.get("moe_intermediate_size"):
+        raise UnsupportedModel(
+            "Gemma 4 enable_moe_block without num_experts, top_k_experts and moe_intermediate_size"
+        )
+    return [True] * n, int(experts), int(top_k), 0
+
+
+def _moe_params(g: Groups, text: Mapping[str, Any], layer: str) -> int:
+    """The routed experts and routers of the MoE layers; returns their three extra norms."""
+    moe, experts, top_k, _ = gemma4_moe_layout(text)
+    if not experts:
+        return 0
+    n, h = sum(moe), int(text["hidden_size"])
+    per_expert = 3 * h * int(text["moe_intermediate_size"])
+    module = f"{layer}.0.experts.down_proj"
+    g.add(ROUTED_EXPERTS, n * experts * per_expert, True, module, active=n * top_k * per_expert)
+    g.add(ROUTER, n * (h * experts + h + experts), False, f"{layer}.0.router.proj")
+    return n * 3 * h
 
 
 def gemma4_params(
@@ -153,6 +183,7 @@ def gemma4_params(
     g.add(ATTENTION_KV, kv_proj[LayerKind.SLIDING], True, f"{layer}.0.self_attn.k_proj")
     g.add(ATTENTION_KV_FULL, kv_proj[LayerKind.FULL], True, f"{layer}.{full}.self_attn.k_proj")
     g.add(DENSE_MLP, kv.num_layers * 3 * h * inter, True, f"{layer}.0.mlp.down_proj")
+    norms += _moe_params(g, text, layer)
     g.add(NORMS, norms + h, False, f"{prefix}model.norm", linear=False)
     if not text.get("tie_word_embeddings", True):
         g.add(LM_HEAD, vocab * h, True, f"{prefix}lm_head")
