@@ -164,9 +164,13 @@ LAUNCH = ("--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct")
 ENGINE = ("--engine", "vllm", "--model", "llama-3.1-8b")
 
 
+# 1,000 blocks of Llama-3.1-8B at TP1: 2 MiB a block (32 layers x 16 tokens x 8 heads x 256 x 2 B)
+BLOCK_BYTES = 32 * 16 * 8 * 256 * 2
+
+
 def native(**extra: int) -> str:
-    """An OffloadingConnector config of 1,000 CPU blocks and `extra`."""
-    settings = {"num_cpu_blocks": 1000, **extra}
+    """An OffloadingConnector config of 1,000 CPU blocks (v0.14.0 on: their bytes) and `extra`."""
+    settings = {"cpu_bytes_to_use": 1000 * BLOCK_BYTES, **extra}
     return json.dumps(
         {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": settings}
     )
@@ -224,18 +228,21 @@ def test_lmcache_disk_is_the_store_tier_behind_its_cpu(chat: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("extra", "hit_tokens", "host_tokens"),
+    ("version", "extra", "hit_tokens", "host_tokens"),
     [
-        ({}, 4992, "16,000"),
-        ({"block_size": 256}, 4864, "256,000"),
-        ({"blocks_per_chunk": 5}, 4960, "80,000"),
+        ("0.11.0", {"num_cpu_blocks": 1000}, 4992, "16,000"),
+        ("0.13.0", {"num_cpu_blocks": 1000, "block_size": 256}, 4864, "256,000"),
+        ("0.21.0", {}, 4992, "16,000"),
+        ("0.21.0", {"block_size": 256}, 4864, "15,872"),  # 1,000 blocks' bytes: 62 of 256
+        ("0.32.0", {"cpu_bytes_to_use": 5000 * BLOCK_BYTES, "blocks_per_chunk": 5}, 4960, "80,000"),
     ],
 )
 def test_the_offloading_connector_hits_and_counts_its_own_blocks(
-    tmp_path: Path, extra: dict[str, int], hit_tokens: int, host_tokens: str
+    tmp_path: Path, version: str, extra: dict[str, int], hit_tokens: int, host_tokens: str
 ) -> None:
-    """vLLM v0.11 OffloadingSpec: offloaded blocks of kv_connector_extra_config block_size
-    tokens (the GPU block by default), num_cpu_blocks of them; get_num_new_matched_tokens hits
+    """vLLM OffloadingSpec: offloaded blocks of kv_connector_extra_config block_size tokens (the
+    GPU block by default; blocks_per_chunk GPU blocks from v0.26.0), num_cpu_blocks of them to
+    v0.13.x, cpu_bytes_to_use // their bytes from v0.14.0; get_num_new_matched_tokens hits
     whole offloaded blocks. One 5,000-token prompt sent twice, device caching off."""
     ids = list(range(313))
     trace = tmp_path / "twice.jsonl"
@@ -248,6 +255,7 @@ def test_the_offloading_connector_hits_and_counts_its_own_blocks(
     )  # fmt: skip
     run = _kvtier(
         "simulate", str(trace), "--gpu", "h100", "--warmup-fraction", "0.5", "--json",
+        "--vllm-version", version,
         *LAUNCH, "--no-enable-prefix-caching", "--kv-transfer-config", native(**extra),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr

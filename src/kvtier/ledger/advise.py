@@ -261,15 +261,17 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
 
 
 def _vllm_offload_options(p: PlanInputs, base: Ledger) -> list[Option]:
-    """vLLM native CPU offloading: --kv-offloading-size is GiB summed over all TP x PP ranks."""
+    """vLLM native CPU offloading: --kv-offloading-size is GiB summed over all TP x PP ranks;
+    its blocks are the ledger's host pool (none where the release takes no such size)."""
     d = p.deployment
     ranks = d.tp * d.pp
     options = []
     for ratio in HOST_RATIOS:
         per_rank_gib = base.kv_tokens * base.kv_bytes_per_token * ratio / GiB
         size = math.ceil(per_rank_gib * ranks)
-        # CPUOffloadingSpec: blocks = bytes // (page x layers x world_size)
-        blocks = int(size * GiB) // (base.kv_bytes_per_token * base.page_size * ranks)
+        sized = variant(p, kv_offloading_backend="native", kv_offloading_size_gib=float(size))
+        if sized is None or sized.host_pool is None:
+            continue
         options.append(
             Option(
                 f"CPU offload x{ratio:g}",
@@ -279,7 +281,7 @@ def _vllm_offload_options(p: PlanInputs, base: Ledger) -> list[Option]:
                 _conc(base),
                 f"{size} GiB host RAM over {ranks} ranks; holds cached prefixes, not more running "
                 "requests",
-                (("host_tokens", float(blocks * base.page_size)),),
+                (("host_tokens", float(sized.host_pool.tokens)),),
             )
         )
     return options

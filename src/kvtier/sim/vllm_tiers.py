@@ -1,13 +1,11 @@
 """A vLLM deployment's tiers behind the GPU pool, from its flags, for the simulator.
 
-  native offloading   --kv-offloading-size GiB over all ranks (--kv-offloading-backend native,
-                      the default): the ledger's CPUOffloadingSpec host pool; or
-                      --kv-transfer-config {"kv_connector": "OffloadingConnector",
-                      "kv_connector_extra_config": {"cpu_bytes_to_use": B | "num_cpu_blocks": N}}
-                      and optionally "block_size" (tokens, a multiple of the GPU block) or
-                      "blocks_per_chunk": the connector stores and hits whole chunks of that
-                      many tokens, and counts num_cpu_blocks in them (one GPU block each by
-                      default; vLLM's offloading config, blocks_per_chunk from v0.32)
+  native offloading   the ledger's host pool (engines/vllm/offloading.py: the release's
+                      num_cpu_blocks, v0.11.0 - v0.13.x, or cpu_bytes_to_use, v0.14.0 on, from
+                      --kv-transfer-config {"kv_connector": "OffloadingConnector", ...} or
+                      --kv-offloading-size); with "block_size" (tokens) or "blocks_per_chunk"
+                      (v0.26.0 on) in kv_connector_extra_config the connector stores and hits
+                      whole chunks of that many tokens
   LMCache             --kv-transfer-config {"kv_connector": "LMCacheConnectorV1", ...}, or
                       --kv-offloading-backend lmcache with --kv-offloading-size S (vLLM sets
                       LMCache's local CPU to S / ranks GiB per rank). LMCache's settings come from
@@ -23,16 +21,17 @@ is not a number exits 2 naming it.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.ledger import Ledger
+from kvtier.engines.vllm import versions
+from kvtier.engines.vllm.offloading import NATIVE, chunk_blocks, transfer_config
 from kvtier.errors import KvtierError
 
 GiB = 1 << 30
-NATIVE, LMCACHE = "OffloadingConnector", "LMCacheConnectorV1"
+LMCACHE = "LMCacheConnectorV1"
 UNBOUNDED_TOKENS = 1 << 40  # a remote store: no capacity is stated
 # LMCacheEngineConfig's defaults (LMCache 0.3)
 LMCACHE_DEFAULTS = {
@@ -52,22 +51,13 @@ class VllmTiers:
 
 
 def _config(raw: str) -> tuple[str, dict[str, object]]:
-    try:
-        config = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise KvtierError(f"--kv-transfer-config is not JSON: {raw[:60]!r}") from None
-    if not isinstance(config, dict):
-        raise KvtierError("--kv-transfer-config must be a JSON object")
-    name = config.get("kv_connector")
+    name, extra = transfer_config(raw)
     if name not in (NATIVE, LMCACHE):
         raise KvtierError(
             f"--kv-transfer-config names connector {name!r:.60}; simulate models "
             f"{NATIVE} and {LMCACHE}"
         )
-    extra = config.get("kv_connector_extra_config") or {}
-    if not isinstance(extra, dict):
-        raise KvtierError("--kv-transfer-config: kv_connector_extra_config must be an object")
-    return str(name), extra
+    return name, extra
 
 
 def _number(settings: dict[str, str], key: str, where: str) -> float:
@@ -128,61 +118,30 @@ def _lmcache(
     return VllmTiers(host, store, int(chunk), tuple(sources))
 
 
-def _native_chunk(extra: dict[str, object], page: int) -> tuple[int, tuple[tuple[str, str], ...]]:
-    """The OffloadingConnector's chunk in tokens (0: one GPU block) and its source line, from
-    `block_size` (tokens) or `blocks_per_chunk` (vLLM's offloading config: one of the two, a
-    whole number of GPU blocks)."""
-    tokens, per = extra.get("block_size"), extra.get("blocks_per_chunk")
-    if tokens is None and per is None:
-        return 0, ()
-    if tokens is not None and per is not None:
-        raise KvtierError(
-            f"--kv-transfer-config: {NATIVE} takes block_size or blocks_per_chunk, not both"
-        )
-    key, value = ("block_size", tokens) if tokens is not None else ("blocks_per_chunk", per)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise KvtierError(
-            f"--kv-transfer-config: {NATIVE} {key} must be a positive whole number, "
-            f"got {value!r:.40}"
-        )
-    chunk = value if key == "block_size" else value * page
-    if chunk % page:
-        raise KvtierError(
-            f"--kv-transfer-config: {NATIVE} block_size {chunk} must be a multiple of the GPU "
-            f"block ({page} tokens)"
-        )
-    return chunk, (("connector granularity", f"{NATIVE} blocks of {chunk} tokens ({key})"),)
+def _native(d: Deployment, ledger: Ledger, extra: dict[str, object]) -> VllmTiers:
+    """The connector's pool the ledger sized (engines/vllm/offloading.py), hit in whole chunks
+    when the config sets `block_size` or `blocks_per_chunk`."""
+    pool = ledger.host_pool
+    assert pool is not None
+    page = ledger.page_size
+    per, given = chunk_blocks(extra, page, versions.resolve(d.engine_version))
+    sources = [("host tier", f"{pool.tokens:,} tokens: {pool.source}")]
+    if not given:
+        return VllmTiers(pool.tokens, sources=tuple(sources))
+    sources.append(("connector granularity", f"{NATIVE} blocks of {per * page} tokens"))
+    return VllmTiers(pool.tokens, 0, per * page, tuple(sources))
 
 
 def vllm_tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
     """The host and store tiers `d`'s flags give, in tokens per rank."""
     per_token = ledger.kv_bytes_per_token
-    world = d.tp * d.pp
-    if d.kv_transfer_config is not None:
-        name, extra = _config(d.kv_transfer_config)
-        if name == LMCACHE:
-            return _lmcache(d, extra, per_token, None)
-        chunk, chunk_source = _native_chunk(extra, ledger.page_size)
-        blocks, size = extra.get("num_cpu_blocks"), extra.get("cpu_bytes_to_use")
-        if isinstance(blocks, int) and not isinstance(blocks, bool) and blocks > 0:
-            tokens = blocks * (chunk or ledger.page_size)
-            host = f"{NATIVE} num_cpu_blocks {blocks:,}: {tokens:,} tokens"
-            return VllmTiers(tokens, 0, chunk, (("host tier", host), *chunk_source))
-        if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0:
-            tokens = int(size) // (per_token * world)
-            host = f"{NATIVE} cpu_bytes_to_use {int(size):,} over {world} ranks: {tokens:,} tokens"
-            return VllmTiers(tokens, 0, chunk, (("host tier", host), *chunk_source))
-        raise KvtierError(
-            f"--kv-transfer-config: {NATIVE} needs kv_connector_extra_config num_cpu_blocks "
-            "or cpu_bytes_to_use, a positive number"
-        )
+    name, extra = ("", {}) if d.kv_transfer_config is None else _config(d.kv_transfer_config)
+    if ledger.host_pool is not None:  # the native connector, as the ledger sized it
+        return _native(d, ledger, extra)
+    if name == LMCACHE:
+        return _lmcache(d, extra, per_token, None)
     if d.kv_offloading_backend == "lmcache":
         if not d.kv_offloading_size_gib:
             raise KvtierError("--kv-offloading-backend lmcache needs --kv-offloading-size")
-        return _lmcache(d, {}, per_token, d.kv_offloading_size_gib / world)
-    if ledger.host_pool is not None:
-        pool = ledger.host_pool
-        return VllmTiers(
-            pool.tokens, sources=(("host tier", f"{pool.tokens:,} tokens: {pool.source}"),)
-        )
+        return _lmcache(d, {}, per_token, d.kv_offloading_size_gib / (d.tp * d.pp))
     return VllmTiers()

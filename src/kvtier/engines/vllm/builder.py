@@ -577,7 +577,7 @@ def build(p: PlanInputs) -> Ledger:
         inputs=text.inputs,
         notes=(*text.notes, *stage_note, *estimate.widest(budget.available)),
         range_why="".join(stage_note),
-        host_pool=ledger_items.host_pool(p, setup),
+        host_pool=ledger_items.host_pool(p, setup, split.pool.layers),
         pool_formula=text.pool_formula,
         figures=VllmFigures(
             num_blocks=split.blocks,

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 from kvtier.engines import estimate
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Description, HostPool, Input, LedgerItem
+from kvtier.engines.vllm import offloading
 from kvtier.engines.vllm import pool as vllm
-from kvtier.model.description import LayerKind
+from kvtier.model.description import AttentionKind, LayerKind
 from kvtier.units import GiB
 
 if TYPE_CHECKING:
@@ -193,20 +194,18 @@ def _formula(p: PlanInputs, setup: Setup, budget: Budget, split: Split) -> str:
     return f"{blocks} blocks // {groups} KV cache groups x {block} (num_blocks // groups x block)"
 
 
-def host_pool(p: PlanInputs, setup: Setup) -> HostPool | None:
-    """The CPU offloading pool: blocks = cpu_bytes_to_use // (page x layers x world_size); the
-    size is GiB summed over all TP x PP ranks (CPUOffloadingSpec, vllm/config/vllm.py, native
-    backend)."""
-    d = p.deployment
-    if not d.kv_offloading_size_gib:
+def host_pool(p: PlanInputs, setup: Setup, layers: int) -> HostPool | None:
+    """The CPU offloading connector's pool (engines/vllm/offloading.py): its blocks of the
+    pool's `layers` on one rank, the host bytes over all TP x PP ranks split evenly."""
+    d, kv = p.deployment, p.model.kv
+    mla = kv.kind is AttentionKind.MLA and not kv.index_head_dim and not kv.is_hybrid
+    found = offloading.offload(d, setup.era.version, setup.block, setup.page * layers, mla)
+    if found is None:
         return None
     world = d.tp * d.pp
-    cpu_bytes = int(d.kv_offloading_size_gib * GiB)
-    host_tokens = cpu_bytes // (setup.page * setup.layers * world) * setup.block
     return HostPool(
-        host_tokens,
-        cpu_bytes // world,
-        cpu_bytes * d.gpus // world,
-        f"--kv-offloading-size {d.kv_offloading_size_gib:g} GiB over {world} ranks "
-        "(CPUOffloadingSpec)",
+        found.blocks * found.chunk_tokens,
+        found.cpu_bytes // world,
+        found.cpu_bytes * d.gpus // world,
+        found.source,
     )

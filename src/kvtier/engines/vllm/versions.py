@@ -11,10 +11,14 @@ from kvtier.engines.version import Version
 
 V0_6_5 = Version.release_of(0, 6, 5)
 V0_8 = Version.release_of(0, 8)
+V0_11 = Version.release_of(0, 11)
+V0_12 = Version.release_of(0, 12)
+V0_14 = Version.release_of(0, 14)
 V0_19 = Version.release_of(0, 19)
 V0_20 = Version.release_of(0, 20)
 V0_21 = Version.release_of(0, 21)
 V0_26 = Version.release_of(0, 26)
+V0_27 = Version.release_of(0, 27)
 
 DEFAULT = V0_21
 DEFAULT_SENTENCE = (

@@ -1,0 +1,190 @@
+"""vLLM's CPU offloading connector (OffloadingConnector, CPUOffloadingSpec): its host pool per
+release, from `--kv-transfer-config` or `--kv-offloading-size`.
+
+  v0.11.0 - v0.13.x  v1/kv_offload/cpu.py CPUOffloadingSpec.__init__ takes kv_connector_extra_config
+                     `num_cpu_blocks`, the offloaded blocks, and raises when it is missing or 0.
+                     --kv-offloading-size (v0.12.0 on) acts only with --kv-offloading-backend
+                     (config/vllm.py _post_init_kv_transfer_config), whose native backend sets
+                     num_cpu_blocks 0: that check refuses it.
+  v0.14.0 on         `cpu_bytes_to_use`, host bytes over all ranks, in its place (same check);
+                     --kv-offloading-size S with the native backend (the default from v0.14.0)
+                     names the connector and sets cpu_bytes_to_use = S x 2^30 over the config's.
+                     Blocks = int(cpu_bytes_to_use) // the bytes of one offloaded block:
+                       one GPU block's KV on one rank (page_size_bytes x len(kv_cache_tensors),
+                       v0.14.0 - v0.19.x; the KV tensors' bytes // num_blocks from v0.20.0;
+                       both the page x the pool's layers)
+                       x world_size copies (one from v0.27.0 in the replicated layout:
+                       an MLA model at TP > 1 without PP, offloading/config.py)
+                       x blocks_per_chunk (block_size // the GPU block)
+                       rounded up to BLOCK_SIZE_ALIGNMENT (1 to v0.26.x; mmap.PAGESIZE from
+                       v0.27.0, SharedOffloadRegion: 4,096 B on x86-64 Linux)
+  chunk              `block_size` (tokens, a multiple of the GPU block) or, from v0.26.0,
+                     `blocks_per_chunk` (offloading/config.py), not both: the connector stores and
+                     hits whole chunks.
+A value of the wrong kind, a key the release does not read in place of the one it needs, or a
+release before v0.11.0 (no OffloadingConnector) exits 2 naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from kvtier.engines.deployment import Deployment
+from kvtier.engines.version import Version
+from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_26, V0_27
+from kvtier.errors import KvtierError
+
+NATIVE = "OffloadingConnector"
+GiB = 1 << 30
+PAGE_ALIGNMENT = 4096  # mmap.PAGESIZE on x86-64 Linux
+
+
+@dataclass(frozen=True, slots=True)
+class Offload:
+    """The connector's host pool as the scheduler's manager counts it."""
+
+    blocks: int  # offloaded blocks (chunks)
+    chunk_tokens: int  # tokens one holds
+    chunk_given: bool  # block_size or blocks_per_chunk set: hits come in whole chunks
+    cpu_bytes: int  # host bytes over all ranks
+    source: str
+
+
+def transfer_config(raw: str) -> tuple[str, dict[str, object]]:
+    """`--kv-transfer-config`'s connector name and kv_connector_extra_config."""
+    try:
+        config = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise KvtierError(f"--kv-transfer-config is not JSON: {raw[:60]!r}") from None
+    if not isinstance(config, dict):
+        raise KvtierError("--kv-transfer-config must be a JSON object")
+    extra = config.get("kv_connector_extra_config") or {}
+    if not isinstance(extra, dict):
+        raise KvtierError("--kv-transfer-config: kv_connector_extra_config must be an object")
+    return str(config.get("kv_connector")), extra
+
+
+def offload(
+    d: Deployment, version: Version, block: int, block_bytes: int, mla: bool
+) -> Offload | None:
+    """The native connector's pool for `d` (None without one): `block` tokens and `block_bytes`
+    of KV (one GPU block over the pool's layers on one rank)."""
+    name, extra = transfer_config(d.kv_transfer_config or "{}")
+    size = d.kv_offloading_size_gib if d.kv_offloading_backend != "lmcache" else None
+    if size is not None:
+        _check_size_flag(d, version)
+        extra = {**extra, "cpu_bytes_to_use": size * GiB}
+    elif name != NATIVE:
+        return None
+    if version < V0_11:
+        raise KvtierError(f"vLLM {version} has no {NATIVE} (it arrives in v0.11.0)")
+    per_chunk, chunk_given = chunk_blocks(extra, block, version)
+    if version < V0_14:
+        blocks = _count(extra, "num_cpu_blocks", version)
+        cpu_bytes = blocks * block_bytes * per_chunk * d.tp * d.pp
+        return Offload(blocks, block * per_chunk, chunk_given, cpu_bytes, _blocks_source(blocks))
+    cpu_bytes = _count(extra, "cpu_bytes_to_use", version)
+    copies = 1 if _replicated(d, version, mla) else d.tp * d.pp
+    align = PAGE_ALIGNMENT if version >= V0_27 else 1
+    chunk_bytes = -(-block_bytes * copies * per_chunk // align) * align
+    blocks = cpu_bytes // chunk_bytes
+    given = "cpu_bytes_to_use" if size is None else f"--kv-offloading-size {size:g} GiB"
+    source = (
+        f"{given}: {cpu_bytes:,} B // {chunk_bytes:,} B a block ({block_bytes:,} B a GPU block "
+        f"x {copies} {'copy' if copies == 1 else 'ranks'} x {per_chunk} a chunk, rounded up to "
+        f"{align} B) = {blocks:,} blocks of {block * per_chunk} tokens (CPUOffloadingSpec, "
+        f"vLLM {version})"
+    )
+    return Offload(blocks, block * per_chunk, chunk_given, cpu_bytes, source)
+
+
+def _check_size_flag(d: Deployment, version: Version) -> None:
+    """--kv-offloading-size as the release takes it: none before v0.12.0; in v0.12.0 - v0.13.x
+    ignored without a backend and refused by CPUOffloadingSpec with the native one."""
+    if version < V0_12:
+        raise KvtierError(f"vLLM {version} has no --kv-offloading-size (it arrives in v0.12.0)")
+    if not d.kv_offloading_size_gib:
+        raise KvtierError("--kv-offloading-size 0: CPUOffloadingSpec refuses no bytes")
+    if version < V0_14:
+        raise KvtierError(
+            f"--kv-offloading-size in vLLM {version}: without --kv-offloading-backend it is not "
+            "read, and the native backend sets num_cpu_blocks 0, which CPUOffloadingSpec refuses; "
+            f"give --kv-transfer-config with {NATIVE} and num_cpu_blocks"
+        )
+
+
+def _blocks_source(blocks: int) -> str:
+    return f"{NATIVE} num_cpu_blocks {blocks:,} (CPUOffloadingSpec, vLLM v0.11.0 - v0.13.x)"
+
+
+def _count(extra: dict[str, object], key: str, version: Version) -> int:
+    """The size key the release reads, as a positive whole number (int() of it, as vLLM)."""
+    value = extra.get(key)
+    if value is None:
+        other = "cpu_bytes_to_use" if key == "num_cpu_blocks" else "num_cpu_blocks"
+        since = "v0.11.0 - v0.13.x" if key == "num_cpu_blocks" else "v0.14.0 on"
+        read = f" ({other} is not read there)" if other in extra else ""
+        raise KvtierError(
+            f"--kv-transfer-config: {NATIVE} in vLLM {version} needs kv_connector_extra_config "
+            f"{key} ({since}){read}"
+        )
+    number = _whole(value)
+    if number is None or number < 1:
+        raise KvtierError(
+            f"--kv-transfer-config: {NATIVE} {key} must be a positive number, got {value!r:.40}"
+        )
+    return number
+
+
+def _whole(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _replicated(d: Deployment, version: Version, mla: bool) -> bool:
+    """offloading/config.py (v0.27.0 on): one host copy of an MLA cache that every TP rank
+    holds alike, at TP > 1 with no other parallel axis, on one node."""
+    return version >= V0_27 and mla and d.tp > 1 and d.pp == 1
+
+
+def chunk_blocks(extra: dict[str, object], block: int, version: Version) -> tuple[int, bool]:
+    """GPU blocks in one offloaded chunk, and whether the config set it: `block_size` (tokens,
+    a multiple of the GPU block) or `blocks_per_chunk` (v0.26.0 on), not both."""
+    tokens, per = extra.get("block_size"), extra.get("blocks_per_chunk")
+    if tokens is None and per is None:
+        return 1, False
+    if tokens is not None and per is not None:
+        raise KvtierError(
+            f"--kv-transfer-config: {NATIVE} takes block_size or blocks_per_chunk, not both"
+        )
+    if per is not None and version < V0_26:
+        raise KvtierError(
+            f"--kv-transfer-config: {NATIVE} blocks_per_chunk is read from vLLM v0.26.0, "
+            f"not by {version} (give block_size in tokens)"
+        )
+    key, value = ("block_size", tokens) if tokens is not None else ("blocks_per_chunk", per)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise KvtierError(
+            f"--kv-transfer-config: {NATIVE} {key} must be a positive whole number, "
+            f"got {value!r:.40}"
+        )
+    if key == "blocks_per_chunk":
+        return value, True
+    if value % block:
+        raise KvtierError(
+            f"--kv-transfer-config: {NATIVE} block_size {value} must be a multiple of the GPU "
+            f"block ({block} tokens)"
+        )
+    return value // block, True
