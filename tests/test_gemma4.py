@@ -283,3 +283,15 @@ def test_sglang_refuses_a_text_only_gemma4_file() -> None:
     with pytest.raises(KvtierError, match="Gemma4ForCausalLM is not modelled"):
         sglang_gemma4.check_runs("Gemma4ForCausalLM", v0_5_23, BF16, None, None, ())
     sglang_gemma4.check_runs("Gemma4ForConditionalGeneration", v0_5_23, BF16, None, None, ())
+
+
+def test_26b_a4b_weights_match_a_public_vllm_log() -> None:
+    """A public vLLM log of google/gemma-4-26B-A4B on one A100 (a blog post of April 2026 that
+    records vLLM startups on an A100, --max-model-len 131072) prints 'Model loading took 48.5
+    GiB': the engine-built parameters (V slots on the k_eq_v layers, the vision tower) plus the
+    two RoPE caches give 48.47 GiB."""
+    d = Deployment(Engine.VLLM, "gemma-4-26b-a4b", tp=1, gpu="A100 80GB",
+                   engine_version="0.21.0", context_length=131072)  # fmt: skip
+    weights = plan(d).item("weights").gib
+    assert round(weights, 1) == 48.5
+    assert weights == pytest.approx(25_820_354_096 * 2 / GiB + 262_144 * 768 * 2 / GiB)
