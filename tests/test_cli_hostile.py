@@ -15,6 +15,9 @@ LOG = str(ROOT / "examples" / "logs" / "sglang-kimi-k25-eagle3.log")
 KIMI = ["--engine", "sglang", "--model", "kimi-k2.5", "--gpu", "RTX PRO 6000", "--tp", "8"]
 LLAMA = ["--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100"]
 VLLM = ["plan", "--gpu", "h100", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+SGLANG = ["plan", "--gpu", "h200", "--", "python", "-m", "sglang.launch_server"]
+DSV3 = [*SGLANG, "--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--enable-dp-attention"]
+EAGLE3 = [*SGLANG, "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm", "EAGLE3"]
 LINE = '{"timestamp": %s, "input_length": %s, "output_length": 1, "hash_ids": [1]}'
 
 
@@ -72,6 +75,14 @@ CASES = [
     (["plan", *LLAMA, "--model", "{fifo}"], "not a regular file"),
     (["report", "-o", "{dir}/r.html", "--from", "plan={fifo}"], "not a regular file"),
     (["report", "{trace}", "-o", "{trace}"], "the same file as the input"),
+    # DP attention splits tp over dp ranks: a traceback at dp > tp, tp // dp at dp 3
+    ([*DSV3, "--dp", "16", "--enable-dp-lm-head"], "--tp 8 is not a multiple of --dp 16"),
+    ([*DSV3, "--dp", "3"], "--tp 8 is not a multiple of --dp 3"),
+    # a traceback in simulate at -1, SGLang's default at 0
+    ([*EAGLE3, "--speculative-num-steps", "-1"], "--speculative-num-steps must be from 1"),
+    ([*EAGLE3, "--speculative-num-steps", "0"], "--speculative-num-steps must be from 1"),
+    ([*EAGLE3, "--speculative-eagle-topk", "0"], "--speculative-eagle-topk must be from 1"),
+    ([*EAGLE3, "--speculative-eagle-topk", "1" + "0" * 20], "--speculative-eagle-topk must"),
 ]
 
 

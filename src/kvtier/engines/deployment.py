@@ -65,6 +65,8 @@ _COUNTS = (
     ("max_running_requests", "--max-running-requests", 1),
     ("max_total_tokens", "--max-total-tokens", 1),
     ("cuda_graph_max_bs", "--cuda-graph-max-bs", 1),
+    ("speculative_num_steps", "--speculative-num-steps", 1),
+    ("speculative_eagle_topk", "--speculative-eagle-topk", 1),
     ("speculative_num_draft_tokens", "--speculative-num-draft-tokens", 1),
     ("max_mamba_cache_size", "--max-mamba-cache-size", 1),
 )
@@ -148,6 +150,12 @@ class Deployment:
                 raise KvtierError(
                     f"--{name} must be from 1 to {_MAX_GPUS:,}, got {getattr(self, name)}"
                 )
+        if self.enable_dp_attention and self.tp % self.dp:
+            # SGLang's server_args: assert self.tp_size % self.dp_size == 0 under DP attention
+            raise KvtierError(
+                f"--tp {self.tp} is not a multiple of --dp {self.dp}, as --enable-dp-attention "
+                "needs (SGLang splits each DP rank's attention over tp / dp GPUs)"
+            )
         if self.gpus_per_node is not None and not 1 <= self.gpus_per_node <= _MAX_GPUS:
             raise KvtierError(f"--gpus must be from 1 to {_MAX_GPUS:,}, got {self.gpus_per_node}")
         if self.mem_fraction is not None and not 0.0 < self.mem_fraction <= 1.0:
