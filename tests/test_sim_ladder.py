@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from cli_support import error_line, run_json
-from kvtier.sim.shared_prefix import SharedPrefixSpec, ladder, next_stage_start
+from kvtier.sim.shared_prefix import (
+    CONSTANT,
+    LOAD_TYPES,
+    SharedPrefixSpec,
+    ladder,
+    next_stage_start,
+)
 
 SMALL = ["--engine", "sglang", "--model", "llama-3.1-8b", "--gpu", "h100"]
 GEN = [
@@ -32,6 +38,30 @@ def test_ladder_by_hand() -> None:
     times = [r.arrival_s for r in reqs]
     assert times == sorted(times) and times[0] > 0.0 and times[12] > start
     assert trace == ladder(spec, seed=0) and trace != ladder(spec, seed=1)
+
+
+def test_constant_stages_end_at_their_last_second() -> None:
+    # inference-perf's ConstantLoadTimer: int(rate x seconds) exponential gaps of mean 1 / rate,
+    # scaled to sum to the stage's seconds, so the last send is at start + seconds exactly
+    spec = SharedPrefixSpec(2, 3, 1100, 300, 8, 1.0, 0, 512, ((4.0, 3), (2.5, 2)), CONSTANT)
+    trace = ladder(spec, seed=0)
+    reqs = trace.requests
+    assert len(reqs) == 17
+    ((first, start),) = trace.stages
+    assert first == 12 and start == pytest.approx(3.0 + 2.0)
+    assert reqs[11].arrival_s == pytest.approx(3.0) and reqs[16].arrival_s == pytest.approx(7.0)
+    times = [r.arrival_s for r in reqs]
+    assert times == sorted(times) and times[0] > 0.0 and times[12] > start
+    assert [r.blocks for r in reqs[12:]] == [r.blocks for r in reqs[:5]]
+    poisson = ladder(SharedPrefixSpec(2, 3, 1100, 300, 8, 1.0, 0, 512, spec.stages), seed=0)
+    assert [r.blocks for r in poisson.requests] == [r.blocks for r in reqs]
+    assert [r.arrival_s for r in poisson.requests] != times
+
+
+def test_the_flag_names_the_timers() -> None:
+    from kvtier.cli.flags import simulate as table
+
+    assert table.LOAD_TYPES == LOAD_TYPES
 
 
 @pytest.mark.parametrize(
@@ -79,6 +109,8 @@ def test_the_last_stage_is_measured(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["requests"] == out["measured_requests"] == 30
     assert out["params"]["measured_from_request"] == 20
     assert sum(r["requests"] for r in out["replicas"]) == 50
+    constant = run_json(capsys, [*argv, "--replicas", "2", "--load-type", "constant", "--json"])
+    assert constant["measured_requests"] == 30 and constant["ttft_s"] != out["ttft_s"]
 
 
 @pytest.mark.parametrize(
@@ -92,6 +124,8 @@ def test_the_last_stage_is_measured(capsys: pytest.CaptureFixture[str]) -> None:
         (["--rate-stages", "4", "--replicas", "2"], "argument --rate-stages: wants RATE:SECONDS"),
         (["--rate-stages", "4:x", "--replicas", "2"], "argument --rate-stages: wants RATE:SECONDS"),
         (["--rate-stages", "nan:5", "--replicas", "2"], "argument --rate-stages"),
+        (["--load-type", "constant", "--replicas", "2"], "--load-type times --rate-stages"),
+        (["--rate-stages", "4:5", "--load-type", "even", "--replicas", "2"], "--load-type"),
     ],
 )
 def test_bad_stages_are_one_line(

@@ -16,6 +16,7 @@ from kvtier.report.json_text import emit
 
 SHARED_PREFIX = "shared-prefix"
 STAGES = "--rate-stages"
+LOAD_TYPE = "--load-type"
 FLEET_SWEEPS = ("router", "replicas")
 
 
@@ -45,12 +46,16 @@ def check(args: argparse.Namespace) -> None:
             raise KvtierError(f"{', '.join(given)} apply to --generate {SHARED_PREFIX}")
     else:
         missing = [
-            row.name for row in GENERATOR if getattr(args, row.dest) is None and row.name != STAGES
+            row.name
+            for row in GENERATOR
+            if getattr(args, row.dest) is None and row.name not in (STAGES, LOAD_TYPE)
         ]
         if missing:
             raise KvtierError(f"--generate {SHARED_PREFIX} needs {', '.join(missing)}")
     if args.rate_stages:
         _check_stages(args)
+    elif args.load_type is not None:
+        raise KvtierError(f"{LOAD_TYPE} times {STAGES}: give the stages")
     store = args.shared_store_gbps is not None or args.shared_store_latency_ms is not None
     if store and args.shared_store_tokens is None:
         raise KvtierError(
@@ -108,7 +113,7 @@ def _check_stages(args: argparse.Namespace) -> None:
 
 
 def generate(args: argparse.Namespace) -> Any:
-    from kvtier.sim.shared_prefix import SharedPrefixSpec, ladder, shared_prefix
+    from kvtier.sim.shared_prefix import POISSON, SharedPrefixSpec, ladder, shared_prefix
     from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, Trace
 
     spec = SharedPrefixSpec(
@@ -121,6 +126,7 @@ def generate(args: argparse.Namespace) -> Any:
         args.requests or 1000,
         args.block_tokens or MOONCAKE_BLOCK_TOKENS,
         args.rate_stages or (),
+        args.load_type or POISSON,
     )
     if spec.stages:
         return ladder(spec, args.seed)

@@ -12,13 +12,17 @@ Block ids: the system prompt's whole blocks are the group's; the block where the
 starts, and the question's, are the prompt's own. A prompt sent again has the same ids (the
 same text), so a later round hits its whole prompt.
 
-With load stages (`--rate-stages RATE:SECONDS,...`, inference-perf's `load.stages` of a Poisson
-load), the trace is inference-perf's run of them as of September 2025 (`loadgen/
-load_generator.py` `run_stage`, `loadgen/load_timer.py` `PoissonLoadTimer`, commit 5b1da4d):
-stage k sends int(RATE x SECONDS) requests, request n of a stage (counted from 0 in every stage)
-being prompt n mod G x P (`SharedPrefixDataGenerator.get_request`); its times come a second at a
-time, a Poisson(RATE) count of them spread over the second by exponential gaps scaled to sum to
-it (`ConstantLoadTimer`), from one second after the stage starts. A stage starts only after every
+With load stages (`--rate-stages RATE:SECONDS,...`, inference-perf's `load.stages`), the trace
+is inference-perf's run of them as of September 2025 (`loadgen/load_generator.py` `run_stage`,
+`loadgen/load_timer.py`, commit 5b1da4d): stage k sends int(RATE x SECONDS) requests, request n
+of a stage (counted from 0 in every stage) being prompt n mod G x P
+(`SharedPrefixDataGenerator.get_request`), from one second after the stage starts. Their times
+are the `load.type`'s timer (`LoadGenerator.get_timer`, `--load-type`): poisson
+(`PoissonLoadTimer`, the default here) takes a second at a time, a Poisson(RATE) count of
+requests spread over the second by exponential gaps scaled to sum to it; constant
+(`ConstantLoadTimer`) draws the stage's int(RATE x SECONDS) exponential gaps of mean 1 / RATE
+at once and scales them to sum to SECONDS, so its last request is sent at the stage's end. A
+stage starts only after every
 request of the one before it has finished: the load generator polls its finished count once a
 second, then sleeps the stage interval (1 s, `LoadConfig.interval`); `next_stage_start` gives
 that time, and the fleet loop holds each stage's arrivals until then.
@@ -39,6 +43,8 @@ MAX_PROMPTS = 1 << 22
 HEAD_START_S = 1.0  # run_stage: start_time = time.perf_counter() + 1
 POLL_S = 1.0  # run_stage: `await sleep(1)` between looks at the finished count
 STAGE_INTERVAL_S = 1.0  # LoadConfig.interval, slept between stages
+POISSON, CONSTANT = "poisson", "constant"  # LoadType's values
+LOAD_TYPES = (POISSON, CONSTANT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,7 @@ class SharedPrefixSpec:
     requests: int
     block_tokens: int = 512
     stages: tuple[tuple[float, int], ...] = ()  # (rate, seconds) each; () : `rate`, `requests`
+    load_type: str = POISSON  # the stages' timer: POISSON or CONSTANT
 
     def check(self) -> None:
         if self.groups * self.prompts_per_group > MAX_PROMPTS:
@@ -95,6 +102,15 @@ def next_stage_start(stage_start: float, drained: float) -> float:
     return queued + polls * POLL_S + STAGE_INTERVAL_S + HEAD_START_S
 
 
+def _constant_times(
+    rng: np.random.Generator, rate: float, seconds: int, start: float
+) -> list[float]:
+    """ConstantLoadTimer's times from `start`: int(rate x seconds) exponential gaps of mean
+    1 / rate, scaled to sum to `seconds`."""
+    gaps = rng.exponential(1 / rate, int(rate * seconds))
+    return [float(t) for t in start + np.cumsum(gaps * (seconds / gaps.sum()))]
+
+
 def _stage_times(rng: np.random.Generator, rate: float, count: int, start: float) -> list[float]:
     """PoissonLoadTimer's first `count` times from `start`."""
     out: list[float] = []
@@ -122,11 +138,14 @@ def ladder(spec: SharedPrefixSpec, seed: int) -> Trace:
         if requests:
             start = requests[-1].arrival_s + STAGE_INTERVAL_S + HEAD_START_S
             gates.append((len(requests), start))
-        times = _stage_times(rng, rate, int(rate * seconds), start)
+        if spec.load_type == CONSTANT:
+            times = _constant_times(rng, rate, seconds, start)
+        else:
+            times = _stage_times(rng, rate, int(rate * seconds), start)
         for n, t in enumerate(times):
             length, blocks = prompts[n % len(prompts)]
             requests.append(TraceRequest(len(requests), t, length, spec.output_tokens, blocks))
-    source = f"generated shared-prefix seed {seed}, {len(spec.stages)} stages"
+    source = f"generated shared-prefix seed {seed}, {len(spec.stages)} {spec.load_type} stages"
     return Trace(tuple(requests), spec.block_tokens, source, tuple(gates))
 
 

@@ -33,6 +33,7 @@ WORKLOADS = ("chat", "system-prompt", "agent", "doc-qa", "multiturn", "shared-pr
 CLIENTS = ("sglang", "vllm")  # whose random draws (tests check them against kvtier.sim.bench)
 SWEEPS = ("hicache-ratio", "mem-fraction-static", "kv-cache-dtype", "pcie-gbps")
 READY_QUEUES = ("random", "fifo")
+LOAD_TYPES = ("poisson", "constant")  # --rate-stages timers (tests check sim.shared_prefix's)
 # the multi-turn benchmark's own defaults (tests check them against kvtier.sim.multiturn)
 MULTITURN_DEFAULTS = {"clients": 256, "rounds": 5, "request_tokens": 512, "output_tokens": 64}
 
@@ -219,6 +220,10 @@ SHARED_PREFIX = (
          help="inference-perf's load stages in place of --rate and --requests: each sends "
          "RATE x SECONDS requests once the one before has finished; a fleet, measured over the "
          "last stage"),
+    flag("--load-type", group="shared_prefix", commands=SIM, sample=("constant",),
+         choices=LOAD_TYPES, metavar="TYPE",
+         help="the --rate-stages timer, inference-perf's load.type: poisson (default) or "
+         "constant (a stage's gaps drawn at once, scaled to end at its last second)"),
 )
 
 BENCH = (
