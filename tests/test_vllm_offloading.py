@@ -84,7 +84,8 @@ def test_the_size_flag_overrides_the_configs_bytes() -> None:
          "needs kv_connector_extra_config num_cpu_blocks (v0.11.0 - v0.13.x)"),
         ("0.10.2", {"kv_transfer_config": _config(num_cpu_blocks=10)}, "no OffloadingConnector"),
         ("0.11.0", {"kv_offloading_size_gib": 10.0}, "has no --kv-offloading-size"),
-        ("0.13.0", {"kv_offloading_size_gib": 10.0}, "sets num_cpu_blocks 0"),
+        ("0.13.0", {"kv_offloading_size_gib": 10.0, "kv_offloading_backend": "native"},
+         "sets num_cpu_blocks 0"),
         ("0.21.0", {"kv_transfer_config": _config(cpu_bytes_to_use="lots")},
          "cpu_bytes_to_use must be a positive number, got 'lots'"),
         ("0.21.0", {"kv_transfer_config": _config(cpu_bytes_to_use=0)}, "positive number"),
@@ -100,6 +101,25 @@ def test_a_form_the_release_does_not_take_is_refused(
     d = Deployment(Engine.VLLM, LLAMA, gpu="H100", engine_version=version, **values)  # type: ignore[arg-type]
     with pytest.raises(KvtierError, match=message.replace("(", r"\(").replace(")", r"\)")):
         plan(d)
+
+
+def test_the_size_alone_is_not_read_in_v0_12_and_v0_13() -> None:
+    """_post_init_kv_transfer_config returns when kv_offloading_backend is None (its default
+    before v0.14.0): no connector, no host pool."""
+    d = Deployment(
+        Engine.VLLM, LLAMA, gpu="H100", engine_version="0.12.0", kv_offloading_size_gib=10.0
+    )
+    assert plan(d).host_pool is None
+
+
+def test_the_simple_connector_is_refused_not_sized() -> None:
+    """VLLM_USE_SIMPLE_KV_OFFLOAD=1 before `vllm serve` (v0.19.0 on): --kv-offloading-size names
+    SimpleCPUOffloadConnector, another pool."""
+    command = f"VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve {LLAMA} --kv-offloading-size 10"
+    assert main(["plan", "--gpu", "H100", "--", command]) == 2
+    assert main(["plan", "--gpu", "H100", "--vllm-version", "0.18.0", "--", command]) == 0
+    bad = "VLLM_USE_SIMPLE_KV_OFFLOAD=yes vllm serve " + LLAMA
+    assert main(["plan", "--gpu", "H100", "--", bad]) == 2
 
 
 def test_plan_exits_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:

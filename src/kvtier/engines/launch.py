@@ -110,6 +110,24 @@ def _tokens(command: Sequence[str]) -> list[str]:
     return [w.strip() for w in command if w.strip() not in ("", "\\")]
 
 
+def _vllm_env(assigned: list[tuple[str, str, str]]) -> dict[str, object]:
+    """The VLLM_* assignments that change the ledger: VLLM_PP_LAYER_PARTITION (get_pp_indices
+    reads it from envs) and VLLM_USE_SIMPLE_KV_OFFLOAD (envs.py: bool(int(value)))."""
+    values: dict[str, object] = {}
+    for name, _, value in assigned:
+        if name == "VLLM_PP_LAYER_PARTITION":
+            values["pp_layer_partition"] = value
+        elif name == "VLLM_USE_SIMPLE_KV_OFFLOAD":
+            try:
+                values["simple_kv_offload"] = bool(int(value))
+            except ValueError:
+                raise KvtierError(
+                    f"VLLM_USE_SIMPLE_KV_OFFLOAD={value!r:.40} is not a whole number "
+                    "(vLLM reads bool(int(value)))"
+                ) from None
+    return values
+
+
 def _engine(words: list[str]) -> tuple[Engine, list[str], str | None]:
     """Engine, the words after the program, and a positional model for `vllm serve MODEL`."""
     i = 0
@@ -202,9 +220,8 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
     env = tuple((name, value) for name, _, value in assigned if name.startswith(prefix))
     if env:
         values[field] = env
-    for name, _, value in assigned:
-        if name == "VLLM_PP_LAYER_PARTITION" and engine is Engine.VLLM:
-            values["pp_layer_partition"] = value  # get_pp_indices reads it from envs
+    if engine is Engine.VLLM:
+        values.update(_vllm_env(assigned))
     if positional_model:
         values["model"] = positional_model
     ignored: list[str] = []

@@ -4,11 +4,14 @@ release, from `--kv-transfer-config` or `--kv-offloading-size`.
   v0.11.0 - v0.13.x  v1/kv_offload/cpu.py CPUOffloadingSpec.__init__ takes kv_connector_extra_config
                      `num_cpu_blocks`, the offloaded blocks, and raises when it is missing or 0.
                      --kv-offloading-size (v0.12.0 on) acts only with --kv-offloading-backend
-                     (config/vllm.py _post_init_kv_transfer_config), whose native backend sets
-                     num_cpu_blocks 0: that check refuses it.
+                     (config/vllm.py _post_init_kv_transfer_config: alone it is not read, and no
+                     pool is sized), whose native backend sets num_cpu_blocks 0: that check
+                     refuses it.
   v0.14.0 on         `cpu_bytes_to_use`, host bytes over all ranks, in its place (same check);
                      --kv-offloading-size S with the native backend (the default from v0.14.0)
-                     names the connector and sets cpu_bytes_to_use = S x 2^30 over the config's.
+                     names the connector and sets cpu_bytes_to_use = S x 2^30 over the config's
+                     (SimpleCPUOffloadConnector instead under VLLM_USE_SIMPLE_KV_OFFLOAD=1 from
+                     v0.19.0: not sized, exit 2).
                      Blocks = int(cpu_bytes_to_use) // the bytes of one offloaded block:
                        one GPU block's KV on one rank (page_size_bytes x len(kv_cache_tensors),
                        v0.14.0 - v0.19.x; the KV tensors' bytes // num_blocks from v0.20.0;
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
-from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_26, V0_27
+from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_19, V0_26, V0_27
 from kvtier.errors import KvtierError
 
 NATIVE = "OffloadingConnector"
@@ -75,6 +78,9 @@ def offload(
     size = d.kv_offloading_size_gib if d.kv_offloading_backend != "lmcache" else None
     if size is not None:
         _check_size_flag(d, version)
+    if size is not None and version < V0_14:
+        size = None  # v0.12.0 - v0.13.x without a backend: the size is not read
+    if size is not None:
         extra = {**extra, "cpu_bytes_to_use": size * GiB}
     elif name != NATIVE:
         return None
@@ -102,16 +108,21 @@ def offload(
 
 def _check_size_flag(d: Deployment, version: Version) -> None:
     """--kv-offloading-size as the release takes it: none before v0.12.0; in v0.12.0 - v0.13.x
-    ignored without a backend and refused by CPUOffloadingSpec with the native one."""
+    the native backend's num_cpu_blocks 0, which CPUOffloadingSpec refuses."""
     if version < V0_12:
         raise KvtierError(f"vLLM {version} has no --kv-offloading-size (it arrives in v0.12.0)")
     if not d.kv_offloading_size_gib:
         raise KvtierError("--kv-offloading-size 0: CPUOffloadingSpec refuses no bytes")
-    if version < V0_14:
+    if d.simple_kv_offload and version >= V0_19:
         raise KvtierError(
-            f"--kv-offloading-size in vLLM {version}: without --kv-offloading-backend it is not "
-            "read, and the native backend sets num_cpu_blocks 0, which CPUOffloadingSpec refuses; "
-            f"give --kv-transfer-config with {NATIVE} and num_cpu_blocks"
+            "VLLM_USE_SIMPLE_KV_OFFLOAD=1: --kv-offloading-size names SimpleCPUOffloadConnector "
+            "(v0.19.0 on), whose pool kvtier does not size"
+        )
+    if version < V0_14 and d.kv_offloading_backend == "native":
+        raise KvtierError(
+            f"--kv-offloading-size with --kv-offloading-backend native in vLLM {version} sets "
+            "num_cpu_blocks 0, which CPUOffloadingSpec refuses; give --kv-transfer-config with "
+            f"{NATIVE} and num_cpu_blocks"
         )
 
 
