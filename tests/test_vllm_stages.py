@@ -123,7 +123,7 @@ def test_plan_takes_the_env_partition_and_the_least_stage() -> None:
         assert ledger.kv_tokens == tokens and ledger.kv_tokens < plan(_h100(2)).kv_tokens
         assert least in ledger.range_why
         (row,) = [i for i in ledger.inputs if i.name == "layers per pipeline stage"]
-        assert (row.value, row.origin) == (given, "VLLM_PP_LAYER_PARTITION")
+        assert row.value == given and row.origin.startswith("VLLM_PP_LAYER_PARTITION")
     (row,) = [i for i in plan(_h100(2)).inputs if i.name == "layers per pipeline stage"]
     assert (row.value, row.origin) == ("18,18", "get_pp_indices default split")
     with pytest.raises(KvtierError, match="VLLM_PP_LAYER_PARTITION='20,20' sums to 40"):
@@ -179,6 +179,18 @@ def test_explain_holds_the_logged_count_in_the_stages_range() -> None:
     assert not rec.warnings  # the count bounds stage 0's cell from above only
     # stage 0's count alone, as kvtier took it before, is the top: the log's count is 2.7% under
     assert rec.predicted_high > rec.observed.value * 1.027
+
+
+def test_explain_takes_the_partition_from_the_logged_launch_line() -> None:
+    """`VLLM_PP_LAYER_PARTITION=20,16 vllm serve ...` on the log's launch line: stage 0, whose
+    budget the log prints, holds 20 layers and the least pool, 60 GiB / (20 x 4,096 B) =
+    786,432 tokens, so the 850,000 the log (written for 18,18) states no longer matches."""
+    launch = "INFO VLLM_PP_LAYER_PARTITION=20,16 vllm serve Qwen/Qwen3-8B -pp 2\n"
+    rec = explain_log(launch + PP2_LOG, {"gpu": "H100"}).reconciliation
+    assert rec.predicted == 786_432 and rec.status == "mismatch"
+    assert rec.ledger is not None
+    (row,) = [i for i in rec.ledger.inputs if i.name == "layers per pipeline stage"]
+    assert (row.value, row.origin) == ("20,16", "VLLM_PP_LAYER_PARTITION (log line 1)")
 
 
 def test_per_worker_counts_of_v0_11_are_read_as_their_minimum() -> None:

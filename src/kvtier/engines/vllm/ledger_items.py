@@ -54,7 +54,11 @@ def _inputs(p: PlanInputs, setup: Setup) -> tuple[Input, ...]:
     if setup.partition and (d.pp > 1 or d.pp_layer_partition is not None):
         partition = ",".join(str(n) for n in setup.partition)
         given = d.pp_layer_partition is not None
-        rule = "VLLM_PP_LAYER_PARTITION" if given else "get_pp_indices default split"
+        rule = (
+            f"VLLM_PP_LAYER_PARTITION ({d.origin('pp_layer_partition')})"
+            if given
+            else "get_pp_indices default split"
+        )
         inputs.append(Input("layers per pipeline stage", partition, rule))
     dtype_origin = (
         f"--dtype {d.dtype}: {p.model.dtype_source}" if d.dtype == "auto" else d.origin("dtype")
