@@ -15,8 +15,10 @@ LOG = str(ROOT / "examples" / "logs" / "sglang-kimi-k25-eagle3.log")
 KIMI = ["--engine", "sglang", "--model", "kimi-k2.5", "--gpu", "RTX PRO 6000", "--tp", "8"]
 LLAMA = ["--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100"]
 VLLM = ["plan", "--gpu", "h100", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
-SGLANG = ["plan", "--gpu", "h200", "--", "python", "-m", "sglang.launch_server"]
+H200 = ["plan", "--gpu", "h200", "--"]
+SGLANG = [*H200, "python", "-m", "sglang.launch_server"]
 DSV3 = [*SGLANG, "--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--enable-dp-attention"]
+EMBED = "SGLANG_ENABLE_EMBED_REPLICATION="
 EAGLE3 = [*SGLANG, "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm", "EAGLE3"]
 LINE = '{"timestamp": %s, "input_length": %s, "output_length": 1, "hash_ids": [1]}'
 
@@ -83,6 +85,20 @@ CASES = [
     ([*EAGLE3, "--speculative-num-steps", "0"], "--speculative-num-steps must be from 1"),
     ([*EAGLE3, "--speculative-eagle-topk", "0"], "--speculative-eagle-topk must be from 1"),
     ([*EAGLE3, "--speculative-eagle-topk", "1" + "0" * 20], "--speculative-eagle-topk must"),
+    # --enable-dp-lm-head without DP attention: SGLang asserts; kvtier sized the head at TP
+    ([*DSV3[:-1], "--dp", "2", "--enable-dp-lm-head"], "needs --enable-dp-attention"),
+    # a switch's value: anything but true/false was read as true
+    ([*DSV3, "--dp", "2", "--enable-dp-lm-head=maybe"], "--enable-dp-lm-head: bad value 'maybe'"),
+    ([*DSV3, "--dp", "2", "--enable-dp-lm-head="], "--enable-dp-lm-head: bad value ''"),
+    # what SGLang's EnvBool cannot read (it warns and keeps false) was read as false in silence
+    ([*H200, EMBED + "maybe", *DSV3[4:], "--dp", "2"], "EMBED_REPLICATION='maybe'"),
+    ([*H200, EMBED + "", *DSV3[4:], "--dp", "2"], "EMBED_REPLICATION=''"),
+    ([*H200, EMBED + "1e3", *DSV3[4:], "--dp", "2"], "EMBED_REPLICATION='1e3'"),
+    ([*H200, EMBED + "\u0661", *DSV3[4:], "--dp", "2"], "EMBED_REPLICATION='\u0661'"),
+    # a variable set twice: the shell keeps the last; kvtier kept the last in silence
+    ([*H200, EMBED + "1", EMBED + "0", *DSV3[4:], "--dp", "2"], "=0 contradicts"),
+    # not a shell assignment: read as one
+    ([*H200, "=1", *DSV3[4:]], "launch command not recognised (starts with '=1"),
 ]
 
 

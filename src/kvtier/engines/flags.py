@@ -15,7 +15,11 @@ Convert = Callable[[str], object]
 
 
 def as_bool(raw: str) -> bool:
-    return raw.lower() not in ("false", "0", "no")
+    """A switch's explicit value (`--enable-dp-lm-head=false`); any other word is a ValueError."""
+    word = raw.lower()
+    if word not in ("true", "1", "yes", "false", "0", "no"):
+        raise ValueError(raw)
+    return word in ("true", "1", "yes")
 
 
 def as_upper(raw: str) -> str:

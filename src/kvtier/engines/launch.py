@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from kvtier.engines.deployment import Engine
 from kvtier.engines.flags import BadChoice, Flag, FlagTable, as_bool
+from kvtier.engines.sglang import embedding
 from kvtier.engines.sglang.flags import FLAGS as SGLANG_FLAGS
 from kvtier.engines.vllm.flags import FLAGS as VLLM_FLAGS
 from kvtier.errors import KvtierError
@@ -128,10 +129,13 @@ def _vllm_env(assigned: list[tuple[str, str, str]]) -> dict[str, object]:
     return values
 
 
+_VARIABLE = re.compile(r"[A-Za-z_]\w*=", re.ASCII)  # a shell assignment's NAME=
+
+
 def _engine(words: list[str]) -> tuple[Engine, list[str], str | None]:
     """Engine, the words after the program, and a positional model for `vllm serve MODEL`."""
     i = 0
-    while i < len(words) and "=" in words[i] and not words[i].startswith("-"):
+    while i < len(words) and _VARIABLE.match(words[i]):
         i += 1  # VAR=value assignments
     rest = words[i:]
     if len(rest) >= 3 and rest[0].rsplit("/", 1)[-1].startswith("python") and rest[1] == "-m":
@@ -211,17 +215,7 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
     words = _tokens(command)
     engine, args, positional_model = _engine(words)
     table = flag_table(engine)
-    values: dict[str, object] = {}
-    # LMCache reads its settings from LMCACHE_* variables, SGLang its own from SGLANG_* ones
-    field, prefix = (
-        ("lmcache_env", "LMCACHE_") if engine is Engine.VLLM else ("sglang_env", "SGLANG_")
-    )
-    assigned = [w.partition("=") for w in words[: len(words) - len(args)]]
-    env = tuple((name, value) for name, _, value in assigned if name.startswith(prefix))
-    if env:
-        values[field] = env
-    if engine is Engine.VLLM:
-        values.update(_vllm_env(assigned))
+    values = _environment(engine, words[: len(words) - len(args)])
     if positional_model:
         values["model"] = positional_model
     ignored: list[str] = []
@@ -251,7 +245,7 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
             _speculative_config(raw, values)
         elif flag is not None:
             if flag.convert is None:
-                values[flag.field] = as_bool(raw) if raw is not None else True
+                values[flag.field] = _switch(spelling, raw)
             elif raw is None:
                 raise KvtierError(f"launch command flag --{spelling} needs a value")
             else:
@@ -266,6 +260,41 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
             ignored.append(name)
         _check_agrees(before, values, written, word if eq or raw is None else f"{word} {raw}")
     return LaunchCommand(engine, values, tuple(ignored))
+
+
+def _environment(engine: Engine, words: Sequence[str]) -> dict[str, object]:
+    """The Deployment values the `VAR=value` words before the command set; a variable set twice
+    to two values is refused (the shell would keep the last)."""
+    assigned: dict[str, str] = {}
+    for name, _, value in (w.partition("=") for w in words):
+        if assigned.setdefault(name, value) != value:
+            raise KvtierError(
+                f"launch command: {name}={value} contradicts {name}={assigned[name]}; give one"
+            )
+    values: dict[str, object] = {}
+    # LMCache reads its settings from LMCACHE_* variables, SGLang its own from SGLANG_* ones
+    field, prefix = (
+        ("lmcache_env", "LMCACHE_") if engine is Engine.VLLM else ("sglang_env", "SGLANG_")
+    )
+    env = tuple((name, value) for name, value in assigned.items() if name.startswith(prefix))
+    if engine is Engine.SGLANG:
+        embedding.check_env(env)
+    if env:
+        values[field] = env
+    if engine is Engine.VLLM:
+        values.update(_vllm_env([(name, "=", value) for name, value in assigned.items()]))
+    return values
+
+
+def _switch(spelling: str, raw: str | None) -> bool:
+    """A switch's value: on when bare, else its explicit true or false."""
+    try:
+        return as_bool(raw) if raw is not None else True
+    except ValueError:
+        raise KvtierError(
+            f"launch command flag --{spelling}: bad value {raw!r:.40} (a switch: bare, or "
+            "=true / =false)"
+        ) from None
 
 
 def _check_agrees(

@@ -46,10 +46,13 @@ from kvtier.engines.sglang.versions import (
     V0_5_13,
 )
 from kvtier.engines.version import Version
+from kvtier.errors import KvtierError
 from kvtier.model.description import ModelSpec
 
 REPLICATION_ENV = "SGLANG_ENABLE_EMBED_REPLICATION"
+# environ.py EnvBool.parse: these words, any case; another value is warned about and ignored
 _TRUE = ("true", "1", "yes", "y")
+_FALSE = ("false", "0", "no", "n")
 
 
 class Layout(Enum):
@@ -128,8 +131,19 @@ def layout(architecture: str, version: Version) -> tuple[Layout, str] | None:
     return kind, f"{file} {', '.join(span) or 'in every release'}"
 
 
+def check_env(env: tuple[tuple[str, str], ...]) -> None:
+    """Refuse a SGLANG_ENABLE_EMBED_REPLICATION that SGLang's EnvBool cannot read: SGLang
+    warns and keeps the default (false), which a typo like 'ture' would silently turn into."""
+    for name, value in env:
+        if name == REPLICATION_ENV and value.lower() not in _TRUE + _FALSE:
+            raise KvtierError(
+                f"{name}={value!r:.40}: SGLang's EnvBool reads {', '.join(_TRUE)} "
+                f"or {', '.join(_FALSE)} (any case); give one"
+            )
+
+
 def replicated(d: Deployment) -> bool:
-    """SGLANG_ENABLE_EMBED_REPLICATION as SGLang's EnvBool reads it (unset or invalid: False)."""
+    """SGLANG_ENABLE_EMBED_REPLICATION as SGLang's EnvBool reads it (unset: False)."""
     value = dict(d.sglang_env).get(REPLICATION_ENV)
     return value is not None and value.lower() in _TRUE
 

@@ -29,6 +29,7 @@ from kvtier.engines.deployment import Deployment
 from kvtier.engines.sglang import versions
 from kvtier.engines.sglang.versions import V0_3_0, V0_4_7, V0_5_8, V0_5_9
 from kvtier.engines.version import Version
+from kvtier.errors import KvtierError
 from kvtier.model.description import ModelSpec
 
 # model file -> the first release its lm_head follows --enable-dp-lm-head
@@ -77,6 +78,11 @@ HEAD_FILES = {
 
 def lm_head_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
     """The ranks `model`'s LM head is split over and why; None: over TP."""
+    if d.enable_dp_lm_head and d.dp > 1 and not d.enable_dp_attention:
+        raise KvtierError(
+            f"--enable-dp-lm-head at --dp {d.dp} needs --enable-dp-attention (SGLang's "
+            "server_args asserts it)"
+        )
     if not (d.enable_dp_lm_head and d.enable_dp_attention and d.dp > 1):
         return None
     file = HEAD_FILES.get(model.architecture)
