@@ -114,6 +114,28 @@ def test_the_replication_env_leaves_other_model_files_alone() -> None:
     assert _ranks("glm-4.7", "0.5.23", REPLICATE, dp=1) == 8
 
 
+@pytest.mark.parametrize(("version", "dp"), [("0.4.5", 1), ("0.5.5", 1), ("0.5.23", 2)])
+def test_gemma_3s_embedding_is_whole_at_any_tp(version: str, dp: int) -> None:
+    # gemma3_causal.py: embed_tokens is Gemma3TextScaledWordEmbedding, a plain nn.Embedding
+    assert _ranks("gemma-3-27b", version, dp=dp) == 1
+
+
+def test_gemma_3_at_tp1_carries_no_embedding_note() -> None:
+    d = Deployment(Engine.SGLANG, "gemma-3-27b", tp=1, engine_version="0.5.23")
+    assert embedding_ranks(resolve_model("gemma-3-27b"), d) is None
+
+
+def test_gemma_3_at_tp2_holds_the_whole_tied_table() -> None:
+    # 262,208 x 5,376 bf16 whole on each rank, where a vocab-parallel table holds half
+    spec = resolve_model("gemma-3-27b")
+    split = weight_bytes(spec, 2).total_bytes
+    whole = weight_bytes(spec, 2, embed_tp=1).total_bytes
+    assert whole - split == 262_208 * 5_376 * 2 // 2
+    plan = resolve(Deployment(Engine.SGLANG, "gemma-3-27b", tp=2, gpu="H100"))
+    assert plan.weights_bytes == whole
+    assert "a plain nn.Embedding at any TP" in plan.weights_source
+
+
 def test_every_architecture_kvtier_sizes_has_its_model_file() -> None:
     assert set(TEXT_ARCHITECTURES) | set(WRAPPER_ARCHITECTURES) <= set(MODEL_FILES)
 

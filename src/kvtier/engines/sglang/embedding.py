@@ -22,8 +22,12 @@ chooses, and the choice moved release by release (the `embed_tokens` constructio
   attention TP from v0.5.9 (v0.5.9 lines 900, 443, 519, 490, 822).
 - minimax_m2.py: full TP through v0.5.10, attention TP from v0.5.11 (line 1090).
 - qwen3_5.py (Qwen3.5): whole in every release (v0.5.9 line 673, v0.5.23 line 1872).
-- llama.py (Llama, Phi-3), mistral.py, mixtral.py, gemma2.py, gemma3_causal.py,
-  granitemoehybrid.py, lfm2.py: full TP, DP attention or not (no DP-attention argument).
+- llama.py (Llama, Phi-3), mistral.py, mixtral.py, gemma2.py, granitemoehybrid.py, lfm2.py:
+  full TP, DP attention or not (no DP-attention argument).
+- gemma3_causal.py (Gemma 3, from v0.4.5) and gemma4_causal.py (Gemma 4, from v0.5.11): whole on
+  every rank at any TP, DP attention or not: `embed_tokens` is `Gemma3TextScaledWordEmbedding`
+  (Gemma 4's is the same class), a plain `nn.Embedding` of the whole vocabulary (v0.4.5 line 442,
+  v0.5.23 line 532; gemma4_causal.py v0.5.11 line 63), and the tied LM head is that module.
 
 The LM head is not ruled here: every file builds `ParallelLMHead(use_attn_tp_group=
 enable_dp_lm_head)`, full TP unless --enable-dp-lm-head, in every release v0.5.5 - v0.5.23.
@@ -62,6 +66,7 @@ class Layout(Enum):
     WHOLE = "whole"  # enable_tp=not is_dp_attention_enabled()
     ATTN_TP = "attention TP"  # use_attn_tp_group=is_dp_attention_enabled()
     REPLICABLE = "attention TP unless replicated"  # get_embedding_tp_kwargs()
+    UNSPLIT = "whole at any TP"  # a plain nn.Embedding: no vocab parallelism at all
 
 
 # model file -> (first release, layout) from the oldest; the first entry holds from v0.3.0
@@ -80,9 +85,11 @@ _RELEASES: dict[str, tuple[tuple[Version, Layout], ...]] = {
 }
 for _file in ("glm4_moe.py", "glm4_moe_lite.py", "gpt_oss.py", "llama4.py", "qwen3_next.py"):
     _RELEASES[_file] = ((V0_3_0, Layout.WHOLE), (V0_5_9, Layout.ATTN_TP))
-_PLAIN = ("llama.py", "mistral.py", "mixtral.py", "gemma2.py", "gemma3_causal.py")
+_PLAIN = ("llama.py", "mistral.py", "mixtral.py", "gemma2.py")
 for _file in (*_PLAIN, "granitemoehybrid.py", "lfm2.py"):
     _RELEASES[_file] = ((V0_3_0, Layout.TP),)
+for _file in ("gemma3_causal.py", "gemma4_causal.py"):
+    _RELEASES[_file] = ((V0_3_0, Layout.UNSPLIT),)
 
 # architecture -> the model file that builds its embed_tokens (its own or its text model's)
 MODEL_FILES = {
@@ -111,6 +118,8 @@ MODEL_FILES = {
     "Gemma2ForCausalLM": "gemma2.py",
     "Gemma3ForCausalLM": "gemma3_causal.py",
     "Gemma3ForConditionalGeneration": "gemma3_causal.py",  # gemma3_mm.py, Gemma3ForCausalLM
+    "Gemma4ForCausalLM": "gemma4_causal.py",
+    "Gemma4ForConditionalGeneration": "gemma4_causal.py",  # gemma4_mm.py, Gemma4TextModel
     "GraniteMoeHybridForCausalLM": "granitemoehybrid.py",
     "Lfm2ForCausalLM": "lfm2.py",
 }
@@ -155,6 +164,10 @@ def embedding_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
     if found is None:
         return None
     kind, where = found
+    if kind is Layout.UNSPLIT:
+        if d.tp == 1:
+            return None
+        return 1, f"the embedding whole ({where}: a plain nn.Embedding at any TP)"
     if kind is Layout.REPLICABLE and replicated(d):
         value = dict(d.sglang_env)[REPLICATION_ENV]
         return (

@@ -15,7 +15,8 @@ release's wheel):
 - qwen3.py (Qwen3 dense): from v0.5.8 (line 375); qwen3_vl.py (Qwen3-VL-MoE, Qwen3.5): from
   v0.5.9 (line 817);
 - qwen2.py (Qwen2), qwen2_5_vl.py, minimax_m2.py, mixtral.py, gemma2.py, gemma3_causal.py,
-  granitemoehybrid.py, lfm2.py: never (full TP).
+  gemma4_causal.py, granitemoehybrid.py, lfm2.py: never (full TP; Gemma's head is tied to its
+  embedding, which engines/sglang/embedding.py rules).
 
 SGLang turns the flag off at dp 1 (server_args.py `if self.dp_size == 1`, v0.5.9;
 `_data_parallelism_defaults`, v0.5.23) and, v0.4.7 - v0.5.9, refuses it without DP attention
@@ -71,6 +72,8 @@ HEAD_FILES = {
     "Gemma2ForCausalLM": "gemma2.py",
     "Gemma3ForCausalLM": "gemma3_causal.py",
     "Gemma3ForConditionalGeneration": "gemma3_causal.py",
+    "Gemma4ForCausalLM": "gemma4_causal.py",
+    "Gemma4ForConditionalGeneration": "gemma4_causal.py",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid.py",
     "Lfm2ForCausalLM": "lfm2.py",
 }
