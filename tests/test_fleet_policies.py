@@ -11,6 +11,7 @@ from kvtier.routers import NAMES
 from kvtier.sim.fleet.approx_tree import ApproxTree
 from kvtier.sim.fleet.cache_aware import OPTIONS, CacheAware, f32
 from kvtier.sim.fleet.load import LeastLoad, PowerOfTwo
+from kvtier.sim.fleet.policy import Scrape
 from kvtier.sim.fleet.registry import make_router, policies
 from kvtier.sim.fleet.rotation import RoundRobin, Uniform
 from kvtier.sim.fleet.session import SessionAffinity
@@ -31,8 +32,8 @@ class FakeView:
     def token_loads(self) -> list[int]:
         return self.loads
 
-    def scraped(self, replica: int) -> tuple[int, float]:
-        return self.waiting[replica], self.usage[replica]
+    def scraped(self, replica: int, now: float, live: bool = False) -> Scrape:
+        return Scrape(self.waiting[replica], self.usage[replica])
 
     def device_prefixes(self, req: TraceRequest) -> list[int]:
         return [self.resident.get(r, 0) for r in range(len(self.loads))]

@@ -2,14 +2,19 @@
 extension's endpoint picker) with a prefix scorer, a queue scorer and a KV-usage scorer.
 
 Each replica's score is the weighted sum of its scorers' scores; the max-score picker takes the
-highest (ties at random, seeded by --seed). Weights default to llm-d's well-lit-path guides
-(`EndpointPickerConfig`: prefix 3, kv-cache-utilization 2, queue 2).
+highest (ties at random, seeded by --seed: `max_score_picker.go` shuffles, then sorts stably).
+Weights default to llm-d's well-lit-path guides (`EndpointPickerConfig`: prefix 3,
+kv-cache-utilization 2, queue 2).
 
 * queue-scorer (gateway-api-inference-extension `pkg/epp/scheduling/framework/plugins/scorer/
   queue.go`): (max waiting - waiting) / (max waiting - min waiting) over the replicas, 1 when all
   are equal. kv-cache-utilization-scorer (`kvcache_utilization.go`): 1 - KV usage. Both read
-  the metrics the picker scrapes every `metrics-interval-ms` (50 ms, its refresh interval), so
-  they are that stale.
+  the pod metrics the picker scrapes every `metrics-interval-ms` (`refreshMetricsInterval`,
+  50 ms: `DefaultRefreshMetricsInterval`, v0.5.1 and v1.0.0); neither counts the picker's own
+  picks. A vLLM pod's metrics are its last completed iteration's scheduler stats (`make_stats`
+  at the end of `Scheduler.update_from_output`, set on /metrics as its output is handled), so
+  a pod's score stays where it was until a step ends and a scrape follows: a burst between
+  them herds onto one pod. `step-stats=0` reads each pod's state at the scrape instead.
 * llm-d-approximate, prefix-cache-scorer (`pkg/epp/scheduling/framework/plugins/multi/prefix/
   plugin.go`, `indexer.go`): the prompt's full blocks, chained hashes, up to 256 blocks of
   64 characters (16 tokens at 4 characters a token: the first 4,096 tokens); for each block in
@@ -118,6 +123,7 @@ class LlmdScheduler:
         self.precise = precise
         self.weights = (opts["prefix-weight"], opts["queue-weight"], opts["kv-usage-weight"])
         self.interval_s = opts["metrics-interval-ms"] / 1e3
+        self.live = not opts["step-stats"]
         self._rng = random.Random(seed)
         self._queue_scores: list[float] = []
         self._usage: list[float] = []
@@ -200,10 +206,13 @@ class LlmdScheduler:
     def tick(self, now: float) -> None:
         """The scrape: a replica without an event since the last reads as it did then."""
         if self._touched:
-            usage = list(self._usage)
+            usage, settling = list(self._usage), set()
             for r in self._touched:
-                self._queues[r], usage[r] = self.view.scraped(r)
-            self._touched.clear()
+                scrape = self.view.scraped(r, now, self.live)
+                self._queues[r], usage[r] = scrape.waiting, scrape.usage
+                if not scrape.settled:
+                    settling.add(r)
+            self._touched = settling
             self._scraped(usage)
         self._next = now + self.interval_s
 
@@ -228,6 +237,11 @@ def _common(block_size: int) -> dict[str, RouterOption]:
         "kv-usage-weight": RouterOption(weight, 2.0, "weight of the KV-cache utilization scorer"),
         "metrics-interval-ms": RouterOption(
             number(0.001, 3.6e6), 50.0, "how stale the scraped queue and KV usage are"
+        ),
+        "step-stats": RouterOption(
+            number(0, 1, integer=True),
+            1,
+            "1: a vLLM replica's metrics are its last completed iteration's; 0: as at the scrape",
         ),
         "block-size": RouterOption(
             number(1, 1 << 20, integer=True), block_size, "trace block tokens"

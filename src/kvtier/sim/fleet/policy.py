@@ -11,10 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kvtier.errors import KvtierError
 from kvtier.sim.trace import TraceRequest
+
+
+class Scrape(NamedTuple):
+    """A replica's metrics endpoint as a scrape reads it (a tuple: one per replica a scrape)."""
+
+    waiting: int  # requests waiting (vllm:num_requests_waiting, sglang:num_queue_reqs)
+    usage: float  # KV-cache usage, 0 to 1
+    settled: bool = True  # False: what it reports changes before the replica's next event
 
 
 class FleetView(Protocol):
@@ -25,8 +33,9 @@ class FleetView(Protocol):
         """Each replica's /get_load `num_tokens` (-1 where the server has no such endpoint)."""
         ...
 
-    def scraped(self, replica: int) -> tuple[int, float]:
-        """One replica's scraped metrics: its requests waiting and its KV-cache usage, 0 to 1."""
+    def scraped(self, replica: int, now: float, live: bool = False) -> Scrape:
+        """One replica's metrics scraped at `now`: what its engine last published (vLLM: its
+        last completed iteration's scheduler stats); `live`, its state at `now` instead."""
         ...
 
     def device_prefixes(self, req: TraceRequest) -> Sequence[int]:

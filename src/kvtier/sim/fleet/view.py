@@ -15,6 +15,7 @@ from collections.abc import Container, Sequence
 from typing import Any
 
 from kvtier.cache.radix import TreeNode
+from kvtier.sim.fleet.policy import Scrape
 from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.sglang import SGLangServer
@@ -53,8 +54,7 @@ def _usage(s: ServerModel) -> float:
         total = s.cache.device_pages
         return (total - s.cache.room()) / total if total else 0.0
     if isinstance(s, VllmServer):
-        pool = s.pool
-        return 1 - pool.free / pool.num_blocks if pool.num_blocks else 0.0
+        return s.kv_usage()
     return 0.0
 
 
@@ -96,10 +96,14 @@ class ReplicaView:
                 out.append(-1)  # no /get_load: the router records a failed poll
         return out
 
-    def scraped(self, replica: int) -> tuple[int, float]:
-        """One replica's requests waiting and KV-cache usage."""
+    def scraped(self, replica: int, now: float, live: bool = False) -> Scrape:
+        """One replica's requests waiting and KV-cache usage: a vLLM server's as its last
+        completed iteration published them, unless `live`; the others' as they stand."""
         server = self.servers[replica]
-        return server.queued, _usage(server)
+        if live or not isinstance(server, VllmServer):
+            return Scrape(server.queued, _usage(server))
+        waiting, usage = server.stats(now)
+        return Scrape(waiting, usage, server.stats_settled)
 
     def pending_prefill(self) -> list[list[tuple[int, int]]]:
         out: list[list[tuple[int, int]]] = []

@@ -121,6 +121,10 @@ class VllmServer:
         self._run_yields = False  # the step in flight is a decode run the next arrival stops
         # the waiting head at its last failed try: the pool's version then, the budget it had
         self._failed: tuple[VReq | None, int, int] = (None, -1, 0)
+        self._began = self._span = 0.0  # the step in flight: its start (the input queue is
+        # drained then) and its length
+        self._late: list[float] = []  # arrivals since then, not yet in the scheduler's queue
+        self._stats = (0, 0.0)  # make_stats at the last step's end: waiting, KV usage
 
     @property
     def running(self) -> int:
@@ -155,6 +159,8 @@ class VllmServer:
             req.blocks, input_len := req.input_len, lim.trace_block, lim.block_size
         )
         self._enqueue(VReq(req, rec, chain, len(chain.keys), num_tokens=input_len))
+        if self.busy:
+            self._late.append(now)
 
     def _enqueue(self, r: VReq, front: bool = False) -> None:
         if front:
@@ -166,6 +172,7 @@ class VllmServer:
         return math.inf
 
     def start_step(self, now: float, horizon: float) -> float | None:
+        self._began, self._late = now, []
         self._plan, self._prefills = [], []
         self._steps = 1
         # v0.32: the threshold holds only while another request could use the budget
@@ -191,7 +198,8 @@ class VllmServer:
         read_s = self.timing.store_read_s(self._store_load) if self._store_load else 0.0
         self._store_load = 0
         self._cost = (compute, kv, decode, load_s, read_s)
-        return self._duration(self._steps)
+        self._span = self._duration(self._steps)
+        return self._span
 
     def _duration(self, steps: int) -> float:
         compute, kv, decode, load_s, read_s = self._cost
@@ -214,7 +222,8 @@ class VllmServer:
         if until >= self._steps:
             return None
         self._steps = until
-        return self._duration(until)
+        self._span = self._duration(until)
+        return self._span
 
     def _schedule_running(self, budget: int) -> tuple[int, bool]:
         size = self.limits.block_size
@@ -465,7 +474,37 @@ class VllmServer:
                 r.rec.finish_s = now
                 done.append(r.rec)
         self._plan = []
+        self._stats = self._published(now)
         return done
+
+    def kv_usage(self) -> float:
+        """vLLM's `kv_cache_usage`: 1 - free blocks / blocks, cached free blocks free."""
+        pool = self.pool
+        return 1 - pool.free / pool.num_blocks if pool.num_blocks else 0.0
+
+    def _published(self, now: float) -> tuple[int, float]:
+        """The scheduler stats the iteration ending at `now` reports: the requests waiting
+        less those that arrived after it began (still in the engine's input queue)."""
+        edge = now - (now - self._began) / self._steps  # when the last iteration began
+        return len(self.waiting) - sum(1 for t in self._late if t > edge), self.kv_usage()
+
+    @property
+    def stats_settled(self) -> bool:
+        """`stats` holds until this server's next event: no iteration boundary falls inside
+        the step in flight (a run of decode steps advanced together has them)."""
+        return not (self.busy and self._steps > 1)
+
+    def stats(self, now: float) -> tuple[int, float]:
+        """What the server's /metrics reports at `now` (`vllm:num_requests_waiting`,
+        `vllm:kv_cache_usage_perc`): the scheduler's `make_stats` at the end of the last
+        iteration it completed (`Scheduler.update_from_output`)."""
+        if self.busy and self._steps > 1:
+            iteration_s = self._span / self._steps
+            done = int((now - self._began) / iteration_s)  # iterations of the run completed
+            if done >= 1:
+                edge = self._began + (done - 1) * iteration_s
+                return len(self.waiting) - sum(1 for t in self._late if t > edge), self.kv_usage()
+        return self._stats
 
 
 def build(config: SimConfig) -> VllmServer:
