@@ -122,6 +122,12 @@ class StepLines(NamedTuple):
 
     def total(self, n: float) -> float:
         """Seconds of the first `n` iterations (a fraction: iterations amortised over tokens)."""
+        if n == 1:  # sum_max over one iteration: the larger line at i = 0, the same float
+            t = self.const + max(self.mem[0], self.comp[0])
+            if self.draft is not None:
+                passes, mem, comp = self.draft
+                t += passes * max(mem[0], comp[0])
+            return t
         t = n * self.const + sum_max(self.mem, self.comp, n)
         if self.draft is not None:
             passes, mem, comp = self.draft

@@ -79,6 +79,8 @@ class VReq:
     own_was: tuple[Key, int] | None = None  # that unit's key and blocks when last freed
     preempted: int = 0
     load_tokens: int = 0  # host hit to load in the step that admits it
+    step: int = 0  # tokens it computes in the step in flight (when in its plan)
+    output_len: int = 0  # its output's length (set at arrival)
 
 
 def _arrival(r: VReq) -> int:
@@ -112,8 +114,8 @@ class VllmServer:
         self.busy = False
         self.pcie_busy_s = 0.0
         self.preemptions = 0
-        self._plan: list[tuple[VReq, int]] = []
-        self._prefills: list[tuple[VReq, int]] = []  # the plan's prefill chunks, in order
+        self._plan: list[VReq] = []  # the step's requests, each with its tokens in `step`
+        self._prefills: list[VReq] = []  # the plan's prefill chunks, in order
         self._decode = self._kv = 0  # the plan's decoding requests and their tokens
         self._steps = 1  # decode steps the step in flight covers (1 unless advanced together)
         self._cap = limits.max_num_batched_tokens  # tokens one request may take this step
@@ -125,6 +127,9 @@ class VllmServer:
         # drained then) and its length
         self._late: list[float] = []  # arrivals since then, not yet in the scheduler's queue
         self._stats = (0, 0.0)  # make_stats at the last step's end: waiting, KV usage
+        # the head's last failed lookup without tiers: its hit, the blocks of each of its
+        # units and in all, the unit that would extend it, the pool's count of lost units then
+        self._failed_hit: tuple[VReq, list[Key], list[int], int, Key | None, int] | None = None
 
     @property
     def running(self) -> int:
@@ -158,7 +163,8 @@ class VllmServer:
         chain = prompt_chain(
             req.blocks, input_len := req.input_len, lim.trace_block, lim.block_size
         )
-        self._enqueue(VReq(req, rec, chain, len(chain.keys), num_tokens=input_len))
+        units = len(chain.keys)
+        self._enqueue(VReq(req, rec, chain, units, num_tokens=input_len, output_len=req.output_len))
         if self.busy:
             self._late.append(now)
 
@@ -185,8 +191,8 @@ class VllmServer:
             return None
         self.busy = True
         compute = 0.0
-        for r, n in self._prefills:
-            compute += self.timing.prefill_s(n, r.computed)
+        for r in self._prefills:
+            compute += self.timing.prefill_s(r.step, r.computed)
         decode, kv = self._decode, self._kv
         self._run_yields = False
         if decode == len(self._plan) and not preempted:
@@ -253,12 +259,13 @@ class VllmServer:
                     if victim is r:
                         self._decode, self._kv = decode, kv
                         return budget, preempted
-            plan.append((r, n))
+            r.step = n
+            plan.append(r)
             if left == 1:
                 decode += 1
                 kv += r.num_tokens
             else:
-                prefills.append((r, n))
+                prefills.append(r)
             budget -= n
             i += 1
         self._decode, self._kv = decode, kv
@@ -267,13 +274,12 @@ class VllmServer:
     def _unplan(self, victim: VReq) -> int:
         """Take `victim` out of this step's plan; the tokens it had (priority preempts a
         request scheduled earlier in the step, and gets its budget back)."""
-        for k, (r, n) in enumerate(self._plan):
-            if r is victim:
-                del self._plan[k]
-                if (r, n) in self._prefills:
-                    self._prefills.remove((r, n))
-                return n
-        return 0
+        if victim not in self._plan:
+            return 0
+        self._plan.remove(victim)
+        if victim in self._prefills:
+            self._prefills.remove(victim)
+        return victim.step
 
     def _victim(self) -> VReq:
         if self.limits.policy == PRIORITY:
@@ -325,7 +331,8 @@ class VllmServer:
             else:
                 return False
             r.blocks += need
-        self._cache_upto(r, tokens if tokens < r.num_tokens else r.num_tokens)
+        if r.next_unit < r.units:  # else every unit of its prompt is cached already
+            self._cache_upto(r, tokens if tokens < r.num_tokens else r.num_tokens)
         return True
 
     def _cache_upto(self, r: VReq, tokens: int) -> None:
@@ -349,6 +356,8 @@ class VllmServer:
     def _lookup(self, r: VReq) -> tuple[list[Key], int, int, int, int]:
         """The device hit (units, their blocks, those of them idle), then the connector's host
         and store hits past it (engine blocks, the connector's chunks whole)."""
+        if self._failed_hit is not None and (known := self._last_hit(r)) is not None:
+            return known
         size = self.limits.block_size
         limit = (r.num_tokens - 1) // size
         own = r.own_was if r.preempted else None
@@ -383,7 +392,10 @@ class VllmServer:
             need = -(-(cached + n) // size) - local + idle
             if need > self.pool.free:
                 self._failed = (r, self.pool.version, budget)
+                self._watch(r, hit, local)
                 break
+            if self._failed_hit is not None:
+                self._failed_hit, self.pool.watched = None, set()
             self.waiting.popleft()
             self.pool.touch(hit)
             if host and self.host is not None:
@@ -407,14 +419,47 @@ class VllmServer:
             load += (host + store) * size
             self._store_load += store * size
             self.run.append(r)
-            self._plan.append((r, n))
+            r.step = n
+            self._plan.append(r)
             if r.num_tokens - cached == 1:
                 self._decode += 1
                 self._kv += r.num_tokens
             else:
-                self._prefills.append((r, n))
+                self._prefills.append(r)
             budget -= n
         return load
+
+    def _watch(self, r: VReq, hit: list[Key], local: int) -> None:
+        """Keep `r`'s failed device hit for `_last_hit` (without connector tiers)."""
+        last = self._failed_hit
+        if self.host is not None or self.store is not None or (last and last[1] is hit):
+            return
+        h = len(hit)
+        own = r.own_was if r.preempted else None
+        after = r.chain.keys[h] if h < r.units else own[0] if own and h == r.units else None
+        pool = self.pool
+        pool.watched = set(hit)
+        self._failed_hit = (
+            r,
+            hit,
+            list(map(pool.cached.__getitem__, hit)),
+            local,
+            after,
+            pool.lost,
+        )
+
+    def _last_hit(self, r: VReq) -> tuple[list[Key], int, int, int, int] | None:
+        """`r`'s device hit without walking its chain, when it is the head whose lookup failed
+        last and no unit of that hit was evicted since, nor the unit after it cached: the walk
+        (`BlockPool.match`) would find the same units. Only who holds them can have changed,
+        so the blocks of them idle are counted again."""
+        failed = self._failed_hit
+        assert failed is not None
+        who, hit, blocks, local, after, lost = failed
+        pool = self.pool
+        if who is not r or pool.lost != lost or (after is not None and after in pool.cached):
+            return None
+        return hit, local, local - pool.held_blocks(hit, blocks), 0, 0
 
     @staticmethod
     def _host_units(units: list[tuple[Key, int]], start: int, blocks: int) -> int:
@@ -427,17 +472,21 @@ class VllmServer:
 
     def _decode_run(self, horizon: float, now: float, kv: int) -> int:
         """Decode steps the current all-decode batch, of `kv` tokens, may take at once (>= 1)."""
-        batch = [r for r, _ in self._plan]
-        steps = min(r.req.output_len - r.generated for r in batch)
+        batch = self._plan
+        steps = min([r.output_len - r.generated for r in batch])
         if now < horizon < math.inf:
             steps = min(steps, self.timing.decode_tokens_before(horizon - now, kv, len(batch)))
         size = self.limits.block_size
+        # each holds the blocks of its next token already, so k steps take at most
+        # ceil((k - 1) / size) more blocks a request: when the free queue covers that, no sum
+        if steps <= 1 or len(batch) * ((steps + size - 2) // size) <= self.pool.free:
+            return max(1, steps)
 
         def new_blocks(k: int) -> int:
             return sum(max(0, -(-(r.computed + k) // size) - r.blocks) for r in batch)
 
-        if steps <= 1 or new_blocks(steps) <= self.pool.free:
-            return max(1, steps)
+        if new_blocks(steps) <= self.pool.free:
+            return steps
         lo, hi = 1, steps  # the first step's blocks are allocated already
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -449,33 +498,39 @@ class VllmServer:
 
     def finish_step(self, now: float) -> list[RequestRecord]:
         self.busy = False
-        done: list[RequestRecord] = []
-        steps = self._steps
-        if steps > 1:  # decode steps advanced together: every block they took, then finishes
+        plan, steps, ended = self._plan, self._steps, []
+        self._plan = []
+        if steps == 1:
+            for r in plan:
+                computed = r.computed + r.step
+                r.computed = computed
+                if computed < r.num_tokens:
+                    continue  # a prefill chunk short of the prompt's end
+                r.num_tokens = computed + 1
+                generated = r.generated = r.generated + 1
+                if generated == 1:  # its first token
+                    r.rec.first_token_s = now
+                if generated >= r.output_len:
+                    ended.append(r)
+        else:  # decode steps advanced together: every block they took, then finishes
             size = self.limits.block_size
-            for r, _ in self._plan:
+            for r in plan:
                 r.computed += steps
                 r.generated += steps
                 r.num_tokens += steps
                 if r.computed > r.blocks * size:
                     self._allocate(r, r.computed)
-        for r, n in self._plan:
-            if steps == 1:
-                r.computed += n
-                if r.computed < r.num_tokens:
-                    continue  # a prefill chunk short of the prompt's end
-                r.generated += 1
-                r.num_tokens += 1
-            if r.generated == steps:  # its first token
-                r.rec.first_token_s = now
-            if r.generated >= r.req.output_len:
-                self.run.remove(r)
-                self._free(r)
-                r.rec.finish_s = now
-                done.append(r.rec)
-        self._plan = []
+            for r in plan:
+                if r.generated == steps:  # its first token
+                    r.rec.first_token_s = now
+                if r.generated >= r.output_len:
+                    ended.append(r)
+        for r in ended:
+            self.run.remove(r)
+            self._free(r)
+            r.rec.finish_s = now
         self._stats = self._published(now)
-        return done
+        return [r.rec for r in ended]
 
     def kv_usage(self) -> float:
         """vLLM's `kv_cache_usage`: 1 - free blocks / blocks, cached free blocks free."""

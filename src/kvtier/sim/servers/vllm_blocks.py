@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 Key = int  # a trace block id (>= 0), or a request's own block (< 0, `own_key`)
 OWN_SHIFT = 32  # own blocks of request r at position k: -1 - (r << OWN_SHIFT) - k
@@ -110,6 +111,8 @@ class BlockPool:
         self.plain = num_blocks  # free unhashed blocks, at the queue's front
         self.evicted = 0  # cached blocks whose hash was dropped
         self.version = 0  # counts the changes that can make a failed admission fit
+        self.watched: set[Key] = set()  # a failed admission's hit
+        self.lost = 0  # evictions of watched units
 
     @property
     def free(self) -> int:
@@ -161,13 +164,15 @@ class BlockPool:
         """get_new_blocks(n): the queue's front first, evicting cached units as it goes."""
         if n > self.free:
             raise ValueError(f"cannot take {n} blocks, {self.free} free")
-        queue, cached = self.queue, self.cached
+        queue, cached, watched = self.queue, self.cached, self.watched
         short = n - self.plain
         freed = 0
         while freed < short:
             key, blocks = queue.popitem(last=False)
             del cached[key]
             freed += blocks
+            if key in watched:
+                self.lost += 1
         self.queued_blocks -= freed
         self.evicted += freed
         self.plain += freed - n
@@ -200,6 +205,10 @@ class BlockPool:
                 cached[key] = chain.size(i)
                 refs[key] = 1
                 held.append(key)
+
+    def held_blocks(self, keys: Sequence[Key], blocks: Sequence[int]) -> int:
+        """Blocks of `keys` (of `blocks` blocks each) that running requests hold."""
+        return sum(compress(blocks, map(self.refs.__contains__, keys)))
 
     def release(self, held: Sequence[Key], blocks: int) -> None:
         """free(): a request's `blocks` engine blocks; its cached units `held`, tail first, to
