@@ -126,7 +126,9 @@ class VllmServer:
         self._began = self._span = 0.0  # the step in flight: its start (the input queue is
         # drained then) and its length
         self._late: list[float] = []  # arrivals since then, not yet in the scheduler's queue
-        self._stats = (0, 0.0)  # make_stats at the last step's end: waiting, KV usage
+        # the last step's end, for make_stats: when, waiting, free blocks, the step's start,
+        # its decode steps and the arrivals during it (`_published` counts them when read)
+        self._ended: tuple[float, int, int, float, int, list[float]] | None = None
         # the head's last failed lookup without tiers: its hit, the blocks of each of its
         # units and in all, the unit that would extend it, the pool's count of lost units then
         self._failed_hit: tuple[VReq, list[Key], list[int], int, Key | None, int] | None = None
@@ -529,19 +531,25 @@ class VllmServer:
             self.run.remove(r)
             self._free(r)
             r.rec.finish_s = now
-        self._stats = self._published(now)
+        self._ended = (now, len(self.waiting), self.pool.free, self._began, steps, self._late)
         return [r.rec for r in ended]
 
     def kv_usage(self) -> float:
         """vLLM's `kv_cache_usage`: 1 - free blocks / blocks, cached free blocks free."""
-        pool = self.pool
-        return 1 - pool.free / pool.num_blocks if pool.num_blocks else 0.0
+        return self._usage(self.pool.free)
 
-    def _published(self, now: float) -> tuple[int, float]:
-        """The scheduler stats the iteration ending at `now` reports: the requests waiting
-        less those that arrived after it began (still in the engine's input queue)."""
-        edge = now - (now - self._began) / self._steps  # when the last iteration began
-        return len(self.waiting) - sum(1 for t in self._late if t > edge), self.kv_usage()
+    def _usage(self, free: int) -> float:
+        blocks = self.pool.num_blocks
+        return 1 - free / blocks if blocks else 0.0
+
+    def _published(self) -> tuple[int, float]:
+        """The scheduler stats the iteration that ended the last step reports: the requests
+        waiting less those that arrived after it began (still in the engine's input queue)."""
+        if self._ended is None:
+            return 0, 0.0
+        now, waiting, free, began, steps, late = self._ended
+        edge = now - (now - began) / steps  # when the last iteration began
+        return waiting - sum(1 for t in late if t > edge), self._usage(free)
 
     @property
     def stats_settled(self) -> bool:
@@ -559,7 +567,7 @@ class VllmServer:
             if done >= 1:
                 edge = self._began + (done - 1) * iteration_s
                 return len(self.waiting) - sum(1 for t in self._late if t > edge), self.kv_usage()
-        return self._stats
+        return self._published()
 
 
 def build(config: SimConfig) -> VllmServer:
