@@ -262,3 +262,50 @@ def test_the_offloading_connector_hits_and_counts_its_own_blocks(
     result = json.loads(run.stdout)
     assert result["hit_tokens_by_tier"] == {"device": 0, "host": hit_tokens, "store": 0}
     assert f"{host_tokens} tokens" in result["params"]["sources"]["host tier"]
+
+
+LMCACHE_BACKEND = (
+    *LAUNCH, "--tensor-parallel-size", "2", "--kv-offloading-backend", "lmcache",
+    "--kv-offloading-size", "1",
+)  # fmt: skip
+
+
+def test_lmcache_backend_through_v0_22_is_the_size_over_the_ranks(chat: Path) -> None:
+    """vLLM v0.12.0 - v0.22.x: LMCacheConnectorV1 with 1 GiB / 2 ranks = 0.5 GiB a rank, 8,192
+    tokens of Llama-3.1-8B's 65,536 B at TP2; the config's own lmcache.* keys are replaced."""
+    config = LMCACHE + ', "kv_connector_extra_config": {"lmcache.chunk_size": 512}}'
+    result = _kvtier(
+        "simulate", str(chat), "--gpu", "h100", "--device-tokens", "8000", "--json",
+        "--vllm-version", "0.22.1", *LMCACHE_BACKEND, "--kv-transfer-config", config,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["params"]["host_tokens"] == (1 << 29) // 65_536 == 8192
+    sources = out["params"]["sources"]
+    assert "1 GiB / 2 ranks, vLLM 0.22.1" in sources["host tier"]
+    assert sources["connector granularity"] == "LMCache chunks of 256 tokens"
+    assert any("lmcache.chunk_size not read" in note for note in out["notes"])
+
+
+def test_lmcache_backend_from_v0_23_is_refused_naming_the_mp_connector(chat: Path) -> None:
+    """vLLM v0.23.0: LMCacheMPConnector, --kv-offloading-size not read, nothing sizes it."""
+    result = _kvtier(
+        "simulate", str(chat), "--gpu", "h100", "--device-tokens", "8000",
+        "--vllm-version", "0.23.0", *LMCACHE_BACKEND,
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "LMCacheMPConnector" in lines[0], result.stderr
+    assert "ignores --kv-offloading-size 1" in lines[0]
+
+
+def test_lmcache_config_with_the_backend_but_no_size_is_the_configs(chat: Path) -> None:
+    """Without --kv-offloading-size vLLM leaves --kv-transfer-config as given, on any release."""
+    config = LMCACHE + ', "kv_connector_extra_config": {"lmcache.max_local_cpu_size": 0.25}}'
+    result = _kvtier(
+        "simulate", str(chat), "--gpu", "h100", "--device-tokens", "8000", "--json",
+        "--vllm-version", "0.23.0", *LAUNCH, "--kv-offloading-backend", "lmcache",
+        "--kv-transfer-config", config,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["params"]["host_tokens"] == (1 << 28) // 131_072

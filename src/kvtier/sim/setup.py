@@ -71,6 +71,7 @@ class SimConfig:
     scheduling_policy: str = "fcfs"  # vLLM --scheduling-policy
     connector_chunk: int = 0  # vLLM: a connector's hits count in chunks of this (0: blocks)
     long_prefill_threshold: int = 0  # vLLM: a prefill takes at most this a step (0: no cap)
+    warnings: tuple[str, ...] = ()  # what the deployment gave that the engine does not read
 
     @property
     def block_tokens(self) -> int:
@@ -94,7 +95,8 @@ class SimConfig:
         return [
             note.format(
                 block_tokens=self.block_tokens, block=self.block_size, engine=self.page_size
-            )
+            ),
+            *self.warnings,
         ]
 
 

@@ -96,4 +96,5 @@ def vllm_part(inputs: PartInputs) -> dict[str, Any]:
         "max_running_requests": seqs,
         "chunked_prefill_size": batched,
         "prefix_caching": caching,
+        "warnings": tiers.notes,
     }

@@ -7,11 +7,19 @@
                       (v0.26.0 on) in kv_connector_extra_config the connector stores and hits
                       whole chunks of that many tokens
   LMCache             --kv-transfer-config {"kv_connector": "LMCacheConnectorV1", ...}, or
-                      --kv-offloading-backend lmcache with --kv-offloading-size S (vLLM sets
-                      LMCache's local CPU to S / ranks GiB per rank). LMCache's settings come from
-                      LMCACHE_* assignments before the command, overridden by
-                      kv_connector_extra_config keys `lmcache.<name>`: chunk_size (256),
-                      local_cpu (true), max_local_cpu_size (5.0 GiB per rank), local_disk,
+                      --kv-offloading-backend lmcache with --kv-offloading-size S, per release
+                      (config/vllm.py _post_init_kv_transfer_config):
+                        v0.12.0 - v0.22.x  LMCacheConnectorV1, kv_connector_extra_config replaced
+                                           by local_cpu true and max_local_cpu_size S / (TP x PP)
+                                           GiB per rank (the config's own lmcache.* keys dropped:
+                                           a note says so)
+                        v0.23.0 on         LMCacheMPConnector, S not read: the tier is a standalone
+                                           LMCache server's, sized by that server's own
+                                           --l1-size-gb, which no vLLM flag or variable sets:
+                                           exit 2
+                      LMCache's settings come from LMCACHE_* assignments before the command,
+                      overridden by kv_connector_extra_config keys `lmcache.<name>`: chunk_size
+                      (256), local_cpu (true), max_local_cpu_size (5.0 GiB per rank), local_disk,
                       max_local_disk_size (0 GiB), remote_url. The local CPU is the host tier;
                       the disk (or, with remote_url, the remote store, unbounded) the store tier.
 
@@ -21,6 +29,7 @@ is not a number exits 2 naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -28,6 +37,7 @@ from kvtier.engines.deployment import Deployment
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.vllm import versions
 from kvtier.engines.vllm.offloading import NATIVE, chunk_blocks, transfer_config
+from kvtier.engines.vllm.versions import V0_12, V0_23
 from kvtier.errors import KvtierError
 
 GiB = 1 << 30
@@ -48,6 +58,7 @@ class VllmTiers:
     store_tokens: int = 0
     chunk_tokens: int = 0  # hits beyond the GPU count in whole chunks of this; 0: engine blocks
     sources: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()  # what the deployment gave that the release does not read
 
 
 def _config(raw: str) -> tuple[str, dict[str, object]]:
@@ -72,20 +83,20 @@ def _number(settings: dict[str, str], key: str, where: str) -> float:
 
 
 def _lmcache(
-    d: Deployment, extra: dict[str, object], per_token: int, cpu_gib: float | None
+    d: Deployment, extra: dict[str, object], per_token: int, where: str | None = None
 ) -> VllmTiers:
+    """LMCache's tiers from its settings: defaults, LMCACHE_* assignments, then `extra`'s
+    lmcache.* keys (from `where`, else kv_connector_extra_config)."""
     settings = dict(LMCACHE_DEFAULTS)
     origin = {k: "LMCache's default" for k in settings}
     for name, value in d.lmcache_env:
         key = name.removeprefix("LMCACHE_").lower()
         settings[key], origin[key] = value, name
-    if cpu_gib is not None:
-        settings["max_local_cpu_size"] = repr(cpu_gib)
-        origin["max_local_cpu_size"] = "--kv-offloading-size / ranks"
     for name, given in extra.items():
         if name.startswith("lmcache."):
             key = name.removeprefix("lmcache.")
-            settings[key], origin[key] = str(given), f"kv_connector_extra_config {name}"
+            settings[key] = str(given)
+            origin[key] = where or f"kv_connector_extra_config {name}"
     chunk = _number(settings, "chunk_size", origin["chunk_size"])
     if chunk < 1 or chunk != int(chunk):
         raise KvtierError(f"LMCache chunk_size must be a whole number of tokens, got {chunk:g}")
@@ -138,10 +149,43 @@ def vllm_tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
     name, extra = ("", {}) if d.kv_transfer_config is None else _config(d.kv_transfer_config)
     if ledger.host_pool is not None:  # the native connector, as the ledger sized it
         return _native(d, ledger, extra)
+    lmcache_backend = d.kv_offloading_backend == "lmcache"
+    if lmcache_backend and d.kv_offloading_size_gib is not None:
+        return _lmcache_backend(d, d.kv_offloading_size_gib, extra, per_token)
     if name == LMCACHE:
-        return _lmcache(d, extra, per_token, None)
-    if d.kv_offloading_backend == "lmcache":
-        if not d.kv_offloading_size_gib:
-            raise KvtierError("--kv-offloading-backend lmcache needs --kv-offloading-size")
-        return _lmcache(d, {}, per_token, d.kv_offloading_size_gib / (d.tp * d.pp))
+        return _lmcache(d, extra, per_token)
+    if lmcache_backend:
+        raise KvtierError("--kv-offloading-backend lmcache needs --kv-offloading-size")
     return VllmTiers()
+
+
+def _lmcache_backend(
+    d: Deployment, size: float, extra: dict[str, object], per_token: int
+) -> VllmTiers:
+    """--kv-offloading-backend lmcache as the release's _post_init_kv_transfer_config sets the
+    connector: LMCacheConnectorV1 with S / (TP x PP) GiB of local CPU a rank (its extra config
+    replaced) in v0.12.0 - v0.22.x; from v0.23.0 LMCacheMPConnector, sized by no vLLM input."""
+    version = versions.resolve(d.engine_version)
+    if version < V0_12:
+        raise KvtierError(f"vLLM {version} has no --kv-offloading-backend (it arrives in v0.12.0)")
+    if version >= V0_23:
+        raise KvtierError(
+            f"--kv-offloading-backend lmcache in vLLM {version} names LMCacheMPConnector "
+            f"(v0.23.0 on), which ignores --kv-offloading-size {size:g}: its tier is a "
+            "standalone LMCache server's, sized by that server's own --l1-size-gb, which "
+            "kvtier does not read; give --kv-transfer-config naming LMCacheConnectorV1 with "
+            "lmcache.max_local_cpu_size, or --vllm-version before 0.23.0"
+        )
+    gib = size / (d.tp * d.pp)
+    forced: dict[str, object] = {"lmcache.local_cpu": True, "lmcache.max_local_cpu_size": gib}
+    where = f"--kv-offloading-size {size:g} GiB / {d.tp * d.pp} ranks, vLLM {version}"
+    tiers = _lmcache(d, forced, per_token, where)
+    dropped = sorted(k for k in extra if k.startswith("lmcache.") and k not in forced)
+    if not dropped:
+        return tiers
+    note = (
+        f"vLLM {version} replaces kv_connector_extra_config under --kv-offloading-backend "
+        f"lmcache (LMCacheConnectorV1 with local_cpu and max_local_cpu_size only): "
+        f"{', '.join(dropped)} not read"
+    )
+    return dataclasses.replace(tiers, notes=(*tiers.notes, note))

@@ -17,6 +17,7 @@ V0_14 = Version.release_of(0, 14)
 V0_19 = Version.release_of(0, 19)
 V0_20 = Version.release_of(0, 20)
 V0_21 = Version.release_of(0, 21)
+V0_23 = Version.release_of(0, 23)
 V0_26 = Version.release_of(0, 26)
 V0_27 = Version.release_of(0, 27)
 
