@@ -20,6 +20,7 @@ SGLANG = [*H200, "python", "-m", "sglang.launch_server"]
 DSV3 = [*SGLANG, "--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--enable-dp-attention"]
 EMBED = "SGLANG_ENABLE_EMBED_REPLICATION="
 EAGLE3 = [*SGLANG, "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm", "EAGLE3"]
+FLEET = ["simulate", "{trace}", *KIMI, "--replicas", "2"]
 LINE = '{"timestamp": %s, "input_length": %s, "output_length": 1, "hash_ids": [1]}'
 
 
@@ -99,6 +100,35 @@ CASES = [
     ([*H200, EMBED + "1", EMBED + "0", *DSV3[4:], "--dp", "2"], "=0 contradicts"),
     # not a shell assignment: read as one
     ([*H200, "=1", *DSV3[4:]], "launch command not recognised (starts with '=1"),
+    # an empty value read as none given: no sweep, the default router
+    (["simulate", "{trace}", *KIMI, "--sweep", ""], "--sweep is given an empty value"),
+    ([*FLEET, "--router", " "], "--router is given an empty value"),
+    # an option given twice kept its last value
+    (
+        [*FLEET, "--router-opt", "cache-threshold=0.5", "--router-opt", "cache-threshold=0.9"],
+        "--router-opt cache-threshold is given twice",
+    ),
+    # sweep points: an infinite bandwidth simulated, a point run twice, no cap on their number
+    (["simulate", "{trace}", *KIMI, "--sweep", "pcie-gbps=inf"], "'inf' is not finite"),
+    ([*FLEET, "--sweep", "replicas=2,2"], "--sweep replicas: '2' is given twice"),
+    ([*FLEET, "--sweep", "replicas=" + ",".join(map(str, range(2, 67)))], "65 values, more than"),
+    # 10^7 prompts of 10^8 tokens: MemoryError building their block ids
+    (
+        [
+            "simulate",
+            "--generate",
+            "random",
+            "--input-tokens",
+            "100000000",
+            "--requests",
+            "10000000",
+            *KIMI,
+        ],
+        "more than the 16,777,216 a generated trace holds",
+    ),
+    # ray.init retried an address nothing listens at for a minute or more
+    ([*FLEET, "--sweep", "replicas=2,3", "--ray", "127.0.0.1:1"], "no Ray cluster there"),
+    ([*FLEET, "--sweep", "replicas=2,3", "--ray", "x:99999"], "expected HOST:PORT"),
 ]
 
 

@@ -152,9 +152,9 @@ def _points(args: argparse.Namespace) -> tuple[str, list[tuple[str, Any]]]:
     name = _sweep_name(args)
     if name is None:
         return "", [("", _spec(args))]
-    values = [v.strip() for v in args.sweep.partition("=")[2].split(",") if v.strip()]
-    if not values:
-        raise KvtierError(f"--sweep {name}: no values given")
+    from kvtier.sim.sweep import sweep_values
+
+    values = sweep_values(name, args.sweep.partition("=")[2])
     points = []
     for v in values:
         if name == "router":
@@ -252,6 +252,7 @@ def _on_ray(address: str, calls: list[tuple[Any, ...]]) -> list[Any]:
     address = address or os.environ.get("RAY_ADDRESS", "")
     if not address:
         raise KvtierError("--ray without ADDRESS reads RAY_ADDRESS, which is not set")
+    _check_reachable(address)
     try:
         import ray
     except ImportError:
@@ -261,12 +262,28 @@ def _on_ray(address: str, calls: list[tuple[Any, ...]]) -> list[Any]:
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise KvtierError(f"--ray {address}: no Ray cluster there ({str(exc)[:80]})") from None
+        raise KvtierError(f"--ray {address:.80}: no Ray cluster there ({str(exc)[:80]})") from None
     try:
         task = ray.remote(simulate_fleet)
         return list(ray.get([task.remote(*call) for call in calls]))
     finally:
         ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) address must take a TCP connection within 5 s: ray.init
+    retries an unreachable one for a minute or more. Other forms ('auto') go to Ray as given."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon:
+        return
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535 and host):
+        raise KvtierError(f"--ray {address!r:.80}: expected HOST:PORT (or ray://HOST:PORT)")
+    import socket
+
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except (OSError, UnicodeError) as exc:
+        raise KvtierError(f"--ray {address:.80}: no Ray cluster there ({str(exc)[:80]})") from None
 
 
 def _print(

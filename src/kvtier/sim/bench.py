@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from kvtier.errors import KvtierError
-from kvtier.sim.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
+from kvtier.sim.trace import MAX_HASH_IDS, MOONCAKE_BLOCK_TOKENS, TraceRequest
 
 Client = Literal["sglang", "vllm"]
 CLIENTS: tuple[Client, ...] = ("sglang", "vllm")
@@ -65,6 +65,15 @@ class RandomBench:
             raise KvtierError(
                 f"--special-tokens {self.special_tokens} leaves no prompt of "
                 f"--input-tokens {self.input_tokens}"
+            )
+        # the longest prompt a draw can give (vllm: L(1 + R)), in unique blocks, every request
+        longest = math.floor(self.input_tokens * (1 + (self.client == "vllm") * self.range_ratio))
+        blocks = math.ceil((longest + self.special_tokens) / self.block_size) * self.requests
+        if blocks > MAX_HASH_IDS:
+            raise KvtierError(
+                f"--requests {self.requests:,} x --input-tokens {self.input_tokens:,} can be "
+                f"{blocks:,} blocks of {self.block_size} tokens, more than the {MAX_HASH_IDS:,} "
+                "a generated trace holds"
             )
 
     def lengths(self) -> tuple[list[int], list[int]]:

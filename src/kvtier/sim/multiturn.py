@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING
 
 from kvtier.errors import KvtierError
 from kvtier.sim.ordered_pool import OrderedPool
-from kvtier.sim.trace import MAX_LENGTH, MAX_ROUND, MOONCAKE_BLOCK_TOKENS, TraceRequest
+from kvtier.sim.trace import (
+    MAX_HASH_IDS,
+    MAX_LENGTH,
+    MAX_ROUND,
+    MOONCAKE_BLOCK_TOKENS,
+    TraceRequest,
+)
 from kvtier.sim.workload import Context, IdSource, advance, prompt_ids
 
 if TYPE_CHECKING:
@@ -38,7 +44,6 @@ READY_QUEUE_POLICIES = ("random", "fifo")  # bench_multiturn.py ReadyQueue.pop
 # --output-length (and --ready-queue-policy random, --max-parallel 128)
 BENCHMARK_DEFAULTS = {"clients": 256, "rounds": 5, "request_tokens": 512, "output_tokens": 64}
 MAX_TURNS = 10_000_000  # clients x rounds
-MAX_HASH_IDS = 1 << 24  # hash ids in the whole trace: about 1 GB of Python tuples at most
 MAX_PROMPT_BLOCKS = 1 << 18  # hash ids of one line; the trace reader takes 262,144 of 20 digits
 
 

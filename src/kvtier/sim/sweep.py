@@ -7,6 +7,7 @@ A ratio of 0 means no host tier.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -21,11 +22,29 @@ if TYPE_CHECKING:
     from kvtier.sim.timing import TimingFlags
 
 
+MAX_POINTS = 64  # values of one sweep, each a whole simulation
+
+
+def sweep_values(name: str, text: str) -> tuple[str, ...]:
+    """The comma-separated values of `--sweep NAME=...`: 1 to MAX_POINTS, none twice."""
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not values:
+        raise KvtierError(f"--sweep {name}: no values given")
+    if len(values) > MAX_POINTS:
+        raise KvtierError(f"--sweep {name}: {len(values):,} values, more than {MAX_POINTS}")
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise KvtierError(f"--sweep {name}: {twice!r:.40} is given twice")
+    return values
+
+
 def _float(name: str, raw: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise KvtierError(f"--sweep {name}: {raw!r} is not a number") from None
+        raise KvtierError(f"--sweep {name}: {raw!r:.40} is not a number") from None
+    if not math.isfinite(value):
+        raise KvtierError(f"--sweep {name}: {raw!r:.40} is not finite")
     if value < 0:
         raise KvtierError(f"--sweep {name}: {raw} is negative")
     return value
@@ -82,10 +101,7 @@ def parse_sweep(text: str) -> Sweep:
         raise KvtierError(
             f"--sweep {text!r}: expected NAME=v1,v2,... with NAME one of {', '.join(SWEEPABLE)}"
         )
-    values = tuple(v.strip() for v in rest.split(",") if v.strip())
-    if not values:
-        raise KvtierError(f"--sweep {name}: no values given")
-    return Sweep(name, values)
+    return Sweep(name, sweep_values(name, rest))
 
 
 def run_sweep(

@@ -82,6 +82,7 @@ def scale_time(trace: Trace, factor: float) -> Trace:
 
 MAX_TIMESTAMP_MS = 1e13  # about 317 years
 MAX_LENGTH = 1 << 27  # tokens of one prompt or answer
+MAX_HASH_IDS = 1 << 24  # hash ids a generated trace holds: about 1 GB of Python tuples at most
 MAX_LINE = 8 << 20  # characters of one line: 262,144 hash ids of 20 digits, and room to spare
 _ID_RANGE = (-(1 << 63), 1 << 64)  # signed or unsigned 64-bit hashes
 

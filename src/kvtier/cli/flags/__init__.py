@@ -131,7 +131,13 @@ def given_names(args: argparse.Namespace, flags: tuple[KvFlag, ...]) -> list[str
 
 
 def refuse(args: argparse.Namespace, command: str) -> None:
-    """Exit 2 naming the first flag `command` refuses that was given, and why."""
+    """Exit 2 naming the first flag `command` refuses that was given, and why; or the first
+    given an empty value (`--sweep ''` read as no sweep, `--router ''` as the default)."""
+    for row in rows(command):
+        value = getattr(args, row.dest, None)
+        words = value if isinstance(value, list) else [value]
+        if "const" not in row.spec and any(isinstance(w, str) and not w.strip() for w in words):
+            raise KvtierError(f"{row.name} is given an empty value")
     for row in rows(command):
         why = row.commands[command]
         if why != USED and _given(args, row) is not None:

@@ -139,11 +139,15 @@ class Policy:
 def parse_options(name: str, policy: Policy, given: Sequence[str]) -> dict[str, float]:
     """`KEY=VALUE` strings into the policy's options, defaults filled in; one line per refusal."""
     values = {k: o.default for k, o in policy.options.items()}
+    given_keys: set[str] = set()
     for item in given:
         key, eq, raw = item.partition("=")
         key = key.strip()
         if not eq:
             raise KvtierError(f"--router-opt {item!r}: expected KEY=VALUE")
+        if key in given_keys:
+            raise KvtierError(f"--router-opt {key} is given twice")
+        given_keys.add(key)
         if key not in policy.options:
             known = ", ".join(policy.options) or "none"
             raise KvtierError(
