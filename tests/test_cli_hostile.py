@@ -20,6 +20,9 @@ SGLANG = [*H200, "python", "-m", "sglang.launch_server"]
 DSV3 = [*SGLANG, "--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--enable-dp-attention"]
 EMBED = "SGLANG_ENABLE_EMBED_REPLICATION="
 EAGLE3 = [*SGLANG, "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm", "EAGLE3"]
+LMCACHE = '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}'
+LMCACHE_SIM = ["simulate", "{trace}", "--gpu", "h100", "--", "vllm", "serve", "Qwen/Qwen3-8B"]
+LMCACHE_SIM += ["--kv-transfer-config", LMCACHE]
 FLEET = ["simulate", "{trace}", *KIMI, "--replicas", "2"]
 LINE = '{"timestamp": %s, "input_length": %s, "output_length": 1, "hash_ids": [1]}'
 
@@ -129,6 +132,16 @@ CASES = [
     # ray.init retried an address nothing listens at for a minute or more
     ([*FLEET, "--sweep", "replicas=2,3", "--ray", "127.0.0.1:1"], "no Ray cluster there"),
     ([*FLEET, "--sweep", "replicas=2,3", "--ray", "x:99999"], "expected HOST:PORT"),
+    # KVTransferConfig refuses an unknown kv_role, or a connector without one; kvtier read on
+    ([*VLLM, "--kv-transfer-config", '{"kv_connector": "NixlConnector"}'], "kv_role None"),
+    ([*VLLM, "--kv-transfer-config", LMCACHE.replace("kv_both", "maybe")], "kv_role 'maybe'"),
+    # LMCache settings: local_cpu=maybe was on, a 10^15 GiB CPU pool and 10^9-token chunks taken
+    ([*LMCACHE_SIM[:5], "LMCACHE_LOCAL_CPU=maybe", *LMCACHE_SIM[5:]], "local_cpu"),
+    (
+        [*LMCACHE_SIM[:5], "LMCACHE_MAX_LOCAL_CPU_SIZE=1e15", *LMCACHE_SIM[5:]],
+        "from 0 to 10,000,000",
+    ),
+    ([*LMCACHE_SIM[:5], "LMCACHE_CHUNK_SIZE=1e9", *LMCACHE_SIM[5:]], "from 0 to 134,217,728"),
 ]
 
 

@@ -172,7 +172,11 @@ def native(**extra: int) -> str:
     """An OffloadingConnector config of 1,000 CPU blocks (v0.14.0 on: their bytes) and `extra`."""
     settings = {"cpu_bytes_to_use": 1000 * BLOCK_BYTES, **extra}
     return json.dumps(
-        {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": settings}
+        {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": settings,
+        }
     )
 
 

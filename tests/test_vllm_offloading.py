@@ -21,7 +21,13 @@ TEN_GIB = 10 * (1 << 30)
 
 
 def _config(**extra: object) -> str:
-    return json.dumps({"kv_connector": "OffloadingConnector", "kv_connector_extra_config": extra})
+    return json.dumps(
+        {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+    )
 
 
 def _pool(model: str, version: str | None, tp: int = 1, **values: object) -> HostPool:

@@ -39,8 +39,10 @@ from kvtier.engines.vllm import versions
 from kvtier.engines.vllm.offloading import NATIVE, chunk_blocks, transfer_config
 from kvtier.engines.vllm.versions import V0_12, V0_23
 from kvtier.errors import KvtierError
+from kvtier.sim.trace import MAX_LENGTH
 
 GiB = 1 << 30
+MAX_GIB = 1e7  # an LMCache size per rank beyond any host's RAM or disk
 LMCACHE = "LMCacheConnectorV1"
 UNBOUNDED_TOKENS = 1 << 40  # a remote store: no capacity is stated
 # LMCacheEngineConfig's defaults (LMCache 0.3)
@@ -71,15 +73,27 @@ def _config(raw: str) -> tuple[str, dict[str, object]]:
     return name, extra
 
 
-def _number(settings: dict[str, str], key: str, where: str) -> float:
+def _number(settings: dict[str, str], key: str, where: str, unit: str = "GiB") -> float:
+    """A size from 0 to MAX_GIB (GiB), or a count of tokens up to MAX_LENGTH."""
     raw = settings[key]
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise KvtierError(f"LMCache {key} ({where}) must be a number of GiB, got {raw!r:.40}")
+    most = MAX_GIB if unit == "GiB" else MAX_LENGTH
+    if not 0 <= value <= most:  # NaN fails too
+        raise KvtierError(
+            f"LMCache {key} ({where}) must be a number of {unit} from 0 to {most:,.0f}, "
+            f"got {raw!r:.40}"
+        )
     return value
+
+
+def _switch(settings: dict[str, str], key: str, where: str) -> bool:
+    word = settings[key].lower()
+    if word not in ("true", "1", "yes", "false", "0", "no"):
+        raise KvtierError(f"LMCache {key} ({where}) must be true or false, got {word!r:.40}")
+    return word in ("true", "1", "yes")
 
 
 def _lmcache(
@@ -97,12 +111,12 @@ def _lmcache(
             key = name.removeprefix("lmcache.")
             settings[key] = str(given)
             origin[key] = where or f"kv_connector_extra_config {name}"
-    chunk = _number(settings, "chunk_size", origin["chunk_size"])
+    chunk = _number(settings, "chunk_size", origin["chunk_size"], "tokens")
     if chunk < 1 or chunk != int(chunk):
         raise KvtierError(f"LMCache chunk_size must be a whole number of tokens, got {chunk:g}")
     host = 0
     sources = [("host tier", "LMCache local CPU")]
-    if settings["local_cpu"].lower() not in ("false", "0", "no"):
+    if _switch(settings, "local_cpu", origin["local_cpu"]):
         gib = _number(settings, "max_local_cpu_size", origin["max_local_cpu_size"])
         host = int(gib * GiB) // per_token
         sources = [

@@ -55,6 +55,9 @@ class Offload:
     source: str
 
 
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")  # config/kv_transfer.py KVRole
+
+
 def transfer_config(raw: str) -> tuple[str, dict[str, object]]:
     """`--kv-transfer-config`'s connector name and kv_connector_extra_config."""
     try:
@@ -66,7 +69,15 @@ def transfer_config(raw: str) -> tuple[str, dict[str, object]]:
     extra = config.get("kv_connector_extra_config") or {}
     if not isinstance(extra, dict):
         raise KvtierError("--kv-transfer-config: kv_connector_extra_config must be an object")
-    return str(config.get("kv_connector")), extra
+    name, role = config.get("kv_connector"), config.get("kv_role")
+    if (name is not None or role is not None) and role not in KV_ROLES:
+        # config/kv_transfer.py KVTransferConfig.__post_init__: an unknown role, or a
+        # connector without one, is a ValueError at startup
+        raise KvtierError(
+            f"--kv-transfer-config: kv_role {role!r:.40} (kv_connector {name!r:.40}); vLLM "
+            f"takes {', '.join(KV_ROLES)}"
+        )
+    return str(name), extra
 
 
 def offload(
