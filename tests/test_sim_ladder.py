@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cli_support import error_line, run_json
+from kvtier.sim.metrics import ConcurrencyRecorder
 from kvtier.sim.shared_prefix import (
     CONSTANT,
     LOAD_TYPES,
@@ -111,6 +112,27 @@ def test_the_last_stage_is_measured(capsys: pytest.CaptureFixture[str]) -> None:
     assert sum(r["requests"] for r in out["replicas"]) == 50
     constant = run_json(capsys, [*argv, "--replicas", "2", "--load-type", "constant", "--json"])
     assert constant["measured_requests"] == 30 and constant["ttft_s"] != out["ttft_s"]
+
+
+def test_the_measured_stage_counts_only_its_own_running_requests(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the recorder's running area covers the whole ladder; the last stage's mean and peak must
+    # come from that stage alone (a mean above the peak was the sign they did not)
+    argv = ["simulate", *GEN, "--rate-stages", "8:5,1:5", *SMALL, "--device-tokens", "60000"]
+    running = run_json(capsys, [*argv, "--replicas", "2", "--json"])["concurrency"]
+    whole_run_peak = max(n for _, n, _ in running["series"])  # the 8-a-second stage's
+    assert 0 < running["mean"] <= running["max"] < whole_run_peak
+
+
+def test_the_window_walks_only_the_samples_inside_it() -> None:
+    c = ConcurrencyRecorder()
+    for t, n in [(0.0, 4), (2.0, 10), (4.0, 2), (6.0, 0)]:
+        c.observe(t, n, 0)
+    assert c.window(0.0, 6.0) == (10, (4 * 2 + 10 * 2 + 2 * 2) / 6)
+    assert c.window(4.0, 6.0) == (2, 2.0)
+    assert c.window(3.0, 5.0) == (10, (10 * 1 + 2 * 1) / 2)
+    assert c.window(5.0, 5.0) == (0, 0.0)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,8 +182,29 @@ class ConcurrencyRecorder:
         self.running.append(running)
         self.waiting.append(waiting)
 
-    def mean(self, start: float, end: float) -> float:
-        return self._area / (end - start) if end > start else 0.0
+    def window(self, start: float, end: float) -> tuple[int, float]:
+        """The most requests running and their time-weighted mean between `start` and `end`.
+        A run measured over its whole span takes the sums kept as samples came; one measured
+        over part of its span (a load ladder's last stage) walks the samples in that part, so
+        the earlier stages' load counts in neither figure."""
+        if end <= start:
+            return 0, 0.0
+        times = self.times
+        if not times or (start <= times[0] and end >= self._last[0]):
+            last_t, last_running = self._last
+            area = self._area + last_running * max(0.0, end - last_t)
+            return self.max_running, area / (end - start)
+        first = max(0, bisect_right(times, start) - 1)
+        peak, area = 0, 0.0
+        for i in range(first, len(times)):
+            t0 = max(times[i], start)
+            if t0 >= end:
+                break
+            t1 = times[i + 1] if i + 1 < len(times) else end
+            running = self.running[i]
+            area += running * (min(t1, end) - t0)
+            peak = max(peak, running)
+        return peak, area / (end - start)
 
     def series(self) -> tuple[tuple[float, int, int], ...]:
         step = max(1, math.ceil(len(self.times) / MAX_SERIES_POINTS))
@@ -302,8 +324,7 @@ def summarize(
         throughput_tok_s=sum(r.output_len for r in done) / duration if duration > 0 else 0.0,
         duration_s=duration,
         concurrency=ConcurrencySummary(
-            concurrency.max_running if concurrency else 0,
-            concurrency.mean(start, end) if concurrency else 0.0,
+            *(concurrency.window(start, end) if concurrency else (0, 0.0)),
             concurrency.series() if concurrency else (),
         ),
         evictions=evictions,
