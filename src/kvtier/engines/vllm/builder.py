@@ -454,9 +454,6 @@ def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
     def stage_blocks(layers: int, gib: float) -> int:
         return vllm.blocks_in_gib(gib, page, layers + extra)
 
-    def blocks_for(gib: float) -> int:
-        return stage_blocks(setup.layers, gib)
-
     blocks = min(stage_blocks(n, t.value) for n, t in staged)
     ctx = p.context_length
     per_req = pool.blocks_per_request(ctx)
@@ -464,10 +461,15 @@ def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
         need = per_req * page * pool.layers / GiB
         raise vllm.no_memory_error(_utilization_for(setup, budget, need))
     tokens = pool.tokens(blocks, ctx)
+    # the engine takes the least stage's pool, so each end of the range is the least stage's at
+    # that end of its budget: a lopsided partition's stage 0 does not set the top
     rng_blocks = (
         None
         if all(t.exact for _, t in staged)
-        else (min(stage_blocks(n, t.low) for n, t in staged), blocks_for(available.high))
+        else (
+            min(stage_blocks(n, t.low) for n, t in staged),
+            min(stage_blocks(n, t.high) for n, t in staged),
+        )
     )
     rng = (
         None
@@ -545,8 +547,9 @@ def _stage_note(p: PlanInputs, split: Split) -> tuple[str, ...]:
     return (
         f"PP{pp} on vLLM V1: every stage sizes its own pool and the engine takes the smallest "
         f"(get_kv_cache_configs); stage 0 ({first.holds(pp)}) holds {top:,} tokens, {named}, "
-        f"so the range runs from {source} up to stage 0's count, the only stage whose figures "
-        "the log prints",
+        f"so the range runs from {source} at its low end up to the least stage's count at the "
+        "top of each stage's budget (only stage 0's figures are printed; the others are "
+        "estimated from them)",
     )
 
 
