@@ -129,6 +129,8 @@ class Deployment:
     simple_kv_offload: bool = False
     scheduling_policy: str | None = None  # vLLM --scheduling-policy (fcfs, priority)
     long_prefill_token_threshold: int | None = None  # vLLM; None: 0, no cap on a prefill chunk
+    # vLLM --[no-]async-scheduling (None: the engine's choice, engines/vllm/sliding.py)
+    async_scheduling: bool | None = None
     # SGLang HiCache policies the simulator follows (None: the version's default)
     hicache_write_policy: str | None = None
     hicache_storage_prefetch_policy: str | None = None

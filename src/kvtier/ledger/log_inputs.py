@@ -202,6 +202,8 @@ _PLAN_SETTINGS = (
     # hybrid linear-attention models: how the engines size the recurrent-state slots
     ("disable_radix_cache", to_bool),
     ("enable_prefix_caching", to_bool),
+    # vLLM: how far past its window a sliding-window group holds blocks (v0.26.0 on)
+    ("async_scheduling", to_bool),
     ("mamba_full_memory_ratio", to_ratio),
     ("max_mamba_cache_size", to_int),
     ("mamba_ssm_dtype", to_str),

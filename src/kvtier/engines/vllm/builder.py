@@ -21,7 +21,7 @@ from kvtier.engines.ledger import (
 )
 from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.version import Version
-from kvtier.engines.vllm import gemma4, ledger_items, mamba, profile, stages
+from kvtier.engines.vllm import gemma4, ledger_items, mamba, profile, sliding, stages
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm.versions import V0_19
 from kvtier.errors import KvtierError
@@ -155,6 +155,13 @@ def _terms(p: PlanInputs, setup: Setup) -> dict[str, Term]:
     return terms
 
 
+def _in_flight(p: PlanInputs, setup: Setup) -> int:
+    """Tokens past its window a sliding-window group holds for a request (sliding.py)."""
+    d = p.deployment
+    on = sliding.async_scheduling(d.async_scheduling, d.speculative_algorithm)
+    return sliding.in_flight_tokens(setup.era.version, setup.batch.tokens, d.pp, on)
+
+
 class Pool:
     """Uniform layers share one block count per layer; hybrid models group layers (V1)."""
 
@@ -168,7 +175,8 @@ class Pool:
         self.mtp_layers = 0  # MTP draft layers counted in the pool
         self.uncounted_draft: str | None = None  # a speculative method whose draft is not
         self.chunked_local = False  # chunked local attention kept as full attention
-        self.window = self.batched = 0
+        self.window = self.batched = 0  # batched: tokens past the window (sliding.py)
+        self.batch_tokens = setup.batch.tokens  # max_num_batched_tokens
         self.sliding_block = block  # a Gemma 4 sliding group's block (`gemma4.pages`)
         if setup.gemma4 is not None:
             self._gemma4(p, setup, setup.gemma4)
@@ -198,7 +206,7 @@ class Pool:
         self.layout = vllm.hybrid_layout(kv.num_full_layers, kv.num_local_layers)
         self.layers = self.layout.group_size
         self.window = kv.sliding_window or 0
-        self.batched = setup.batch.tokens
+        self.batched = _in_flight(p, setup)
 
     def _gemma4(self, p: PlanInputs, setup: Setup, pages: gemma4.Gemma4Pages) -> None:
         """Full and sliding groups of the layers that hold KV, each type at its own block
@@ -208,7 +216,7 @@ class Pool:
         self.block = pages.full_block
         self.sliding_block = pages.sliding_block
         self.window = p.model.kv.sliding_window or 0
-        self.batched = setup.batch.tokens
+        self.batched = _in_flight(p, setup)
 
     def _linear(self, p: PlanInputs, era: vllm.Era) -> None:
         """Full-attention and linear-attention groups of one page size (engines/vllm/mamba.py)."""

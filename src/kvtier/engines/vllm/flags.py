@@ -43,5 +43,6 @@ FLAGS = FlagTable(
         flag("long_prefill_token_threshold", int),
         flag("scheduling_policy", one_of("fcfs", "priority")),
         flag("mamba_ssm_cache_dtype", str, field="mamba_ssm_dtype"),
+        flag("async_scheduling", None),
     )
 )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from kvtier.engines import estimate
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Description, HostPool, Input, LedgerItem
-from kvtier.engines.vllm import offloading
+from kvtier.engines.vllm import offloading, sliding
 from kvtier.engines.vllm import pool as vllm
 from kvtier.model.description import AttentionKind, LayerKind
 from kvtier.units import GiB
@@ -142,7 +142,7 @@ def _pool_notes(p: PlanInputs, pool: Pool) -> list[str]:
             f"hybrid KV groups: {layout.full_groups} full + {layout.local_groups} "
             f"sliding-window groups of {layout.group_size} layers "
             f"({layout.padding_layers} padding layers); sliding window {pool.window}, "
-            f"max_num_batched_tokens {pool.batched}"
+            + sliding.in_flight_words(pool.era.version, pool.batched, pool.batch_tokens)
         )
     return notes
 
