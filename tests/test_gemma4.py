@@ -275,6 +275,8 @@ def test_plan_lines_explain_back_to_the_same_count(engine: str, version: str) ->
     rec = explain_log(text, flags).reconciliation
     assert rec.observed is not None and rec.observed.value == ledger.kv_tokens
     assert rec.predicted == ledger.kv_tokens
+    # vLLM's two-shape pool is checked as any grouped pool is (Ledger.count_cell), not skipped
+    assert not rec.warnings
 
 
 def test_sglang_refuses_a_text_only_gemma4_file() -> None:

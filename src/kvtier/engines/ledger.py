@@ -107,6 +107,14 @@ class Ledger(Placement):
     # why the count is a range even where every input is measured (vLLM PP: the stages the log
     # prints no figures for); also among `notes`
     range_why: str = ""
+    # budget bytes one logged token stands for, where the engine's count is not budget /
+    # kv_bytes_per_token (vLLM from v0.21: int(max_concurrency x max_model_len)); None: it is
+    logged_token_bytes: int | None = None
+
+    @property
+    def count_cell(self) -> int:
+        """The bytes the log's budget over its count should come to."""
+        return self.logged_token_bytes or self.kv_bytes_per_token
 
     @property
     def exact(self) -> bool:

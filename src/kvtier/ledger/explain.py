@@ -16,7 +16,7 @@ from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.log_inputs import log_inputs
 from kvtier.ledger.options import LogOptions, log_options
 from kvtier.ledger.plan import resolve
-from kvtier.ledger.reconcile import reconcile
+from kvtier.ledger.reconcile import cell_words, reconcile
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +52,20 @@ def explain_log(
     parsed = parse_log(text, engine if isinstance(engine, str) else None, startup)
     e = _explain(parsed, flags, measured, log_inputs(parsed, flags))
     inputs, geometry = e.inputs, e.inputs.geometry
-    cell = e.reconciliation.kv_bytes_per_token
+    ledger = e.reconciliation.ledger
+    cell = ledger.count_cell if ledger is not None else e.reconciliation.kv_bytes_per_token
     if inputs.model_by_class and geometry is not None and not geometry.fits(cell):
         # the class's one catalog model is not the one served: another size shares the class
         unknown = _explain(parsed, flags, measured, log_inputs(parsed, flags, by_class=False))
+        takes = (
+            cell_words(ledger)
+            if ledger is not None
+            else f"takes {cell:,} B of KV per token per GPU"
+        )
         note = (
             f"the model class names {inputs.model.model_id} ({inputs.model_source.where}), but it "
-            f"takes {cell:,} B of KV per token per GPU where the log's figures allow "
-            f"{geometry.low:,}-{geometry.high:,}: another model of that class was served"
+            f"{takes} where the log's figures allow {geometry.low:,}-{geometry.high:,}: another "
+            "model of that class was served"
         )
         rec = dataclasses.replace(
             unknown.reconciliation, notes=(note, *unknown.reconciliation.notes)

@@ -187,21 +187,31 @@ def _unaligned_top(inp: LogInputs, plan: PlanInputs, high: int, notes: list[str]
 
 
 def _geometry_warning(inp: LogInputs, ledger: Ledger) -> tuple[str, ...]:
-    """The model's KV bytes per token outside what the log's budget and count allow. Not for a
-    model whose other layers keep state (hybrid linear attention, Mamba2, short conv): state
-    pages share the budget, so the count is no budget / bytes per token (the predicted count
-    is checked against it instead); nor for Gemma 4, whose two pools or page sizes price a
-    token differently per layer type."""
+    """The budget bytes a logged token stands for under the model (`Ledger.count_cell`: its KV
+    bytes per token, or what the engine's grouped count makes of them) outside what the log's
+    budget and count allow. Where the engine states no such figure, not for a model whose other
+    layers keep state (state pages share the budget) nor one of two KV shapes (two pools price
+    a token per layer type): the predicted count is checked against the log's instead."""
     geometry, kv = inp.geometry, inp.model.kv
-    if not inp.model_known or geometry is None or kv.linear is not None or not kv.is_uniform:
+    if not inp.model_known or geometry is None:
         return ()
-    if geometry.fits(ledger.kv_bytes_per_token):
+    if ledger.logged_token_bytes is None and (kv.linear is not None or not kv.is_uniform):
+        return ()
+    if geometry.fits(ledger.count_cell):
         return ()
     return (
-        f"{inp.model.model_id} takes {ledger.kv_bytes_per_token:,} B of KV per token per GPU, "
-        f"but the log's figures allow {geometry.low:,}-{geometry.high:,} ({geometry.how}, "
-        f"{geometry.line.where}): check --model, --tp and --kv-cache-dtype",
+        f"{inp.model.model_id} {cell_words(ledger)}, but the log's figures allow "
+        f"{geometry.low:,}-{geometry.high:,} ({geometry.how}, {geometry.line.where}): check "
+        "--model, --tp and --kv-cache-dtype",
     )
+
+
+def cell_words(ledger: Ledger) -> str:
+    """What one logged token takes under `ledger`, for a check against the log's geometry."""
+    words = f"takes {ledger.kv_bytes_per_token:,} B of KV per token per GPU"
+    if ledger.count_cell == ledger.kv_bytes_per_token:
+        return words
+    return f"{words} and {ledger.count_cell:,} B of the budget per logged token"
 
 
 def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:

@@ -249,13 +249,27 @@ class Pool:
         """Logged 'GPU KV cache size' (vllm.logged_tokens); V0 logs blocks x block size."""
         if self.era.worker is vllm.Worker.V0:
             return blocks * self.block
-        groups = 1 if self.layout is None else self.layout.full_groups + self.layout.local_groups
-        # v0.20 multiplies by the smallest group block: a MambaSpec's is max_model_len in mode
-        # none (MambaModelConfig: mamba_block_size), below an attention block grown past it
-        block = min(self.block, context) if self.linear_blocks == 1 else self.block
+        groups, block = self._count_terms(context)
         return vllm.logged_tokens(
             self.era, blocks, groups, block, self.blocks_per_request(context), context
         )
+
+    def logged_token_bytes(self, page: int, context: int) -> int:
+        """Budget bytes one logged token stands for (vllm.logged_token_bytes)."""
+        block_bytes = page * self.layers
+        if self.era.worker is vllm.Worker.V0:
+            return block_bytes // self.block
+        groups, block = self._count_terms(context)
+        return vllm.logged_token_bytes(
+            self.era, block_bytes, groups, block, self.blocks_per_request(context), context
+        )
+
+    def _count_terms(self, context: int) -> tuple[int, int]:
+        """The groups and block the v0.20 count multiplies by."""
+        groups = 1 if self.layout is None else self.layout.full_groups + self.layout.local_groups
+        # v0.20 multiplies by the smallest group block: a MambaSpec's is max_model_len in mode
+        # none (MambaModelConfig: mamba_block_size), below an attention block grown past it
+        return groups, min(self.block, context) if self.linear_blocks == 1 else self.block
 
 
 def _total_known(p: PlanInputs) -> bool:
@@ -588,6 +602,7 @@ def build(p: PlanInputs) -> Ledger:
         inputs=text.inputs,
         notes=(*text.notes, *stage_note, *estimate.widest(budget.available)),
         range_why="".join(stage_note),
+        logged_token_bytes=split.pool.logged_token_bytes(setup.page, p.context_length),
         host_pool=ledger_items.host_pool(p, setup, split.pool.layers),
         pool_formula=text.pool_formula,
         figures=VllmFigures(

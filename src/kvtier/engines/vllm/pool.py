@@ -290,6 +290,19 @@ def logged_tokens(
     return blocks // groups * block_size
 
 
+def logged_token_bytes(
+    era: Era, block_bytes: int, groups: int, block_size: int, per_request: int, max_model_len: int
+) -> int:
+    """Budget bytes one logged token stands for, the inverse of `logged_tokens`: a block's bytes
+    over the pool's layers (num_blocks = available // that) x the blocks a logged token takes,
+    per_request / max_model_len from v0.21 and groups / block_size before. For a grouped
+    (hybrid) pool from v0.21 this is not the model's bytes per token: a sliding group's request
+    holds a window's blocks, not max_model_len's."""
+    if era.logs_concurrency_tokens:
+        return round(block_bytes * per_request / max_model_len)
+    return round(block_bytes * groups / block_size)
+
+
 # vllm/config/model.py (v0.20.0, v0.21.0): the --dtype strings (_STR_DTYPE_TO_TORCH_DTYPE) and
 # the model types refused in float16 (_FLOAT16_NOT_SUPPORTED_MODELS).
 DTYPE_NAMES = {
