@@ -122,9 +122,7 @@ SILENT: dict[tuple[str, str], str] = {
     **{(SIMULATE, name): _OUTSIDE for name in ("--cuda-graph-gib", "--free-end-gib")},
 }
 # Refused in one line that names the deployment, not the flag:
-UNNAMED: dict[tuple[str, str], str] = {
-    (SIMULATE, "--dp"): "DP attention are not modelled",
-}
+UNNAMED: dict[tuple[str, str], str] = {}
 
 
 def _options(command: str) -> set[str]:

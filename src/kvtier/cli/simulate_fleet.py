@@ -175,8 +175,9 @@ def run(args: argparse.Namespace, trace: Any, deployment: Any, flags: Any, progr
     from kvtier.cli import simulate_hicache
     from kvtier.sim.fleet.policy import parse_options
     from kvtier.sim.fleet.registry import lookup
-    from kvtier.sim.setup import build_config
+    from kvtier.sim.setup import build_config, refuse_dp_attention
 
+    refuse_dp_attention(deployment, "--replicas")
     if args.shared_store_gbps is not None:
         flags = dataclasses.replace(flags, store_gbps=args.shared_store_gbps)
     store = args.shared_store_tokens or args.store_tokens

@@ -25,11 +25,12 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
     from kvtier.sim.from_log import FIT_BLOCK_TOKENS, fitted_trace
     from kvtier.sim.payload import SimulatePayload
     from kvtier.sim.run import simulate
-    from kvtier.sim.setup import build_config
+    from kvtier.sim.setup import build_config, refuse_dp_attention
     from kvtier.sim.sweep import CHANGES_DEVICE_TOKENS, parse_sweep, run_sweep, sweep_result
 
     if args.trace or args.generate:
         raise KvtierError("--from-log fits its own trace: give no TRACE and no --generate")
+    refuse_dp_attention(deployment, "--from-log")
     if args.unbounded or args.lru_tokens is not None:
         raise KvtierError("--from-log runs the timed simulation: drop --unbounded / --lru-tokens")
     if args.output:

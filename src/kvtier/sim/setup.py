@@ -144,10 +144,9 @@ def build_config(
     HiCache write and prefetch policies are the deployment's (a launch command's or kvtier's
     flag), the threshold and timeouts `prefetch`'s."""
     d = deployment
-    if d.pp > 1 or d.enable_dp_attention:
-        raise KvtierError(
-            "simulate models one tensor-parallel group: --pp and DP attention are not modelled"
-        )
+    if d.pp > 1:
+        raise KvtierError("simulate models one tensor-parallel group: --pp is not modelled")
+    _check_dp_attention(d, store_tokens)
     if d.gpu is None:
         raise KvtierError("the timing model needs the GPU: pass --gpu (e.g. --gpu 'RTX PRO 6000')")
     from kvtier.model.gpu import resolve_gpu
@@ -182,6 +181,37 @@ def build_config(
         engine=d.engine,
         **part,
     )
+
+
+def refuse_dp_attention(deployment: Deployment, what: str) -> None:
+    """`what` (a fleet, a log's calibration) times one scheduler: DP attention is refused."""
+    if deployment.enable_dp_attention and deployment.dp > 1:
+        raise KvtierError(
+            f"{what} with --enable-dp-attention --dp {deployment.dp} is not modelled (simulate "
+            "runs DP attention as one server of its DP ranks)"
+        )
+
+
+def _check_dp_attention(d: Deployment, store_tokens: int) -> None:
+    """DP attention is simulated rank by rank (`kvtier.sim.servers.sglang_dp`) without host
+    tiers or a draft model, whose per-rank timing is not modelled: those are refused."""
+    if not (d.enable_dp_attention and d.dp > 1):
+        return
+    refused = [
+        name
+        for name, used in (
+            ("the hierarchical cache", d.enable_hierarchical_cache or d.hicache_ratio is not None
+             or bool(d.hicache_size_gb)),
+            ("an L3 store", bool(store_tokens)),
+            ("speculative decoding", d.speculative_algorithm is not None),
+        )
+        if used
+    ]  # fmt: skip
+    if refused:
+        raise KvtierError(
+            f"simulate with --enable-dp-attention --dp {d.dp}: {' and '.join(refused)} under DP "
+            "attention is not modelled"
+        )
 
 
 def _sglang_part(inputs: PartInputs) -> dict[str, Any]:
@@ -232,6 +262,11 @@ def _sglang_part(inputs: PartInputs) -> dict[str, Any]:
     sources.append(("max running requests", text))
     chunk = _sglang_figures(ledger).chunked_prefill_size
     how = "--chunked-prefill-size" if d.chunked_prefill_size is not None else "the GPU's default"
+    if d.enable_dp_attention and d.dp > 1:
+        # server_args under DP attention: chunked_prefill_size // dp_size, each rank's
+        # (v0.5.3 line 957, v0.5.9 line 2117, v0.5.23 arg_groups/parallel_hook.py line 331)
+        how += f", // --dp {d.dp} a DP rank"
+        chunk //= d.dp
     sources.append(("chunked prefill size", f"{chunk:,} from the ledger ({how}, server_args)"))
     return {
         "host_tokens": host,

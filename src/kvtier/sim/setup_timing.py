@@ -7,11 +7,13 @@ from kvtier.engines.deployment import Deployment
 from kvtier.engines.figures import SGLangFigures
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
+from kvtier.engines.sglang import versions as sglang_versions
 from kvtier.errors import KvtierError, UnsupportedModel
 from kvtier.model.description import AttentionKind, ModelSpec
 from kvtier.model.gpu import GpuSpec
 from kvtier.model.weights import weight_bytes
 from kvtier.sim import speculative
+from kvtier.sim.dp_attention import DPAttention, dp_attention
 from kvtier.sim.speculative import SpecDecode
 from kvtier.sim.timing import (
     COMPUTE_EFFICIENCY,
@@ -200,10 +202,13 @@ def attention_dim(model: ModelSpec) -> int:
     return heads * (kv.head_dim + kv.v_head_dim)
 
 
-def model_cost(model: ModelSpec, d: Deployment, kv_bytes_per_token: int) -> ModelCost:
-    """Per-rank costs of `model` at the deployment's TP; routed experts kept apart (their
-    `active` count is below their `count`) so decode reads only the experts a batch touches."""
-    weights = weight_bytes(model, d.tp, None if d.dtype == "auto" else d.dtype)
+def model_cost(
+    model: ModelSpec, d: Deployment, kv_bytes_per_token: int, attn_tp: int | None = None
+) -> ModelCost:
+    """Per-rank costs of `model` at the deployment's TP (its attention at `attn_tp` under DP
+    attention); routed experts kept apart (their `active` count is below their `count`) so
+    decode reads only the experts a batch touches."""
+    weights = weight_bytes(model, d.tp, _dtype(d), attn_tp=attn_tp)
     routed = {g.name for g in model.params if g.active < g.count}
     experts = sum(g.bytes_per_rank for g in weights.groups if g.name in routed)
     return ModelCost(
@@ -219,6 +224,38 @@ def model_cost(model: ModelSpec, d: Deployment, kv_bytes_per_token: int) -> Mode
     )
 
 
+def _dtype(d: Deployment) -> str | None:
+    return None if d.dtype == "auto" else d.dtype
+
+
+def _dp_attention(
+    d: Deployment, model: ModelSpec, sources: Sources
+) -> tuple[int | None, DPAttention | None]:
+    """Under --enable-dp-attention --dp D > 1: the attention TP and the step's split."""
+    if not (d.enable_dp_attention and d.dp > 1):
+        return None, None
+    version = sglang_versions.resolve(d.engine_version)
+    if version < sglang_versions.V0_5_3:
+        raise KvtierError(
+            f"simulate with DP attention follows SGLang v0.5.3 - v0.5.23, not {version}"
+        )
+    attn_tp = d.tp // d.dp
+    weights = weight_bytes(model, d.tp, _dtype(d), attn_tp=attn_tp)
+    split = dp_attention(model, d.tp, d.dp, weights, version >= sglang_versions.V0_5_10)
+    sources.append(
+        (
+            "DP attention",
+            f"{d.dp} DP ranks of attention TP{attn_tp}, each its own scheduler and pool, "
+            f"requests in turn (round_robin); attention per rank over its own tokens, the "
+            f"MLP / MoE at TP{d.tp} over every rank's tokens gathered (SUM_LEN with a prefill "
+            "in the step, else MAX_LEN: the largest rank's tokens x DP when no smaller), three "
+            f"collectives a layer; steps of all ranks together (SGLang {version} rules: "
+            "dp_attention.py get_dp_padding_mode, prepare_mlp_sync_batch)",
+        )
+    )
+    return attn_tp, split
+
+
 def timing_model(
     d: Deployment,
     inputs: PlanInputs,
@@ -228,7 +265,8 @@ def timing_model(
     sources: Sources,
 ) -> TimingModel:
     hw = hardware(gpu, d, flags, sources)
-    cost: ModelCost = model_cost(inputs.model, d, ledger.kv_bytes_per_token)
+    attn_tp, split = _dp_attention(d, inputs.model, sources)
+    cost: ModelCost = model_cost(inputs.model, d, ledger.kv_bytes_per_token, attn_tp)
     sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
     efficiency, efficiency_how = prefill_efficiency(gpu, flags)
     tm = TimingModel(
@@ -238,6 +276,7 @@ def timing_model(
         efficiency,
         flags.hbm_efficiency,
         spec_decode(d, ledger, cost, flags, sources),
+        split,
     )
     _check_finite(tm, flags)
     overhead = f"; {_overhead_words(gpu, flags)}"

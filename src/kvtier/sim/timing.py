@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
+    from kvtier.sim.dp_attention import DPAttention
     from kvtier.sim.speculative import SpecDecode
 
 # Fraction of dense bf16 peak a prefill reaches on an H100 (and every GPU whose catalog entry sets
@@ -171,6 +172,7 @@ class TimingModel:
     compute_efficiency: float = COMPUTE_EFFICIENCY
     hbm_efficiency: float = HBM_EFFICIENCY
     spec: SpecDecode | None = None
+    dp_attention: DPAttention | None = None  # SGLang's DP attention: a step of every DP rank
 
     @property
     def tokens_per_step(self) -> float:

@@ -6,14 +6,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kvtier.engines.deployment import Engine
-from kvtier.sim.servers import sglang, vllm
+from kvtier.sim.servers import sglang_dp, vllm
 from kvtier.sim.servers.base import ServerModel
 
 if TYPE_CHECKING:
     from kvtier.sim.setup import SimConfig
 
 BUILDERS: dict[Engine, Callable[[SimConfig], ServerModel]] = {
-    Engine.SGLANG: sglang.build,
+    Engine.SGLANG: sglang_dp.build_dp,
     Engine.VLLM: vllm.build,
 }
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from kvtier.cache.storage import Tier
 from kvtier.engines.sglang.prefetch import ERA_0_5_3
 from kvtier.sim.decode_log import DecodeLog
+from kvtier.sim.dp_attention import RankWork
 from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.servers.base import ServerCounters
 from kvtier.sim.servers.cache_port import CachePort
@@ -100,6 +101,7 @@ class SGLangServer:
         self._steps = 0  # decode steps so far
         self.decode_log = DecodeLog()
         self._pending: list[Live] = []  # what the step in flight prefills (chunked batch)
+        self._chunks: list[tuple[int, int]] = []  # its (new tokens, prefix tokens) a chunk
         self._pending_decode = 0  # decode steps the step in flight covers
         self._run_yields = False  # the decode run in flight stops for an arrival (nothing waited)
         self._budget = 0  # prefill tokens left in the batch being formed
@@ -197,6 +199,20 @@ class SGLangServer:
         self.busy = duration is not None
         return duration
 
+    def start_lockstep(self, now: float) -> RankWork | None:
+        """Begin a step as one DP-attention rank (`kvtier.sim.dp_attention`): its prefill
+        batch, else one decode iteration; None when it has nothing to run. The step's time is
+        every rank's together, so a decode run is not advanced past one iteration."""
+        if self._start_prefill(now) is not None:
+            self.busy = True
+            return RankWork(tuple(self._chunks))
+        self.busy = bool(self.decoding)
+        if not self.busy:
+            return None
+        self._pending_decode = 1
+        self._run_yields = False
+        return RankWork(batch=len(self.decoding), kv_tokens=self._decode_kv)
+
     def _next_ready(self, now: float, start: int) -> int | None:
         """Index of the first waiting request from `start` on that may be scheduled now: one
         without a prefetch in flight, or whose prefetch the policy lets stop (it stops here)."""
@@ -262,6 +278,7 @@ class SGLangServer:
         budget last; the batch's prompt pages are allocated once it is formed."""
         cfg = self.config
         self._pending = []
+        self._chunks = []
         self._budget = cfg.chunked_prefill_size
         self._compute_s = self._load_s = 0.0
         if not self.running:
@@ -331,6 +348,7 @@ class SGLangServer:
         budget.reserve(chunk, live.req.output_len if chunk == left else 0)
         self._budget -= chunk
         self._compute_s += self.timing.prefill_s(chunk, prefix)
+        self._chunks.append((chunk, prefix))
         self._load_s += self.timing.load_s(live.load_tokens)
         live.load_tokens = 0
         live.prefilled = prefix + chunk
