@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from kvtier.sim.decode_log import DecodeLog
@@ -42,11 +43,13 @@ class DPAttentionServer:
 
     @property
     def running(self) -> int:
-        return sum(rank.running for rank in self.ranks)
+        """Requests admitted and not finished, on every rank."""
+        return sum(map(attrgetter("running"), self.ranks))
 
     @property
     def queued(self) -> int:
-        return sum(rank.queued for rank in self.ranks)
+        """Requests waiting on every rank."""
+        return sum(map(attrgetter("queued"), self.ranks))
 
     def never_fits(self, req: TraceRequest) -> str:
         return self.ranks[0].never_fits(req)
