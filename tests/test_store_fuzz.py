@@ -671,7 +671,7 @@ def _bad_urls(rng: random.Random, tmp: Path) -> Iterator[tuple[str, object, dict
     """(what to find in the message, url, options) of calls `open_store` must refuse."""
     word = f"w{rng.randrange(1 << 30):x}"
     host = rng.choice(["127.0.0.1", "localhost", "redis.internal", "[::1]"])
-    kind = rng.randrange(18)
+    kind = rng.randrange(20)
     if kind == 0:
         url = f"file://{word}/x{word}"  # a host read where a directory was meant
         yield word, url, {}
@@ -739,6 +739,11 @@ def _bad_urls(rng: random.Random, tmp: Path) -> Iterator[tuple[str, object, dict
             ]
         )
         yield option, f"redis://{host}:6379/0?{option}={value}", {}
+    elif kind == 17:  # a home of no user: pathlib raised RuntimeError
+        yield f"no user 'nouser{word}'", f"~nouser{word}/kv", {}
+    elif kind == 18:  # a database no server has
+        db = rng.choice([2**31 - 1, 2**64, 10**20])
+        yield str(db)[:20], f"redis://{host}:6379/{db}", {}
     else:
         yield "string", rng.choice([None, 42, b"redis://h/0", ["/tmp/x"]]), {}
 

@@ -96,13 +96,22 @@ def _scheme(url: str) -> str:
         raise KvtierError(f"cannot parse store URL {redact(url)!r}") from None
 
 
+def _home(url: str, path: str) -> str:
+    """`path` once `~` or `~user` was expanded; a `~user` of no known user is refused (the disk
+    store's pathlib would raise RuntimeError)."""
+    if path.startswith("~"):
+        user = path[1:].partition(os.sep)[0]
+        raise KvtierError(f"store URL {url!r:.80}: no user {user!r:.40} whose home ~ names")
+    return path
+
+
 def _disk_path(url: str, scheme: str) -> str:
     """The directory a disk store URL names, `~` expanded; `file://` URLs must be absolute and
     name no host but localhost."""
     if not scheme:
         if not url.strip():
             raise KvtierError(f"store URL {url!r} names no directory")
-        return os.path.expanduser(url)
+        return _home(url, os.path.expanduser(url))
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         raise KvtierError(
@@ -111,7 +120,7 @@ def _disk_path(url: str, scheme: str) -> str:
         )
     if parts.query or parts.fragment:
         raise KvtierError(f"store URL {url!r}: a file URL takes no ?query or #fragment")
-    path = os.path.expanduser(unquote(parts.path))
+    path = _home(url, os.path.expanduser(unquote(parts.path)))
     if not path:
         raise KvtierError(f"store URL {url!r} names no directory")
     if not os.path.isabs(path):

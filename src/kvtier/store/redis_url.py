@@ -17,6 +17,7 @@ from kvtier.store.options import check_timeout
 
 CLUSTER_SCHEME_PREFIX = "cluster+"
 MAX_CONNECTIONS = 65536  # a connection pool larger than this is a typo
+MAX_DATABASES = (1 << 31) - 1  # redis.conf `databases` is at most INT_MAX (config.c)
 SCHEMES = ("redis", "rediss", "unix")
 # query options a URL may carry (redis-py's own parsers check their values); retries stay off
 QUERY_OPTIONS = frozenset(
@@ -104,6 +105,8 @@ def check_url(url: str) -> None:
             raise bad(f"path {parts.path!r} is not a database number")
     if db_text is not None and not (db_text.isascii() and db_text.isdigit()):
         raise bad(f"database {db_text!r} is not a number")
+    if db_text is not None and int(db_text) >= MAX_DATABASES:
+        raise bad(f"database {db_text:.40} is beyond any server's (at most 2^31 - 1 databases)")
     if cluster and db_text is not None and int(db_text) != 0:
         raise bad("a Redis Cluster has only database 0")
     if importlib.util.find_spec("redis") is not None:
