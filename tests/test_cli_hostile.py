@@ -186,3 +186,10 @@ def test_a_count_too_long_to_be_real_is_not_cut_to_its_first_digits(
     out = capsys.readouterr().out
     assert "159277000000000" not in out
     assert "observed_kv_tokens 159277\n" not in out
+
+
+def test_a_bad_launch_value_is_named_not_echoed_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 100,000-character --kv-transfer-config was printed whole in its one line."""
+    nested = "[" * 50_000 + "]" * 50_000
+    err = error_line(capsys, [*VLLM, "--kv-transfer-config", nested])
+    assert "--kv-transfer-config: bad value '[[[" in err and len(err) < 300

@@ -254,7 +254,7 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
                 except ValueError as exc:
                     hint = f" (takes {exc})" if isinstance(exc, BadChoice) else ""
                     raise KvtierError(
-                        f"launch command flag --{spelling}: bad value {raw!r}{hint}"
+                        f"launch command flag --{spelling}: bad value {raw!r:.60}{hint}"
                     ) from None
         elif spelling not in _NO_MEMORY_EFFECT:
             ignored.append(name)
