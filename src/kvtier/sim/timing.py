@@ -147,6 +147,37 @@ class StepLines(NamedTuple):
         return np.cumsum(per)
 
 
+class DecodeBatch(NamedTuple):
+    """The terms of a decode iteration's time that the batch's KV tokens do not change
+    (`TimingModel.decode_batch`): a server that times one batch size at many KV sizes keeps
+    them. The target's lines (`StepLines`) at kv0 KV tokens:
+    memory (weights + kv0 x KV bytes) / rate, growing grow x KV bytes / rate an iteration;
+    compute (flops + attn x kv0) / peak, growing attn x grow / peak."""
+
+    const: float  # the forward pass's fixed cost and all-reduces, seconds
+    weights: float  # weight bytes one iteration reads on a rank
+    kv_bytes: int  # KV bytes per token on a rank
+    rate: float  # HBM bytes/s reached
+    grow: float  # KV tokens the batch adds an iteration
+    attn: float  # attention FLOPs per KV token
+    flops: float  # FLOPs of the weights over the batch's tokens
+    peak: float  # FLOP/s reached
+
+    def mem(self, kv0: float) -> Line:
+        return (
+            self.weights + kv0 * self.kv_bytes
+        ) / self.rate, self.grow * self.kv_bytes / self.rate
+
+    def comp(self, kv0: float) -> Line:
+        return (self.flops + self.attn * kv0) / self.peak, self.attn * self.grow / self.peak
+
+    def first_s(self, kv0: float) -> float:
+        """The first iteration at kv0 KV tokens without a draft (`StepLines.total(1)`)."""
+        mem = (self.weights + kv0 * self.kv_bytes) / self.rate
+        comp = (self.flops + self.attn * kv0) / self.peak
+        return self.const + (mem if mem >= comp else comp)
+
+
 @dataclass(frozen=True, slots=True)
 class Hardware:
     """One GPU and the node around it; bandwidths in decimal GB/s, compute in TFLOP/s."""
@@ -192,26 +223,30 @@ class TimingModel:
         nbytes = tokens * self.model.hidden_size * 2 * 2 * (n - 1) / n
         return 2 * layers * (self.hw.allreduce_latency_s + nbytes / (self.hw.allreduce_gbps * 1e9))
 
+    def decode_batch(self, batch: int) -> DecodeBatch:
+        """The terms of a decode iteration of `batch` requests that its KV does not change."""
+        m = self.model
+        verify = self.spec.draft_tokens if self.spec else 1
+        tokens = batch * verify
+        return DecodeBatch(
+            const=self.hw.step_overhead_s + self.allreduce_s(tokens),
+            weights=m.weight_bytes_read(tokens),
+            kv_bytes=m.kv_bytes_per_token,
+            rate=self.hw.hbm_gbps * 1e9 * self.hbm_efficiency,
+            grow=batch * self.tokens_per_step,
+            attn=2.0 * m.num_layers * m.attention_dim * verify,
+            flops=2.0 * m.active_params * tokens,
+            peak=self.tp * self.hw.bf16_dense_tflops * 1e12 * self.compute_efficiency,
+        )
+
     def decode_lines(self, batch_kv_tokens: float, batch: int) -> StepLines:
         """One decode iteration's time as lines in the iteration index i (the KV grows by
         batch x accept length a step): constant + max(memory line, compute line) of the target,
         plus the draft's."""
-        m = self.model
-        rate = self.hw.hbm_gbps * 1e9 * self.hbm_efficiency
-        peak = self.tp * self.hw.bf16_dense_tflops * 1e12 * self.compute_efficiency
-        verify = self.spec.draft_tokens if self.spec else 1
-        tokens = batch * verify
-        grow = batch * self.tokens_per_step
+        terms = self.decode_batch(batch)
         kv0 = batch_kv_tokens
-        mem = (
-            (m.weight_bytes_read(tokens) + kv0 * m.kv_bytes_per_token) / rate,
-            grow * m.kv_bytes_per_token / rate,
-        )
-        attn = 2.0 * m.num_layers * m.attention_dim * verify
-        comp = ((2.0 * m.active_params * tokens + attn * kv0) / peak, attn * grow / peak)
-        const = self.hw.step_overhead_s + self.allreduce_s(tokens)
-        draft = self.spec.draft_lines(self, kv0, grow, batch) if self.spec else None
-        return StepLines(const, mem, comp, draft)
+        draft = self.spec.draft_lines(self, kv0, terms.grow, batch) if self.spec else None
+        return StepLines(terms.const, terms.mem(kv0), terms.comp(kv0), draft)
 
     def decode_steps_s(self, steps: int, batch_kv_tokens: float, batch: int) -> float:
         """`steps` consecutive decode iterations of a fixed batch."""

@@ -38,7 +38,7 @@ from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.servers.base import ServerCounters
 from kvtier.sim.servers.vllm_blocks import BlockPool, Chain, HostLRU, Key, own_key, prompt_chain
 from kvtier.sim.servers.vllm_queue import FcfsQueue, PriorityQueue
-from kvtier.sim.timing import TimingModel
+from kvtier.sim.timing import DecodeBatch, TimingModel
 from kvtier.sim.trace import TraceRequest
 
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ class VllmServer:
         self.host = host
         self.store = store  # LMCache's disk or remote, behind the host tier
         self.chunk = chunk  # a connector's hit ends on a multiple of this many tokens (0: any)
+        self._tiers = [tier for tier in (host, store) if tier is not None]
+        self._batches: dict[int, DecodeBatch] = {}  # the decode terms of each batch size
         self._store_load = 0  # store tokens the step in flight reads
         self.waiting: FcfsQueue[VReq] | PriorityQueue[VReq] = (
             PriorityQueue(_arrival) if limits.policy == PRIORITY else FcfsQueue()
@@ -212,7 +214,12 @@ class VllmServer:
     def _duration(self, steps: int) -> float:
         compute, kv, decode, load_s, read_s = self._cost
         if decode:  # the step's prefill chunks ride in the decode iterations' forward pass
-            compute += self.timing.decode_tokens_s(steps, kv, decode)
+            if steps == 1 and self.timing.spec is None:  # decode_tokens_s(1, ...), terms kept
+                if (terms := self._batches.get(decode)) is None:
+                    terms = self._batches[decode] = self.timing.decode_batch(decode)
+                compute += terms.first_s(kv)
+            else:
+                compute += self.timing.decode_tokens_s(steps, kv, decode)
         else:
             compute = self.timing.prefill_batch_s(compute)
         return compute + load_s + read_s
@@ -349,10 +356,9 @@ class VllmServer:
             if pool.caching:
                 pool.cache_run(chain, start, end, r.held)
             pool.version += 1
-            for tier in (self.host, self.store):
-                if tier is not None:
-                    for key, n in chain.pairs(start, end):
-                        tier.store(key, n)
+            for tier in self._tiers:
+                for key, n in chain.pairs(start, end):
+                    tier.store(key, n)
         r.next_unit, r.unit_blocks = end, chain.blocks(end)
 
     def _lookup(self, r: VReq) -> tuple[list[Key], int, int, int, int]:

@@ -152,13 +152,15 @@ class BlockPool:
     def touch(self, keys: Sequence[Key]) -> None:
         self.version += 1
         refs, queue = self.refs, self.queue
+        taken = 0
         for key in keys:
             held = refs.get(key)
             if held is None:
-                self.queued_blocks -= queue.pop(key)
+                taken += queue.pop(key)
                 refs[key] = 1
             else:
                 refs[key] = held + 1
+        self.queued_blocks -= taken
 
     def take(self, n: int) -> None:
         """get_new_blocks(n): the queue's front first, evicting cached units as it goes."""
