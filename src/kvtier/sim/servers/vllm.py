@@ -131,9 +131,9 @@ class VllmServer:
         # the last step's end, for make_stats: when, waiting, free blocks, the step's start,
         # its decode steps and the arrivals during it (`_published` counts them when read)
         self._ended: tuple[float, int, int, float, int, list[float]] | None = None
-        # the head's last failed lookup without tiers: its hit, the blocks of each of its
-        # units and in all, the unit that would extend it, the pool's count of lost units then
-        self._failed_hit: tuple[VReq, list[Key], list[int], int, Key | None, int] | None = None
+        # the head's last failed lookup without tiers: its hit, the hit's blocks and those of
+        # them idle, the unit that would extend it, the pool's lost units and holds then
+        self._failed_hit: tuple[VReq, list[Key], int, int, Key | None, int, int] | None = None
 
     @property
     def running(self) -> int:
@@ -245,7 +245,8 @@ class VllmServer:
         preempted = False
         run, plan, prefills, cap = self.run, self._plan, self._prefills, self._cap
         decode = kv = i = 0
-        while i < len(run) and budget > 0:
+        count = len(run)  # less one at each preemption
+        while i < count and budget > 0:
             r = run[i]
             computed = r.computed
             left = r.num_tokens - computed
@@ -264,6 +265,7 @@ class VllmServer:
                         if victim.num_tokens - victim.computed == 1:
                             decode, kv = decode - 1, kv - victim.num_tokens
                     self._preempt(victim)
+                    count -= 1
                     preempted = True
                     if victim is r:
                         self._decode, self._kv = decode, kv
@@ -400,7 +402,7 @@ class VllmServer:
             need = -(-(cached + n) // size) - local + idle
             if need > self.pool.free:
                 self._failed = (r, self.pool.version, budget)
-                self._watch(r, hit, local)
+                self._watch(r, hit, local, idle)
                 break
             if self._failed_hit is not None:
                 self._failed_hit, self.pool.watched = None, set()
@@ -437,7 +439,7 @@ class VllmServer:
             budget -= n
         return load
 
-    def _watch(self, r: VReq, hit: list[Key], local: int) -> None:
+    def _watch(self, r: VReq, hit: list[Key], local: int, idle: int) -> None:
         """Keep `r`'s failed device hit for `_last_hit` (without connector tiers)."""
         last = self._failed_hit
         if self.host is not None or self.store is not None or (last and last[1] is hit):
@@ -447,27 +449,23 @@ class VllmServer:
         after = r.chain.keys[h] if h < r.units else own[0] if own and h == r.units else None
         pool = self.pool
         pool.watched = set(hit)
-        self._failed_hit = (
-            r,
-            hit,
-            list(map(pool.cached.__getitem__, hit)),
-            local,
-            after,
-            pool.lost,
-        )
+        self._failed_hit = (r, hit, local, idle, after, pool.lost, pool.holds)
 
     def _last_hit(self, r: VReq) -> tuple[list[Key], int, int, int, int] | None:
         """`r`'s device hit without walking its chain, when it is the head whose lookup failed
         last and no unit of that hit was evicted since, nor the unit after it cached: the walk
-        (`BlockPool.match`) would find the same units. Only who holds them can have changed,
-        so the blocks of them idle are counted again."""
+        (`BlockPool.match`) would find the same units. Only who holds them can have changed
+        (by a touch or a release), so the blocks of them idle are counted again then."""
         failed = self._failed_hit
         assert failed is not None
-        who, hit, blocks, local, after, lost = failed
+        who, hit, local, idle, after, lost, holds = failed
         pool = self.pool
         if who is not r or pool.lost != lost or (after is not None and after in pool.cached):
             return None
-        return hit, local, local - pool.held_blocks(hit, blocks), 0, 0
+        if pool.holds != holds:
+            idle = local - pool.held_blocks(hit)
+            self._failed_hit = (r, hit, local, idle, after, lost, pool.holds)
+        return hit, local, idle, 0, 0
 
     @staticmethod
     def _host_units(units: list[tuple[Key, int]], start: int, blocks: int) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress
 
 Key = int  # a trace block id (>= 0), or a request's own block (< 0, `own_key`)
 OWN_SHIFT = 32  # own blocks of request r at position k: -1 - (r << OWN_SHIFT) - k
@@ -113,6 +112,7 @@ class BlockPool:
         self.version = 0  # counts the changes that can make a failed admission fit
         self.watched: set[Key] = set()  # a failed admission's hit
         self.lost = 0  # evictions of watched units
+        self.holds = 0  # touches and releases: the changes to who holds cached units
 
     @property
     def free(self) -> int:
@@ -151,6 +151,7 @@ class BlockPool:
 
     def touch(self, keys: Sequence[Key]) -> None:
         self.version += 1
+        self.holds += 1
         refs, queue = self.refs, self.queue
         taken = 0
         for key in keys:
@@ -208,14 +209,15 @@ class BlockPool:
                 refs[key] = 1
                 held.append(key)
 
-    def held_blocks(self, keys: Sequence[Key], blocks: Sequence[int]) -> int:
-        """Blocks of `keys` (of `blocks` blocks each) that running requests hold."""
-        return sum(compress(blocks, map(self.refs.__contains__, keys)))
+    def held_blocks(self, keys: Sequence[Key]) -> int:
+        """Blocks of the cached units `keys` that running requests hold."""
+        return sum(map(self.cached.__getitem__, filter(self.refs.__contains__, keys)))
 
     def release(self, held: Sequence[Key], blocks: int) -> None:
         """free(): a request's `blocks` engine blocks; its cached units `held`, tail first, to
         the queue's end, the rest (unhashed) to the front."""
         self.version += 1
+        self.holds += 1
         cached, refs, queue = self.cached, self.refs, self.queue
         shared = queued = 0
         for key in reversed(held):
