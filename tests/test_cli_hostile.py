@@ -23,6 +23,7 @@ EAGLE3 = [*SGLANG, "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm", "
 LMCACHE = '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}'
 LMCACHE_SIM = ["simulate", "{trace}", "--gpu", "h100", "--", "vllm", "serve", "Qwen/Qwen3-8B"]
 LMCACHE_SIM += ["--kv-transfer-config", LMCACHE]
+SHARED = ["simulate", "--generate", "shared-prefix", "--groups"]
 FLEET = ["simulate", "{trace}", *KIMI, "--replicas", "2"]
 LINE = '{"timestamp": %s, "input_length": %s, "output_length": 1, "hash_ids": [1]}'
 
@@ -128,6 +129,22 @@ CASES = [
             *KIMI,
         ],
         "more than the 16,777,216 a generated trace holds",
+    ),
+    # 1,000 prompts of 2^27 tokens: MemoryError building their block ids
+    (
+        [
+            *SHARED,
+            "1",
+            "--prompts-per-group",
+            "1000",
+            "--system-tokens",
+            "1",
+            "--question-tokens",
+            str(1 << 27),
+            "-o",
+            "{dir}/sp.jsonl",
+        ],
+        "a generated trace holds at most 16,777,216",
     ),
     # ray.init retried an address nothing listens at for a minute or more
     ([*FLEET, "--sweep", "replicas=2,3", "--ray", "127.0.0.1:1"], "no Ray cluster there"),

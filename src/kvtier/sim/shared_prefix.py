@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvtier.errors import KvtierError
-from kvtier.sim.trace import Trace, TraceRequest
+from kvtier.sim.trace import MAX_HASH_IDS, Trace, TraceRequest
 
 MAX_PROMPTS = 1 << 22
 HEAD_START_S = 1.0  # run_stage: start_time = time.perf_counter() + 1
@@ -65,6 +65,14 @@ class SharedPrefixSpec:
             raise KvtierError(
                 f"--groups x --prompts-per-group must be at most {MAX_PROMPTS:,}, got "
                 f"{self.groups * self.prompts_per_group:,}"
+            )
+        prompts = self.groups * self.prompts_per_group
+        ids = prompts * -(-(self.system_tokens + self.question_tokens) // self.block_tokens)
+        if ids > MAX_HASH_IDS:
+            raise KvtierError(
+                f"{prompts:,} prompts of --system-tokens + --question-tokens = "
+                f"{self.system_tokens + self.question_tokens:,} hold {ids:,} block ids; a "
+                f"generated trace holds at most {MAX_HASH_IDS:,}"
             )
         sizes = [int(rate * seconds) for rate, seconds in self.stages]
         if any(n < 1 for n in sizes):
