@@ -15,8 +15,12 @@ is `process_batch_result_prefill` / `_decode`'s (`checkpoint_kv_cache` after a p
 not finish the request, `release_kv_cache(checkpoint=True)` when it finishes).
 
 The case: {"page_size", "pool_tokens", "max_running_requests", "chunked_prefill_size",
-"max_prefill_tokens", "ignore_eos", "requests": [{"rid", "tokens", "output_len"}]}, every request
-waiting at the start. The answer: one record per step, and per request its cached tokens.
+"max_prefill_tokens", "ignore_eos", "clip_max_new_tokens", "requests": [{"rid", "tokens",
+"output_len"}]}, every request waiting at the start; the clip is
+SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, which the caller sets in the environment. The answer:
+one record per step; per request its cached tokens at its first prefill; each retraction as
+(decode steps before it, rid); the new-token ratio `retract_decode` set at each retracting
+step; the prompt tokens evicted.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ stubs.STUBBED = tuple(
 stubs.install()
 
 import torch  # noqa: E402
+from sglang.srt.managers import schedule_policy  # noqa: E402
 from sglang.srt.managers.schedule_batch import Req, ScheduleBatch  # noqa: E402
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder  # noqa: E402
 from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import (  # noqa: E402
@@ -91,7 +96,8 @@ class Engine:
         self.running = ScheduleBatch(reqs=[], batch_is_full=False)
         self.last_batch: ScheduleBatch | None = None
         self.chunked: Req | None = None
-        self.retracted = 0
+        self.retracted: list[str] = []  # this decode step's retracted requests, in order
+        self.ratios: list[float] = []  # new_token_ratio after each retraction
         self.cached: dict[str, int] = {}
 
     def _watch_evictions(self) -> None:
@@ -205,11 +211,13 @@ class Engine:
         if batch.is_empty():
             return None
         initial = batch.batch_size()
+        self.retracted = []
         if not batch.check_decode_mem():
             retracted, ratio, aborted = batch.retract_decode()
             assert not aborted, "a request was aborted for memory"
             self.ratio.current = ratio
-            self.retracted += len(retracted)
+            self.ratios.append(ratio)
+            self.retracted = [r.rid for r in retracted]
             self.waiting.extend(retracted)  # back to the queue (_add_request_to_queue)
         else:
             self.ratio.decay_step()
@@ -254,6 +262,8 @@ class Engine:
 def run(case: dict[str, Any]) -> dict[str, Any]:
     engine = Engine(case)
     steps: list[dict[str, Any]] = []
+    retracted: list[tuple[int, str]] = []  # (decode steps before, rid)
+    decodes = 0
     finished = 0
     total = len(case["requests"])
     while finished < total:
@@ -266,19 +276,21 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
             steps.append({"kind": "prefill", "reqs": rids, "prompt_done": done})
             engine.last_batch = batch
             continue
-        retracted = engine.retracted
         batch = engine.decode()
         if batch is None:
             raise SystemExit(f"no step can run with {total - finished} requests left")
+        retracted += [(decodes, rid) for rid in engine.retracted]
+        decodes += 1
         done = engine.finish_decode(batch)
         finished += len(done)
         steps.append({"kind": "decode", "size": len(batch.reqs), "finished": done,
-                      "retracted": engine.retracted - retracted})  # fmt: skip
+                      "retracted": engine.retracted})  # fmt: skip
         engine.last_batch = batch
     return {
         "steps": steps,
         "cached_tokens": engine.cached,
-        "retracted": engine.retracted,
+        "retracted": retracted,
+        "new_token_ratios": engine.ratios,
         "evicted_prompt_tokens": engine.evicted_prompt,
     }
 
@@ -286,6 +298,8 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     torch.set_num_threads(1)
     case = json.load(sys.stdin)
+    # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, read when schedule_policy is imported
+    assert case["clip_max_new_tokens"] == schedule_policy.CLIP_MAX_NEW_TOKENS
     reset_context()
     args = ServerArgs(
         model_path="dummy",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from kvtier.cache.storage import Tier
 from kvtier.engines.sglang.prefetch import ERA_0_5_3
 from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.run import simulate
+from kvtier.sim.servers import sglang, sglang_budget
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.prefetch import PrefetchPolicy, PrefetchQueue, PrefetchRules
 from kvtier.sim.servers.sglang import EngineConfig, SGLangServer
@@ -213,3 +216,36 @@ def test_a_prefetch_starts_only_behind_a_backed_up_device_prefix(
     e = Simulation(Trace(tuple(rows)), engine).run()[-1]
     assert e.hit_tokens == {Tier.DEVICE: 512, Tier.HOST: 0, Tier.STORE: store_hit}
     assert queue.issued == (1 if store_hit else 0)
+
+
+def test_a_full_pool_retracts_the_longer_prompt_then_the_later_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hand trace of `ScheduleBatch.retract_decode` (SGLang v0.5.23) with a clip of 8 tokens:
+    three requests of 100 output tokens, prompts of 32, 48 and 48 tokens, on 20 pages of 16.
+    Admission reserves 8 output tokens each; decode has 320 - 128 = 192 tokens for 3 a step, so
+    the 65th step does not fit. Of equal outputs the longer prompt goes first, and of the two
+    equal ones the later in the batch: request 2. Its 64 output tokens are freed and its prompt
+    stays in the tree unlocked (room 64 + 48 = 112 tokens); the other two decode their last 35
+    steps in it, and request 2 comes back with its prompt hit and 65 tokens to prefill again.
+    SGLang 0.5.23's own classes (tests/sglang_scheduler_worker.py) give the same trace."""
+    monkeypatch.setattr(sglang_budget, "CLIP_MAX_NEW_TOKENS", 8)
+    monkeypatch.setattr(sglang, "CLIP_MAX_NEW_TOKENS", 8)
+    server = SGLangServer(TieredCachePort(20), TM, EngineConfig(16, 32, 512))
+    records = []
+    for rid, blocks in enumerate(((1, 2), (3, 4, 5), (6, 7, 8))):
+        r = req(rid, 0.0, 16 * len(blocks), 100, blocks)
+        records.append(RequestRecord(rid, 0.0, r.input_len, r.output_len))
+        server.arrive(r, records[-1], 0.0)
+    now, prefills = 0.0, []
+    while (duration := server.start_step(now, math.inf)) is not None:
+        if not server._pending_decode:
+            prefills.append(([live.req.rid for live in server._pending], server._steps))
+        now += duration
+        server.finish_step(now)
+    assert server.retractions == [(64, 2)]
+    assert server.counters().preemptions == 1
+    # request 2 waits for a finish; its first admission's hit (none) stays on its record
+    assert prefills == [([0, 1, 2], 0), ([2], 99)]
+    assert all(rec.finished for rec in records)
+    assert records[2].hit_tokens[Tier.DEVICE] == 0

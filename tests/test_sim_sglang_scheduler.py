@@ -25,8 +25,10 @@ from typing import Any
 from conftest import missing
 from kvtier.cache.storage import Tier
 from kvtier.sim.metrics import RequestRecord
+from kvtier.sim.servers import sglang, sglang_budget
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.sglang import EngineConfig, SGLangServer
+from kvtier.sim.servers.sglang_budget import CLIP_MAX_NEW_TOKENS
 from kvtier.sim.timing import Hardware, ModelCost, TimingModel
 from kvtier.sim.trace import TraceRequest
 from sglang_venv_support import sglang_python
@@ -56,9 +58,28 @@ def _trace(seed: int = 1) -> list[TraceRequest]:
     return out
 
 
-def _case(trace: list[TraceRequest]) -> dict[str, Any]:
+def _long_trace(seed: int, requests: int) -> list[TraceRequest]:
+    """Prompts of 1-8 blocks of their own (nothing shared: see the retraction test); four
+    requests in five generate 300-899 tokens, past a clip of 256, the rest 8-199."""
+    rng = random.Random(seed)
+    next_id = 1 << 31
+    out = []
+    for rid in range(requests):
+        own = rng.randrange(1, 9)
+        blocks = tuple(range(next_id, next_id + own))
+        next_id += own
+        long = rng.random() < 0.8
+        output = rng.randrange(300, 900) if long else rng.randrange(8, 200)
+        out.append(TraceRequest(rid, 0.0, own * BLOCK, output, blocks))
+    return out
+
+
+def _case(
+    trace: list[TraceRequest], pool: int = POOL_TOKENS, clip: int = CLIP_MAX_NEW_TOKENS
+) -> dict[str, Any]:
     return {
-        "pool_tokens": POOL_TOKENS,
+        "pool_tokens": pool,
+        "clip_max_new_tokens": clip,
         "max_running_requests": 32,
         "chunked_prefill_size": 512,
         "max_prefill_tokens": 16384,
@@ -76,6 +97,7 @@ def _case(trace: list[TraceRequest]) -> dict[str, Any]:
 
 def _sglang(case: dict[str, Any]) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION"] = str(case["clip_max_new_tokens"])
     done = subprocess.run(
         [str(sglang_python()), str(WORKER)],
         input=json.dumps(case),
@@ -92,8 +114,8 @@ def _sglang(case: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _kvtier(trace: list[TraceRequest]) -> dict[str, Any]:
-    port = TieredCachePort(POOL_TOKENS // BLOCK)
+def _kvtier(trace: list[TraceRequest], pool: int = POOL_TOKENS) -> dict[str, Any]:
+    port = TieredCachePort(pool // BLOCK)
     server = SGLangServer(port, TM, EngineConfig(BLOCK, 32, 512))
     records = []
     for r in trace:
@@ -111,6 +133,8 @@ def _kvtier(trace: list[TraceRequest]) -> dict[str, Any]:
         "cached_tokens": {str(rec.rid): rec.hit_tokens[Tier.DEVICE] for rec in records},
         "prefill_batches": batches,
         "evicted_prompt_tokens": port.evictions()[Tier.DEVICE.value] * BLOCK,
+        "retracted": [[step, str(rid)] for step, rid in server.retractions],
+        "preemptions": server.counters().preemptions,
     }
 
 
@@ -126,16 +150,51 @@ def test_sglang_scheduler_model_against_sglang_classes() -> None:
         f"prefix-hit tokens: SGLang {hits_engine:,}, kvtier {hits_model:,} "
         f"({hits_model / hits_engine - 1:+.2%}); equal for {len(same)} of {REQUESTS} requests; "
         f"prefill batches: SGLang {len(batches)}, kvtier {len(model['prefill_batches'])}; "
-        f"retractions: SGLang {engine['retracted']}, kvtier 0; evicted prompt tokens: "
+        f"retractions: SGLang {len(engine['retracted'])}, kvtier {len(model['retracted'])}; "
+        "evicted prompt tokens: "
         f"SGLang {engine['evicted_prompt_tokens']:,}, kvtier {model['evicted_prompt_tokens']:,}"
     )
     assert len(engine["cached_tokens"]) == REQUESTS
     # every request hits the same prefix, in the same prefill batches
     assert model["cached_tokens"] == engine["cached_tokens"]
     assert model["prefill_batches"] == batches
-    # kvtier's model never retracts: SGLang must not either when outputs are fixed lengths
-    assert engine["retracted"] == 0
+    # fixed lengths under the clip are reserved whole: neither side retracts
+    assert engine["retracted"] == model["retracted"] == []
+    assert model["preemptions"] == 0
     # the pool evicts on both sides, by about as much: SGLang also caches the generated tokens,
     # a leaf below each finished prompt that goes first
     evicted = engine["evicted_prompt_tokens"]
     assert evicted > 0 and abs(model["evicted_prompt_tokens"] - evicted) <= 0.1 * evicted
+
+
+def test_sglang_retractions_against_sglang_classes(monkeypatch: Any) -> None:
+    """Decode runs out of KV: outputs past the clip at which admission stops reserving them
+    (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION 256 on both sides, so that the run takes seconds; the
+    rule is the same at the default 4,096), 60 requests on a 2,048-token pool. SGLang's
+    `retract_decode` and kvtier retract the same requests, in the same order, before the same
+    decode steps; the retracted requests come back through the queue, prefill their prompt and
+    output again, and every prefill batch matches.
+
+    The prompts share nothing: SGLang caches a finished request's output as a leaf below its
+    prompt, which kvtier frees (docs/simulate.md), so on a pool this small SGLang evicts shared
+    prefixes kvtier keeps, and the two then admit different requests."""
+    clip = 256
+    monkeypatch.setattr(sglang_budget, "CLIP_MAX_NEW_TOKENS", clip)
+    monkeypatch.setattr(sglang, "CLIP_MAX_NEW_TOKENS", clip)
+    trace = _long_trace(seed=7, requests=60)
+    engine = _sglang(_case(trace, 2048, clip))
+    model = _kvtier(trace, 2048)
+    batches = [s["reqs"] for s in engine["steps"] if s["kind"] == "prefill"]
+    print(
+        f"retractions (decode step, request): SGLang {engine['retracted']}, kvtier "
+        f"{model['retracted']}; new-token ratio after each: {engine['new_token_ratios']}; "
+        f"prefill batches: SGLang {len(batches)}, kvtier {len(model['prefill_batches'])}"
+    )
+    assert len(engine["retracted"]) >= 10
+    assert model["retracted"] == engine["retracted"]
+    assert model["preemptions"] == len(engine["retracted"])
+    assert model["prefill_batches"] == batches
+    assert model["cached_tokens"] == engine["cached_tokens"]
+    # retract_decode resets the ratio from the batch it keeps; fixed lengths never read it
+    # (ignore_eos counts a running request's remaining output whole), so kvtier keeps none
+    assert len(engine["new_token_ratios"]) == len({s for s, _ in engine["retracted"]})

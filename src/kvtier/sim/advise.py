@@ -34,7 +34,7 @@ class Outcome:
     ttft_p50_s: float | None
     ttft_p90_s: float | None
     throughput_tok_s: Amount
-    preemptions: int | None  # None: the server model never preempts (SGLang's)
+    preemptions: int | None  # vLLM's preemptions, SGLang's retractions; None: not counted
     rejected: Count
     pcie_busy_fraction: Share
     device_tokens: int | None

@@ -5,8 +5,8 @@ trace order), so hit rates, TTFT and throughput mean what they mean for one serv
 load is the requests routed to it; `imbalance` = max / mean of that over the replicas (1.0:
 even). Busy fraction: the time a replica spent in steps over the run's duration. Queue: the
 requests waiting on the replica, time-weighted mean and maximum. `preemptions` sums the
-replicas' (vLLM's model preempts by recompute); None for SGLang's model, which reserves each
-request's whole output at admission and never preempts.
+replicas' (vLLM's model preempts by recompute, SGLang's retracts a decoding request when an
+output past the clip it reserved runs the pool out).
 """
 
 from __future__ import annotations

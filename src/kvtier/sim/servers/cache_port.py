@@ -65,8 +65,13 @@ class CachePort(Protocol):
         prompt blocks enter the tree (still pinned)."""
         ...
 
-    def release(self, rid: int) -> None:
-        """The request finished: unpin its blocks (stamped as used) and free its own pages."""
+    def free_up(self, pages: int) -> None:
+        """Evict unpinned device pages until `pages` are free or nothing more is evictable."""
+        ...
+
+    def release(self, rid: int, used: bool = True) -> None:
+        """The request finished (or was retracted: `used` False): unpin its blocks (stamped as
+        used when `used`) and free its own pages."""
         ...
 
     def evictions(self) -> dict[str, int]:

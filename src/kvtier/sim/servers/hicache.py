@@ -119,6 +119,12 @@ class TieredCachePort:
         self.loose_pages = pages
         return True
 
+    def free_up(self, pages: int) -> None:
+        """Evict unpinned device pages until `pages` are free (or nothing is evictable)."""
+        short = pages - self.cache.device_pool.num_free
+        if short > 0:
+            self.cache.evict(Tier.DEVICE, short)
+
     def commit(self, rid: int, blocks: int | None = None) -> None:
         """Insert the prompt's first `blocks` pages (all: None) and move the lock onto them
         (SGLang's checkpoint after each prefill chunk, cache_unfinished_req after the last)."""
@@ -141,12 +147,14 @@ class TieredCachePort:
         # from here on only the pages past the n-th, adm.pages[n:], are the request's own
         adm.num_cached, adm.last_node = n, result.last_node
 
-    def release(self, rid: int) -> None:
-        """Unpin and free the request's own pages. Its prompt's path counts as used now:
-        SGLang's release_kv_cache inserts prompt and output, stamping the path."""
+    def release(self, rid: int, used: bool = True) -> None:
+        """Unpin and free the request's own pages. Its prompt's path counts as used now when
+        `used` (SGLang's release_kv_cache inserts prompt and output, stamping the path); a
+        retracted request's is not (release_kv_cache(checkpoint=False) only unlocks)."""
         adm = self._held.pop(rid)
         cache = self.cache
-        cache.tree.touch(adm.last_node)
+        if used:
+            cache.tree.touch(adm.last_node)
         if len(adm.pages) > adm.num_cached:
             request.abort(cache, adm)
         else:  # a committed prompt holds no page of its own

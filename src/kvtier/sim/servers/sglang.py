@@ -9,8 +9,10 @@ and a page against the free and evictable tokens less the running requests' rema
 the head of the queue blocks the rest, and after a refusal prefill waits for a request to finish
 (`batch_is_full`). The batch's prompt pages are allocated once it is formed (`alloc_for_extend`),
 the generated tokens' at each decode step (`alloc_for_decode`), in whole blocks for all running
-requests together. A trace's outputs are fixed lengths, which SGLang reserves whole, so nothing
-is retracted. A chunked prompt's finished chunks enter the tree at the end of each step
+requests together. A trace's outputs are fixed lengths, which SGLang reserves whole up to
+`CLIP_MAX_NEW_TOKENS`; when a longer one runs the pool out, a decode step retracts requests first
+(`ScheduleBatch.retract_decode`: `_retract`), which prefill prompt and output again. A chunked
+prompt's finished chunks enter the tree at the end of each step
 (`Scheduler.stash_chunked_request`), a match stops a token short of the prompt
 (`Req._compute_max_prefix_len`) and a finished request's path counts as used when it finishes
 (`release_kv_cache`).
@@ -44,7 +46,11 @@ from kvtier.sim.servers.base import ServerCounters
 from kvtier.sim.servers.cache_port import CachePort
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.prefetch import Prefetch, PrefetchQueue
-from kvtier.sim.servers.sglang_budget import CLIP_MAX_NEW_TOKENS, PrefillBudget
+from kvtier.sim.servers.sglang_budget import (
+    CLIP_MAX_NEW_TOKENS,
+    RETRACT_DECODE_STEPS,
+    PrefillBudget,
+)
 from kvtier.sim.timing import TimingModel
 from kvtier.sim.trace import TraceRequest
 
@@ -77,6 +83,19 @@ class Live:
     fetched: tuple[int, int] = (0, 0)  # (first block, blocks) its store prefetch brought in
     pages: int = 0  # device pages it holds, its cached prefix's included
     first_step: int = 0  # the decode iteration it joined the batch at
+    generated: int = 0  # output tokens made before its last retraction (prefilled again)
+    refilled: int = 0  # of those, tokens whose KV the prefill holds again so far
+
+    @property
+    def fill(self) -> int:
+        """Tokens its prefill computes: the prompt, then the output a retraction freed
+        (`Req.fill_ids`: origin_input_ids + output_ids)."""
+        return self.req.input_len + self.generated
+
+    def outputs(self, steps: int, per_step: float) -> float:
+        """`len(Req.output_ids)` at decode iteration `steps`: its earlier output, the token its
+        prefill made and one accept length an iteration since it joined the batch."""
+        return self.generated + 1 + (steps - self.first_step) * per_step
 
 
 class SGLangServer:
@@ -116,6 +135,8 @@ class SGLangServer:
         self._long = 0  # decoding requests with more than CLIP_MAX_NEW_TOKENS to generate
         # chunked prompts' blocks done and not yet in the tree: rid -> blocks
         self._unsaved: dict[int, int] = {}
+        self._refilled = 0  # retracted output tokens prefilled again by requests still prefilling
+        self.retractions: list[tuple[int, int]] = []  # (decode iteration, rid), in order
 
     @property
     def running(self) -> int:
@@ -136,7 +157,11 @@ class SGLangServer:
                 "stopped_early": q.partial,
             }
         return ServerCounters(
-            self.cache.evictions(), self.pcie_busy_s, None, prefetches, self.decode_log
+            self.cache.evictions(),
+            self.pcie_busy_s,
+            len(self.retractions),
+            prefetches,
+            self.decode_log,
         )
 
     def pages_for(self, req: TraceRequest) -> tuple[int, int]:
@@ -246,11 +271,12 @@ class SGLangServer:
         # Req._compute_max_prefix_len (v0.4-v0.5.23): a match stops a token short of the
         # prompt, whose last token is recomputed for the first output
         page = self.config.page_size
-        cap = (req.input_len - 1) // page * page
-        # the pool holds whole trace blocks: a partial one counts whole
+        cap = (live.fill - 1) // page * page
+        # the pool holds whole trace blocks: a partial one counts whole; a retracted request's
+        # output is computed again (never in the tree)
         extend = max(req.input_len - min(req.prefix_tokens(m.device, bs), cap),
-                     (len(req.blocks) - m.device) * bs)  # fmt: skip
-        if not budget.fits(self._room(locked=True), extend, req.output_len):
+                     (len(req.blocks) - m.device) * bs) + live.generated  # fmt: skip
+        if not budget.fits(self._room(locked=True), extend, req.output_len - live.generated):
             return None
         start, got = live.fetched
         cached = m.device + m.host
@@ -261,12 +287,13 @@ class SGLangServer:
         on_device = min(req.prefix_tokens(hit.device, bs), cap)
         on_host = min(req.prefix_tokens(hit.device + hit.host, bs), cap)
         in_store = min(req.prefix_tokens(hit.blocks, bs), cap)
-        live.rec.hit_tokens = {
-            Tier.DEVICE: on_device,
-            Tier.HOST: on_host - on_device,
-            Tier.STORE: in_store - on_host,
-        }
-        live.rec.admit_s = now
+        if not live.generated:  # a retracted request's record keeps its first admission
+            live.rec.hit_tokens = {
+                Tier.DEVICE: on_device,
+                Tier.HOST: on_host - on_device,
+                Tier.STORE: in_store - on_host,
+            }
+            live.rec.admit_s = now
         live.prefilled = in_store
         live.load_tokens = in_store - on_device
         live.pages = hit.blocks
@@ -316,34 +343,42 @@ class SGLangServer:
         """SGLang's free and evictable tokens (`available_size() + evictable_size()`), from
         the device pages and the generated tokens they hold; `locked`: the last match pinned."""
         cache = self.cache
-        return (cache.room(locked) + cache.loose_pages) * self.config.block_size - self._decoded
+        held = self._decoded + self._refilled
+        return (cache.room(locked) + cache.loose_pages) * self.config.block_size - held
 
     def _running_offset(self) -> float:
         """The decoding requests' remaining outputs, each at most CLIP_MAX_NEW_TOKENS
         (`PrefillAdder._get_running_request_total_token_offset`, whole for fixed lengths)."""
         if not self._long:
             return self._out_left - self._decoded
-        per_step = self.timing.tokens_per_step
+        per_step, steps = self.timing.tokens_per_step, self._steps
         return sum(
-            min(live.req.output_len - 1 - (self._steps - live.first_step) * per_step,
-                CLIP_MAX_NEW_TOKENS)
+            min(live.req.output_len - live.outputs(steps, per_step), CLIP_MAX_NEW_TOKENS)
             for live in self.decoding.values()
-        )  # fmt: skip
+        )
 
     def _allocate(self) -> None:
-        """`alloc_for_extend`: pages for the batch's prompt tokens, evicting as needed."""
+        """`alloc_for_extend`: pages for the batch's prompt tokens, evicting as needed, and a
+        retracted request's output prefilled again, held with the generated tokens."""
         bs = self.config.block_size
         cache = self.cache
+        refill = 0
         for live in self._pending:
             req = live.req
             want = -(-live.prefilled // bs)
             more = (want if want < len(req.blocks) else len(req.blocks)) - live.pages
             if more > 0 and cache.grow(req.rid, more):
                 live.pages += more
+            if live.prefilled > req.input_len:
+                refill += live.prefilled - req.input_len - live.refilled
+                live.refilled = live.prefilled - req.input_len
+        if refill:
+            self._refilled += refill
+            self._hold_decoded(0.0)
 
     def _take_chunk(self, live: Live, budget: PrefillBudget, limit: int) -> None:
         prefix = live.prefilled
-        left = live.req.input_len - prefix
+        left = live.fill - prefix
         chunk = left if left < limit else limit
         budget.reserve(chunk, live.req.output_len if chunk == left else 0)
         self._budget -= chunk
@@ -357,8 +392,13 @@ class SGLangServer:
     def _start_decode(self, now: float, horizon: float) -> float | None:
         if not self.decoding:
             return None
+        fit = self._steps_that_fit()
+        if fit < 1:
+            # one step, then prefill is tried again: the batch is no longer full
+            self._retract()
+            fit = 1
         batch = len(self.decoding)
-        steps = self._finish_heap[0][0] - self._steps
+        steps = min(self._finish_heap[0][0] - self._steps, fit)
         # stop for the next arrival when nothing waits, and for a prefetch that may stop
         limit = min(math.inf if self.waiting else horizon, self.next_wake())
         if now < limit < math.inf:
@@ -386,6 +426,57 @@ class SGLangServer:
         self.decode_log.shorten(until)
         return self.timing.decode_steps_s(until, self._decode_kv, batch)
 
+    def _steps_that_fit(self) -> int:
+        """Decode iterations the free and evictable tokens give the batch as it is
+        (`ScheduleBatch.check_decode_mem`, page size 1: a token per running request)."""
+        need = len(self.decoding) * self.timing.tokens_per_step
+        return int(self._room(False) // need)
+
+    def _retract(self) -> None:
+        """`ScheduleBatch.retract_decode` (v0.5.23): keep the requests with the most output,
+        then the shortest prompt, first (`_get_decode_retraction_order`; equal keys keep batch
+        order, so the later goes first); retract the last one, then more while the next decode
+        step does not fit, keeping at least one. Each goes to the back of the queue
+        (`_add_request_to_queue`) with its output to prefill again."""
+        per_step, steps = self.timing.tokens_per_step, self._steps
+        keep = sorted(self.decoding.values(),
+                      key=lambda live: (live.outputs(steps, per_step), -live.req.input_len),
+                      reverse=True)  # fmt: skip
+        while len(keep) > 1:
+            self._retract_one(keep.pop(), len(keep))
+            if self._steps_that_fit() >= 1:
+                break
+        self._finish_heap = [(end, rid) for end, rid in self._finish_heap if rid in self.decoding]
+        heapq.heapify(self._finish_heap)
+        self._full = False  # batch_is_full clears as the batch shrinks
+
+    def _retract_one(self, live: Live, left: int) -> None:
+        """`release_req`: free its output's KV and unlock its prompt, which stays in the tree
+        unstamped (`release_kv_cache(checkpoint=False)`), then evict until the pool has
+        `SGLANG_RETRACT_DECODE_STEPS` free tokens for each of the `left` requests still running
+        (`evict_from_tree_cache`)."""
+        rid = live.req.rid
+        del self.decoding[rid]
+        self._leave_decode(live)
+        live.generated = math.floor(live.outputs(self._steps, self.timing.tokens_per_step))
+        live.prefilled = live.pages = live.refilled = live.load_tokens = 0
+        live.fetched = (0, 0)
+        self.cache.release(rid, used=False)
+        self._hold_decoded(0.0)
+        bs = self.config.block_size
+        slack = self.cache.loose_pages * bs - self._decoded - self._refilled
+        self.cache.free_up(math.ceil((left * RETRACT_DECODE_STEPS - slack) / bs))
+        self.retractions.append((self._steps, rid))
+        self.waiting.append(live)
+
+    def _leave_decode(self, live: Live) -> None:
+        """Take a request that finished or was retracted out of the decode batch's sums."""
+        ran = (self._steps - live.first_step) * self.timing.tokens_per_step
+        self._decode_kv -= live.fill + 1 + ran
+        self._decoded -= live.generated + ran
+        self._out_left -= live.req.output_len - 1
+        self._long -= live.req.output_len - 1 - live.generated > CLIP_MAX_NEW_TOKENS
+
     def finish_step(self, now: float) -> list[RequestRecord]:
         """Apply the step that ends at `now`; return the requests that finished."""
         self.busy = False
@@ -400,11 +491,7 @@ class SGLangServer:
             while self._finish_heap and self._finish_heap[0][0] <= self._steps:
                 _, rid = heapq.heappop(self._finish_heap)
                 live = self.decoding.pop(rid)
-                ran = self._steps - live.first_step
-                self._decode_kv -= live.req.input_len + 1 + ran * per_step
-                self._decoded -= ran * per_step
-                self._out_left -= live.req.output_len - 1
-                self._long -= live.req.output_len - 1 > CLIP_MAX_NEW_TOKENS
+                self._leave_decode(live)
                 live.rec.decode_steps = (live.first_step, self._steps)
                 done.append(self._finish(live, now))
             if not self.decoding:
@@ -415,26 +502,19 @@ class SGLangServer:
             return done
         chunked = []
         for live in self._pending:
-            if live.prefilled < live.req.input_len:
+            if live.prefilled < live.fill:
                 chunked.append(live)
                 continue
             self.prefilling.remove(live)
             self._unsaved.pop(live.req.rid, None)
             self.cache.commit(live.req.rid)
-            live.rec.first_token_s = now
-            if live.req.output_len == 1:
+            if not live.generated:
+                live.rec.first_token_s = now
+            if live.req.output_len - live.generated == 1:
                 done.append(self._finish(live, now))
                 self._full = False
                 continue
-            self._out_left += live.req.output_len - 1
-            self._long += live.req.output_len - 1 > CLIP_MAX_NEW_TOKENS
-            # the first token came from prefill; the rest take decode iterations of the accept
-            # length each
-            self.decoding[live.req.rid] = live
-            live.first_step = self._steps
-            self._decode_kv += live.req.input_len + 1
-            steps = self.timing.decode_iterations(live.req.output_len - 1)
-            heapq.heappush(self._finish_heap, (self._steps + steps, live.req.rid))
+            self._join_decode(live)
         for live in chunked:
             # Scheduler.stash_chunked_request (checkpoint_kv_cache, v0.5.23; cache_unfinished_req
             # before): the chunks done enter the tree before the next batch is formed, whole
@@ -443,11 +523,26 @@ class SGLangServer:
         self._pending = []
         return done
 
+    def _join_decode(self, live: Live) -> None:
+        """A prompt (and a retracted request's output) prefilled: the token its prefill made
+        came first; the rest take decode iterations of the accept length each."""
+        tail = live.req.output_len - 1 - live.generated
+        self._out_left += live.req.output_len - 1  # less _decoded: the outputs still to make
+        self._long += tail > CLIP_MAX_NEW_TOKENS
+        self._refilled -= live.refilled
+        self._decoded += live.refilled  # the output prefilled again: generated tokens' KV
+        live.refilled = 0
+        self.decoding[live.req.rid] = live
+        live.first_step = self._steps
+        self._decode_kv += live.fill + 1
+        steps = self.timing.decode_iterations(tail)
+        heapq.heappush(self._finish_heap, (self._steps + steps, live.req.rid))
+
     def _hold_decoded(self, grown: float) -> None:
         """`alloc_for_decode`: the generated tokens' KV grows by `grown` tokens (evicting as
         needed; a step takes the same leaves one at a time) or shrinks as requests finish."""
         self._decoded += grown
-        pages = math.ceil(self._decoded / self.config.block_size)
+        pages = math.ceil((self._decoded + self._refilled) / self.config.block_size)
         if pages != self.cache.loose_pages:
             self.cache.hold_loose(pages)
 

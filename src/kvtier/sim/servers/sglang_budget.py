@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 # schedule_policy.CLIP_MAX_NEW_TOKENS (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096)
 CLIP_MAX_NEW_TOKENS = 4096
+# environ.SGLANG_RETRACT_DECODE_STEPS (default 20): free tokens release_req keeps for each request
+# still running after a retraction
+RETRACT_DECODE_STEPS = 20
 
 
 @dataclass(slots=True)
