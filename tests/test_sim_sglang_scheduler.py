@@ -7,7 +7,9 @@ side is `SGLangServer` over `TieredCachePort` with the same pool, running-reques
 240 requests in 8 groups sharing 4-12 block prefixes, each with 1-5 blocks of its own and 8-63
 output tokens, all waiting at the start, with a 4,096-token pool: the pool evicts and the queue
 waits. The outputs are fixed lengths (`ignore_eos`, as a trace replay sends them), so SGLang
-counts a running request's whole remaining output, as kvtier reserves it.
+counts a running request's whole remaining output, as kvtier reserves it. Two more cases run
+decode out of KV with outputs past the clip at which admission stops reserving them, and check
+each retraction (`ScheduleBatch.retract_decode`): request and decode step.
 
 Without the virtualenv the test skips on a user's machine and fails under CI.
 """
@@ -58,9 +60,9 @@ def _trace(seed: int = 1) -> list[TraceRequest]:
     return out
 
 
-def _long_trace(seed: int, requests: int) -> list[TraceRequest]:
+def _long_trace(seed: int, requests: int, outputs: tuple[int, int]) -> list[TraceRequest]:
     """Prompts of 1-8 blocks of their own (nothing shared: see the retraction test); four
-    requests in five generate 300-899 tokens, past a clip of 256, the rest 8-199."""
+    requests in five generate `outputs` tokens (a range), the rest 8-199."""
     rng = random.Random(seed)
     next_id = 1 << 31
     out = []
@@ -69,7 +71,7 @@ def _long_trace(seed: int, requests: int) -> list[TraceRequest]:
         blocks = tuple(range(next_id, next_id + own))
         next_id += own
         long = rng.random() < 0.8
-        output = rng.randrange(300, 900) if long else rng.randrange(8, 200)
+        output = rng.randrange(*outputs) if long else rng.randrange(8, 200)
         out.append(TraceRequest(rid, 0.0, own * BLOCK, output, blocks))
     return out
 
@@ -181,7 +183,7 @@ def test_sglang_retractions_against_sglang_classes(monkeypatch: Any) -> None:
     clip = 256
     monkeypatch.setattr(sglang_budget, "CLIP_MAX_NEW_TOKENS", clip)
     monkeypatch.setattr(sglang, "CLIP_MAX_NEW_TOKENS", clip)
-    trace = _long_trace(seed=7, requests=60)
+    trace = _long_trace(seed=7, requests=60, outputs=(300, 900))
     engine = _sglang(_case(trace, 2048, clip))
     model = _kvtier(trace, 2048)
     batches = [s["reqs"] for s in engine["steps"] if s["kind"] == "prefill"]
@@ -198,3 +200,18 @@ def test_sglang_retractions_against_sglang_classes(monkeypatch: Any) -> None:
     # retract_decode resets the ratio from the batch it keeps; fixed lengths never read it
     # (ignore_eos counts a running request's remaining output whole), so kvtier keeps none
     assert len(engine["new_token_ratios"]) == len({s for s, _ in engine["retracted"]})
+
+
+def test_sglang_retractions_past_the_default_clip() -> None:
+    """The same at SGLang's default clip of 4,096 tokens: 6 requests, five of 4,100-4,899
+    output tokens, on an 8,704-token pool that admission lets two of them share. Both sides
+    retract request 0 before decode step 4,312 and request 4 before 13,381, with the same
+    prefill batches."""
+    trace = _long_trace(seed=1, requests=6, outputs=(4100, 4900))
+    engine = _sglang(_case(trace, 8704))
+    model = _kvtier(trace, 8704)
+    batches = [s["reqs"] for s in engine["steps"] if s["kind"] == "prefill"]
+    assert engine["retracted"] == [[4312, "0"], [13381, "4"]]
+    assert model["retracted"] == engine["retracted"]
+    assert model["prefill_batches"] == batches
+    assert model["cached_tokens"] == engine["cached_tokens"]
