@@ -17,6 +17,7 @@ import pytest
 
 from cli_support import run_cli as call
 from kvtier.cli import shared_parser
+from kvtier.cli.flags import COMMANDS, rows
 from kvtier.model.catalog import catalog_entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,6 +136,24 @@ def test_numeric_flags(work: Path) -> None:
     run_cases(flag_cases(work))
 
 
+def empty_value_cases(work: Path) -> list[tuple[list[str], tuple[str, ...]]]:
+    """Every flag of the table that takes a word as it is (no type, no choices), given nothing:
+    `--sweep ''` ran no sweep and `--router ''` the default router."""
+    return [
+        ([*base_argv(command, work), row.name, value], (f"{row.name} is given an empty value",))
+        for command in COMMANDS
+        for row in rows(command)
+        if not {"type", "choices", "action", "const"} & set(row.spec)
+        for value in ("", " ", "\t")
+    ]
+
+
+def test_empty_flag_values(work: Path) -> None:
+    cases = empty_value_cases(work)
+    assert len(cases) > 60
+    run_cases(cases)
+
+
 # ---- config.json fields --------------------------------------------------------------------
 
 
@@ -246,6 +265,7 @@ def test_report_payload_leaves(work: Path) -> None:
 
 def test_at_least_20000_cases(work: Path) -> None:
     total = sum(
-        len(family(work)) for family in (flag_cases, config_cases, trace_cases, payload_cases)
+        len(family(work))
+        for family in (flag_cases, empty_value_cases, config_cases, trace_cases, payload_cases)
     )
     assert total >= 20_000, total
