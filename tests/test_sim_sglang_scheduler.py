@@ -215,3 +215,22 @@ def test_sglang_retractions_past_the_default_clip() -> None:
     assert model["retracted"] == engine["retracted"]
     assert model["prefill_batches"] == batches
     assert model["cached_tokens"] == engine["cached_tokens"]
+
+
+def test_sglang_retracts_until_the_step_fits(monkeypatch: Any) -> None:
+    """`retract_decode` retracts again while the step still does not fit: 30 requests of one
+    16-token block and 100 output tokens at a clip of 4, one prefill batch on a 720-token pool.
+    The 240 tokens left give 30 a step 8 steps; before the 9th, request 29 frees 24 tokens (its
+    8 outputs, its prompt made evictable), short of the 29 the rest need, so request 28 goes too
+    (equal outputs and prompts: the later in the batch first). Both sides retract the same 44
+    times, in the same order, at the same steps."""
+    monkeypatch.setattr(sglang_budget, "CLIP_MAX_NEW_TOKENS", 4)
+    monkeypatch.setattr(sglang, "CLIP_MAX_NEW_TOKENS", 4)
+    trace = [TraceRequest(i, 0.0, BLOCK, 100, (1000 + i,)) for i in range(30)]
+    engine = _sglang(_case(trace, 720, 4))
+    model = _kvtier(trace, 720)
+    assert engine["retracted"][:3] == [[8, "29"], [8, "28"], [9, "27"]]
+    assert model["retracted"] == engine["retracted"]
+    assert model["prefill_batches"] == [
+        s["reqs"] for s in engine["steps"] if s["kind"] == "prefill"
+    ]
