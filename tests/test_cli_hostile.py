@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import error_line
+from cli_support import cli_json, error_line
 from kvtier.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +24,7 @@ LMCACHE = '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}'
 LMCACHE_SIM = ["simulate", "{trace}", "--gpu", "h100", "--", "vllm", "serve", "Qwen/Qwen3-8B"]
 LMCACHE_SIM += ["--kv-transfer-config", LMCACHE]
 SHARED = ["simulate", "--generate", "shared-prefix", "--groups"]
+ADVISE = ["advise", "--engine", "sglang", "--model", "qwen3-8b", "--gpu", "h100"]
 FLEET = ["simulate", "{trace}", *KIMI, "--replicas", "2"]
 LINE = '{"timestamp": %s, "input_length": %s, "output_length": 1, "hash_ids": [1]}'
 
@@ -146,6 +147,9 @@ CASES = [
         ],
         "a generated trace holds at most 16,777,216",
     ),
+    # advise --workload: a second trace, or a fit's flags beside a trace, were dropped unread
+    ([*ADVISE, "--workload", "{trace}", "--workload", "{trace}"], "already gives the requests"),
+    ([*ADVISE, "--workload", "{trace}", "--mean-prompt-tokens", "5"], "--mean-prompt-tokens fits"),
     # ray.init retried an address nothing listens at for a minute or more
     ([*FLEET, "--sweep", "replicas=2,3", "--ray", "127.0.0.1:1"], "no Ray cluster there"),
     ([*FLEET, "--sweep", "replicas=2,3", "--ray", "x:99999"], "expected HOST:PORT"),
@@ -210,3 +214,13 @@ def test_a_bad_launch_value_is_named_not_echoed_whole(capsys: pytest.CaptureFixt
     nested = "[" * 50_000 + "]" * 50_000
     err = error_line(capsys, [*VLLM, "--kv-transfer-config", nested])
     assert "--kv-transfer-config: bad value '[[[" in err and len(err) < 300
+
+
+def test_a_trace_beside_a_serving_log_is_the_workload(work: dict[str, str]) -> None:
+    """The serving log gives the verdict and the trace the requests, in either order; with the
+    log first, its fitted workload was replayed and the trace dropped unread."""
+    serving = str(ROOT / "examples" / "logs" / "sglang-serving-queue.log")
+    for sources in ([serving, work["trace"]], [work["trace"], serving]):
+        argv = [*ADVISE, *(w for s in sources for w in ("--workload", s)), "--json"]
+        answer = cli_json(argv)
+        assert answer["workload"] == work["trace"] and answer["verdict"] is not None

@@ -133,47 +133,63 @@ def _fitted(path: str, deploy: Sequence[str], fit_flags: Sequence[str], tmp: str
 def prepare(
     args: argparse.Namespace, deploy: Sequence[str], launch: Sequence[str], tmp: str
 ) -> Workload:
-    """The workload to replay and the verdict, from the --workload sources (one or two)."""
+    """The workload to replay and the verdict, from the --workload sources (one or two): the
+    requests of the one trace or request log given, else a serving log's fitted workload."""
     sources = list(args.workload)
     if len(sources) > 2:
         raise KvtierError("--workload: give at most two (a serving log or /metrics, and a trace)")
-    fit_flags = _fit_flags(args)
-    verdict: Verdict | None = None
-    replay: Workload | None = None
-    tail = ["--", *launch] if launch else []
-    for path in sources:
-        kind = kind_of(path)
-        found = None
+    kinds = [(path, kind_of(path)) for path in sources]
+    verdicts: dict[str, Verdict | None] = {}
+    for path, kind in kinds:
         if kind in ("metrics", "log"):
-            found = _verdict(path, kind)
-            if kind == "metrics" and found is None:
+            verdicts[path] = _verdict(path, kind)
+            if kind == "metrics" and verdicts[path] is None:
                 raise KvtierError(f"--workload {path}: a /metrics text with no KV usage or queue")
-            verdict = verdict or found
-        if kind == "metrics" or replay is not None:
-            continue
-        if kind == "trace":
-            replay = Workload(path, (path,), None)
-            continue
-        trace = _as_trace(path, tmp)
-        if trace is not None:
-            note = (
-                f"{path}: its requests as `kvtier trace {path} -o FILE` writes them "
-                "(simulate_args name a temporary copy)"
-            )
-            replay = Workload(path, (trace,), None, (note,))
-        elif kind == "log" and found is not None:
-            replay = _fitted(path, [*deploy, *tail], fit_flags, tmp)
-        else:
+    verdict = next((v for v in verdicts.values() if v is not None), None)
+    replays = [w for path, kind in kinds if (w := _requests(path, kind, tmp)) is not None]
+    if len(replays) > 1:
+        raise KvtierError(
+            f"--workload {replays[1].label}: {replays[0].label} already gives the requests; "
+            "give one trace or request log (and a serving log or /metrics for the verdict)"
+        )
+    fit_flags = _fit_flags(args)
+    logs = [path for path, kind in kinds if kind == "log" and verdicts[path] is not None]
+    if replays and fit_flags:
+        raise KvtierError(
+            f"{fit_flags[0]} fits a serving log's workload; the requests come from "
+            f"{replays[0].label}: drop it"
+        )
+    if not replays and logs:
+        tail = ["--", *launch] if launch else []
+        replays = [_fitted(logs[0], [*deploy, *tail], fit_flags, tmp)]
+    for path, kind in kinds:
+        if kind != "metrics" and path not in logs and not any(w.label == path for w in replays):
             raise KvtierError(
                 f"--workload {path}: not a Mooncake trace, a request log, a serving log "
                 "or a /metrics text"
             )
-    if replay is None:
+    if not replays:
         raise KvtierError(
             "--workload: a /metrics text gives the verdict, not the requests: add a trace, "
             "request log or serving log as a second --workload"
         )
-    return Workload(replay.label, replay.replay, verdict, replay.notes)
+    return Workload(replays[0].label, replays[0].replay, verdict, replays[0].notes)
+
+
+def _requests(path: str, kind: str, tmp: str) -> Workload | None:
+    """`path`'s requests when it holds them: a Mooncake trace, or a log `kvtier trace` reads."""
+    if kind == "trace":
+        return Workload(path, (path,), None)
+    if kind == "metrics":
+        return None
+    trace = _as_trace(path, tmp)
+    if trace is None:
+        return None
+    note = (
+        f"{path}: its requests as `kvtier trace {path} -o FILE` writes them "
+        "(simulate_args name a temporary copy)"
+    )
+    return Workload(path, (trace,), None, (note,))
 
 
 def _fit_flags(args: argparse.Namespace) -> list[str]:
