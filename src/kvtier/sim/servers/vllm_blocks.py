@@ -219,17 +219,17 @@ class BlockPool:
         self.version += 1
         self.holds += 1
         cached, refs, queue = self.cached, self.refs, self.queue
-        shared = queued = 0
+        kept = queued = 0  # blocks of its cached units others still hold, and the rest
         for key in reversed(held):
             n = cached[key]
-            shared += n
             count = refs.pop(key)
             if count == 1:
                 queue[key] = n
                 queued += n
             else:
                 refs[key] = count - 1
-        self.plain += blocks - shared
+                kept += n
+        self.plain += blocks - kept - queued
         self.queued_blocks += queued
 
 
