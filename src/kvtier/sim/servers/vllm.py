@@ -244,10 +244,12 @@ class VllmServer:
         size = self.limits.block_size
         preempted = False
         run, plan, prefills, cap = self.run, self._plan, self._prefills, self._cap
-        decode = kv = i = 0
-        count = len(run)  # less one at each preemption
-        while i < count and budget > 0:
-            r = run[i]
+        decode = kv = 0
+        for r in tuple(run):  # a copy: a preemption takes a request out of `run`
+            if budget <= 0:
+                break
+            if preempted and r not in run:
+                continue  # preempted earlier in this pass
             computed = r.computed
             left = r.num_tokens - computed
             n = left if left < cap else cap
@@ -258,14 +260,11 @@ class VllmServer:
             if end > r.blocks * size or r.next_unit < r.units:
                 while not self._allocate(r, end):
                     victim = self._victim()
-                    if run.index(victim) < i:
-                        i -= 1
                     if back := self._unplan(victim):
                         budget += back
                         if victim.num_tokens - victim.computed == 1:
                             decode, kv = decode - 1, kv - victim.num_tokens
                     self._preempt(victim)
-                    count -= 1
                     preempted = True
                     if victim is r:
                         self._decode, self._kv = decode, kv
@@ -278,7 +277,6 @@ class VllmServer:
             else:
                 prefills.append(r)
             budget -= n
-            i += 1
         self._decode, self._kv = decode, kv
         return budget, preempted
 
