@@ -171,6 +171,9 @@ class DecodeBatch(NamedTuple):
     def comp(self, kv0: float) -> Line:
         return (self.flops + self.attn * kv0) / self.peak, self.attn * self.grow / self.peak
 
+    def lines(self, kv0: float, draft: tuple[float, Line, Line] | None = None) -> StepLines:
+        return StepLines(self.const, self.mem(kv0), self.comp(kv0), draft)
+
     def first_s(self, kv0: float) -> float:
         """The first iteration at kv0 KV tokens without a draft (`StepLines.total(1)`)."""
         mem = (self.weights + kv0 * self.kv_bytes) / self.rate
@@ -246,7 +249,7 @@ class TimingModel:
         terms = self.decode_batch(batch)
         kv0 = batch_kv_tokens
         draft = self.spec.draft_lines(self, kv0, terms.grow, batch) if self.spec else None
-        return StepLines(terms.const, terms.mem(kv0), terms.comp(kv0), draft)
+        return terms.lines(kv0, draft)
 
     def decode_steps_s(self, steps: int, batch_kv_tokens: float, batch: int) -> float:
         """`steps` consecutive decode iterations of a fixed batch."""

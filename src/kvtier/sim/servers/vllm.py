@@ -214,12 +214,16 @@ class VllmServer:
     def _duration(self, steps: int) -> float:
         compute, kv, decode, load_s, read_s = self._cost
         if decode:  # the step's prefill chunks ride in the decode iterations' forward pass
-            if steps == 1 and self.timing.spec is None:  # decode_tokens_s(1, ...), terms kept
+            timing = self.timing
+            if timing.spec is None:  # decode_tokens_s from the batch's terms, kept
                 if (terms := self._batches.get(decode)) is None:
-                    terms = self._batches[decode] = self.timing.decode_batch(decode)
-                compute += terms.first_s(kv)
+                    terms = self._batches[decode] = timing.decode_batch(decode)
+                if steps == 1:
+                    compute += terms.first_s(kv)
+                else:
+                    compute += terms.lines(kv).total(steps / timing.tokens_per_step)
             else:
-                compute += self.timing.decode_tokens_s(steps, kv, decode)
+                compute += timing.decode_tokens_s(steps, kv, decode)
         else:
             compute = self.timing.prefill_batch_s(compute)
         return compute + load_s + read_s
