@@ -44,6 +44,9 @@ class FakeView:
     def pending_prefill(self) -> list[list[tuple[int, int]]]:
         return [[(-1 - r, n)] if n else [] for r, n in enumerate(self.waiting)]
 
+    def publish_kv_events(self, listener: object = None) -> set[int]:
+        return set()  # `resident` is what the events have said
+
     def prefill_s(self, new_tokens: int, prefix_tokens: int) -> float:
         return new_tokens / 1000  # one second per thousand tokens, whatever the prefix
 

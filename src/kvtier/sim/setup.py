@@ -71,6 +71,7 @@ class SimConfig:
     scheduling_policy: str = "fcfs"  # vLLM --scheduling-policy
     connector_chunk: int = 0  # vLLM: a connector's hits count in chunks of this (0: blocks)
     long_prefill_threshold: int = 0  # vLLM: a prefill takes at most this a step (0: no cap)
+    kv_events_at_schedule: bool = False  # vLLM before v0.12.0: KV events leave at schedule()
     warnings: tuple[str, ...] = ()  # what the deployment gave that the engine does not read
 
     @property

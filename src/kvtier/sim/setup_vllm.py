@@ -15,6 +15,8 @@ from typing import Any
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.figures import VllmFigures
 from kvtier.engines.ledger import Ledger
+from kvtier.engines.vllm import versions
+from kvtier.engines.vllm.versions import V0_12
 from kvtier.errors import KvtierError
 from kvtier.sim.servers.prefetch import PrefetchFlags
 from kvtier.sim.setup_part import PartInputs
@@ -89,6 +91,7 @@ def vllm_part(inputs: PartInputs) -> dict[str, Any]:
     return {
         "scheduling_policy": policy,
         "long_prefill_threshold": threshold,
+        "kv_events_at_schedule": versions.resolve(d.engine_version) < V0_12,
         "host_tokens": tiers.host_tokens,
         "store_tokens": tiers.store_tokens,
         "connector_chunk": tiers.chunk_tokens,

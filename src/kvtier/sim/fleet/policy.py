@@ -25,6 +25,10 @@ class Scrape(NamedTuple):
     settled: bool = True  # False: what it reports changes before the replica's next event
 
 
+# a replica's KV event publication: the replica, when, the blocks stored, the blocks removed
+EventListener = Callable[[int, float, list[int], list[int]], None]
+
+
 class FleetView(Protocol):
     """What a router may read of the replicas, each reading standing for an endpoint or an
     event stream the real router consumes; a policy reads only the ones its router does."""
@@ -50,6 +54,11 @@ class FleetView(Protocol):
     def resident(self, replica: int) -> set[int]:
         """The trace blocks resident on `replica`'s device, as its KV events (stored less
         removed) have reported them."""
+        ...
+
+    def publish_kv_events(self, listener: EventListener | None = None) -> set[int]:
+        """Read the replicas whose engine publishes KV events once a step (vLLM) as those
+        events have said, each publication told to `listener`; those replicas."""
         ...
 
     def pending_prefill(self) -> Sequence[Sequence[tuple[int, int]]]:

@@ -12,10 +12,11 @@ touching the cache's recency.
 from __future__ import annotations
 
 from collections.abc import Container, Sequence
+from functools import partial
 from typing import Any
 
 from kvtier.cache.radix import TreeNode
-from kvtier.sim.fleet.policy import Scrape
+from kvtier.sim.fleet.policy import EventListener, Scrape
 from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.sglang import SGLangServer
@@ -82,6 +83,22 @@ class ReplicaView:
         self._trees = [(r, i, i.children) for r, (k, i) in enumerate(self._indexes) if k == "tree"]
         self._pools = [(r, i) for r, (kind, i) in enumerate(self._indexes) if kind == "pool"]
 
+    def publish_kv_events(self, listener: EventListener | None = None) -> set[int]:
+        """Turn on each vLLM replica's KV events: from here on its blocks are read as its
+        published events give them (`VllmServer._publish`, once a step), not as its pool holds
+        them, and `listener` hears each publication with the replica's index; those replicas."""
+        out = set()
+        for r, s in enumerate(self.servers):
+            if isinstance(s, VllmServer):
+                s.enable_kv_events()
+                assert s.published is not None
+                self._indexes[r] = ("pool", s.published)
+                if listener is not None:
+                    s.kv_listener = partial(listener, r)
+                out.add(r)
+        self._pools = [(r, i) for r, (kind, i) in enumerate(self._indexes) if kind == "pool"]
+        return out
+
     @property
     def device_blocks(self) -> int:
         return self._device_blocks
@@ -124,8 +141,8 @@ class ReplicaView:
         return self.timing.prefill_s(new_tokens, prefix_tokens)
 
     def resident(self, replica: int) -> set[int]:
-        """The trace blocks resident on `replica`'s device: what its KV events, stored less
-        removed, have said so far."""
+        """The trace blocks resident on `replica`'s device (a vLLM replica's, once its events
+        are published, as they have said so far)."""
         kind, index = self._indexes[replica]
         if kind == "pool":
             return set(index)

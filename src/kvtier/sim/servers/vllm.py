@@ -30,6 +30,7 @@ first), and stops one token short of the prompt as on the device.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -99,6 +100,7 @@ class VllmServer:
         host: HostLRU | None = None,
         store: HostLRU | None = None,
         chunk: int = 0,
+        events_at_schedule: bool = False,
     ) -> None:
         self.pool = pool
         self.timing = timing
@@ -134,6 +136,11 @@ class VllmServer:
         # the head's last failed lookup without tiers: its hit, the hit's blocks and those of
         # them idle, the unit that would extend it, the pool's lost units and holds then
         self._failed_hit: tuple[VReq, list[Key], int, int, Key | None, int, int] | None = None
+        # KV events (`enable_kv_events`): the trace blocks they have announced, and who hears
+        # each publication (its time, the blocks stored, the blocks removed)
+        self.published: set[Key] | None = None
+        self.kv_listener: Callable[[float, list[Key], list[Key]], None] | None = None
+        self._events_at_schedule = events_at_schedule  # before v0.12.0: schedule() publishes
 
     @property
     def running(self) -> int:
@@ -190,6 +197,8 @@ class VllmServer:
         self._cap = cap or self.limits.max_num_batched_tokens
         budget, preempted = self._schedule_running(self.limits.max_num_batched_tokens)
         load = 0 if preempted else self._schedule_waiting(budget, now)
+        if self._events_at_schedule:
+            self._publish(now)
         if not self._plan:
             self.busy = False
             return None
@@ -538,7 +547,33 @@ class VllmServer:
             self._free(r)
             r.rec.finish_s = now
         self._ended = (now, len(self.waiting), self.pool.free, self._began, steps, self._late)
+        self._publish(now)
         return [r.rec for r in ended]
+
+    def enable_kv_events(self) -> None:
+        """--kv-events-config: from here on the pool's stores and evictions are published
+        (`_publish`); what the pool holds now counts as announced."""
+        self.published = {key for key in self.pool.cached if key >= 0}
+        self.pool.touched = set()
+
+    def _publish(self, now: float) -> None:
+        """The scheduler's `kv_cache_manager.take_events()` and `kv_event_publisher.publish`:
+        the blocks cached (BlockStored) or evicted (BlockRemoved) since the last publication,
+        trace blocks only (a request's own blocks carry no prompt hash a router looks up).
+        vLLM v0.12.0 on publishes in `update_from_output`, after the step's forward pass, so
+        a prefill's blocks are announced once they hold data; v0.10.x - v0.11.x at the end of
+        `schedule()`, when they are allocated (`allocate_slots` caches them then)."""
+        touched, published = self.pool.touched, self.published
+        if not touched or published is None:
+            return
+        cached = self.pool.cached
+        stored = [key for key in touched if key >= 0 and key in cached]
+        removed = [key for key in touched if key not in cached and key in published]
+        touched.clear()
+        published.difference_update(removed)
+        published.update(stored)
+        if self.kv_listener is not None:
+            self.kv_listener(now, stored, removed)
 
     def kv_usage(self) -> float:
         """vLLM's `kv_cache_usage`: 1 - free blocks / blocks, cached free blocks free."""
@@ -591,4 +626,12 @@ def build(config: SimConfig) -> VllmServer:
         config.scheduling_policy,
         config.long_prefill_threshold,
     )
-    return VllmServer(pool, config.timing, limits, host, store, config.connector_chunk)
+    return VllmServer(
+        pool,
+        config.timing,
+        limits,
+        host,
+        store,
+        config.connector_chunk,
+        config.kv_events_at_schedule,
+    )

@@ -113,6 +113,8 @@ class BlockPool:
         self.watched: set[Key] = set()  # a failed admission's hit
         self.lost = 0  # evictions of watched units
         self.holds = 0  # touches and releases: the changes to who holds cached units
+        # units cached or evicted since the last take_events (None: KV events off)
+        self.touched: set[Key] | None = None
 
     @property
     def free(self) -> int:
@@ -167,7 +169,7 @@ class BlockPool:
         """get_new_blocks(n): the queue's front first, evicting cached units as it goes."""
         if n > self.free:
             raise ValueError(f"cannot take {n} blocks, {self.free} free")
-        queue, cached, watched = self.queue, self.cached, self.watched
+        queue, cached, watched, touched = self.queue, self.cached, self.watched, self.touched
         short = n - self.plain
         freed = 0
         while freed < short:
@@ -176,6 +178,8 @@ class BlockPool:
             freed += blocks
             if key in watched:
                 self.lost += 1
+            if touched is not None:
+                touched.add(key)
         self.queued_blocks -= freed
         self.evicted += freed
         self.plain += freed - n
@@ -188,6 +192,8 @@ class BlockPool:
         self.cached[key] = n
         self.refs[key] = 1
         self.version += 1
+        if self.touched is not None:
+            self.touched.add(key)
         return True
 
     def cache_run(self, chain: Chain, start: int, end: int, held: list[Key]) -> None:
@@ -201,6 +207,8 @@ class BlockPool:
             cached.update(fresh)  # the usual case, none cached already: one update, in C
             refs.update(dict.fromkeys(fresh, 1))
             held.extend(fresh)
+            if self.touched is not None:
+                self.touched.update(fresh)
             return
         for i in range(start, end):
             key = keys[i]
@@ -208,6 +216,8 @@ class BlockPool:
                 cached[key] = chain.size(i)
                 refs[key] = 1
                 held.append(key)
+                if self.touched is not None:
+                    self.touched.add(key)
 
     def held_blocks(self, keys: Sequence[Key]) -> int:
         """Blocks of the cached units `keys` that running requests hold."""
