@@ -465,8 +465,9 @@ class VllmServer:
     def _last_hit(self, r: VReq) -> tuple[list[Key], int, int, int, int] | None:
         """`r`'s device hit without walking its chain, when it is the head whose lookup failed
         last and no unit of that hit was evicted since, nor the unit after it cached: the walk
-        (`BlockPool.match`) would find the same units. Only who holds them can have changed
-        (by a touch or a release), so the blocks of them idle are counted again then."""
+        (`BlockPool.match`, as vLLM's KVCacheManager.get_computed_blocks walks the block-hash
+        chain, v0.32.0) would find the same units. Only who holds them can have changed (by a
+        touch or a release), so the blocks of them idle are counted again then."""
         failed = self._failed_hit
         assert failed is not None
         who, hit, local, idle, after, lost, holds = failed
