@@ -267,11 +267,11 @@ def test_dynamo_kv_weighs_prefill_blocks_against_active_blocks() -> None:
     view.resident = {1: 3}  # replica 1 holds 3 of the prompt's 4 blocks
     r = llmd("dynamo-kv", view)
     prompt = req(0, (1, 2, 3, 4))
-    logits, fresh = r.logits(prompt)  # type: ignore[attr-defined]
+    logits, fresh = r.logits(prompt, 0.0)  # type: ignore[attr-defined]
     # replica 0: 4 prefill blocks + 4 decode blocks; replica 1: 1 + 4
     assert logits == [8.0, 5.0] and fresh == [2048, 512]
     assert r.route(prompt, 0.0) == 1  # type: ignore[attr-defined]
     # replica 1 now holds the request's 4 blocks as active decode blocks, shared ones once
-    assert r.logits(req(1, (1, 2, 3, 9)))[0] == [8.0, 1.0 + 5.0]  # type: ignore[attr-defined]
+    assert r.logits(req(1, (1, 2, 3, 9)), 0.0)[0] == [8.0, 1.0 + 5.0]  # type: ignore[attr-defined]
     r.finished(1, prompt, 1.0)  # type: ignore[attr-defined]
-    assert r.logits(req(1, (1, 2, 3, 9)))[0] == [8.0, 5.0]  # type: ignore[attr-defined]
+    assert r.logits(req(1, (1, 2, 3, 9)), 0.0)[0] == [8.0, 5.0]  # type: ignore[attr-defined]

@@ -11,13 +11,23 @@ blocks are the blocks its active requests hold (shared prefix blocks once), this
 included. The lowest logit wins: at temperature 0 the smallest (ties at random, --seed);
 above it, softmax sampling over the logits divided by the largest, exp(-logit / temperature).
 Defaults: overlap_score_weight 1.0, router_temperature 0.0. Blocks here are trace blocks.
+
+The blocks a worker holds are what its KV events have said: Dynamo's KvEventPublisher relays
+the engine's ZMQ KV events (vLLM's BlockStored / BlockRemoved batches) to the router, whose
+KvIndexer applies each worker's in order to its RadixTree (`RadixTree::apply_event`, Stored /
+Removed per block; ai-dynamo `lib/llm/src/kv_router/indexer.rs` and `publisher.rs`, read in the
+source of workspace 1.2.0). The events are kv_events.py's (`step-events`, `event-delay-ms`): a
+vLLM worker's leave once a step, so a prompt arriving during the step that prefills its prefix
+finds no worker holding it.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
+from kvtier.sim.fleet.kv_events import event_options, subscribe
 from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, Untimed, number
 from kvtier.sim.trace import TraceRequest
 
@@ -34,12 +44,23 @@ class DynamoKv(Untimed):
         self._rng = random.Random(seed)
         self._new: dict[int, int] = {}  # rid -> tokens it was routed to prefill
         self._active: list[dict[int, int]] = [{} for _ in range(replicas)]  # block -> holders
+        self._events = subscribe(view, replicas, opts)
 
-    def logits(self, req: TraceRequest) -> tuple[list[float], list[int]]:
+    def watch(self, now: float, replica: int) -> None:
+        """The fleet loop calls this after every event on a replica."""
+        if self._events is not None:
+            self._events.changed(now, replica)
+
+    def _held(self, req: TraceRequest, now: float) -> Sequence[int]:
+        if self._events is not None:
+            return self._events.prefixes(req.blocks, now)
+        return self.view.device_prefixes(req)
+
+    def logits(self, req: TraceRequest, now: float) -> tuple[list[float], list[int]]:
         view, new = self.view, self._new
         queues = view.pending_prefill()
         out, fresh = [], []
-        for r, cached_blocks in enumerate(view.device_prefixes(req)):
+        for r, cached_blocks in enumerate(self._held(req, now)):
             cached = min(req.prefix_tokens(cached_blocks, self.block), req.input_len)
             queued = sum(min(left, new.get(rid, left)) for rid, left in queues[r])
             prefill_blocks = (queued + req.input_len - cached) / self.block
@@ -60,7 +81,7 @@ class DynamoKv(Untimed):
         return self._rng.choices(range(len(logits)), weights)[0]
 
     def route(self, req: TraceRequest, now: float) -> int:
-        logits, fresh = self.logits(req)
+        logits, fresh = self.logits(req, now)
         choice = self._sample(logits)
         self._new[req.rid] = fresh[choice]
         active = self._active[choice]
@@ -89,8 +110,9 @@ def policy(block_size: int) -> Policy:
             "router-temperature": RouterOption(
                 number(0.0, 1e6), 0.0, "softmax temperature (0: argmin)"
             ),
-        },
+        }
+        | event_options(),
         build,
         "ai-dynamo lib/llm/src/kv_router (worker selection: overlap_score_weight, "
-        "router_temperature)",
+        "router_temperature; indexer.rs RadixTree::apply_event over the workers' KV events)",
     )

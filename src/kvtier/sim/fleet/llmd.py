@@ -25,17 +25,10 @@ kv-cache-utilization 2, queue 2).
 * llm-d-precise, precise-prefix-cache-scorer (llm-d-inference-scheduler `pkg/plugins/scorer/
   precise_prefix_cache.go` over llm-d-kv-cache-manager's index): each replica's longest prefix
   of the prompt's blocks resident on its device, as its KV events report it, min-max normalised
-  over the replicas holding any (1 when they hold equally), 0 for the others. A vLLM
-  pod's events leave once a step (`step-events`, 1): the block pool queues BlockStored when
-  `allocate_slots` caches a block and BlockRemoved when `get_new_blocks` evicts one, and the
-  scheduler takes and publishes them in `update_from_output`, after the forward pass (v0.12.0
-  on; v0.10.x - v0.11.x at the end of `schedule()`, before it), so a burst of one prompt group
-  arriving during the step that prefills its first request finds no replica holding it.
-  `step-events=0` reads the pool as it stands (the earlier routing). The events reach the
-  index `event-delay-ms` after they leave (0, the default: at once; llm-d has no such
-  setting, its delay is the ZMQ publisher's and the indexer's own): the router then scores
-  each replica by what its events had said that long ago. An SGLang pod's blocks are read as
-  its cache holds them.
+  over the replicas holding any (1 when they hold equally), 0 for the others. The events
+  (`step-events`, `event-delay-ms`) are kv_events.py's: a vLLM pod's leave once a step, so a
+  burst of one prompt group arriving during the step that prefills its first request finds no
+  replica holding it. llm-d-kv-cache-manager's kvevents pool applies a pod's batches in order.
 
 Trace granularity: a block here is one trace block (its ids name whole prefixes, as the chained
 hashes do), and a partial last block is left out, as the scorers leave it.
@@ -45,9 +38,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections import OrderedDict
 
+from kvtier.sim.fleet.kv_events import event_options, subscribe
 from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
 from kvtier.sim.trace import TraceRequest
 
@@ -88,47 +81,6 @@ class PrefixIndex:
         return [c / len(blocks) if blocks else 0.0 for c in counts]
 
 
-class DelayedEvents:
-    """Each replica's device blocks as its KV events have told the index, `delay_s` after they
-    left the engine: a vLLM replica's as it publishes them (once a step, `listen`); any other's
-    change (its blocks stored and removed since the last look, `changed`)."""
-
-    def __init__(self, view: FleetView, replicas: int, delay_s: float) -> None:
-        self.view = view
-        self.delay_s = delay_s
-        self.known: list[set[int]] = [set() for _ in range(replicas)]
-        self._sent: list[set[int]] = [set() for _ in range(replicas)]
-        self._queue: deque[tuple[float, int, Iterable[int], Iterable[int]]] = deque()
-        self.publishing: set[int] = set()  # replicas heard through `listen`
-
-    def listen(self, replica: int, now: float, stored: list[int], removed: list[int]) -> None:
-        self._queue.append((now + self.delay_s, replica, stored, removed))
-
-    def changed(self, now: float, replica: int) -> None:
-        if replica in self.publishing:
-            return
-        held, sent = self.view.resident(replica), self._sent[replica]
-        if held != sent:
-            self._queue.append((now + self.delay_s, replica, held - sent, sent - held))
-            self._sent[replica] = held
-
-    def prefixes(self, blocks: tuple[int, ...], now: float) -> list[int]:
-        queue, known = self._queue, self.known
-        while queue and queue[0][0] <= now:
-            _, r, stored, removed = queue.popleft()
-            known[r].difference_update(removed)
-            known[r].update(stored)
-        out = []
-        for held in known:
-            n = 0
-            for block in blocks:
-                if block not in held:
-                    break
-                n += 1
-            out.append(n)
-        return out
-
-
 class LlmdScheduler:
     def __init__(
         self, replicas: int, opts: dict[str, float], seed: int, view: FleetView, precise: bool
@@ -152,13 +104,7 @@ class LlmdScheduler:
         self.index = PrefixIndex(replicas, max(1, capacity))
         self.block_size = int(opts["block-size"])
         self.max_tokens = int(opts.get("max-prefix-tokens", 0))
-        delay = opts.get("event-delay-ms", 0.0) / 1e3
-        self._events = DelayedEvents(view, replicas, delay) if precise and delay else None
-        if precise and opts.get("step-events", 1):
-            listen = self._events.listen if self._events is not None else None
-            publishing = view.publish_kv_events(listen)
-            if self._events is not None:
-                self._events.publishing = publishing
+        self._events = subscribe(view, replicas, opts) if precise else None
 
     def watch(self, now: float, replica: int) -> None:
         """The fleet loop calls this after every event on a replica: only those replicas' metrics
@@ -290,15 +236,7 @@ def policies(block_size: int) -> tuple[Policy, Policy]:
         "multi/prefix/plugin.go + indexer.go; llm-d-inference-scheduler "
         "pkg/plugins/scorer/precise_prefix_cache.go; weights from llm-d's guides"
     )
-    precise = dict(_common(block_size))
-    precise["event-delay-ms"] = RouterOption(
-        number(0, 3.6e6), 0.0, "how late a replica's KV events reach the index (0: at once)"
-    )
-    precise["step-events"] = RouterOption(
-        number(0, 1, integer=True),
-        1,
-        "1: a vLLM replica's blocks as its KV events publish them, once a step; 0: at once",
-    )
+    precise = _common(block_size) | event_options()
     return (
         Policy(approx, build_approx, source),
         Policy(precise, build_precise, source),
