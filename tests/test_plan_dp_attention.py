@@ -39,4 +39,4 @@ def test_the_plans_range_holds_the_logged_count(capsys: pytest.CaptureFixture[st
     assert low <= 975_424 <= high
     weights = next(r for r in out["ledger"] if r["item"] == "weights")
     rule = "the embedding whole (deepseek_v2.py from v0.4.10, before v0.5.8"
-    assert f"attention at TP1 (DP attention), {rule}" in weights["source"]
+    assert f"attention at TP1 (DP attention; deepseek_v2.py), {rule}" in weights["source"]

@@ -34,7 +34,9 @@ class PlanInputs:
     draft_weights_bytes: int | None = None
     contexts: tuple[int, ...] | None = None
     pcie_gbps: float | None = None  # host-to-GPU link of one card, GB/s
-    # the ranks the input embedding and the LM head are split over (None: tp), by engine rule
+    # the ranks the attention projections, the input embedding and the LM head are split over
+    # (None: tp), by engine rule; the KV pool's heads per rank are `attn_tp`'s
+    weights_attn_tp: int | None = None
     embed_tp: int | None = None
     head_tp: int | None = None
 

@@ -36,6 +36,8 @@ class EngineRules:
     load_model: Callable[[ModelSpec, Deployment], tuple[ModelSpec, str | None]]
     explain: ExplainRules  # a parsed startup log read into inputs, a deployment and a ledger
     host_tier: HostTier | None = None  # a host-RAM KV tier the engine sizes by flags (HiCache)
+    # the ranks the attention projections are split over under DP attention and why
+    attention_ranks: Callable[[ModelSpec, Deployment], tuple[int, str] | None] | None = None
     # the ranks the input embedding is split over and why, where not over TP (None: over TP)
     embedding_ranks: Callable[[ModelSpec, Deployment], tuple[int, str] | None] | None = None
     lm_head_ranks: Callable[[ModelSpec, Deployment], tuple[int, str] | None] | None = None

@@ -47,17 +47,15 @@ def resolve(
     rules = rules_for(d.engine)
     model, loaded = rules.load_model(model, d)
     dtype = None if d.dtype == "auto" else d.dtype
-    # SGLang's DP attention splits the attention layers over tp / dp; the embedding by its rule
-    attn_tp = d.tp // d.dp if d.enable_dp_attention and d.dp > 1 else None
+    # the attention projections, the embedding and the LM head each by the engine's rule
+    attn = rules.attention_ranks(model, d) if rules.attention_ranks else None
     embed = rules.embedding_ranks(model, d) if rules.embedding_ranks else None
     head = rules.lm_head_ranks(model, d) if rules.lm_head_ranks else None
-    embed_tp, head_tp = (split[0] if split else None for split in (embed, head))
+    attn_tp, embed_tp, head_tp = (split[0] if split else None for split in (attn, embed, head))
     weights = weight_bytes(model, d.tp, dtype, attn_tp, embed_tp, head_tp)
     per_gpu = weights.total_bytes
     source = f"estimated: spec weights at TP{d.tp}" + (f" ({loaded})" if loaded else "")
-    if attn_tp is not None:
-        source += f", attention at TP{attn_tp} (DP attention)"
-    source += "".join(f", {split[1]}" for split in (embed, head) if split)
+    source += "".join(f", {split[1]}" for split in (attn, embed, head) if split)
     if d.pp > 1:  # an even split: the stages holding the embedding or the head carry a bit more
         per_gpu = -(-per_gpu // d.pp)
         source += f" / PP{d.pp}"
@@ -75,6 +73,7 @@ def resolve(
         gpu_mem_mib=gpu_mem_mib,
         weights_bytes=per_gpu,
         weights_source=source,
+        weights_attn_tp=attn_tp,
         embed_tp=embed_tp,
         head_tp=head_tp,
         draft=draft,

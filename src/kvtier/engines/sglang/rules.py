@@ -6,6 +6,7 @@ from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.host import HostTier
 from kvtier.engines.interface import EngineRules
 from kvtier.engines.sglang import (
+    attention,
     builder,
     embedding,
     explain,
@@ -38,6 +39,7 @@ RULES = EngineRules(
     load_model=_load_model,
     explain=explain.EXPLAIN,
     host_tier=HostTier(hicache.host_tokens, hicache.check_host_ram),
+    attention_ranks=attention.attention_ranks,
     embedding_ranks=embedding.embedding_ranks,
     lm_head_ranks=lm_head.lm_head_ranks,
 )
