@@ -224,3 +224,14 @@ def test_a_trace_beside_a_serving_log_is_the_workload(work: dict[str, str]) -> N
         argv = [*ADVISE, *(w for s in sources for w in ("--workload", s)), "--json"]
         answer = cli_json(argv)
         assert answer["workload"] == work["trace"] and answer["verdict"] is not None
+
+
+def test_a_ladder_of_ten_million_stages_is_refused_unread(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Refused by its comma count: reading the 10^7 stages first took 7.7 s and 1.7 GB, and
+    the one line echoed all 40 MB of them."""
+    ladder = ",".join(["1:1"] * 10_000_000)
+    argv = ["simulate", "--generate", "shared-prefix", "--replicas", "2", "--rate-stages", ladder]
+    err = error_line(capsys, argv)
+    assert "argument --rate-stages: wants RATE:SECONDS" in err and len(err) < 300
