@@ -14,7 +14,7 @@ import pytest
 from kvtier.cli import main
 from kvtier.model.catalog import resolve_model
 from kvtier.model.params import ATTENTION, EMBEDDING, LM_HEAD, ROUTED_EXPERTS
-from kvtier.model.weights import weight_bytes
+from kvtier.model.weights import Splits, weight_bytes
 
 LAUNCH = ["--", "python", "-m", "sglang.launch_server", "--model", "deepseek-ai/DeepSeek-V3.2"]
 LAUNCH += ["--tp", "8", "--dp", "8", "--enable-dp-attention"]
@@ -23,7 +23,7 @@ LAUNCH += ["--tp", "8", "--dp", "8", "--enable-dp-attention"]
 def test_attention_is_split_over_attn_tp_and_the_embedding_is_whole() -> None:
     spec = resolve_model("deepseek-ai/DeepSeek-V3.2")
     plain = {g.name: g for g in weight_bytes(spec, 8).groups}
-    dp = {g.name: g for g in weight_bytes(spec, 8, attn_tp=1, embed_tp=1).groups}
+    dp = {g.name: g for g in weight_bytes(spec, 8, splits=Splits(attention=1, embedding=1)).groups}
     assert dp[ATTENTION].params_per_rank == 8 * plain[ATTENTION].params_per_rank
     assert dp[EMBEDDING].params_per_rank == spec.vocab_size * spec.hidden_size
     # the MoE experts and the LM head stay split over the full TP

@@ -16,7 +16,7 @@ from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.model.catalog import resolve_model
 from kvtier.model.config import TEXT_ARCHITECTURES, WRAPPER_ARCHITECTURES
 from kvtier.model.params import ATTENTION, ATTENTION_KV
-from kvtier.model.weights import weight_bytes
+from kvtier.model.weights import Splits, weight_bytes
 
 BASE = Deployment(Engine.SGLANG, "llama-3.1-70b", gpu="H200", tp=8, dp=2, enable_dp_attention=True)
 
@@ -80,7 +80,7 @@ def test_a_full_tp_file_keeps_full_tp_attention_weights_and_the_pool_at_attentio
     q_o, k_v = 80 * 2 * 8192 * 8192 * 2, 80 * 2 * 1024 * 8192 * 2
     plan = resolve(_deployment("llama-3.1-70b", "0.5.23"))
     assert plan.weights_bytes == weight_bytes(spec, 8).total_bytes
-    four = weight_bytes(spec, 8, attn_tp=4).total_bytes
+    four = weight_bytes(spec, 8, splits=Splits(attention=4)).total_bytes
     assert four - weight_bytes(spec, 8).total_bytes == (q_o + k_v) // 4 - (q_o + k_v) // 8
     assert "attention at TP8 (llama.py builds it at full TP under DP attention)" in (
         plan.weights_source
@@ -92,7 +92,8 @@ def test_a_full_tp_file_keeps_full_tp_attention_weights_and_the_pool_at_attentio
 def test_a_file_that_takes_attention_tp_splits_its_weights_over_it() -> None:
     spec = resolve_model("qwen3-32b")
     plan = resolve(_deployment("qwen3-32b", "0.5.23"))
-    groups = {g.name: g.params_per_rank for g in weight_bytes(spec, 8, attn_tp=4).groups}
+    four = weight_bytes(spec, 8, splits=Splits(attention=4))
+    groups = {g.name: g.params_per_rank for g in four.groups}
     full = {g.name: g.params_per_rank for g in weight_bytes(spec, 8).groups}
     assert groups[ATTENTION] == 2 * full[ATTENTION]
     assert groups[ATTENTION_KV] == 2 * full[ATTENTION_KV]

@@ -19,7 +19,7 @@ from kvtier.ledger.plan import resolve
 from kvtier.model.catalog import resolve_model
 from kvtier.model.config import TEXT_ARCHITECTURES, WRAPPER_ARCHITECTURES
 from kvtier.model.params import EMBEDDING
-from kvtier.model.weights import weight_bytes
+from kvtier.model.weights import Splits, weight_bytes
 
 REPLICATE = (("SGLANG_ENABLE_EMBED_REPLICATION", "1"),)
 
@@ -129,7 +129,7 @@ def test_gemma_3_at_tp2_holds_the_whole_tied_table() -> None:
     # 262,208 x 5,376 bf16 whole on each rank, where a vocab-parallel table holds half
     spec = resolve_model("gemma-3-27b")
     split = weight_bytes(spec, 2).total_bytes
-    whole = weight_bytes(spec, 2, embed_tp=1).total_bytes
+    whole = weight_bytes(spec, 2, splits=Splits(embedding=1)).total_bytes
     assert whole - split == 262_208 * 5_376 * 2 // 2
     plan = resolve(Deployment(Engine.SGLANG, "gemma-3-27b", tp=2, gpu="H100"))
     assert plan.weights_bytes == whole
@@ -169,18 +169,18 @@ def test_the_plans_weights_move_by_three_quarters_of_the_embedding() -> None:
     assert _weights("0.5.23", REPLICATE) == _weights("0.5.7")
 
 
-def test_weight_bytes_splits_the_embedding_over_embed_tp() -> None:
+def test_weight_bytes_splits_the_embedding_over_its_own_ranks() -> None:
     spec = resolve_model("deepseek-v3")
 
-    def embedding(**kw: int) -> int:
-        return next(
-            g.params_per_rank for g in weight_bytes(spec, 8, **kw).groups if g.name == EMBEDDING
-        )
+    def embedding(splits: Splits) -> int:
+        groups = weight_bytes(spec, 8, splits=splits).groups
+        return next(g.params_per_rank for g in groups if g.name == EMBEDDING)
 
-    assert embedding() == 129_280 // 8 * 7_168
-    assert embedding(attn_tp=4) == 129_280 // 8 * 7_168  # the attention's TP alone moves nothing
-    assert embedding(embed_tp=4) == 129_280 // 4 * 7_168
-    assert embedding(embed_tp=1) == 129_280 * 7_168
+    assert embedding(Splits()) == 129_280 // 8 * 7_168
+    # the attention's TP alone moves nothing
+    assert embedding(Splits(attention=4)) == 129_280 // 8 * 7_168
+    assert embedding(Splits(embedding=4)) == 129_280 // 4 * 7_168
+    assert embedding(Splits(embedding=1)) == 129_280 * 7_168
 
 
 LOG = "tests/fixtures/logs/public/sglang-2025-deepseek-v3.2-exp-dp8-b200-indexer.log"

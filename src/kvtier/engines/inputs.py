@@ -9,6 +9,7 @@ from kvtier.engines.deployment import Deployment
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.ledger import Input, Ledger
 from kvtier.model.description import ModelSpec
+from kvtier.model.weights import OVER_TP, Splits
 from kvtier.units import GiB, MiB
 
 
@@ -35,10 +36,8 @@ class PlanInputs:
     contexts: tuple[int, ...] | None = None
     pcie_gbps: float | None = None  # host-to-GPU link of one card, GB/s
     # the ranks the attention projections, the input embedding and the LM head are split over
-    # (None: tp), by engine rule; the KV pool's heads per rank are `attn_tp`'s
-    weights_attn_tp: int | None = None
-    embed_tp: int | None = None
-    head_tp: int | None = None
+    # by engine rule; the KV pool's heads per rank are `attn_tp`'s
+    splits: Splits = OVER_TP
 
     @property
     def context_length(self) -> int:

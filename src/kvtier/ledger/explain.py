@@ -111,9 +111,7 @@ def _era_variants(inputs: LogInputs, plan: PlanInputs) -> tuple[PlanInputs, ...]
                 model=again.model,
                 weights_bytes=again.weights_bytes,
                 weights_source=again.weights_source,
-                weights_attn_tp=again.weights_attn_tp,
-                embed_tp=again.embed_tp,
-                head_tp=again.head_tp,
+                splits=again.splits,
             )
         variants.append(era)
     return tuple(variants)

@@ -23,7 +23,7 @@ def resolve(
     startup log describes, whose context length the engine already accepted.
     """
     from kvtier.model.catalog import resolve_model
-    from kvtier.model.weights import weight_bytes
+    from kvtier.model.weights import Splits, weight_bytes
 
     d = deployment
     model = model or resolve_model(d.model)
@@ -51,8 +51,8 @@ def resolve(
     attn = rules.attention_ranks(model, d) if rules.attention_ranks else None
     embed = rules.embedding_ranks(model, d) if rules.embedding_ranks else None
     head = rules.lm_head_ranks(model, d) if rules.lm_head_ranks else None
-    attn_tp, embed_tp, head_tp = (split[0] if split else None for split in (attn, embed, head))
-    weights = weight_bytes(model, d.tp, dtype, attn_tp, embed_tp, head_tp)
+    splits = Splits(*(split[0] if split else None for split in (attn, embed, head)))
+    weights = weight_bytes(model, d.tp, dtype, splits)
     per_gpu = weights.total_bytes
     source = f"estimated: spec weights at TP{d.tp}" + (f" ({loaded})" if loaded else "")
     source += "".join(f", {split[1]}" for split in (attn, embed, head) if split)
@@ -73,9 +73,7 @@ def resolve(
         gpu_mem_mib=gpu_mem_mib,
         weights_bytes=per_gpu,
         weights_source=source,
-        weights_attn_tp=attn_tp,
-        embed_tp=embed_tp,
-        head_tp=head_tp,
+        splits=splits,
         draft=draft,
         draft_weights_bytes=draft_bytes,
         contexts=contexts,

@@ -34,6 +34,22 @@ _VOCAB_PADDING = 64
 
 
 @dataclass(frozen=True, slots=True)
+class Splits:
+    """The ranks three vocabulary- or head-split parts are cut over where an engine's rule moves
+    them off the tensor-parallel group (None: over tp). `attention`: the attention projections
+    (SGLang's DP attention, tp / dp, by model file); `embedding`: the input embedding's padded
+    vocabulary (1: whole on every rank); `lm_head`: the LM head's. Which applies is the engine's
+    rule, by model and release (engines/sglang/attention.py, embedding.py, lm_head.py)."""
+
+    attention: int | None = None
+    embedding: int | None = None
+    lm_head: int | None = None
+
+
+OVER_TP = Splits()  # every part over the tensor-parallel group
+
+
+@dataclass(frozen=True, slots=True)
 class GroupBytes:
     """One parameter group's share of a rank: its parameters there and their bytes."""
 
@@ -72,18 +88,12 @@ def weight_bytes(
     spec: ModelSpec,
     tp: int,
     dtype: str | None = None,
-    attn_tp: int | None = None,
-    embed_tp: int | None = None,
-    head_tp: int | None = None,
+    splits: Splits = OVER_TP,
 ) -> WeightBytes:
     """Per-rank weight bytes of `spec` at tensor parallelism `tp`.
 
     `dtype` overrides the config's dtype for unquantized groups (an engine's `--dtype`).
-    `attn_tp` is the attention layers' own TP size (SGLang's DP attention: tp / dp); the
-    attention projections are split over it. `embed_tp` is the ranks the input embedding's
-    padded vocabulary is split over (1: whole on every rank), `head_tp` the LM head's; None splits
-    it over `tp`. Which applies is the engine's rule, by model and release
-    (engines/sglang/embedding.py, engines/sglang/lm_head.py).
+    `splits` moves the attention projections, the embedding or the LM head off `tp` (Splits).
     """
     if tp < 1:
         raise KvtierError(f"tensor parallel size must be >= 1, got {tp}")
@@ -97,12 +107,12 @@ def weight_bytes(
     padded_vocab = -(-spec.vocab_size // _VOCAB_PADDING) * _VOCAB_PADDING
     groups = []
     tagged = [(g, False) for g in spec.params] + [(g, True) for g in spec.load_buffers]
-    heads_tp = tp if attn_tp is None else attn_tp
+    heads_tp = splits.attention or tp
     for g, buffer in tagged:
         if not g.sharded:
             params = g.count
         elif g.name in (EMBEDDING, LM_HEAD):
-            ranks = (embed_tp if g.name == EMBEDDING else head_tp) or tp
+            ranks = (splits.embedding if g.name == EMBEDDING else splits.lm_head) or tp
             params = -(-padded_vocab // ranks) * (g.count // spec.vocab_size)
         elif g.name == ATTENTION_KV:
             params = g.count // min(heads_tp, spec.kv.num_kv_heads)

@@ -11,7 +11,7 @@ from kvtier.engines.sglang import versions as sglang_versions
 from kvtier.errors import KvtierError, UnsupportedModel
 from kvtier.model.description import AttentionKind, ModelSpec
 from kvtier.model.gpu import GpuSpec
-from kvtier.model.weights import weight_bytes
+from kvtier.model.weights import OVER_TP, Splits, weight_bytes
 from kvtier.sim import speculative
 from kvtier.sim.dp_attention import DPAttention, dp_attention
 from kvtier.sim.speculative import SpecDecode
@@ -203,12 +203,12 @@ def attention_dim(model: ModelSpec) -> int:
 
 
 def model_cost(
-    model: ModelSpec, d: Deployment, kv_bytes_per_token: int, attn_tp: int | None = None
+    model: ModelSpec, d: Deployment, kv_bytes_per_token: int, splits: Splits = OVER_TP
 ) -> ModelCost:
-    """Per-rank costs of `model` at the deployment's TP (its attention at `attn_tp` under DP
-    attention); routed experts kept apart (their `active` count is below their `count`) so
-    decode reads only the experts a batch touches."""
-    weights = weight_bytes(model, d.tp, _dtype(d), attn_tp=attn_tp)
+    """Per-rank costs of `model` at the deployment's TP (its attention, embedding and LM head
+    split as the ledger splits them, `splits`); routed experts kept apart (their `active`
+    count is below their `count`) so decode reads only the experts a batch touches."""
+    weights = weight_bytes(model, d.tp, _dtype(d), splits)
     routed = {g.name for g in model.params if g.active < g.count}
     experts = sum(g.bytes_per_rank for g in weights.groups if g.name in routed)
     return ModelCost(
@@ -229,18 +229,18 @@ def _dtype(d: Deployment) -> str | None:
 
 
 def _dp_attention(
-    d: Deployment, model: ModelSpec, sources: Sources
-) -> tuple[int | None, DPAttention | None]:
-    """Under --enable-dp-attention --dp D > 1: the attention TP and the step's split."""
+    d: Deployment, model: ModelSpec, splits: Splits, sources: Sources
+) -> DPAttention | None:
+    """Under --enable-dp-attention --dp D > 1: the step's split."""
     if not (d.enable_dp_attention and d.dp > 1):
-        return None, None
+        return None
     version = sglang_versions.resolve(d.engine_version)
     if version < sglang_versions.V0_5_3:
         raise KvtierError(
             f"simulate with DP attention follows SGLang v0.5.3 - v0.5.23, not {version}"
         )
     attn_tp = d.tp // d.dp
-    weights = weight_bytes(model, d.tp, _dtype(d), attn_tp=attn_tp)
+    weights = weight_bytes(model, d.tp, _dtype(d), splits)
     split = dp_attention(model, d.tp, d.dp, weights, version >= sglang_versions.V0_5_10)
     sources.append(
         (
@@ -253,7 +253,7 @@ def _dp_attention(
             "dp_attention.py get_dp_padding_mode, prepare_mlp_sync_batch)",
         )
     )
-    return attn_tp, split
+    return split
 
 
 def timing_model(
@@ -265,8 +265,8 @@ def timing_model(
     sources: Sources,
 ) -> TimingModel:
     hw = hardware(gpu, d, flags, sources)
-    attn_tp, split = _dp_attention(d, inputs.model, sources)
-    cost: ModelCost = model_cost(inputs.model, d, ledger.kv_bytes_per_token, attn_tp)
+    split = _dp_attention(d, inputs.model, inputs.splits, sources)
+    cost: ModelCost = model_cost(inputs.model, d, ledger.kv_bytes_per_token, inputs.splits)
     sources.append(("gpu", f"{gpu.name}: {gpu.source}"))
     efficiency, efficiency_how = prefill_efficiency(gpu, flags)
     tm = TimingModel(

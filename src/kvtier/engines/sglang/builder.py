@@ -204,8 +204,7 @@ def _memory_terms(p: PlanInputs) -> dict[str, Term]:
     else:
         nbytes, source = p.weights_bytes, p.weights_source
         d = p.deployment
-        splits = (p.weights_attn_tp, p.embed_tp, p.head_tp)
-        rounding = weight_segments.rounding_bytes(p.model, d.tp, d.pp, *splits)
+        rounding = weight_segments.rounding_bytes(p.model, d.tp, d.pp, p.splits)
         if nbytes is not None and rounding is not None:
             nbytes += rounding
             source += f" + {rounding / MiB:,.0f} MiB of allocator segment rounding"

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from kvtier.model.description import AttentionKind, ModelSpec
 from kvtier.model.dtypes import dtype_bytes
 from kvtier.model.params import EMBEDDING, LM_HEAD, ROPE_CACHE
-from kvtier.model.weights import weight_bytes
+from kvtier.model.weights import OVER_TP, Splits, weight_bytes
 from kvtier.units import MiB
 
 MIN_BLOCK = 512  # kMinBlockSize
@@ -68,13 +68,10 @@ def segment_bytes(sizes: Iterable[int]) -> int:
 def dense_tensors(
     model: ModelSpec,
     tp: int,
-    attn_tp: int | None = None,
-    embed_tp: int | None = None,
-    head_tp: int | None = None,
+    splits: Splits = OVER_TP,
 ) -> list[int] | None:
     """Bytes of each large tensor one rank creates, in creation order (None: not a dense,
-    unquantized decoder kvtier lists the tensors of); `attn_tp`, `embed_tp` and `head_tp` as
-    `weight_bytes` takes them (DP attention)."""
+    unquantized decoder kvtier lists the tensors of); `splits` as `weight_bytes` takes them."""
     kv = model.kv
     if (
         model.architecture not in DENSE_DECODERS
@@ -86,11 +83,11 @@ def dense_tensors(
         return None
     width = dtype_bytes(model.dtype)
     hidden = model.hidden_size
-    heads_tp = attn_tp or tp
+    heads_tp = splits.attention or tp
     q = model.num_attention_heads // heads_tp * kv.head_dim
     k_v = kv.kv_heads_per_rank(heads_tp) * (kv.head_dim + kv.v_head_dim)
     mlp = model.intermediate_size // tp
-    weights = weight_bytes(model, tp, attn_tp=attn_tp, embed_tp=embed_tp, head_tp=head_tp)
+    weights = weight_bytes(model, tp, splits=splits)
     groups = {g.name: g.bytes_per_rank for g in weights.groups}
     layer = [(q + k_v) * hidden * width, hidden * q * width]
     sizes = [groups[EMBEDDING]]
@@ -108,12 +105,10 @@ def rounding_bytes(
     model: ModelSpec,
     tp: int,
     pp: int,
-    attn_tp: int | None = None,
-    embed_tp: int | None = None,
-    head_tp: int | None = None,
+    splits: Splits = OVER_TP,
 ) -> int | None:
     """Segment bytes beyond the tensors' own bytes on one rank (None: not modelled here)."""
-    sizes = dense_tensors(model, tp, attn_tp, embed_tp, head_tp) if pp == 1 else None
+    sizes = dense_tensors(model, tp, splits) if pp == 1 else None
     if sizes is None:
         return None
     return segment_bytes(sizes) - sum(sizes)
