@@ -125,6 +125,20 @@ def test_the_measured_stage_counts_only_its_own_running_requests(
     assert 0 < running["mean"] <= running["max"] < whole_run_peak
 
 
+def test_a_ladders_pcie_share_is_its_link_seconds_over_its_own_span(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 48 host loads of 6,000-token prefixes in the first stage, one request in the last: the
+    # link's seconds over the last stage's 0.12 s read 1,409% busy; over the whole ladder's span
+    gen = ["--generate", "shared-prefix", "--groups", "16", "--prompts-per-group", "3"]
+    gen += ["--system-tokens", "6000", "--question-tokens", "600", "--output-tokens", "16"]
+    argv = ["simulate", *gen, "--seed", "2", "--rate-stages", "60:5,1:1", *SMALL]
+    argv += ["--device-tokens", "14000", "--hicache-ratio", "8", "--replicas", "2", "--json"]
+    out = run_json(capsys, argv)
+    assert out["measured_requests"] == 1
+    assert 0.0 < out["pcie_busy_fraction"] < 1.0
+
+
 def test_the_window_walks_only_the_samples_inside_it() -> None:
     c = ConcurrencyRecorder()
     for t, n in [(0.0, 4), (2.0, 10), (4.0, 2), (6.0, 0)]:

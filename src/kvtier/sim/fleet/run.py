@@ -136,6 +136,9 @@ def simulate_fleet(
         _params(config, spec, warmup_fraction, params, skip if trace.stages else None),
     )
     start, end = result_span(records)
+    if trace.stages and end > start:  # the link's busy seconds are the whole ladder's
+        busy = sum(c.pcie_busy_s for c in counters) / len(counters)
+        result = dataclasses.replace(result, pcie_busy_fraction=busy / (end - start))
     replicas = tuple(_replica(log, records, skip, start, end) for log in loop.logs)
     waits = [r.first_token_s - r.arrival_s for r in records[skip:]]
     waits = [w for w in waits if not math.isnan(w)]
