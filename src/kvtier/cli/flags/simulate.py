@@ -56,18 +56,25 @@ FLEET_HELP = f"""\
 N identical replicas (each sized by the ledger as one server is) behind a router that sees only
 its own counters (and, for power-of-two, the replicas' /get_load polls). Policies:
 {", ".join(ROUTERS)} (default {DEFAULT_ROUTER}).
---router-opt KEY=VALUE sets a policy's option (see docs/fleet.md).
+--router-opt KEY=VALUE sets a policy's option (see docs/fleet.md); the llm-d policies'
+step-stats=0 read a vLLM pod's queue and KV usage at the scrape, not as its last completed step
+left them, and llm-d-precise's and dynamo-kv's step-events=0 read a replica's blocks as they
+stand, not from the KV events its vLLM step published.
 --sweep router=a,b,c or --sweep replicas=2,4,8 runs one fleet per value.
   kvtier simulate --generate shared-prefix --groups 16 --prompts-per-group 5 \\
       --system-tokens 6000 --question-tokens 1200 --output-tokens 256 --rate 4 \\
       --requests 800 --seed 1 -o sp.jsonl
   kvtier simulate sp.jsonl --engine sglang --model qwen3-32b --gpu h100 --tp 2 \\
       --replicas 4 --sweep router=round-robin,sglang-cache-aware --json"""
-SHARED_PREFIX_HELP = (
-    "G groups of P prompts: a group's S-token system prompt, then a Q-token question of the "
-    "prompt's own; the G x P prompts shuffled once and sent in that order again and again, "
-    "at Poisson times of --rate, --requests in all, each asking --output-tokens."
-)
+SHARED_PREFIX_HELP = """\
+G groups of P prompts: a group's S-token system prompt, then a Q-token question of the prompt's
+own; the G x P prompts shuffled once and sent in that order again and again, at Poisson times of
+--rate, --requests in all, each asking --output-tokens. With --replicas, --rate-stages runs
+inference-perf's load ladder instead (docs/fleet.md): each stage once the one before has finished,
+the run measured over the last stage; --load-type constant for a report's `type: constant`.
+  kvtier simulate --generate shared-prefix --groups 4 --prompts-per-group 3 --system-tokens 2000 \\
+      --question-tokens 200 --output-tokens 64 --rate-stages 2:10,6:10 --load-type constant \\
+      --seed 1 --engine vllm --model qwen3-8b --gpu h100 --replicas 2 --router llm-d-precise"""
 
 RANDOM_HELP = """\
 The random dataset of `python -m sglang.bench_serving --dataset-name random` (or, with --bench
@@ -189,7 +196,7 @@ FLEET = (
          help=f"routing policy: {', '.join(ROUTERS)}"),
     flag("--router-opt", group="fleet", commands=SIM, sample=("cache-threshold=0.9",),
          action="append", default=[], metavar="KEY=VALUE",
-         help="an option of the policy (repeatable), e.g. cache-threshold=0.5"),
+         help="an option of the policy (repeatable), e.g. cache-threshold=0.5, step-events=0"),
     flag("--shared-store-tokens", group="fleet", commands=SIM, sample=("10000000",),
          type=count(1, MAX_TOKENS), metavar="N",
          help="one L3 store of N tokens that every replica writes to and reads from"),
