@@ -52,7 +52,10 @@ DEPLOYMENT = (
          type=GPUS, help="GPUs per node (default: tp x pp)"),
     flag("--tp", group="deployment", commands=EVERY, field="tp", sample=("2",), type=GPUS),
     flag("--pp", group="deployment", commands=EVERY, field="pp", sample=("2",), type=GPUS),
-    flag("--dp", group="deployment", commands=EVERY, field="dp", sample=("2",), type=GPUS),
+    flag("--dp", group="deployment", commands=EVERY, field="dp", sample=("2",), type=GPUS,
+         help="data-parallel size (SGLang --dp-size, vLLM --data-parallel-size); with SGLang's "
+         "--enable-dp-attention after --, tp / dp attention ranks of their own pool and, in "
+         "simulate, their own radix cache"),
     flag("--mem-fraction-static", group="deployment", commands=EVERY, field="mem_fraction",
          sample=("0.5",), type=FRACTION),
     flag("--gpu-memory-utilization", group="deployment", commands=EVERY, field="mem_fraction",
