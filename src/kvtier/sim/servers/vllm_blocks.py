@@ -198,26 +198,24 @@ class BlockPool:
 
     def cache_run(self, chain: Chain, start: int, end: int, held: list[Key]) -> None:
         """`cache` units start ... end - 1 of `chain` in order, appending those it caches to
-        `held`."""
-        cached, refs, keys = self.cached, self.refs, chain.keys
-        fresh = dict.fromkeys(keys[start:end], chain.per)
-        if end == len(keys):
-            fresh[keys[-1]] = chain.last
-        if len(fresh) == end - start and cached.keys().isdisjoint(fresh):
-            cached.update(fresh)  # the usual case, none cached already: one update, in C
-            refs.update(dict.fromkeys(fresh, 1))
-            held.extend(fresh)
-            if self.touched is not None:
-                self.touched.update(fresh)
-            return
+        `held`. A loop: a chunk's 16 or so units took 2.2-3.4 us in it against 4.7-5.6 us as
+        bulk dict updates."""
+        cached, refs, keys, per, touched = (
+            self.cached,
+            self.refs,
+            chain.keys,
+            chain.per,
+            self.touched,
+        )
+        last = len(keys) - 1
         for i in range(start, end):
             key = keys[i]
             if key not in cached:
-                cached[key] = chain.size(i)
+                cached[key] = per if i < last else chain.last
                 refs[key] = 1
                 held.append(key)
-                if self.touched is not None:
-                    self.touched.add(key)
+                if touched is not None:
+                    touched.add(key)
 
     def held_blocks(self, keys: Sequence[Key]) -> int:
         """Blocks of the cached units `keys` that running requests hold."""
