@@ -10,7 +10,14 @@ from kvtier.engines.deployment import Deployment, Engine
 from kvtier.errors import KvtierError
 from kvtier.sim.setup import build_config
 from kvtier.sim.speculative import SpecDecode
-from kvtier.sim.timing import Hardware, ModelCost, TimingFlags, TimingModel, default_host_gbps
+from kvtier.sim.timing import (
+    Hardware,
+    ModelCost,
+    TimingFlags,
+    TimingModel,
+    default_host_gbps,
+    sum_max,
+)
 
 DENSE = ModelCost(8_000_000_000, 16e9, 131_072, 32, 8192)
 H100 = Hardware(989.0, 3350.0, 64.0, 256.0, 8)
@@ -30,6 +37,23 @@ def test_decode_steps_add_up_one_by_one() -> None:
     one_by_one = sum(tm.decode_steps_s(1, 5000 + 7 * j, 7) for j in range(40))
     assert tm.decode_steps_s(40, 5000, 7) == pytest.approx(one_by_one, rel=1e-12)
     assert tm.decode_steps_s(1, 0, 1) == 16e9 / (3350e9 * 0.8)
+
+
+def test_a_batch_sizes_kept_terms_give_the_same_floats_as_its_lines() -> None:
+    moe = ModelCost(
+        3_000_000_000, 9e9, 70_272, 61, 24_576, 600e9, 256, 8, hidden_size=7168
+    )  # an MoE on four ranks, all-reduces priced
+    hw = Hardware(989.0, 3350.0, 64.0, 256.0, 8, allreduce_gbps=300.0, step_overhead_s=1e-3)
+    for tm in (TimingModel(DENSE, H100, 1), TimingModel(moe, hw, 4)):
+        for batch in (1, 2, 7, 12, 64, 255):
+            terms = tm.decode_batch(batch)
+            for kv in (0, 1, 5000, 123_457, 9_999_999):
+                lines = tm.decode_lines(kv, batch)
+                assert terms.lines(kv) == lines
+                one = lines.const + sum_max(lines.mem, lines.comp, 1)  # total(1) without its
+                assert terms.first_s(kv) == lines.total(1) == one  # shortcut
+                assert tm.decode_tokens_s(1, kv, batch) == one
+                assert terms.lines(kv).total(9) == tm.decode_tokens_s(9, kv, batch)
 
 
 @pytest.mark.parametrize("budget", [1e-4, 0.005, 0.3, 2.0])
