@@ -218,6 +218,8 @@ class TieredCache:
             pages = node.device
             tree.device_total -= node.size  # unprotected
             node.device = None
+            if tree.device_log is not None:
+                tree.device_log.append((False, node.keys))
             tree.remove(node)
             pool.free(pages)  # type: ignore[arg-type]
             freed += node.size
@@ -282,6 +284,8 @@ class TieredCache:
             tree = self.tree
             tree.device_total -= node.size  # unprotected
             node.device = None
+            if tree.device_log is not None:
+                tree.device_log.append((False, node.keys))
             tree.remove(node)
             return True
         below = self.tree.nodes_below(node)

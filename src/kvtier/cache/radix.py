@@ -143,6 +143,9 @@ class RadixTree:
         self._seq = 0
         # Called as on_split(old_suffix, new_prefix) when a pinned node is split.
         self.on_split: Callable[[TreeNode, TreeNode], None] | None = None
+        # KV events (None: off): each change to the device's keys in order, (stored, keys),
+        # as SGLang's radix cache queues BlockStored / BlockRemoved for its publisher
+        self.device_log: list[tuple[bool, KeyRun]] | None = None
 
     # ---- lookup and insertion -------------------------------------------------------------
 
@@ -242,6 +245,8 @@ class RadixTree:
             # what set_device and offer do for a new leaf
             leaf.device = device_pages[i:] if i else device_pages
             self.device_total += n - i
+            if self.device_log is not None:
+                self.device_log.append((True, leaf.keys))
             leaf.queued = _IN_DEVICE_HEAP
             self._seq += 1
             heappush(self._heaps[0], (self.priority(leaf), self._seq, leaf))
@@ -370,6 +375,8 @@ class RadixTree:
         delta = (0 if pages is None else len(pages)) - (
             0 if node.device is None else len(node.device)
         )
+        if self.device_log is not None and (pages is None) != (node.device is None):
+            self.device_log.append((pages is not None, node.keys))
         node.device = pages
         self.device_total += delta
         if node.lock_ref or node.pinned:

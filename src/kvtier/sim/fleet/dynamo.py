@@ -18,7 +18,8 @@ KvIndexer applies each worker's in order to its RadixTree (`RadixTree::apply_eve
 Removed per block; ai-dynamo `lib/llm/src/kv_router/indexer.rs` and `publisher.rs`, read in the
 source of workspace 1.2.0). The events are kv_events.py's (`step-events`, `event-delay-ms`): a
 vLLM worker's leave once a step, so a prompt arriving during the step that prefills its prefix
-finds no worker holding it.
+finds no worker holding it; an SGLang worker's at its scheduler's reports (after each prefill
+batch, every 40th decode batch, when idle).
 """
 
 from __future__ import annotations

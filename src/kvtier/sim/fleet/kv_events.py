@@ -7,7 +7,10 @@ v0.10.x - v0.11.x at the end of `schedule()`, before it), over ZMQ. `step-events
 pool as it stands. The events reach the index `event-delay-ms` after they leave (0, the default:
 at once; the routers have no such setting, their delay is the publisher's and the indexer's
 own): the router then reads each replica as its events had said that long ago. An SGLang
-replica's blocks are read as its cache holds them.
+replica's radix tree queues BlockStored / BlockRemoved as it stores and evicts device pages, and
+its scheduler publishes them only at its reports (SGLang 0.5.23 `publish_kv_events`: after each
+prefill batch, every 40th decode batch and when idle; `kvtier.sim.servers.sglang_reports`), so a
+prompt arriving during a long decode stretch reads its pod as it stood at the last report.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class DelayedEvents:
 def subscribe(view: FleetView, replicas: int, opts: Mapping[str, float]) -> DelayedEvents | None:
     """Wire a router's index to the replicas' KV events as `event_options` set them: the
     delayed index when `event-delay-ms` is above 0 (else None: the view is read as the events
-    have said at once), each vLLM replica heard once a step unless `step-events=0`."""
+    have said at once), each replica heard as it publishes unless `step-events=0`."""
     delay = opts.get("event-delay-ms", 0.0) / 1e3
     events = DelayedEvents(view, replicas, delay) if delay else None
     if opts.get("step-events", 1):
@@ -81,6 +84,7 @@ def event_options() -> dict[str, RouterOption]:
         "step-events": RouterOption(
             number(0, 1, integer=True),
             1,
-            "1: a vLLM replica's blocks as its KV events publish them, once a step; 0: at once",
+            "1: a replica's blocks as its KV events publish them (vLLM once a step, SGLang at "
+            "its reports); 0: at once",
         ),
     }

@@ -14,7 +14,10 @@ kv-cache-utilization 2, queue 2).
   picks. A vLLM pod's metrics are its last completed iteration's scheduler stats (`make_stats`
   at the end of `Scheduler.update_from_output`, set on /metrics as its output is handled), so
   a pod's score stays where it was until a step ends and a scrape follows: a burst between
-  them herds onto one pod. `step-stats=0` reads each pod's state at the scrape instead.
+  them herds onto one pod. An SGLang pod's (`sglang:num_queue_reqs`, `sglang:token_usage`) are
+  its last report's: after each prefill batch, every 40th decode batch and when idle (SGLang
+  0.5.23 `report_prefill_stats`, `report_decode_stats`; `kvtier.sim.servers.sglang_reports`).
+  `step-stats=0` reads each pod's state at the scrape instead.
 * llm-d-approximate, prefix-cache-scorer (`pkg/epp/scheduling/framework/plugins/multi/prefix/
   plugin.go`, `indexer.go`): the prompt's full blocks, chained hashes, up to 256 blocks of
   64 characters (16 tokens at 4 characters a token: the first 4,096 tokens); for each block in
@@ -28,7 +31,8 @@ kv-cache-utilization 2, queue 2).
   over the replicas holding any (1 when they hold equally), 0 for the others. The events
   (`step-events`, `event-delay-ms`) are kv_events.py's: a vLLM pod's leave once a step, so a
   burst of one prompt group arriving during the step that prefills its first request finds no
-  replica holding it. llm-d-kv-cache-manager's kvevents pool applies a pod's batches in order.
+  replica holding it; an SGLang pod's at its reports, as its gauges. llm-d-kv-cache-manager's
+  kvevents pool applies a pod's batches in order.
 
 Trace granularity: a block here is one trace block (its ids name whole prefixes, as the chained
 hashes do), and a partial last block is left out, as the scorers leave it.
@@ -207,7 +211,8 @@ def _common(block_size: int) -> dict[str, RouterOption]:
         "step-stats": RouterOption(
             number(0, 1, integer=True),
             1,
-            "1: a vLLM replica's metrics are its last completed iteration's; 0: as at the scrape",
+            "1: a replica's metrics as its engine last published them (vLLM each iteration, "
+            "SGLang at its reports); 0: as at the scrape",
         ),
         "block-size": RouterOption(
             number(1, 1 << 20, integer=True), block_size, "trace block tokens"

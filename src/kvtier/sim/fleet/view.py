@@ -51,10 +51,7 @@ def _pool_prefix(cached: Container[int], blocks: Sequence[int]) -> int:
 
 
 def _usage(s: ServerModel) -> float:
-    if isinstance(s, SGLangServer):
-        total = s.cache.device_pages
-        return (total - s.cache.room()) / total if total else 0.0
-    if isinstance(s, VllmServer):
+    if isinstance(s, (SGLangServer, VllmServer)):
         return s.kv_usage()
     return 0.0
 
@@ -84,9 +81,10 @@ class ReplicaView:
         self._pools = [(r, i) for r, (kind, i) in enumerate(self._indexes) if kind == "pool"]
 
     def publish_kv_events(self, listener: EventListener | None = None) -> set[int]:
-        """Turn on each vLLM replica's KV events: from here on its blocks are read as its
-        published events give them (`VllmServer._publish`, once a step), not as its pool holds
-        them, and `listener` hears each publication with the replica's index; those replicas."""
+        """Turn on each replica's KV events: from here on its blocks are read as its published
+        events give them (`VllmServer._publish`, once a step; an SGLang server's at its reports,
+        `sglang_reports.Reports.publish`), not as its pool or tree holds them, and `listener`
+        hears each publication with the replica's index; those replicas."""
         out = set()
         for r, s in enumerate(self.servers):
             if isinstance(s, VllmServer):
@@ -96,6 +94,12 @@ class ReplicaView:
                 if listener is not None:
                     s.kv_listener = partial(listener, r)
                 out.add(r)
+            elif isinstance(s, SGLangServer) and (published := s.enable_kv_events()) is not None:
+                self._indexes[r] = ("pool", published)
+                if listener is not None:
+                    s.reports.listener = partial(listener, r)
+                out.add(r)
+        self._trees = [(r, i, i.children) for r, (k, i) in enumerate(self._indexes) if k == "tree"]
         self._pools = [(r, i) for r, (kind, i) in enumerate(self._indexes) if kind == "pool"]
         return out
 
@@ -114,10 +118,11 @@ class ReplicaView:
         return out
 
     def scraped(self, replica: int, now: float, live: bool = False) -> Scrape:
-        """One replica's requests waiting and KV-cache usage: a vLLM server's as its last
-        completed iteration published them, unless `live`; the others' as they stand."""
+        """One replica's requests waiting and KV-cache usage as its engine last published them
+        (vLLM: its last completed iteration; SGLang: its last report), unless `live`; the
+        others' as they stand."""
         server = self.servers[replica]
-        if live or not isinstance(server, VllmServer):
+        if live or not isinstance(server, (VllmServer, SGLangServer)):
             return Scrape(server.queued, _usage(server))
         waiting, usage = server.stats(now)
         return Scrape(waiting, usage, server.stats_settled)

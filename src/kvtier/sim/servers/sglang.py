@@ -51,6 +51,7 @@ from kvtier.sim.servers.sglang_budget import (
     RETRACT_DECODE_STEPS,
     PrefillBudget,
 )
+from kvtier.sim.servers.sglang_reports import Reports, report_due
 from kvtier.sim.timing import TimingModel
 from kvtier.sim.trace import TraceRequest
 
@@ -137,6 +138,8 @@ class SGLangServer:
         self._unsaved: dict[int, int] = {}
         self._refilled = 0  # retracted output tokens prefilled again by requests still prefilling
         self.retractions: list[tuple[int, int]] = []  # (decode iteration, rid), in order
+        self.reports = Reports()  # its published gauges and KV events
+        self._span = 0.0  # the step in flight's duration
 
     @property
     def running(self) -> int:
@@ -192,6 +195,8 @@ class SGLangServer:
 
     def arrive(self, req: TraceRequest, rec: RequestRecord, now: float) -> None:
         self.waiting.append(Live(req, rec))
+        if self.busy:
+            self.reports.late.append(now)
         if self.prefetch is None:
             return
         if self._unsaved:
@@ -218,16 +223,21 @@ class SGLangServer:
         `horizon` is the next arrival time: a decode run stops there so a new request can be
         prefilled, as the real scheduler would on its next iteration.
         """
+        self.reports.begin(now)
         duration = self._start_prefill(now)
         if duration is None:
             duration = self._start_decode(now, horizon)
         self.busy = duration is not None
+        if duration is None:  # Scheduler.on_idle
+            self._report(now)
+        self._span = duration or 0.0
         return duration
 
     def start_lockstep(self, now: float) -> RankWork | None:
         """Begin a step as one DP-attention rank (`kvtier.sim.dp_attention`): its prefill
         batch, else one decode iteration; None when it has nothing to run. The step's time is
         every rank's together, so a decode run is not advanced past one iteration."""
+        self.reports.begin(now)
         if self._start_prefill(now) is not None:
             self.busy = True
             return RankWork(tuple(self._chunks))
@@ -424,7 +434,8 @@ class SGLangServer:
             return None
         self._pending_decode = until
         self.decode_log.shorten(until)
-        return self.timing.decode_steps_s(until, self._decode_kv, batch)
+        self._span = self.timing.decode_steps_s(until, self._decode_kv, batch)
+        return self._span
 
     def _steps_that_fit(self) -> int:
         """Decode iterations the free and evictable tokens give the batch as it is
@@ -482,10 +493,20 @@ class SGLangServer:
         self.busy = False
         done: list[RequestRecord] = []
         if self._pending_decode:
+            first, count = self._steps, self._pending_decode
+            due = report_due(first, first + count)
             per_step = self.timing.tokens_per_step
-            self._steps += self._pending_decode
-            grown = self._pending_decode * len(self.decoding) * per_step
-            self._decode_kv += grown
+            grown = count * len(self.decoding) * per_step
+            if due and due < first + count:  # a report inside the run: the state then
+                if self.reports.tree is not None:  # the tree as the report's batch left it
+                    early = (due - first) * len(self.decoding) * per_step
+                    self._hold_decoded(early)
+                    self._report(now, self._iteration_began(due, first, count))
+                    grown -= early
+                else:
+                    self.reports.report(*self._decode_report(due))
+            self._steps += count
+            self._decode_kv += count * len(self.decoding) * per_step
             self._hold_decoded(grown)
             self._pending_decode = 0
             while self._finish_heap and self._finish_heap[0][0] <= self._steps:
@@ -499,6 +520,8 @@ class SGLangServer:
             if done:
                 self._full = False
                 self._hold_decoded(0.0)
+            if due == self._steps:
+                self._report(now, self._iteration_began(due, first, count))
             return done
         chunked = []
         for live in self._pending:
@@ -521,6 +544,7 @@ class SGLangServer:
             # trace blocks of them; inserted when a match may see them (_save_chunks)
             self._unsaved[live.req.rid] = live.prefilled // self.config.block_size
         self._pending = []
+        self._report(now)
         return done
 
     def _join_decode(self, live: Live) -> None:
@@ -545,6 +569,63 @@ class SGLangServer:
         pages = math.ceil((self._decoded + self._refilled) / self.config.block_size)
         if pages != self.cache.loose_pages:
             self.cache.hold_loose(pages)
+
+    def kv_usage(self) -> float:
+        """SGLang's token usage: the device's pages neither free nor evictable over its pages
+        (`PoolStats`: num_used / max_total_num_tokens, num_used less the evictable)."""
+        total = self.cache.device_pages
+        return (total - self.cache.room()) / total if total else 0.0
+
+    def _report(self, now: float, edge: float | None = None) -> None:
+        """A report (`metrics_reporter.py`): the gauges as the scheduler stands, the waiting
+        queue less the arrivals after `edge` (the batch's start), and the queued KV events."""
+        r = self.reports
+        r.report(r.waiting(len(self.waiting), r.began if edge is None else edge), self.kv_usage())
+        r.publish(now)
+
+    def _iteration_began(self, k: int, first: int, count: int) -> float:
+        """When decode batch `k` of the run in flight (batches `first` + 1 to `first` +
+        `count`) began."""
+        return self.reports.began + (k - first - 1) * self._span / count
+
+    def _decode_report(self, k: int) -> tuple[int, float]:
+        """The gauges after decode batch `k` of the run in flight, from the state at its start
+        (the batch is unchanged until its end): the waiting queue less the arrivals after batch
+        `k` began; the pages used, the generated tokens' grown by the batches up to `k`."""
+        first, count = self._steps, self._pending_decode
+        grown = (k - first) * len(self.decoding) * self.timing.tokens_per_step
+        bs, cache = self.config.block_size, self.cache
+        more = math.ceil((self._decoded + self._refilled + grown) / bs) - cache.loose_pages
+        total = cache.device_pages
+        used = min(total - cache.room() + max(more, 0), total)
+        edge = self._iteration_began(k, first, count)
+        return self.reports.waiting(len(self.waiting), edge), used / total if total else 0.0
+
+    @property
+    def stats_settled(self) -> bool:
+        """`stats` holds until this server's next event: no report falls inside the decode run
+        in flight."""
+        first = self._steps
+        return not (self.busy and report_due(first, first + self._pending_decode))
+
+    def stats(self, now: float) -> tuple[int, float]:
+        """What the server's /metrics reports at `now` (`sglang:num_queue_reqs`,
+        `sglang:token_usage`): its last report's."""
+        first, count = self._steps, self._pending_decode
+        if self.busy and count > 1 and self._span > 0:
+            done = min(int((now - self.reports.began) * count / self._span), count - 1)
+            due = report_due(first, first + done)  # the last report of the run by `now`
+            if due:
+                waiting, usage = self._decode_report(due)
+                return waiting, round(usage, 2)
+        return self.reports.stats
+
+    def enable_kv_events(self) -> set[int] | None:
+        """--kv-events-config: from here on the tree's device changes are published at each
+        report (None: a cache without a tree); the keys announced so far."""
+        if not isinstance(self.cache, TieredCachePort):
+            return None
+        return self.reports.enable_kv_events(self.cache.cache.tree)
 
     def _finish(self, live: Live, now: float) -> RequestRecord:
         self.cache.release(live.req.rid)
