@@ -25,6 +25,20 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def with_flags(argv: list[str], *words: str) -> list[str]:
+    """`argv` with `words` (flags, each followed by its one value) added before any launch
+    command; a flag `argv` already gives takes the new value in its place, as kvtier refuses a
+    flag given twice with two values."""
+    out = list(argv)
+    for name, value in zip(words[::2], words[1::2], strict=True):
+        cut = out.index("--") if "--" in out else len(out)
+        if name in out[:cut]:
+            out[out.index(name) + 1] = value
+        else:
+            out[cut:cut] = [name, value]
+    return out
+
+
 def cli_json(argv: list[str]) -> Any:
     """What `kvtier ARGV` prints as JSON (run as `run_cli`); the command must succeed."""
     code, out, err = run_cli(argv)

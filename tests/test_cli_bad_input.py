@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import error_line
+from cli_support import error_line, with_flags
 from kvtier.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,25 +40,38 @@ CASES = [
     *[(["simulate", f"{{{f}}}", "--unbounded"], "") for f in FILES],
     *[(["report", f"{{{f}}}", "-o", "{html}"], "") for f in FILES],
     *[(["report", "-o", "{html}", "--from", f"plan={{{f}}}"], "report: ") for f in FILES],
-    *[(["plan", *KIMI, "--model", f"{{{f}}}"], "") for f in FILES],
-    *[(["advise", *KIMI, "--model", f"{{{f}}}"], "") for f in FILES],
+    *[
+        ([cmd, *with_flags(KIMI, "--model", f"{{{f}}}")], "")
+        for cmd in ("plan", "advise")
+        for f in FILES
+    ],
     # tensor parallel sizes: not a count, or not dividing Kimi-K2.5's 64 attention heads
-    *[([cmd, *KIMI, "--tp", tp], "--tp") for cmd in ("plan", "advise") for tp in ("0", "-1")],
-    *[(["simulate", "{trace}", *KIMI, "--tp", tp], "--tp") for tp in ("0", "-1")],
+    *[
+        ([cmd, *with_flags(KIMI, "--tp", tp)], "--tp")
+        for cmd in ("plan", "advise")
+        for tp in ("0", "-1")
+    ],
+    *[(["simulate", "{trace}", *with_flags(KIMI, "--tp", tp)], "--tp") for tp in ("0", "-1")],
     *[(["explain", LOG, "--tp", tp], "--tp") for tp in ("0", "-1")],
     *[
-        ([cmd, *KIMI, "--tp", "3"], "does not divide the 64 attention heads")
+        ([cmd, *with_flags(KIMI, "--tp", "3")], "does not divide the 64 attention heads")
         for cmd in ("plan", "advise")
     ],
-    (["simulate", "{trace}", *KIMI, "--tp", "3"], "does not divide the 64 attention heads"),
     (
-        ["plan", *KIMI, "--tp", "x"],
+        ["simulate", "{trace}", *with_flags(KIMI, "--tp", "3")],
+        "does not divide the 64 attention heads",
+    ),
+    (
+        ["plan", *with_flags(KIMI, "--tp", "x")],
         "argument --tp: must be a whole number from 1 to 4,096, got 'x'",
     ),
     # unknown GPU
-    *[([cmd, *KIMI, "--gpu", "H900"], "unknown GPU 'H900'") for cmd in ("plan", "advise")],
+    *[
+        ([cmd, *with_flags(KIMI, "--gpu", "H900")], "unknown GPU 'H900'")
+        for cmd in ("plan", "advise")
+    ],
     (["explain", LOG, "--gpu", "H900"], "unknown GPU 'H900'"),
-    (["simulate", "{trace}", *KIMI, "--gpu", "H900"], "unknown GPU 'H900'"),
+    (["simulate", "{trace}", *with_flags(KIMI, "--gpu", "H900")], "unknown GPU 'H900'"),
     # sweep specs
     (["simulate", "{trace}", *KIMI, "--sweep", "colour=1,2"], "expected NAME=v1,v2"),
     (["simulate", "{trace}", *KIMI, "--sweep", "hicache-ratio="], "no values given"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_support import with_flags
 from kvtier.cli import build_parser, main
 from kvtier.cli.flags import COMMANDS, EXPLAIN, FLAGS, PLAN, SIMULATE, KvFlag, rows
 from kvtier.cli.flags.row import USED
@@ -205,16 +206,19 @@ def test_each_flag_is_used_or_refused_by_name(
     if command == EXPLAIN and name == "--startup":  # a log of two starts; the first is picked
         argv = [EXPLAIN, "tests/fixtures/logs/vllm-0.6-two-starts-3090.log"]
     sample = [word.format(tmp=tmp_path) for word in row.sample]
+    given = with_flags([*argv, *output], *before)  # the context's value in place of the base's
+    # the flag's sample in place of a value the run gives it already: no flag is given twice
+    tried = with_flags(given, name, *sample) if len(sample) == 1 else [*given, name, *sample]
     if (command, name) in UNNAMED:
-        code, _, err = _run([*argv, *output, *before, name, *sample, *launch], capsys)
+        code, _, err = _run([*tried, *launch], capsys)
         assert code == 2 and UNNAMED[command, name] in err and name not in err, err
         return
     if context or not output or argv != BASE[command]:
-        code, base, err = _run([*argv, *output, *context], capsys)
+        code, base, err = _run([*given, *launch], capsys)
         assert code == 0, err
     else:
         base = _baseline(command, capsys)
-    code, out, err = _run([*argv, *output, *before, name, *sample, *launch], capsys)
+    code, out, err = _run([*tried, *launch], capsys)
     if (command, name) in SILENT:
         assert code == 0 and out == base, f"{command} {name} now shows: drop it from SILENT"
     elif row.commands[command] != USED:

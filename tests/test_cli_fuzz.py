@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from cli_support import run_cli as call
+from cli_support import with_flags
 from kvtier.cli import shared_parser
 from kvtier.cli.flags import COMMANDS, rows
 from kvtier.model.catalog import catalog_entry
@@ -124,7 +125,7 @@ OTHER_ENGINE = {"plan": ["plan", *KIMI], "advise": ["advise", *LLAMA]}
 
 def flag_cases(work: Path) -> list[tuple[list[str], tuple[str, ...]]]:
     return [
-        ([*base, flag, value], (flag, flag[2:].replace("-", "_"), "memory"))
+        (with_flags(base, flag, value), (flag, flag[2:].replace("-", "_"), "memory"))
         for command, flag in sorted(set(numeric_flags()))
         for base in (base_argv(command, work), OTHER_ENGINE.get(command))
         if base is not None
@@ -140,7 +141,10 @@ def empty_value_cases(work: Path) -> list[tuple[list[str], tuple[str, ...]]]:
     """Every flag of the table that takes a word as it is (no type, no choices), given nothing:
     `--sweep ''` ran no sweep and `--router ''` the default router."""
     return [
-        ([*base_argv(command, work), row.name, value], (f"{row.name} is given an empty value",))
+        (
+            with_flags(base_argv(command, work), row.name, value),
+            (f"{row.name} is given an empty value",),
+        )
         for command in COMMANDS
         for row in rows(command)
         if not {"type", "choices", "action", "const"} & set(row.spec)

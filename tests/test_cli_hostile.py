@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import cli_json, error_line
+from cli_support import cli_json, error_line, with_flags
 from kvtier.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ CASES = [
     (["plan", *LLAMA, "--block-size", "16", "--page-size", "32"], "contradicts"),
     (["explain", "{fifo}"], "not a regular file"),
     (["simulate", "{fifo}", "--unbounded"], "not a regular file"),
-    (["plan", *LLAMA, "--model", "{fifo}"], "not a regular file"),
+    (["plan", *with_flags(LLAMA, "--model", "{fifo}")], "not a regular file"),
     (["report", "-o", "{dir}/r.html", "--from", "plan={fifo}"], "not a regular file"),
     (["report", "{trace}", "-o", "{trace}"], "the same file as the input"),
     # DP attention splits tp over dp ranks: a traceback at dp > tp, tp // dp at dp 3
@@ -174,6 +174,43 @@ def test_refused_in_one_line(
         argv = [word.replace(f"{{{name}}}", path) for word in argv]
     err = error_line(capsys, argv)
     assert message in err
+
+
+TWICE = [
+    (["plan", *LLAMA, "--tp", "2", "--tp", "4"], "--tp is given twice (2, then 4); give one"),
+    (["plan", *LLAMA, "--gpu", "h200"], "--gpu is given twice (h100, then h200)"),
+    (["advise", *KIMI, "--tp", "4"], "--tp is given twice (8, then 4)"),
+    (["explain", LOG, "--page-size", "16", "--page-size=32"], "--page-size is given twice (16, "),
+    (
+        ["simulate", "{trace}", *KIMI, "--rate-stages", "1:1", "--rate-stages", "2:1"],
+        "--rate-stages is given twice (1:1, then 2:1)",
+    ),
+    ([*FLEET, "--replicas", "3"], "--replicas is given twice (2, then 3)"),
+    ([*FLEET, "--ray", "--ray", "127.0.0.1:6379"], "--ray is given twice (alone, then 127.0"),
+    (["plan", *LLAMA, "--model", " "], "--model is given twice (llama-3.1-8b, then ' ')"),
+    (["simulate", "--generate", "chat", "-o", "a.jsonl", "--output", "b.jsonl"], "--output is"),
+    (["trace", LOG, "-o", "a.jsonl", "-o", "b.jsonl"], "--output is given twice (a.jsonl, then"),
+    (["observe", LOG, "--interval", "1", "--interval", "2"], "--interval is given twice"),
+    (["report", LOG, "-o", "a.html", "-o", "b.html"], "--output is given twice"),
+    # before the `--`: kvtier's; a launch command's own repeat is the engine's to read
+    (
+        [*VLLM[:3], "--gpu", "b200", *VLLM[3:], "--tp", "2"],
+        "--gpu is given twice (h100, then b200)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), TWICE, ids=[" ".join(a)[:80] for a, _ in TWICE])
+def test_a_flag_given_twice_with_two_values_is_refused(
+    work: dict[str, str], capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    argv = [word.replace("{trace}", work["trace"]) for word in argv]
+    assert message in error_line(capsys, argv)
+
+
+def test_a_flag_given_twice_with_one_value_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    once = cli_json(["plan", *LLAMA, "--tp", "2", "--json"])
+    assert cli_json(["plan", *LLAMA, "--tp", "2", "--tp=2", "--json", "--json"]) == once
 
 
 def test_equal_flags_of_one_field_agree(capsys: pytest.CaptureFixture[str]) -> None:
