@@ -2,7 +2,8 @@
 
 The simulator keys the cache by trace block: one Mooncake `hash_ids` entry is one page key. A
 request's pages are its prompt blocks (shared through the tree); the tokens the running requests
-generate share `hold_loose`'s pages, never cached (a trace has no ids for generated text).
+generate share `hold_loose`'s pages while they run; a finished request's enter the tree below its
+prompt under keys of its own (a trace has no ids for generated text, so nothing matches them).
 """
 
 from __future__ import annotations
@@ -69,9 +70,16 @@ class CachePort(Protocol):
         """Evict unpinned device pages until `pages` are free or nothing more is evictable."""
         ...
 
-    def release(self, rid: int, used: bool = True) -> None:
+    @property
+    def spare_tokens(self) -> int:
+        """Tokens the cached outputs on the device leave unused in their last pages."""
+        ...
+
+    def release(self, rid: int, used: bool = True, output_pages: int = 0, spare: int = 0) -> None:
         """The request finished (or was retracted: `used` False): unpin its blocks (stamped as
-        used when `used`) and free its own pages."""
+        used when `used`) and free its own pages; `output_pages` pages of its generated tokens
+        enter the tree below its prompt, under keys no prompt has, `spare` tokens of the last
+        unused."""
         ...
 
     def evictions(self) -> dict[str, int]:

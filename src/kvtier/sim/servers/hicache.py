@@ -8,15 +8,23 @@ insert after prefill, unlock when done. One page of the cache is one trace block
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 from kvtier.cache import request
 from kvtier.cache.hierarchy import TieredCache, WritePolicy
 from kvtier.cache.keys import as_run
-from kvtier.cache.radix import MatchResult
+from kvtier.cache.radix import MatchResult, TreeNode
 from kvtier.cache.storage import AccountingStorage, Tier
 from kvtier.sim.servers.cache_port import PrefixHit
 from kvtier.sim.servers.store import AccountingStore
+
+
+def output_key(rid: int, index: int) -> bytes:
+    """The page key of a request's `index`-th page of generated tokens: 12 bytes, so it never
+    meets a trace block (an integer, 8 bytes in the store: `store_key`), a chained digest (16
+    bytes) nor another request's output."""
+    return rid.to_bytes(8, "little") + index.to_bytes(4, "little")
 
 
 class TieredCachePort:
@@ -51,6 +59,9 @@ class TieredCachePort:
         self._inserts = 0  # admissions and commits: either may lengthen a match
         self._moved = -1  # _inserts + evicted pages at the last match
         self._hit = PrefixHit(0, 0, 0)
+        # (cached output's node, unused tokens), in the order they entered the tree
+        self._spare: deque[tuple[TreeNode, int]] = deque()
+        self._spare_total = 0
 
     def match(self, blocks: Sequence[int]) -> PrefixHit:
         cache = self.cache
@@ -147,12 +158,39 @@ class TieredCachePort:
         # from here on only the pages past the n-th, adm.pages[n:], are the request's own
         adm.num_cached, adm.last_node = n, result.last_node
 
-    def release(self, rid: int, used: bool = True) -> None:
+    @property
+    def spare_tokens(self) -> int:
+        """Tokens the cached outputs' last pages leave unused, for outputs still on the device.
+        The outputs leave the device in the order they entered: none is matched or touched
+        again, so each policy ranks them by their finish (LRU and FIFO by it, LFU at no hit)."""
+        spare = self._spare
+        while spare and spare[0][0].device is None:
+            self._spare_total -= spare.popleft()[1]
+        return self._spare_total
+
+    def release(self, rid: int, used: bool = True, output_pages: int = 0, spare: int = 0) -> None:
         """Unpin and free the request's own pages. Its prompt's path counts as used now when
         `used` (SGLang's release_kv_cache inserts prompt and output, stamping the path); a
-        retracted request's is not (release_kv_cache(checkpoint=False) only unlocks)."""
+        retracted request's is not (release_kv_cache(checkpoint=False) only unlocks).
+        `output_pages`: pages of generated tokens that enter the tree below the prompt, under
+        keys of this request's own (`output_key`), unlocked like the prompt; `spare` tokens of
+        the last are unused (`spare_tokens`)."""
         adm = self._held.pop(rid)
         cache = self.cache
+        whole = len(adm.pages) == adm.num_cached == len(adm.keys)
+        if used and output_pages > 0 and whole:
+            new = cache.alloc_device(output_pages)
+            if new is not None:
+                self._inserts += 1
+                keys = adm.keys + [output_key(rid, i) for i in range(output_pages)]  # type: ignore[operator]
+                held = MatchResult(adm.pages, 0, adm.last_node, adm.last_node, adm.num_cached)
+                # the insert stamps the path and the new leaf as used
+                result = cache.insert(keys, adm.pages + new, held)  # type: ignore[operator]
+                cache.unlock(adm.last_node)
+                if spare:
+                    self._spare.append((result.last_node, spare))
+                    self._spare_total += spare
+                return
         if used:
             cache.tree.touch(adm.last_node)
         if len(adm.pages) > adm.num_cached:

@@ -476,6 +476,7 @@ class SGLangServer:
         self._hold_decoded(0.0)
         bs = self.config.block_size
         slack = self.cache.loose_pages * bs - self._decoded - self._refilled
+        slack += self.cache.spare_tokens
         self.cache.free_up(math.ceil((left * RETRACT_DECODE_STEPS - slack) / bs))
         self.retractions.append((self._steps, rid))
         self.waiting.append(live)
@@ -509,17 +510,21 @@ class SGLangServer:
             self._decode_kv += count * len(self.decoding) * per_step
             self._hold_decoded(grown)
             self._pending_decode = 0
+            finished = []
             while self._finish_heap and self._finish_heap[0][0] <= self._steps:
                 _, rid = heapq.heappop(self._finish_heap)
                 live = self.decoding.pop(rid)
                 self._leave_decode(live)
                 live.rec.decode_steps = (live.first_step, self._steps)
-                done.append(self._finish(live, now))
+                finished.append(live)
             if not self.decoding:
                 self._decode_kv = self._decoded = 0.0  # what float sums leave behind
-            if done:
+            if finished:
                 self._full = False
+                # the finished outputs' pages pass from the running requests to the tree
                 self._hold_decoded(0.0)
+                done = [self._finish(live, now) for live in finished]
+                self._hold_decoded(0.0)  # their last pages' unused tails take generated tokens
             if due == self._steps:
                 self._report(now, self._iteration_began(due, first, count))
             return done
@@ -566,7 +571,9 @@ class SGLangServer:
         """`alloc_for_decode`: the generated tokens' KV grows by `grown` tokens (evicting as
         needed; a step takes the same leaves one at a time) or shrinks as requests finish."""
         self._decoded += grown
-        pages = math.ceil((self._decoded + self._refilled) / self.config.block_size)
+        # the cached outputs' unused tails hold generated tokens too, as SGLang's tokens do
+        held = self._decoded + self._refilled - self.cache.spare_tokens
+        pages = max(0, math.ceil(held / self.config.block_size))
         if pages != self.cache.loose_pages:
             self.cache.hold_loose(pages)
 
@@ -628,7 +635,16 @@ class SGLangServer:
         return self.reports.enable_kv_events(self.cache.cache.tree)
 
     def _finish(self, live: Live, now: float) -> RequestRecord:
-        self.cache.release(live.req.rid)
+        """`release_kv_cache(checkpoint=True)` (v0.5.23; `cache_finished_req` before): the tree
+        takes the prompt and the output but its last token, whose KV was never computed
+        (`Req.owned_kv_len`: `kv_committed_len`), cut to whole pages (`RadixKey.page_aligned`);
+        the pages it already held and the cut tail are freed, the path unlocked. Generated
+        tokens have keys of their own, so no other request's prompt matches them."""
+        req, bs = live.req, self.config.block_size
+        page = self.config.page_size
+        kept = (req.input_len + req.output_len - 1) // page * page - len(req.blocks) * bs
+        pages = -(-kept // bs) if kept > 0 else 0
+        self.cache.release(req.rid, output_pages=pages, spare=pages * bs - kept)
         live.rec.finish_s = now
         return live.rec
 
