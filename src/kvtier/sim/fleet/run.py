@@ -123,6 +123,7 @@ def simulate_fleet(
         raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
     counters = [e.counters() for e in engines]
     preempted = [c.preemptions for c in counters if c.preemptions is not None]
+    pcie_busy_s = sum(c.pcie_busy_s for c in counters) / len(counters)
     # a trace in load stages is measured over its last stage, as inference-perf reports a stage
     # (its requests' outputs over their first send to their last response)
     skip = trace.stages[-1][0] if trace.stages else math.floor(warmup_fraction * len(records))
@@ -132,13 +133,12 @@ def simulate_fleet(
         True,
         _evictions([c.evictions for c in counters], spec.shared_store),
         loop.concurrency,
-        sum(c.pcie_busy_s for c in counters) / len(counters),
+        pcie_busy_s,
         _params(config, spec, warmup_fraction, params, skip if trace.stages else None),
     )
     start, end = result_span(records)
     if trace.stages and end > start:  # the link's busy seconds are the whole ladder's
-        busy = sum(c.pcie_busy_s for c in counters) / len(counters)
-        result = dataclasses.replace(result, pcie_busy_fraction=busy / (end - start))
+        result = dataclasses.replace(result, pcie_busy_fraction=pcie_busy_s / (end - start))
     replicas = tuple(_replica(log, records, skip, start, end) for log in loop.logs)
     waits = [r.first_token_s - r.arrival_s for r in records[skip:]]
     waits = [w for w in waits if not math.isnan(w)]
