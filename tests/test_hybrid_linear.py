@@ -278,7 +278,7 @@ def test_sglang_printed_state_pool_holds_the_padding_slot_the_budget_is_not_char
 ) -> None:
     """MambaPool allocates max_mamba_cache_size + 1 slots; rest is charged the padding slot only
     from v0.5.17 (no version is v0.5.9)."""
-    parsed = sglang_versions.resolve(version)
+    parsed = sglang_versions.DEFAULT.resolve(version)
     printed = 83 * 96_030_720 / GiB
     charged = sglang_mamba.charged_state_gib(printed, 82, parsed)
     assert charged == pytest.approx(charged_slots * 96_030_720 / GiB)

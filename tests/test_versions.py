@@ -75,17 +75,17 @@ def test_the_ladder_is_in_order(engine: str) -> None:
     ladder = LADDERS[engine]
     releases = [v for k, v in vars(ladder).items() if re.fullmatch(r"V\d+(_\d+)+", k)]
     assert releases == sorted(releases) and len(set(releases)) == len(releases)
-    assert ladder.DEFAULT in releases
-    assert ladder.resolve(None) is ladder.DEFAULT
-    assert ladder.resolve("main").is_main
+    assert ladder.DEFAULT.release in releases
+    assert ladder.DEFAULT.resolve(None) is ladder.DEFAULT.release
+    assert ladder.DEFAULT.resolve("main").is_main
 
 
 def test_no_version_is_the_default_release_in_every_era() -> None:
-    assert sglang.era_for(None).version is sglang_versions.DEFAULT
-    default, stated = sglang.era_for(None), sglang.era_for(str(sglang_versions.DEFAULT))
+    assert sglang.era_for(None).version is sglang_versions.DEFAULT.release
+    default, stated = sglang.era_for(None), sglang.era_for(str(sglang_versions.DEFAULT.release))
     assert (default.pool, default.fraction_rule) == (stated.pool, stated.fraction_rule)
-    assert vllm.era_for(None).version is vllm_versions.DEFAULT
-    assert vllm.era_for(None).worker is vllm.era_for(str(vllm_versions.DEFAULT)).worker
+    assert vllm.era_for(None).version is vllm_versions.DEFAULT.release
+    assert vllm.era_for(None).worker is vllm.era_for(str(vllm_versions.DEFAULT.release)).worker
 
 
 CASES = [  # models whose pools take different version rules: SWA, hybrid linear, DSA, MLA, draft
@@ -110,9 +110,11 @@ def test_a_plan_without_version_is_the_plan_at_the_default_release(case: tuple) 
     fields = {"gpu": "H100 80GB", **extra}
     unstated = plan(Deployment(engine=engine, model=model, tp=tp, **fields))
     stated = plan(
-        Deployment(engine=engine, model=model, tp=tp, engine_version=str(ladder.DEFAULT), **fields)
+        Deployment(
+            engine=engine, model=model, tp=tp, engine_version=str(ladder.DEFAULT.release), **fields
+        )
     )
-    assert unstated.era == ladder.DEFAULT_ERA_LABEL
+    assert unstated.era == ladder.DEFAULT.era_label
     assert stated.era != unstated.era
 
     def without_era(ledger: object) -> object:
@@ -126,7 +128,7 @@ def test_a_plan_without_version_is_the_plan_at_the_default_release(case: tuple) 
 def test_help_and_docs_state_the_default_in_the_same_sentence(
     engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sentence = LADDERS[engine].DEFAULT_SENTENCE
+    sentence = LADDERS[engine].DEFAULT.sentence
     assert _flat(sentence) in _flat((ROOT / "docs" / "cli.md").read_text())
     monkeypatch.setenv("COLUMNS", "10000")  # argparse wraps at hyphens otherwise
     flag = f"--{engine}-version"

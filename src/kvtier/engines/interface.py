@@ -1,23 +1,22 @@
 """The interface each engine implements (`engines/<engine>/rules.py`), handed out by `rules_for`.
 
 Everything engine-specific that plan, explain, advise and simulate need is reached through it:
-the version eras, the launch-flag table, the startup-log grammar, the ledger builder (which holds
-the pool formula and the default rules), the reading of a startup log (explain's engine half) and
-the host-RAM tier advise prices.
+the launch-flag table, the ledger builder (which holds the pool formula, the default rules and
+the version era it prints), the reading of a parsed startup log (explain's engine half) and the
+host-RAM tier advise prices. `kvtier.engines.detect` picks the engine's log grammar.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.flags import FlagTable
 from kvtier.engines.host import HostTier
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Ledger
-from kvtier.logs.lines import LogLine
 from kvtier.model.description import ModelSpec
 
 if TYPE_CHECKING:  # the explain half loads with the engine's rules, not with the interface
@@ -28,10 +27,8 @@ if TYPE_CHECKING:  # the explain half loads with the engine's rules, not with th
 class EngineRules:
     engine: Engine
     flags: FlagTable  # launch flags: Deployment field, printed name, spellings
-    era_label: Callable[[str | None], str]  # the rule era a version falls in, as printed
     build_ledger: Callable[[PlanInputs], Ledger]  # pool formula, default rules, ledger items
     rounded_measures: Callable[[Deployment], tuple[str, ...]]  # printed figures the pool reads
-    parse_startup: Callable[[list[LogLine]], Any]  # the startup-log grammar
     # the model as the engine loads it under the deployment's flags (--quantization), and why
     load_model: Callable[[ModelSpec, Deployment], tuple[ModelSpec, str | None]]
     explain: ExplainRules  # a parsed startup log read into inputs, a deployment and a ledger

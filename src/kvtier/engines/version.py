@@ -37,12 +37,30 @@ class Version:
     def release_of(cls, major: int, minor: int, patch: int = 0) -> Version:
         return cls(False, (major, minor, patch), f"{major}.{minor}.{patch}")
 
-    @classmethod
-    def given_or(cls, version: str | Version | None, default: Version, engine: str) -> Version:
-        """`version` (parsed when text), or `default` when none is given."""
-        if version is None:
-            return default
-        return version if isinstance(version, Version) else cls.parse(version, engine)
-
     def __str__(self) -> str:
         return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class Default:
+    """The release whose rules apply where no version is given (each engine's
+    `versions.DEFAULT`): resolved by `resolve` only, stated in one sentence that --help and
+    docs/cli.md quote, and named in the era label `plan` prints."""
+
+    engine: str  # as printed: "SGLang", "vLLM"
+    release: Version
+    rules: str  # what the release's rules are, said in the sentence's parentheses
+    era_label: str
+
+    @property
+    def sentence(self) -> str:
+        return (
+            f"Without --{self.engine.lower()}-version, kvtier applies the rules of "
+            f"{self.engine} v{self.release} ({self.rules})."
+        )
+
+    def resolve(self, version: str | Version | None) -> Version:
+        """`version` (parsed when text), or the default release when none is given."""
+        if version is None:
+            return self.release
+        return version if isinstance(version, Version) else Version.parse(version, self.engine)

@@ -234,7 +234,7 @@ def _dp_attention(
     """Under --enable-dp-attention --dp D > 1: the step's split."""
     if not (d.enable_dp_attention and d.dp > 1):
         return None
-    version = sglang_versions.resolve(d.engine_version)
+    version = sglang_versions.DEFAULT.resolve(d.engine_version)
     if version < sglang_versions.V0_5_3:
         raise KvtierError(
             f"simulate with DP attention follows SGLang v0.5.3 - v0.5.23, not {version}"

@@ -91,7 +91,7 @@ def vllm_part(inputs: PartInputs) -> dict[str, Any]:
     return {
         "scheduling_policy": policy,
         "long_prefill_threshold": threshold,
-        "kv_events_at_schedule": versions.resolve(d.engine_version) < V0_12,
+        "kv_events_at_schedule": versions.DEFAULT.resolve(d.engine_version) < V0_12,
         "host_tokens": tiers.host_tokens,
         "store_tokens": tiers.store_tokens,
         "connector_chunk": tiers.chunk_tokens,

@@ -149,7 +149,7 @@ def _native(d: Deployment, ledger: Ledger, extra: dict[str, object]) -> VllmTier
     pool = ledger.host_pool
     assert pool is not None
     page = ledger.page_size
-    per, given = chunk_blocks(extra, page, versions.resolve(d.engine_version))
+    per, given = chunk_blocks(extra, page, versions.DEFAULT.resolve(d.engine_version))
     sources = [("host tier", f"{pool.tokens:,} tokens: {pool.source}")]
     if not given:
         return VllmTiers(pool.tokens, sources=tuple(sources))
@@ -179,7 +179,7 @@ def _lmcache_backend(
     """--kv-offloading-backend lmcache as the release's _post_init_kv_transfer_config sets the
     connector: LMCacheConnectorV1 with S / (TP x PP) GiB of local CPU a rank (its extra config
     replaced) in v0.12.0 - v0.22.x; from v0.23.0 LMCacheMPConnector, sized by no vLLM input."""
-    version = versions.resolve(d.engine_version)
+    version = versions.DEFAULT.resolve(d.engine_version)
     if version < V0_12:
         raise KvtierError(f"vLLM {version} has no --kv-offloading-backend (it arrives in v0.12.0)")
     if version >= V0_23:

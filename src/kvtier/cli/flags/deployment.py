@@ -123,11 +123,11 @@ DEPLOYMENT = (
          engines=VLLM_ONLY),
     flag("--sglang-version", group="deployment", commands=EVERY, field="engine_version",
          sample=("0.4.0",),
-         help=f"SGLang version whose rules apply. {sglang_versions.DEFAULT_SENTENCE}",
+         help=f"SGLang version whose rules apply. {sglang_versions.DEFAULT.sentence}",
          engines={"vllm": "SGLang's release; a vLLM deployment takes --vllm-version"}),
     flag("--vllm-version", group="deployment", commands=EVERY, field="engine_version",
          sample=("0.10.0",),
-         help=f"vLLM version whose rules apply. {vllm_versions.DEFAULT_SENTENCE}",
+         help=f"vLLM version whose rules apply. {vllm_versions.DEFAULT.sentence}",
          engines={"sglang": "vLLM's release; an SGLang deployment takes --sglang-version"}),
 )
 # fmt: on

@@ -74,7 +74,7 @@ def attention_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
     since = _FOLLOWS.get(file)
     if since is None:
         return d.tp, f"attention at TP{d.tp} ({file} builds it at full TP under DP attention)"
-    if versions.resolve(d.engine_version) < since:
+    if versions.DEFAULT.resolve(d.engine_version) < since:
         return d.tp, f"attention at TP{d.tp} ({file} takes attention TP from v{since})"
     where = f"{file} from v{since}" if since > V0_3_0 else file
     return attn_tp, f"attention at TP{attn_tp} (DP attention; {where})"

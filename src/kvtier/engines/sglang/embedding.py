@@ -160,7 +160,7 @@ def replicated(d: Deployment) -> bool:
 def embedding_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
     """The ranks `model`'s input embedding is split over and why; None: over TP, as every other
     vocab-parallel layer."""
-    found = layout(model.architecture, versions.resolve(d.engine_version))
+    found = layout(model.architecture, versions.DEFAULT.resolve(d.engine_version))
     if found is None:
         return None
     kind, where = found

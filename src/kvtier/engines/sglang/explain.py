@@ -228,7 +228,7 @@ def _charged_state_gib(inp: LogInputs[SGLangMemory], s: SGLangStartup) -> float 
     if pool is None:
         return None
     flag = inp.settings.flags.get("engine_version")
-    version = versions.resolve(flag if isinstance(flag, str) else None)
+    version = versions.DEFAULT.resolve(flag if isinstance(flag, str) else None)
     return mamba.charged_state_gib(pool.total_gib, pool.slots, version)
 
 

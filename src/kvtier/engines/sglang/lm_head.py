@@ -94,7 +94,7 @@ def lm_head_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
         return None
     if since is None:
         return d.tp, f"the LM head at TP{d.tp} ({file} ignores --enable-dp-lm-head)"
-    if versions.resolve(d.engine_version) < since:
+    if versions.DEFAULT.resolve(d.engine_version) < since:
         return d.tp, f"the LM head at TP{d.tp} ({file} follows --enable-dp-lm-head from v{since})"
     attn_tp = d.tp // d.dp
     where = f"{file} from v{since}" if since > V0_3_0 else file

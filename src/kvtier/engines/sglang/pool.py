@@ -93,7 +93,7 @@ class Era(NamedTuple):
     pool: PoolEra
     fraction_rule: FractionRule
     label: str
-    version: Version  # the release whose rules apply (versions.resolve)
+    version: Version  # the release whose rules apply (versions.DEFAULT.resolve)
 
 
 _RULES = (  # (first release, rule, label), newest first
@@ -108,9 +108,9 @@ _RULES = (  # (first release, rule, label), newest first
 
 def era_for(version: str | Version | None) -> Era:
     """The era a version falls in (no version: `versions.DEFAULT`)."""
-    v = versions.resolve(version)
+    v = versions.DEFAULT.resolve(version)
     if version is None:
-        return Era(PoolEra.B, FractionRule.HEURISTICS, versions.DEFAULT_ERA_LABEL, v)
+        return Era(PoolEra.B, FractionRule.HEURISTICS, versions.DEFAULT.era_label, v)
     if v.is_main:
         return Era(PoolEra.C, FractionRule.MEMORY_HOOK, "SGLang main 2026 (Era C)", v)
     pool = PoolEra.A if v < V0_5_0 else PoolEra.B if v <= V0_5_10 else PoolEra.C

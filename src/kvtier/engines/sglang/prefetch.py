@@ -78,7 +78,7 @@ ERA_0_5_15 = PrefetchEra(
 
 def prefetch_era(version: str | None) -> PrefetchEra:
     """The prefetch rules of `version`; versions kvtier has not read are refused with one line."""
-    v = versions.resolve(version)
+    v = versions.DEFAULT.resolve(version)
     if not V0_5_3 <= v <= V0_5_18:
         raise KvtierError(
             f"kvtier models HiCache's L3 prefetch of SGLang v0.5.3-v0.5.18, not {version}: "

@@ -19,7 +19,7 @@ from kvtier.model.params import ROUTER, ROUTER_FP32
 
 def loaded_router(model: ModelSpec, version: str | None) -> tuple[ModelSpec, str | None]:
     """`model` with its float32 router as `version` loads it, and what changed (None: nothing)."""
-    v = versions.resolve(version)
+    v = versions.DEFAULT.resolve(version)
     fp32 = [g for g in model.params if g.name == ROUTER_FP32]
     if not fp32 or v >= V0_5_19:
         return model, None

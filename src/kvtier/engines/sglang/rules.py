@@ -12,8 +12,6 @@ from kvtier.engines.sglang import (
     explain,
     hicache,
     lm_head,
-    log,
-    pool,
     quantization,
     router,
 )
@@ -32,10 +30,8 @@ def _load_model(model: ModelSpec, d: Deployment) -> tuple[ModelSpec, str | None]
 RULES = EngineRules(
     engine=Engine.SGLANG,
     flags=FLAGS,
-    era_label=lambda version: pool.era_for(version).label,
     build_ledger=builder.build,
     rounded_measures=builder.rounded_measures,
-    parse_startup=log.parse_sglang,
     load_model=_load_model,
     explain=explain.EXPLAIN,
     host_tier=HostTier(hicache.host_tokens, hicache.check_host_ram),

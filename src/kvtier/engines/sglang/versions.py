@@ -1,13 +1,13 @@
 """Every SGLang release a rule of kvtier names, in order; `main` sorts after them all, so a rule
 "from vX" is `version >= VX` and holds on main too.
 
-Without --sglang-version one release applies everywhere: `DEFAULT`, resolved here and only here
-(`resolve`), and stated in one sentence (`DEFAULT_SENTENCE`) that --help and docs/cli.md quote.
+Without --sglang-version one release applies everywhere: `DEFAULT`, a
+`kvtier.engines.version.Default`.
 """
 
 from __future__ import annotations
 
-from kvtier.engines.version import Version
+from kvtier.engines.version import Default, Version
 
 V0_3_0 = Version.release_of(0, 3, 0)
 V0_4_0 = Version.release_of(0, 4, 0)
@@ -45,14 +45,9 @@ MAIN = Version.parse("main", "SGLang")
 # states neither fraction nor version against each.
 FRACTION_RULE_CANDIDATES = (V0_3_0, V0_4_0, V0_4_6, V0_4_9, V0_5_0, V0_5_3, V0_5_4, V0_5_10, MAIN)
 
-DEFAULT = V0_5_9
-DEFAULT_SENTENCE = (
-    "Without --sglang-version, kvtier applies the rules of SGLang v0.5.9 (Era B pool, the "
-    "v0.5.3-v0.5.9 default-fraction heuristics)."
+DEFAULT = Default(
+    "SGLang",
+    V0_5_9,
+    rules="Era B pool, the v0.5.3-v0.5.9 default-fraction heuristics",
+    era_label="SGLang v0.5.3-v0.5.9 heuristics (Era B; default, pass --sglang-version)",
 )
-DEFAULT_ERA_LABEL = "SGLang v0.5.3-v0.5.9 heuristics (Era B; default, pass --sglang-version)"
-
-
-def resolve(version: str | Version | None) -> Version:
-    """The release whose rules apply: `version`, or `DEFAULT` when none is given."""
-    return Version.given_or(version, DEFAULT, "SGLang")

@@ -71,7 +71,7 @@ class Worker(IntEnum):
 class Era(NamedTuple):
     worker: Worker
     label: str
-    version: Version  # the release whose rules apply (versions.resolve)
+    version: Version  # the release whose rules apply (versions.DEFAULT.resolve)
 
     @property
     def budgets_cuda_graphs(self) -> bool:
@@ -84,9 +84,9 @@ class Era(NamedTuple):
 
 def era_for(version: str | Version | None) -> Era:
     """The era a version falls in (no version: `versions.DEFAULT`)."""
-    v = versions.resolve(version)
+    v = versions.DEFAULT.resolve(version)
     if version is None:
-        return Era(Worker.V1, versions.DEFAULT_ERA_LABEL, v)
+        return Era(Worker.V1, versions.DEFAULT.era_label, v)
     if v.is_main:
         return Era(Worker.V1, "vLLM main (V1, CUDA-graph estimate budgeted)", v)
     if v < V0_8:

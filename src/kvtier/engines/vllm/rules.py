@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from kvtier.engines.deployment import Engine
 from kvtier.engines.interface import EngineRules
-from kvtier.engines.vllm import builder, explain, log, pool, quantization
+from kvtier.engines.vllm import builder, explain, quantization
 from kvtier.engines.vllm.flags import FLAGS
 
 RULES = EngineRules(
     engine=Engine.VLLM,
     flags=FLAGS,
-    era_label=lambda version: pool.era_for(version).label,
     build_ledger=builder.build,
     rounded_measures=builder.rounded_measures,
-    parse_startup=log.parse_vllm,
     load_model=lambda model, d: quantization.loaded_model(model, d.quantization),
     explain=explain.EXPLAIN,
 )
