@@ -42,8 +42,10 @@ PYTHON = VENV / "bin" / "python"
 HOST = "127.0.0.1"
 WORDS = 480  # the tokenizer's vocabulary: w0 ... w479 and three special tokens
 
-# Run with the server's own Python (its transformers and tokenizers): argv[1] is the output folder.
+# Run with the server's own Python (its transformers and tokenizers): argv[1] is the output folder,
+# argv[2] the vocabulary's size, argv[3] the rest of the LlamaConfig (`TinyLlama.config`) as JSON.
 _BUILD = r"""
+import json
 import sys
 from pathlib import Path
 
@@ -52,7 +54,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 out = Path(sys.argv[1])
-words, layers, kv_heads, head_dim = (int(a) for a in sys.argv[2:6])
+words = int(sys.argv[2])
 out.mkdir(parents=True, exist_ok=True)
 tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
 tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -62,20 +64,7 @@ PreTrainedTokenizerFast(
     tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
 ).save_pretrained(out)
 torch.manual_seed(0)
-heads = 2 * kv_heads
-config = LlamaConfig(
-    vocab_size=tokenizer.get_vocab_size(),
-    hidden_size=heads * head_dim,
-    intermediate_size=2 * heads * head_dim,
-    num_hidden_layers=layers,
-    num_attention_heads=heads,
-    num_key_value_heads=kv_heads,
-    head_dim=head_dim,
-    max_position_embeddings=4096,
-    bos_token_id=1,
-    eos_token_id=2,
-    tie_word_embeddings=True,
-)
+config = LlamaConfig(vocab_size=tokenizer.get_vocab_size(), **json.loads(sys.argv[3]))
 LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
 """
 
@@ -91,6 +80,22 @@ class TinyLlama:
     @property
     def kv_bytes_per_token(self) -> int:
         return self.layers * 2 * self.kv_heads * self.head_dim * 2  # K and V, bf16
+
+    def config(self) -> dict[str, object]:
+        """LlamaConfig's arguments but the vocabulary's size (the tokenizer's, once trained)."""
+        heads = 2 * self.kv_heads
+        return {
+            "hidden_size": heads * self.head_dim,
+            "intermediate_size": 2 * heads * self.head_dim,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "max_position_embeddings": 4096,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "tie_word_embeddings": True,
+        }
 
 
 def installed() -> bool:
@@ -120,7 +125,7 @@ def quiet_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def build_tiny_llama(out: Path, model: TinyLlama) -> Path:
     """config.json, model.safetensors and the tokenizer files of `model` in `out`."""
-    args = [str(out), str(WORDS), str(model.layers), str(model.kv_heads), str(model.head_dim)]
+    args = [str(out), str(WORDS), json.dumps(model.config())]
     subprocess.run(
         [str(PYTHON), "-c", _BUILD, *args],
         check=True,
