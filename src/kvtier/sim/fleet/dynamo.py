@@ -28,29 +28,22 @@ import math
 import random
 from collections.abc import Sequence
 
-from kvtier.sim.fleet.kv_events import event_options, subscribe
+from kvtier.sim.fleet.kv_events import EventReader, event_options
 from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, Untimed, number
 from kvtier.sim.trace import TraceRequest
 
 
-class DynamoKv(Untimed):
+class DynamoKv(EventReader, Untimed):
     def __init__(
         self, replicas: int, opts: dict[str, float], seed: int, view: FleetView, block: int
     ) -> None:
-        self.replicas = replicas
-        self.view = view
+        super().__init__(replicas, view, opts)
         self.block = block
         self.weight = opts["overlap-score-weight"]
         self.temperature = opts["router-temperature"]
         self._rng = random.Random(seed)
         self._new: dict[int, int] = {}  # rid -> tokens it was routed to prefill
         self._active: list[dict[int, int]] = [{} for _ in range(replicas)]  # block -> holders
-        self._events = subscribe(view, replicas, opts)
-
-    def watch(self, now: float, replica: int) -> None:
-        """The fleet loop calls this after every event on a replica."""
-        if self._events is not None:
-            self._events.changed(now, replica)
 
     def _held(self, req: TraceRequest, now: float) -> Sequence[int]:
         if self._events is not None:

@@ -75,16 +75,35 @@ def subscribe(view: FleetView, replicas: int, opts: Mapping[str, float]) -> Dela
     return events
 
 
+class EventReader:
+    """The replicas and the view of a router whose index may learn their device blocks from
+    their KV events (`events`: as `event_options` set them; else it reads none)."""
+
+    def __init__(
+        self, replicas: int, view: FleetView, opts: Mapping[str, float], events: bool = True
+    ) -> None:
+        self.replicas = replicas
+        self.view = view
+        self._events = subscribe(view, replicas, opts) if events else None
+
+    def watch(self, now: float, replica: int) -> None:
+        """The fleet loop calls this after every event on a replica."""
+        if self._events is not None:
+            self._events.changed(now, replica)
+
+
+def published(what: str, vllm: str, otherwise: str) -> RouterOption:
+    """A `--router-opt` switch: 1 reads a replica's `what` when its engine publishes them (vLLM
+    `vllm`, SGLang at its scheduler's reports), 0 `otherwise`."""
+    text = f"1: a replica's {what} (vLLM {vllm}, SGLang at its reports); 0: {otherwise}"
+    return RouterOption(number(0, 1, integer=True), 1, text)
+
+
 def event_options() -> dict[str, RouterOption]:
     """The `--router-opt` keys of a router whose index reads KV events."""
     return {
         "event-delay-ms": RouterOption(
             number(0, 3.6e6), 0.0, "how late a replica's KV events reach the index (0: at once)"
         ),
-        "step-events": RouterOption(
-            number(0, 1, integer=True),
-            1,
-            "1: a replica's blocks as its KV events publish them (vLLM once a step, SGLang at "
-            "its reports); 0: at once",
-        ),
+        "step-events": published("blocks as its KV events publish them", "once a step", "at once"),
     }

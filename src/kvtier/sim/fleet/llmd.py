@@ -44,7 +44,7 @@ import math
 import random
 from collections import OrderedDict
 
-from kvtier.sim.fleet.kv_events import event_options, subscribe
+from kvtier.sim.fleet.kv_events import EventReader, event_options, published
 from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
 from kvtier.sim.trace import TraceRequest
 
@@ -85,12 +85,11 @@ class PrefixIndex:
         return [c / len(blocks) if blocks else 0.0 for c in counts]
 
 
-class LlmdScheduler:
+class LlmdScheduler(EventReader):
     def __init__(
         self, replicas: int, opts: dict[str, float], seed: int, view: FleetView, precise: bool
     ) -> None:
-        self.replicas = replicas
-        self.view = view
+        super().__init__(replicas, view, opts, events=precise)
         self.precise = precise
         self.weights = (opts["prefix-weight"], opts["queue-weight"], opts["kv-usage-weight"])
         self.interval_s = opts["metrics-interval-ms"] / 1e3
@@ -108,14 +107,11 @@ class LlmdScheduler:
         self.index = PrefixIndex(replicas, max(1, capacity))
         self.block_size = int(opts["block-size"])
         self.max_tokens = int(opts.get("max-prefix-tokens", 0))
-        self._events = subscribe(view, replicas, opts) if precise else None
 
     def watch(self, now: float, replica: int) -> None:
-        """The fleet loop calls this after every event on a replica: only those replicas' metrics
-        can have changed by the next scrape."""
+        """Only the replicas with an event can have changed their metrics by the next scrape."""
         self._touched.add(replica)
-        if self._events is not None:
-            self._events.changed(now, replica)
+        super().watch(now, replica)
 
     def _blocks(self, req: TraceRequest) -> tuple[int, ...]:
         full = req.input_len // self.block_size
@@ -208,11 +204,8 @@ def _common(block_size: int) -> dict[str, RouterOption]:
         "metrics-interval-ms": RouterOption(
             number(0.001, 3.6e6), 50.0, "how stale the scraped queue and KV usage are"
         ),
-        "step-stats": RouterOption(
-            number(0, 1, integer=True),
-            1,
-            "1: a replica's metrics as its engine last published them (vLLM each iteration, "
-            "SGLang at its reports); 0: as at the scrape",
+        "step-stats": published(
+            "metrics as its engine last published them", "each iteration", "as at the scrape"
         ),
         "block-size": RouterOption(
             number(1, 1 << 20, integer=True), block_size, "trace block tokens"
