@@ -49,10 +49,7 @@ def replay(
         sim = Simulation(clients, server)
     else:
         sim = Simulation(trace, server)
-    records = sim.run(progress)
-    settled = sum(1 for r in records if r.finished or r.rejected)
-    if settled != len(records):
-        raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
+    records = all_settled(sim.run(progress))
     if clients is not None and clients.left:
         raise RuntimeError(f"{clients.left} turns of the benchmark's clients were never sent")
     c = server.counters()
@@ -60,6 +57,14 @@ def replay(
     return Replay(
         records, sim.concurrency, c.pcie_busy_s, c.evictions, c.prefetches, c.preemptions, ends
     )
+
+
+def all_settled(records: list[RequestRecord]) -> list[RequestRecord]:
+    """A run's `records`, each finished or rejected: one left neither is the loop's fault."""
+    settled = sum(1 for r in records if r.finished or r.rejected)
+    if settled != len(records):
+        raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
+    return records
 
 
 def simulate(

@@ -66,6 +66,7 @@ class Simulation:
         self._seq = 0
         self._queue: list[tuple[float, int, int]] = []  # (time, kind, seq)
         self._settled = 0  # finished + rejected
+        self._progress: Callable[[int], None] | None = None  # told each new `_settled`
         self._arrival_at = math.inf  # when the pending arrival event fires
 
     def _push(self, time: float, kind: int) -> None:
@@ -75,15 +76,20 @@ class Simulation:
             self._arrival_at = time
 
     def _settle(self, rid: int, ok: bool, now: float) -> None:
-        """Tell the source; clients that wait for a free slot may send earlier than planned."""
+        """Count it and tell the source; clients that wait for a free slot may send earlier
+        than planned."""
+        self._settled += 1
+        if self._progress is not None:
+            self._progress(self._settled)
         self.arrivals.settled(rid, ok)
         if (after := self.arrivals.next_time()) < self._arrival_at:
             self._push(max(after, now), ARRIVAL)
 
     def run(self, progress: Callable[[int], None] | None = None) -> list[RequestRecord]:
+        """Every request's record; `progress` hears the requests settled as each settles."""
+        self._progress = progress
         if (first := self.arrivals.next_time()) < math.inf:
             self._push(first, ARRIVAL)
-        reported = 0
         while self._queue:
             now, kind, _ = heapq.heappop(self._queue)
             if kind == ARRIVAL:
@@ -92,18 +98,13 @@ class Simulation:
                 self._arrival_at = math.inf
                 self._arrive(now)
             elif kind == STEP_END:
-                done = self.server.finish_step(now)
-                for rec in done:
+                for rec in self.server.finish_step(now):
                     self._settle(rec.rid, True, now)
-                self._settled += len(done)
                 if self._arrival_at > now:  # else the answer freed a slot: send, then step
                     self._step(now)
             elif not self.server.busy:
                 self._step(now)
             self.concurrency.observe(now, self.server.running, self.server.queued)
-            if progress is not None and self._settled != reported:
-                reported = self._settled
-                progress(reported)
         return self.records
 
     def _arrive(self, now: float) -> None:
@@ -116,7 +117,6 @@ class Simulation:
         self.records.append(rec)
         rec.rejected = self.server.never_fits(req)
         if rec.rejected:
-            self._settled += 1
             self._settle(req.rid, False, now)
             return
         self.server.arrive(req, rec, now)

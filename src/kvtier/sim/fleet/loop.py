@@ -59,6 +59,7 @@ class FleetLoop:
         self._seq = 0
         self._next = 0
         self._settled = 0
+        self._progress: Callable[[int], None] | None = None  # told each new `_settled`
         self._cuts = [getattr(e, "cut", None) for e in self.engines]
         self._started = [0.0] * len(self.engines)  # when each replica's step in flight began
         self._length = [0.0] * len(self.engines)  # and how long it takes
@@ -80,6 +81,8 @@ class FleetLoop:
     def _settle(self, now: float) -> None:
         """One more request finished (or refused); the last of a stage releases the next."""
         self._settled += 1
+        if self._progress is not None:
+            self._progress(self._settled)
         first = self._next
         if self._settled != first or first not in self._gates:
             return
@@ -94,10 +97,11 @@ class FleetLoop:
         self._push(held[first].arrival_s, ARRIVAL)
 
     def run(self, progress: Callable[[int], None] | None = None) -> list[RequestRecord]:
+        """Every request's record; `progress` hears the requests settled as each settles."""
+        self._progress = progress
         if self.requests:
             self._push(self.requests[0].arrival_s, ARRIVAL)
         self._schedule_tick(0.0)
-        reported = 0
         while self._heap:
             now, kind, _, r, version = heapq.heappop(self._heap)
             if kind == TICK:
@@ -115,9 +119,6 @@ class FleetLoop:
                 self._step(now, r)
             if r >= 0:
                 self._observe(now, r)
-            if progress is not None and self._settled != reported:
-                reported = self._settled
-                progress(reported)
         return self.records
 
     def _schedule_tick(self, now: float) -> None:

@@ -23,6 +23,7 @@ from kvtier.sim.fleet.result import FleetResult, ReplicaStats
 from kvtier.sim.fleet.shared_store import SharedStoreQueue
 from kvtier.sim.fleet.view import ReplicaView
 from kvtier.sim.metrics import ConcurrencyRecorder, RequestRecord, summarize
+from kvtier.sim.run import all_settled
 from kvtier.sim.servers import build_server
 from kvtier.sim.servers.base import ServerModel
 from kvtier.sim.servers.hicache import TieredCachePort
@@ -100,10 +101,12 @@ def simulate_fleet(
     trace: Trace,
     config: SimConfig,
     spec: FleetSpec,
-    warmup_fraction: float = 0.0,
-    progress: Callable[[int], None] | None = None,
-    params: dict[str, object] | None = None,
+    warmup_fraction: float,
+    progress: Callable[[int], None] | None,
+    params: dict[str, object] | None,
 ) -> FleetResult:
+    """`trace` through `spec`'s fleet, each replica the deployment `config` describes;
+    `progress` gets settled requests, `params` join the result's."""
     spec.check()
     if trace.block_size != config.block_size:
         raise ValueError("trace and config disagree on the block size")
@@ -117,10 +120,7 @@ def simulate_fleet(
         config.block_size,
     )
     loop = FleetLoop(trace, engines, router)
-    records = loop.run(progress)
-    settled = sum(1 for r in records if r.finished or r.rejected)
-    if settled != len(records):
-        raise RuntimeError(f"{len(records) - settled} requests neither finished nor were rejected")
+    records = all_settled(loop.run(progress))
     counters = [e.counters() for e in engines]
     preempted = [c.preemptions for c in counters if c.preemptions is not None]
     pcie_busy_s = sum(c.pcie_busy_s for c in counters) / len(counters)
