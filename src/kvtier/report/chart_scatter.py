@@ -74,8 +74,8 @@ def scatter(
         f'<rect class="mark" x="{rx - 5:.2f}" y="{ry - 5:.2f}" width="10" height="10" '
         f'fill="#1b1f24"><title>{escape(reference.tip)}</title></rect>'
     )
-    items = [(legend[0], "#1b1f24", False, False), (legend[1], PALETTE[0], False, False),
-             (legend[2], PALETTE[7], False, False)]  # fmt: skip
+    items = [(legend[0], "#1b1f24", False), (legend[1], PALETTE[0], False),
+             (legend[2], PALETTE[7], False)]  # fmt: skip
     out.append(_legend(items, pad_l, height - 12, plot_w))
     out.append("</svg>")
     return "".join(out)

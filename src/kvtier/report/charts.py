@@ -14,7 +14,7 @@ from html import escape
 
 # Colour-blind-safe categorical palette (Okabe-Ito), darkest first for small print.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
-FREE_COLOUR = "#ffffff"
+HATCHED = "url(#hatch)"  # HATCH_DEF's pattern, a paint like a colour: memory left free
 LEGEND_CHAR_PX = 7.2  # a 12 px sans-serif character is at most this wide, on average, in legends
 
 Fmt = Callable[[float], str]
@@ -22,12 +22,15 @@ Fmt = Callable[[float], str]
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One piece of a stacked bar: a label, its size, and its fill."""
+    """One piece of a stacked bar: a label, its size, and its fill (a colour, or HATCHED)."""
 
     label: str
     value: float
     colour: str
-    hatched: bool = False
+
+    @property
+    def hatched(self) -> bool:
+        return self.colour == HATCHED
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +98,11 @@ def _legend_rows(labels: Sequence[str], width: float) -> int:
     return 1 + max((row for _, row in _legend_places(labels, width)), default=0)
 
 
-def _legend(items: Sequence[tuple[str, str, bool, bool]], x: float, y: float, width: float) -> str:
-    """Legend rows wrapped to `width`: (label, colour, dashed line, hatched swatch)."""
+def _legend(items: Sequence[tuple[str, str, bool]], x: float, y: float, width: float) -> str:
+    """Legend rows wrapped to `width`: (label, colour, dashed line), a swatch unless dashed."""
     out = ['<g class="legend">']
     places = _legend_places([item[0] for item in items], width)
-    for (label, colour, dashed, hatched), (dx, row) in zip(items, places, strict=True):
+    for (label, colour, dashed), (dx, row) in zip(items, places, strict=True):
         cx, cy = x + dx, y + 18 * row
         if dashed:
             out.append(
@@ -107,9 +110,8 @@ def _legend(items: Sequence[tuple[str, str, bool, bool]], x: float, y: float, wi
                 f'stroke="{colour}" stroke-width="2.5" stroke-dasharray="5 3"/>'
             )
         else:
-            fill = "url(#hatch)" if hatched else colour
             out.append(
-                f'<rect x="{cx:.1f}" y="{cy - 10:.1f}" width="16" height="11" fill="{fill}" '
+                f'<rect x="{cx:.1f}" y="{cy - 10:.1f}" width="16" height="11" fill="{colour}" '
                 f'stroke="#555" stroke-width="0.5"/>'
             )
         out.append(f'<text x="{cx + 22:.1f}" y="{cy:.1f}">{escape(label)}</text>')
@@ -175,14 +177,14 @@ def stacked_bar(
     x = float(left)
     for seg in segments:
         w = seg.value * scale
-        fill = "url(#hatch)" if seg.hatched else seg.colour
         tip = f"{seg.label}: {seg.value:.2f} {unit}"
         out.append(
             f'<rect class="mark" x="{x:.2f}" y="{bar_y}" width="{w:.2f}" height="{bar_h}" '
-            f'fill="{fill}" stroke="#333" stroke-width="0.6"><title>{escape(tip)}</title></rect>'
+            f'fill="{seg.colour}" stroke="#333" stroke-width="0.6">'
+            f"<title>{escape(tip)}</title></rect>"
         )
         if w > 7.2 * len(_num(seg.value)) + 8:
-            colour = "#000" if seg.hatched or seg.colour in (FREE_COLOUR, "#F0E442") else "#fff"
+            colour = "#000" if seg.hatched or seg.colour in ("#ffffff", "#F0E442") else "#fff"
             out.append(
                 f'<text x="{x + w / 2:.2f}" y="{bar_y + bar_h / 2 + 4}" text-anchor="middle" '
                 f'fill="{colour}" class="bar-value">{_num(seg.value)}</text>'
@@ -200,7 +202,7 @@ def stacked_bar(
             f'<text x="{tx:.2f}" y="{y + 22}" text-anchor="{anchor}">{escape(br.label)}</text>'
         )
         y += 34
-    items = [(f"{s.label} {s.value:.2f}", s.colour, False, s.hatched) for s in segments]
+    items = [(f"{s.label} {s.value:.2f}", s.colour, False) for s in segments]
     out.append(_legend(items, left, y + 16, width - 20))
     out.append("</svg>")
     return "".join(out)
@@ -277,7 +279,7 @@ def line_chart(
                 f'fill="{s.colour}"><title>{escape(tip)}</title></circle>'
             )
         out.append("</g>")
-    items = [(s.name, s.colour, s.dashed, False) for s in series]
+    items = [(s.name, s.colour, s.dashed) for s in series]
     out.append(_legend(items, pad_l, height - 18 * legend_rows + 6, plot_w))
     out.append("</svg>")
     return "".join(out)
@@ -328,7 +330,7 @@ def stacked_columns(
             f'<text x="{cx:.2f}" y="{pad_t + plot_h + 18}" text-anchor="middle">'
             f"{escape(category)}</text>"
         )
-    items = [(name, colour, False, False) for name, _, colour in stacks]
+    items = [(name, colour, False) for name, _, colour in stacks]
     out.append(_legend(items, pad_l, height - 8, plot_w))
     out.append("</svg>")
     return "".join(out)

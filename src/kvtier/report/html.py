@@ -62,10 +62,8 @@ def render_html(sections: Sequence[Section], *, title: str) -> str:
     """The whole page as one string, sections in the order given."""
     if not sections:
         raise KvtierError("report: nothing to report")
-    toc = "".join(f'<li><a href="#{s.key}">{escape(s.title)}</a></li>' for s in sections)
-    parts = "".join(
-        f'<section id="{s.key}"><h2>{escape(s.title)}</h2>{s.body}</section>' for s in sections
-    )
+    toc = "".join(s.toc_entry() for s in sections)
+    parts = "".join(s.html() for s in sections)
     return (
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

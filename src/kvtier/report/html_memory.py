@@ -19,7 +19,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from kvtier.errors import KvtierError
-from kvtier.report.charts import FREE_COLOUR, PALETTE, Bracket, Segment, stacked_bar
+from kvtier.report.charts import HATCHED, PALETTE, Bracket, Segment, stacked_bar
 from kvtier.report.explain_payload import ExplainPayload
 from kvtier.report.html_parts import Section, figure, source_text, table
 from kvtier.report.plan_payload import AdvisePayload, LedgerRow
@@ -101,12 +101,7 @@ def memory_section(kind: str, payload: LedgerPayload) -> Section:
     if not any(r.gib > 0 for r in pieces):
         raise KvtierError(f"report: the {kind} ledger has no memory to draw")
     segments = [
-        Segment(
-            r.item,
-            r.gib,
-            FREE_COLOUR if is_free(r) else PALETTE[i % (len(PALETTE) - 1)],
-            hatched=is_free(r),
-        )
+        Segment(r.item, r.gib, HATCHED if is_free(r) else PALETTE[i % (len(PALETTE) - 1)])
         for i, r in enumerate(pieces)
     ]
     total = sum(s.value for s in segments)  # the base, to the rounding of the printed terms

@@ -17,6 +17,12 @@ class Section:
     title: str
     body: str
 
+    def toc_entry(self) -> str:
+        return f'<li><a href="#{self.key}">{escape(self.title)}</a></li>'
+
+    def html(self) -> str:
+        return f'<section id="{self.key}"><h2>{escape(self.title)}</h2>{self.body}</section>'
+
 
 def tokens(value: float) -> str:
     return f"{int(value):,}"
