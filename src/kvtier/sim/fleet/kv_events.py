@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from kvtier.sim.fleet.policy import FleetView, RouterOption, number
+from kvtier.sim.fleet.policy import FleetView, RouterOption, number, published
 
 
 class DelayedEvents:
@@ -90,13 +90,6 @@ class EventReader:
         """The fleet loop calls this after every event on a replica."""
         if self._events is not None:
             self._events.changed(now, replica)
-
-
-def published(what: str, vllm: str, otherwise: str) -> RouterOption:
-    """A `--router-opt` switch: 1 reads a replica's `what` when its engine publishes them (vLLM
-    `vllm`, SGLang at its scheduler's reports), 0 `otherwise`."""
-    text = f"1: a replica's {what} (vLLM {vllm}, SGLang at its reports); 0: {otherwise}"
-    return RouterOption(number(0, 1, integer=True), 1, text)
 
 
 def event_options() -> dict[str, RouterOption]:

@@ -44,8 +44,8 @@ import math
 import random
 from collections import OrderedDict
 
-from kvtier.sim.fleet.kv_events import EventReader, event_options, published
-from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
+from kvtier.sim.fleet.kv_events import EventReader, event_options
+from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number, published
 from kvtier.sim.trace import TraceRequest
 
 APPROX_MAX_TOKENS = 256 * 64 // 4  # DefaultMaxPrefixBlocks x DefaultBlockSize chars / 4 a token

@@ -136,6 +136,13 @@ def number(lo: float, hi: float, integer: bool = False) -> Callable[[str], float
     return parse
 
 
+def published(what: str, vllm: str, otherwise: str) -> RouterOption:
+    """A `--router-opt` switch: 1 reads a replica's `what` when its engine publishes them (vLLM
+    `vllm`, SGLang at its scheduler's reports), 0 `otherwise`."""
+    text = f"1: a replica's {what} (vLLM {vllm}, SGLang at its reports); 0: {otherwise}"
+    return RouterOption(number(0, 1, integer=True), 1, text)
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """A routing policy: its options and how to build it for `replicas` servers."""
