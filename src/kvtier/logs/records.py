@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kvtier.logs.facts import Fact
 
@@ -49,6 +50,20 @@ def as_float(raw: str | None) -> float | None:
 
 def as_int(raw: str | None) -> int | None:
     return int(raw.replace(",", "")) if raw is not None else None
+
+
+def as_text(raw: str | None) -> str | None:
+    return raw
+
+
+# A record's figures that a line prints after its marker: field -> (pattern, reading of group 1)
+Figures = Mapping[str, tuple[re.Pattern[str], Callable[[str | None], object]]]
+
+
+def figures(table: Figures, text: str, start: int = 0) -> dict[str, Any]:
+    """Each field of `table` read from its pattern searched in `text` from `start` (None where the
+    line does not print it): the record's keyword arguments."""
+    return {name: read(field(pattern, text, start)) for name, (pattern, read) in table.items()}
 
 
 # A figure after a `label: ` in the engines' periodic lines ("token usage: 0.45"): a plain ASCII

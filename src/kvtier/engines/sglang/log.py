@@ -25,7 +25,7 @@ from kvtier.engines.launch import find_launch
 from kvtier.logs.facts import Fact, min_over_ranks
 from kvtier.logs.lines import LogLine, rank_of, rank_order
 from kvtier.logs.pyargs import parse_kwargs
-from kvtier.logs.records import NUM, Args, Printed, as_float, as_int, field
+from kvtier.logs.records import NUM, Args, Figures, Printed, as_float, as_int, as_text, figures
 
 _SERVER_ARGS = re.compile(r"server_args(?:=ServerArgs\()?")
 _LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=" + NUM + " GB")
@@ -49,20 +49,30 @@ _MAMBA = re.compile(
     + r" ?GB"
 )
 
-_ARCH = re.compile(r"\btype=(\w{1,120})")
+# The figures each record reads after its line's marker (`kvtier.logs.records.figures`)
 _DTYPE = re.compile(r"\bdtype[=:] ?([\w.]{1,40})")
-_QUANT = re.compile(r"\bquant=([\w.-]{1,40})")
 _AVAIL = re.compile(r"\bavail mem=" + NUM + " GB")
 _USAGE = re.compile(r"\bmem usage=" + NUM + " GB")
-_TOKENS = re.compile(r"#tokens: (\d{1,15})(?!\d)")
-_KV_SIZE = re.compile(r"\bKV size: " + NUM + " GB")
-_K_SIZE = re.compile(r"\bK size: " + NUM + " GB")
-R = TypeVar("R", bound=Printed)
-
-_V_SIZE = re.compile(r"\bV size: " + NUM + " GB")
-_RUNNING = re.compile(r"max_running_requests=(\d{1,15})(?!\d)")
-_CONTEXT = re.compile(r"context_len=(\d{1,15})(?!\d)")
-_FINAL_FREE = re.compile(r"available_gpu_mem=" + NUM + " GB")
+_WEIGHT_FIGURES: Figures = {
+    "avail_gib": (_AVAIL, as_float),
+    "usage_gib": (_USAGE, as_float),
+    "architecture": (re.compile(r"\btype=(\w{1,120})"), as_text),
+    "dtype": (_DTYPE, as_text),
+    "quant": (re.compile(r"\bquant=([\w.-]{1,40})"), as_text),
+}
+_POOL_FIGURES: Figures = {
+    "tokens": (re.compile(r"#tokens: (\d{1,15})(?!\d)"), as_int),
+    "kv_gib": (re.compile(r"\bKV size: " + NUM + " GB"), as_float),
+    "k_gib": (re.compile(r"\bK size: " + NUM + " GB"), as_float),
+    "v_gib": (re.compile(r"\bV size: " + NUM + " GB"), as_float),
+    "dtype": (_DTYPE, as_text),
+}
+_GRAPH_FIGURES: Figures = {"usage_gib": (_USAGE, as_float), "avail_gib": (_AVAIL, as_float)}
+_SUMMARY_FIGURES: Figures = {
+    "max_running_requests": (re.compile(r"max_running_requests=(\d{1,15})(?!\d)"), as_int),
+    "context_len": (re.compile(r"context_len=(\d{1,15})(?!\d)"), as_int),
+    "available_gpu_mem_gib": (re.compile(r"available_gpu_mem=" + NUM + " GB"), as_float),
+}
 
 # The engine's refusal when the weights leave no room for the pool: profile_max_num_token /
 # init_memory_pool (v0.3 - v0.5: "Not enough memory. Please try to increase
@@ -196,6 +206,9 @@ class SGLangStartup:
         return min_over_ranks(self.pool_end)
 
 
+R = TypeVar("R", bound=Printed)
+
+
 def per_rank_records(records: Iterable[R]) -> list[R]:
     """The first record each rank printed, ordered by rank (untagged lines count as one rank)."""
     first: dict[str | None, R] = {}
@@ -282,60 +295,24 @@ class _Reading:
         draft = rank in self.pool_done
         if draft:
             self.draft_loading.add(rank)
-        self.weights.append(
-            WeightLoad(
-                number,
-                text,
-                rank,
-                avail_gib=as_float(field(_AVAIL, text, m.end())),
-                usage_gib=as_float(field(_USAGE, text, m.end())),
-                architecture=field(_ARCH, text, m.end()),
-                dtype=field(_DTYPE, text, m.end()),
-                quant=field(_QUANT, text, m.end()),
-                draft=draft,
-            )
-        )
+        found = figures(_WEIGHT_FIGURES, text, m.end())
+        self.weights.append(WeightLoad(number, text, rank, draft=draft, **found))
 
     def _kv_pool(self, text: str, number: int, m: re.Match[str]) -> None:
         rank = rank_of(text, m.start())
-        self.pools.append(
-            KVPool(
-                number,
-                text,
-                rank,
-                tokens=as_int(field(_TOKENS, text, m.end())),
-                kv_gib=as_float(field(_KV_SIZE, text, m.end())),
-                k_gib=as_float(field(_K_SIZE, text, m.end())),
-                v_gib=as_float(field(_V_SIZE, text, m.end())),
-                dtype=field(_DTYPE, text, m.end()),
-                draft=rank in self.pool_done,
-            )
-        )
+        found = figures(_POOL_FIGURES, text, m.end())
+        self.pools.append(KVPool(number, text, rank, draft=rank in self.pool_done, **found))
 
     def _graph(self, text: str, number: int, m: re.Match[str]) -> None:
         rank = rank_of(text, m.start())
         who = (m.group(1) or "").lower()
-        self.graphs.append(
-            GraphCapture(
-                number,
-                text,
-                rank,
-                usage_gib=as_float(field(_USAGE, text, m.end())),
-                avail_gib=as_float(field(_AVAIL, text, m.end())),
-                draft=who == "draft" or (not who and rank in self.draft_loading),
-            )
-        )
+        draft = who == "draft" or (not who and rank in self.draft_loading)
+        found = figures(_GRAPH_FIGURES, text, m.end())
+        self.graphs.append(GraphCapture(number, text, rank, draft=draft, **found))
 
     def _summary(self, text: str, number: int, m: re.Match[str]) -> None:
-        self.summary = Summary(
-            number,
-            text,
-            rank_of(text, m.start()),
-            max_total_num_tokens=int(m.group(1)),
-            max_running_requests=as_int(field(_RUNNING, text, m.end())),
-            context_len=as_int(field(_CONTEXT, text, m.end())),
-            available_gpu_mem_gib=as_float(field(_FINAL_FREE, text, m.end())),
-        )
+        rank, found = rank_of(text, m.start()), figures(_SUMMARY_FIGURES, text, m.end())
+        self.summary = Summary(number, text, rank, max_total_num_tokens=int(m.group(1)), **found)
 
     def startup(self, lines: list[LogLine]) -> SGLangStartup:
         return SGLangStartup(

@@ -32,7 +32,17 @@ from kvtier.engines.launch import find_launch
 from kvtier.logs.facts import Fact, min_over_ranks
 from kvtier.logs.lines import LogLine, rank_of
 from kvtier.logs.pyargs import parse_dict, parse_kwargs
-from kvtier.logs.records import GROUPED_INT, INT, NUM, Args, Printed, as_float, field
+from kvtier.logs.records import (
+    GROUPED_INT,
+    INT,
+    NUM,
+    Args,
+    Figures,
+    Printed,
+    as_float,
+    field,
+    figures,
+)
 from kvtier.units import GiB
 
 G = r" ?Gi?B"  # vLLM prints "GiB"; some releases and pasted notes write "GB" or no space
@@ -58,10 +68,12 @@ _OVERRIDE = re.compile(
 )
 _LOADING = re.compile(r"(?:Model loading|Loading model weights) took " + NUM + G)
 _PROFILE = re.compile(r"Memory profiling takes")
-_NON_KV = re.compile(r"Total non KV cache memory: " + NUM + G)
-_TORCH_PEAK = re.compile(r"torch peak memory increase: " + NUM + G)
-_NON_TORCH_INC = re.compile(r"non-torch forward increase memory: " + NUM + G)
-_WEIGHTS_MEM = re.compile(r"weights memory: " + NUM + G)
+_PROFILE_FIGURES: Figures = {  # what `Profile` reads of its line (`kvtier.logs.records.figures`)
+    "non_kv_gib": (re.compile(r"Total non KV cache memory: " + NUM + G), as_float),
+    "torch_peak_gib": (re.compile(r"torch peak memory increase: " + NUM + G), as_float),
+    "non_torch_gib": (re.compile(r"non-torch forward increase memory: " + NUM + G), as_float),
+    "weights_gib": (re.compile(r"weights memory: " + NUM + G), as_float),
+}
 _AVAILABLE_KV = re.compile(r"Available KV cache memory: " + NUM + G)
 _GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + G)
 _GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling is (enabled|disabled)")
@@ -274,17 +286,8 @@ def _profile_line(line: LogLine, found: _Found) -> bool:
     elif "took" in text and (m := _LOADING.search(text)):
         many("weights", float(m.group(1)), line, m.start())
     elif "Memory profiling takes" in text and (m := _PROFILE.search(text)):
-        found.profiles.append(
-            Profile(
-                line.number,
-                text,
-                rank_of(text, m.start()),
-                non_kv_gib=as_float(field(_NON_KV, text)),
-                torch_peak_gib=as_float(field(_TORCH_PEAK, text)),
-                non_torch_gib=as_float(field(_NON_TORCH_INC, text)),
-                weights_gib=as_float(field(_WEIGHTS_MEM, text)),
-            )
-        )
+        rank = rank_of(text, m.start())
+        found.profiles.append(Profile(line.number, text, rank, **figures(_PROFILE_FIGURES, text)))
     elif "Available KV cache memory" in text and (m := _AVAILABLE_KV.search(text)):
         many("available", float(m.group(1)), line, m.start())
     else:
