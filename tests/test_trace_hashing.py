@@ -63,10 +63,10 @@ def test_ids_and_reuse_are_the_prompts_shared_blocks(case: tuple[list[list[int]]
                 assert (row.blocks[k] == other[k]) == (k < shared)
         seen = max((_shared_blocks(prompt, prompts[j], size) for j in range(i)), default=0)
         expected += min(seen * size, len(prompt))
-    assert build.reused_tokens == expected
-    assert build.input_tokens == sum(map(len, prompts))
+    assert build.counts.reused_tokens == expected
+    assert build.counts.input_tokens == sum(map(len, prompts))
     ceiling = unbounded(Trace(build.requests, size)).hit_rate
-    assert abs(ceiling - expected / build.input_tokens) < 1e-12
+    assert abs(ceiling - expected / build.counts.input_tokens) < 1e-12
 
 
 def test_ids_are_numbered_in_arrival_order() -> None:

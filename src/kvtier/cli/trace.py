@@ -111,6 +111,6 @@ def run(args: argparse.Namespace) -> int:
         build = build_trace(requests, hasher, tokenizer.encode if tokenizer else None)
         progress.done()
     if args.output:
-        write_trace(build.requests, args.output, build.block_tokens)
+        write_trace(build.requests, args.output, build.counts.block_tokens)
     print_trace(build, source, args.input, args.output, args.json)
     return 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from kvtier.payload import copied
+from kvtier.payload import INLINE, copied
 from kvtier.report.json_text import emit
-from kvtier.sim.from_requests import TraceBuild
+from kvtier.sim.from_requests import TraceBuild, TraceCounts
 from kvtier.sim.request_sources import RequestSource
 
 _SOURCES = {"vllm": "vLLM request log", "sglang": "SGLang request log", "openai": "OpenAI dump"}
@@ -23,12 +23,7 @@ class TracePayload:
     lines: int
     skipped_lines: int
     left_out: int
-    block_tokens: int
-    input_tokens: int
-    output_tokens: int
-    blocks: int
-    unique_blocks: int
-    reused_tokens: int
+    counts: TraceCounts = field(metadata=INLINE)
     reuse: float
     duration_s: float
     arrival_from: dict[str, int]
@@ -49,8 +44,7 @@ def trace_payload(
         lines=source.lines,
         skipped_lines=source.skipped,
         left_out=source.left_out,
-        blocks=sum(len(r.blocks) for r in build.requests),
-        reuse=round(build.reuse, 6),
+        reuse=round(build.counts.reuse, 6),
         duration_s=round(build.duration_s, 3),
     )
 
@@ -59,17 +53,18 @@ def trace_lines(
     build: TraceBuild, source: RequestSource, input_path: str, output: str | None
 ) -> list[str]:
     kind = _SOURCES.get(source.format, source.format)
-    blocks = sum(len(r.blocks) for r in build.requests)
+    counts = build.counts
     lines = [
         f"{kind} {input_path}: {len(build.requests):,} requests from {source.lines:,} lines "
         f"({source.skipped:,} skipped: no request line; {source.left_out:,} requests left out: "
         "unfinished or nothing to hash)",
-        f"prompts: {build.input_tokens:,} tokens in {blocks:,} blocks of {build.block_tokens} "
-        f"({build.unique_blocks:,} distinct); outputs: {build.output_tokens:,} tokens "
+        f"prompts: {counts.input_tokens:,} tokens in {counts.blocks:,} blocks of "
+        f"{counts.block_tokens} ({counts.unique_blocks:,} distinct); outputs: "
+        f"{counts.output_tokens:,} tokens "
         f"({_counts(build.output_from)})",
         f"arrivals over {build.duration_s:,.3f} s ({_counts(build.arrival_from)})",
-        f"reuse the prompts imply: {build.reuse:.2%} of prompt tokens "
-        f"({build.reused_tokens:,} of {build.input_tokens:,}), as `kvtier simulate "
+        f"reuse the prompts imply: {counts.reuse:.2%} of prompt tokens "
+        f"({counts.reused_tokens:,} of {counts.input_tokens:,}), as `kvtier simulate "
         "--unbounded` counts it",
     ]
     if output is None:

@@ -19,26 +19,35 @@ from kvtier.sim.trace import MAX_LENGTH, MAX_TIMESTAMP_MS, TraceRequest
 
 
 @dataclass(frozen=True, slots=True)
-class TraceBuild:
-    """A trace made from logged requests, with what was read and what the prompts share.
+class TraceCounts:
+    """What a trace's prompts and outputs hold: tokens, blocks (all and distinct), and the prompt
+    tokens an earlier request's prompt already had.
 
     `reuse` is the trace's ceiling as `kvtier simulate --unbounded` computes it: for each request
     the longest prefix of blocks an earlier request already had, each block at its real size,
     over all prompt tokens.
     """
 
-    requests: tuple[TraceRequest, ...]
     block_tokens: int
     input_tokens: int
     output_tokens: int
+    blocks: int
     unique_blocks: int
     reused_tokens: int
-    arrival_from: dict[str, int]
-    output_from: dict[str, int]
 
     @property
     def reuse(self) -> float:
         return self.reused_tokens / self.input_tokens if self.input_tokens else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TraceBuild:
+    """A trace made from logged requests, with what was read and what the prompts share."""
+
+    requests: tuple[TraceRequest, ...]
+    counts: TraceCounts
+    arrival_from: dict[str, int]
+    output_from: dict[str, int]
 
     @property
     def duration_s(self) -> float:
@@ -106,16 +115,15 @@ def build_trace(
         ids, seen = numbering.number(h.digests)
         reused += min(seen * block_tokens, h.input_len)
         out.append(TraceRequest(rid, h.arrival_s - start, h.input_len, h.output_len, ids))
-    return TraceBuild(
-        tuple(out),
+    counts = TraceCounts(
         block_tokens,
         sum(h.input_len for h in hashed),
         sum(h.output_len for h in hashed),
+        sum(len(r.blocks) for r in out),
         len(numbering),
         reused,
-        dict(arrival_from),
-        dict(output_from),
     )
+    return TraceBuild(tuple(out), counts, dict(arrival_from), dict(output_from))
 
 
 # Unix seconds of 2000-01-01 and 2100-01-01: an engine's recorded arrival lies between them
