@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvtier.logs.workload import FittedWorkload
-from kvtier.payload import copied
 from kvtier.sim.baseline import Comparison
 from kvtier.sim.calibrate import Calibration
 from kvtier.sim.from_log import FittedTrace
@@ -81,22 +80,11 @@ def log_baseline(
     fitted: FittedTrace,
     rows: tuple[Comparison, ...],
 ) -> LogBaseline:
-    flags = calibration.flags
     return LogBaseline(
         source=fit.source,
         engine=fit.engine,
-        fit=copied(FitSummary, fit, window_s=fit.window.duration_s, inferred=fit.inferences),
-        calibration=CalibrationSummary(
-            compute_efficiency=calibration.compute_efficiency,
-            compute_how=calibration.compute_how,
-            hbm_efficiency=flags.hbm_efficiency,
-            hbm_how=calibration.hbm_how,
-        ),
-        trace=FittedTraceSummary(
-            requests=len(fitted.trace.requests),
-            before_window=fitted.before,
-            window_opens_s=fitted.offset_s,
-            block_tokens=fitted.trace.block_size,
-        ),
+        fit=FitSummary.of(fit),
+        calibration=CalibrationSummary.of(calibration),
+        trace=FittedTraceSummary.of(fitted),
         baseline=rows,
     )
