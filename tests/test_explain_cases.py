@@ -65,7 +65,7 @@ def test_founding_ledger_and_options() -> None:
     assert e.ledger.reserve.gib == pytest.approx(94.04 * 0.12)
     uses = {u.item: u.gib for u in e.ledger.reserve_uses}
     assert uses == {"draft KV pool": pytest.approx(0.60)}
-    assert [name for name, _ in e.ledger.unlogged] == [
+    assert [u.item for u in e.ledger.unlogged] == [
         "draft weights",
         "CUDA graphs (target)",
         "CUDA graphs (draft)",

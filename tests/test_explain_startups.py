@@ -12,7 +12,7 @@ import pytest
 
 from cli_support import error_line
 from kvtier.cli import main
-from kvtier.engines.detect import parse_log
+from kvtier.engines.detect import LineSpan, parse_log
 from kvtier.ledger.explain import explain_log
 
 PUBLIC = Path(__file__).parent / "fixtures" / "logs" / "public"
@@ -29,7 +29,7 @@ def _write(tmp_path: Path, text: str) -> str:
 
 def test_a_failed_start_then_a_good_one_explains_the_good_one() -> None:
     parsed = parse_log(FAILED + STARTED)
-    assert parsed.starts == ((1, 5), (6, 9))
+    assert parsed.starts == (LineSpan(1, 5), LineSpan(6, 9))
     assert parsed.index == 1
     assert "start 2 (lines 6-9) is explained, the last" in parsed.notes[-1]
     e = explain_log(FAILED + STARTED, FLAGS)
@@ -81,7 +81,7 @@ def test_a_start_the_log_does_not_hold_is_refused(
 def test_the_committed_two_start_log_is_these_excerpts() -> None:
     text = (PUBLIC.parent / "vllm-0.6-two-starts-3090.log").read_text(encoding="utf-8")
     assert text.split("\n", 1)[1] == FAILED + STARTED
-    assert parse_log(text).starts == ((1, 6), (7, 10))
+    assert parse_log(text).starts == (LineSpan(1, 6), LineSpan(7, 10))
 
 
 def test_a_restart_with_its_arguments_is_cut_there() -> None:
@@ -90,6 +90,6 @@ def test_a_restart_with_its_arguments_is_cut_there() -> None:
     model = "meta-llama/Llama-3.1-8B-Instruct"
     text = args.format(model, 29000) + FAILED + args.format(model, 20000) + STARTED
     parsed = parse_log(text)
-    assert parsed.starts == ((1, 6), (7, 11))
+    assert parsed.starts == (LineSpan(1, 6), LineSpan(7, 11))
     observed = explain_log(text, FLAGS).reconciliation.observed
     assert observed is not None and observed.value == 31_232

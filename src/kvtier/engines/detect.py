@@ -58,8 +58,16 @@ class ParsedLog:
     startup: sglang.SGLangStartup | vllm.VllmStartup
     first_line: int
     notes: tuple[str, ...]
-    starts: tuple[tuple[int, int], ...] = ()  # every start's first and last line
+    starts: tuple[LineSpan, ...] = ()  # every start's lines
     index: int = 0  # the start explained, 0-based
+
+
+@dataclass(frozen=True, slots=True)
+class LineSpan:
+    """The first and last line (1-based) of one server start in a log."""
+
+    first_line: int
+    last_line: int
 
 
 def detect_engine(lines: list[LogLine]) -> tuple[str | None, dict[str, LogLine]]:
@@ -127,7 +135,7 @@ def parse_log(text: str, engine: str | None = None, startup: int | None = None) 
     index = _choose(starts, memory, startup, notes)
     chosen = starts[index]
     parsed = sglang.parse_sglang(chosen) if detected == "sglang" else vllm.parse_vllm(chosen)
-    spans = tuple((run[0].number, run[-1].number) for run in starts)
+    spans = tuple(LineSpan(run[0].number, run[-1].number) for run in starts)
     return ParsedLog(detected, parsed, chosen[0].number, tuple(notes), spans, index)
 
 

@@ -146,8 +146,16 @@ class LogLedger:
     reserve: LedgerItem | None  # SGLang: what the fraction holds back for later allocations
     reserve_uses: tuple[LedgerItem, ...]  # what the log shows came out of the reserve
     free_end: LedgerItem | None
-    unlogged: tuple[tuple[str, str], ...]  # (consumer, why) for what the log does not size
+    unlogged: tuple[Unlogged, ...]
     answer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unlogged:
+    """A consumer of GPU memory the log does not size, and why (the line it lacks)."""
+
+    item: str
+    why: str
 
 
 _PREFIX_SPAN = 160

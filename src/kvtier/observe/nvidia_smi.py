@@ -194,7 +194,7 @@ def reconcile_card(gpus: tuple[GpuMemory, ...], e: Explanation) -> CardReconcili
     items += [i for i in held if not i.item.startswith(_NOT_HELD)]
     if not any(i.item.startswith("KV cache blocks") for i in items):
         items += [i for i in ledger.items if i.item == "KV cache budget"]
-    unsized = tuple(name for name, _ in ledger.unlogged)
+    unsized = tuple(u.item for u in ledger.unlogged)
     if sglang is None:
         unsized = ("the CUDA context", *unsized)
     rest = compared.used_gib - sum(i.gib for i in items)

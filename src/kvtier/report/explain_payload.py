@@ -3,7 +3,7 @@
 Stable keys: engine, model, observed, predicted, the log's ledger (each row tagged with its part
 of the card), the options priced at the log's count. GPU figures are GiB (2**30) per GPU to 4
 decimals; host RAM decimal GB. A new key is one field, placed where it goes, and one argument in
-`explain_payload`.
+`explain_payload`, or in the `of` of the part that reads it from what it describes.
 """
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kvtier.engines.detect import LineSpan
+from kvtier.engines.explain import Unlogged
 from kvtier.payload import OMITTED, Count
 from kvtier.report.card_view import CardPayload, card_payload
 from kvtier.report.plan_payload import LedgerRow, OptionPayload, option_payload
 
 if TYPE_CHECKING:
     from kvtier.engines.detect import ParsedLog
-    from kvtier.engines.explain import LogLedger
+    from kvtier.engines.explain import LogLedger, Reconciliation
     from kvtier.engines.ledger import LedgerItem
     from kvtier.ledger.explain import Explanation
     from kvtier.logs.facts import Fact
@@ -35,12 +37,22 @@ class LogSource:
     text: str
     rank: str | None
 
+    @classmethod
+    def of(cls, fact: Fact[Any]) -> LogSource:
+        return cls(fact.line, fact.text.strip(), fact.rank)
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRef:
     id: str
     source: LogSource
-    geometry: str
+    geometry: str  # where the model's layer shapes came from
+
+    @classmethod
+    def of(cls, e: Explanation) -> ModelRef:
+        rec = e.reconciliation
+        geometry = "catalog or config.json" if e.inputs.model_known else "from the log"
+        return cls(rec.model.model_id, LogSource.of(rec.model_source), geometry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +60,20 @@ class Observed:
     kv_tokens: Count | None  # None: a failed start printed no count
     source: LogSource | None
 
+    @classmethod
+    def of(cls, fact: Fact[int] | None) -> Observed:
+        return cls(None, None) if fact is None else cls(fact.value, LogSource.of(fact))
+
 
 @dataclass(frozen=True, slots=True)
 class Failure:
     reason: str
     source: LogSource
+
+    @classmethod
+    def of(cls, fact: Fact[str] | None) -> Failure | None:
+        """The engine's refusal line, or None for a start that did not fail."""
+        return None if fact is None else cls(fact.value, LogSource.of(fact))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +81,10 @@ class Predicted:
     kv_tokens: Count
     range: tuple[Count, Count]
     formula: str
+
+    @classmethod
+    def of(cls, rec: Reconciliation) -> Predicted:
+        return cls(rec.predicted, (rec.predicted_low, rec.predicted_high), rec.formula)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,24 +96,19 @@ class LogInput:
 
 
 @dataclass(frozen=True, slots=True)
-class Unlogged:
-    item: str
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class LineSpan:
-    first_line: int
-    last_line: int
-
-
-@dataclass(frozen=True, slots=True)
 class StartupPayload:
     """Which of a log's server starts was explained (1-based) and every start's lines; present
     only when the log holds several."""
 
     explained: int
     starts: tuple[LineSpan, ...]
+
+    @classmethod
+    def of(cls, parsed: ParsedLog) -> StartupPayload | None:
+        """None for a log of one start."""
+        if len(parsed.starts) < 2:
+            return None
+        return cls(parsed.index + 1, parsed.starts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +141,6 @@ class ExplainPayload:
     startup: StartupPayload | None = field(default=None, metadata=OMITTED)
 
 
-def _where(fact: Fact[Any]) -> LogSource:
-    return LogSource(fact.line, fact.text.strip(), fact.rank)
-
-
 def log_rows(ledger: LogLedger) -> list[tuple[str, LedgerItem]]:
     """Ledger rows in order, each tagged: "card" (up to the KV pool), "reserve", "from reserve",
     "free"."""
@@ -140,18 +156,13 @@ def log_rows(ledger: LogLedger) -> list[tuple[str, LedgerItem]]:
 def explain_payload(e: Explanation, card: CardReconciliation | None = None) -> ExplainPayload:
     rec, ledger = e.reconciliation, e.ledger
     base = e.options.base if e.options is not None else None
-    observed = rec.observed
-    geometry = "catalog or config.json" if e.inputs.model_known else "from the log"
     return ExplainPayload(
         engine=e.engine,
-        model=ModelRef(rec.model.model_id, _where(rec.model_source), geometry),
+        model=ModelRef.of(e),
         units=EXPLAIN_UNITS,
-        observed=Observed(
-            observed.value if observed is not None else None,
-            _where(observed) if observed is not None else None,
-        ),
-        failed=None if rec.failure is None else Failure(rec.failure.value, _where(rec.failure)),
-        predicted=Predicted(rec.predicted, (rec.predicted_low, rec.predicted_high), rec.formula),
+        observed=Observed.of(rec.observed),
+        failed=Failure.of(rec.failure),
+        predicted=Predicted.of(rec),
         difference=rec.difference,
         relative_difference=round(rec.relative_difference, 6),
         verdict=rec.status,
@@ -160,7 +171,7 @@ def explain_payload(e: Explanation, card: CardReconciliation | None = None) -> E
         kv_cache_dtype=rec.kv_dtype.name,
         page_size=rec.page_size,
         inputs=tuple(
-            LogInput(name, fact.value, _where(fact), name in rec.estimated)  # type: ignore[arg-type]
+            LogInput(name, fact.value, LogSource.of(fact), name in rec.estimated)  # type: ignore[arg-type]
             for name, fact in rec.inputs
         ),
         ledger=tuple(
@@ -169,7 +180,7 @@ def explain_payload(e: Explanation, card: CardReconciliation | None = None) -> E
         ),
         reserve_gib=round(ledger.reserve.gib, 4) if ledger.reserve else None,
         free_end_gib=round(ledger.free_end.gib, 4) if ledger.free_end else None,
-        not_in_log=tuple(Unlogged(name, why) for name, why in ledger.unlogged),
+        not_in_log=ledger.unlogged,
         answer=ledger.answer,
         options=tuple(option_payload(o) for o in e.options.options) if e.options else (),
         options_priced_at_kv_tokens=base.kv_tokens if base else None,
@@ -177,12 +188,5 @@ def explain_payload(e: Explanation, card: CardReconciliation | None = None) -> E
         notes=(*rec.notes, *([e.options.note] if e.options and e.options.note else [])),
         warnings=rec.warnings,
         nvidia_smi=card_payload(card) if card is not None else None,
-        startup=_startup(e.inputs.parsed),
+        startup=StartupPayload.of(e.inputs.parsed),
     )
-
-
-def _startup(parsed: ParsedLog) -> StartupPayload | None:
-    if len(parsed.starts) < 2:
-        return None
-    spans = tuple(LineSpan(first, last) for first, last in parsed.starts)
-    return StartupPayload(parsed.index + 1, spans)

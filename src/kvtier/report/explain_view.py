@@ -119,13 +119,13 @@ def _ledger(console: Console, e: Explanation) -> None:
     unlogged = list(e.ledger.unlogged)
     for part, item in log_rows(e.ledger):
         if part == "free":
-            for name, why in unlogged:
-                table.add_row(f"  {name}", "?", f"not in the log: {why}")
+            for u in unlogged:
+                table.add_row(f"  {u.item}", "?", f"not in the log: {u.why}")
             unlogged = []
         name = f"  {item.item}" if part == "from reserve" else item.item
         table.add_row(name, gib_cell(item.gib, item.exact), item.source)
-    for name, why in unlogged:
-        table.add_row(f"  {name}", "?", f"not in the log: {why}")
+    for u in unlogged:
+        table.add_row(f"  {u.item}", "?", f"not in the log: {u.why}")
     console.print(table)
 
 

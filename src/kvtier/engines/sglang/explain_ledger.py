@@ -12,7 +12,7 @@ One GPU (figures from the log's lines; the reserve is a fixed share of pre-load 
 from __future__ import annotations
 
 from kvtier.engines.deployment import Measured
-from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation, logged_item
+from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation, Unlogged, logged_item
 from kvtier.engines.ledger import Ledger, LedgerItem
 from kvtier.engines.sglang.explain_memory import SGLangMemory
 from kvtier.engines.sglang.log import SGLangStartup
@@ -104,12 +104,10 @@ def _sglang(
     return LogLedger(tuple(items), reserve, tuple(uses), free_end, tuple(unlogged), answer)
 
 
-def _reserve_uses(
-    s: SGLangStartup, flags: Measured
-) -> tuple[list[LedgerItem], list[tuple[str, str]]]:
+def _reserve_uses(s: SGLangStartup, flags: Measured) -> tuple[list[LedgerItem], list[Unlogged]]:
     """What the log shows was allocated after the target pool, and what it leaves unsized."""
     uses: list[LedgerItem] = []
-    unlogged: list[tuple[str, str]] = []
+    unlogged: list[Unlogged] = []
     drafts = s.weights_by_rank(draft=True)
     speculative = bool(s.pools_by_rank(draft=True) or drafts or _spec_algorithm(s))
     draft_w = next((w for w in drafts if w.usage_gib is not None), None)
@@ -119,12 +117,14 @@ def _reserve_uses(
         given = flags.draft_weights_gib
         uses.append(LedgerItem("draft weights", given, "--draft-weights-gib", True))
     elif speculative:
-        unlogged.append(("draft weights", "no 'Load weight end' line from the draft worker"))
+        unlogged.append(
+            Unlogged("draft weights", "no 'Load weight end' line from the draft worker")
+        )
     draft_pool = next((p for p in s.pools_by_rank(draft=True) if p.total_gib is not None), None)
     if draft_pool is not None and draft_pool.total_gib is not None:
         uses.append(logged_item("draft KV pool", draft_pool.fact(draft_pool.total_gib)))
     elif speculative:
-        unlogged.append(("draft KV pool", "no second 'KV Cache is allocated' line"))
+        unlogged.append(Unlogged("draft KV pool", "no second 'KV Cache is allocated' line"))
     for draft in (False, True):
         ends = [g for g in s.graphs if g.draft is draft and g.usage_gib is not None]
         if ends:
@@ -138,7 +138,7 @@ def _reserve_uses(
             uses.append(LedgerItem("CUDA graphs (target)", given, "--cuda-graph-gib", True))
         elif not draft or speculative:
             name = "CUDA graphs (draft)" if draft else "CUDA graphs (target)"
-            unlogged.append((name, "no 'Capture ... graph end' line"))
+            unlogged.append(Unlogged(name, "no 'Capture ... graph end' line"))
     return uses, unlogged
 
 
@@ -146,19 +146,17 @@ def _reserve_uses(
 _PLAN_ITEMS = {"draft weights": "draft weights", "CUDA graphs (target)": "CUDA graphs"}
 
 
-def _estimate(
-    plan: Ledger, uses: list[LedgerItem], unlogged: list[tuple[str, str]]
-) -> list[tuple[str, str]]:
+def _estimate(plan: Ledger, uses: list[LedgerItem], unlogged: list[Unlogged]) -> list[Unlogged]:
     """Move unlogged consumers the plan sizes into `uses`, marked estimated; return the rest."""
     planned = {i.item: i for i in plan.items}
     rest = []
-    for name, why in unlogged:
-        item = planned.get(_PLAN_ITEMS.get(name, ""))
+    for u in unlogged:
+        item = planned.get(_PLAN_ITEMS.get(u.item, ""))
         if item is None:
-            rest.append((name, why))
+            rest.append(u)
             continue
-        source = f"estimated ({why}): kvtier plan, {item.source}"
-        uses.append(LedgerItem(name, item.gib, source, False))
+        source = f"estimated ({u.why}): kvtier plan, {item.source}"
+        uses.append(LedgerItem(u.item, item.gib, source, False))
     return rest
 
 
@@ -198,7 +196,7 @@ def _sglang_answer(
     reserve: LedgerItem,
     pool_end: Fact[float] | None,
     uses: list[LedgerItem],
-    unlogged: list[tuple[str, str]],
+    unlogged: list[Unlogged],
     free_end: LedgerItem | None,
 ) -> str:
     mem = inp.memory
@@ -234,7 +232,7 @@ def _sglang_answer(
     if estimated:
         lines.append(f"Estimated, not in the log: {estimated} GiB.")
     if unlogged:
-        lines.append("Not sized by this log: " + ", ".join(name for name, _ in unlogged) + ".")
+        lines.append("Not sized by this log: " + ", ".join(u.item for u in unlogged) + ".")
     if s.host_pool_gb is not None:
         lines.append(
             f"HiCache is on: {s.host_pool_gb.value:.2f} GB of pinned host RAM per rank backs the "
@@ -264,7 +262,9 @@ def _partial(inp: LogInputs[SGLangMemory], s: SGLangStartup, rec: Reconciliation
     items: list[LedgerItem] = []
     if (logged := _logged_pool(s)) is not None:
         items.append(logged)
-    unlogged = [("free before / after load", "no 'Load weight begin' / 'Load weight end' line")]
+    unlogged = [
+        Unlogged("free before / after load", "no 'Load weight begin' / 'Load weight end' line")
+    ]
     if rec.failure is not None:
         answer = f"The start failed ({rec.failure.where}): {rec.failure.value}."
     else:

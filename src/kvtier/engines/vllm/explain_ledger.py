@@ -8,7 +8,14 @@ request stay outside it.
 
 from __future__ import annotations
 
-from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation, cite, logged_item
+from kvtier.engines.explain import (
+    LogInputs,
+    LogLedger,
+    Reconciliation,
+    Unlogged,
+    cite,
+    logged_item,
+)
 from kvtier.engines.ledger import LedgerItem
 from kvtier.engines.vllm.explain_memory import VllmMemory, budgeted_graphs
 from kvtier.engines.vllm.log import VllmStartup
@@ -33,7 +40,8 @@ def log_ledger(inp: LogInputs[VllmMemory], rec: Reconciliation) -> LogLedger:
     graphs = min_over_ranks(v.graph_gib)
     if graphs is not None:
         items.append(logged_item("CUDA graphs captured", graphs))
-    unlogged = [] if graphs is not None else [("CUDA graphs", "no 'Graph capturing finished' line")]
+    missing = Unlogged("CUDA graphs", "no 'Graph capturing finished' line")
+    unlogged = [] if graphs is not None else [missing]
     answer = _answer(v, inp.memory, rec, used, graphs)
     return LogLedger(tuple(items), None, (), None, tuple(unlogged), answer)
 
