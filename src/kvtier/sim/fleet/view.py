@@ -12,6 +12,7 @@ touching the cache's recency.
 from __future__ import annotations
 
 from collections.abc import Container, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -56,27 +57,32 @@ def _usage(s: ServerModel) -> float:
     return 0.0
 
 
+def _index(s: ServerModel) -> tuple[str, Any]:
+    """What a replica's KV events would index: its radix tree's root (SGLang with a tiered
+    cache), its pool's cached blocks (vLLM), or nothing."""
+    if isinstance(s, SGLangServer) and isinstance(s.cache, TieredCachePort):
+        return "tree", s.cache.cache.tree.root
+    if isinstance(s, VllmServer):
+        return "pool", s.pool.cached
+    return "none", None
+
+
+@dataclass(eq=False)
 class ReplicaView:
-    def __init__(
-        self,
-        servers: Sequence[ServerModel],
-        block_tokens: int,
-        blocks: int,
-        timing: TimingModel | None = None,
-    ) -> None:
-        self.servers = servers
-        self.timing = timing
-        self.block_tokens = block_tokens
-        self._device_blocks = blocks
-        self._indexes: list[tuple[str, Any]] = []  # what each replica's KV events would index
-        for s in servers:
-            if isinstance(s, SGLangServer) and isinstance(s.cache, TieredCachePort):
-                self._indexes.append(("tree", s.cache.cache.tree.root))
-            elif isinstance(s, VllmServer):
-                self._indexes.append(("pool", s.pool.cached))
-            else:
-                self._indexes.append(("none", None))
-        # each tree's root and its children (a dict kept for the tree's life)
+    servers: Sequence[ServerModel]
+    block_tokens: int
+    device_blocks: int
+    timing: TimingModel | None = None
+    _indexes: list[tuple[str, Any]] = field(init=False, repr=False)
+    _trees: list[tuple[int, Any, Any]] = field(init=False, repr=False)
+    _pools: list[tuple[int, Any]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._indexes = [_index(s) for s in self.servers]
+        self._split()
+
+    def _split(self) -> None:
+        """Each tree's root and its children (a dict kept for the tree's life); each pool."""
         self._trees = [(r, i, i.children) for r, (k, i) in enumerate(self._indexes) if k == "tree"]
         self._pools = [(r, i) for r, (kind, i) in enumerate(self._indexes) if kind == "pool"]
 
@@ -99,13 +105,8 @@ class ReplicaView:
                 if listener is not None:
                     s.reports.listener = partial(listener, r)
                 out.add(r)
-        self._trees = [(r, i, i.children) for r, (k, i) in enumerate(self._indexes) if k == "tree"]
-        self._pools = [(r, i) for r, (kind, i) in enumerate(self._indexes) if kind == "pool"]
+        self._split()
         return out
-
-    @property
-    def device_blocks(self) -> int:
-        return self._device_blocks
 
     def token_loads(self) -> list[int]:
         out = []
