@@ -44,7 +44,7 @@ def test_the_prefetch_capacity_changed_at_0_5_15() -> None:
     assert prefetch_era("0.5.15").capacity_tokens(100_000, 40_000) == 50_000
 
 
-@pytest.mark.parametrize("version", ["0.5.2", "0.5.19", "0.6.0", "main"])
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.19", "0.5.23", "main"])
 def test_versions_not_read_are_refused(version: str) -> None:
     with pytest.raises(KvtierError, match=r"v0\.5\.3-v0\.5\.18, not "):
         prefetch_era(version)

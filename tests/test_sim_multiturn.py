@@ -327,8 +327,8 @@ def test_the_sglang_version_sets_the_prefetch_defaults(capsys: pytest.CaptureFix
     assert new["params"]["prefetches"]["policy"] == "timeout"
     assert "SGLang v0.5.12-v0.5.14 HiCache rules" in new["params"]["sources"]["store prefetch"]
     assert new["ttft_s"]["p90"] > old["ttft_s"]["p90"]
-    line = error_line(capsys, [*WORKLOAD, *slow, "--sglang-version", "0.6.1"])
-    assert "v0.5.3-v0.5.18, not 0.6.1" in line
+    line = error_line(capsys, [*WORKLOAD, *slow, "--sglang-version", "0.5.19"])
+    assert "v0.5.3-v0.5.18, not 0.5.19" in line
 
 
 def test_sglang_s_published_per_round_hit_rates(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,22 +7,31 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+import cli_support
+from cli_support import error_line
+from conftest import require_shared
 from kvtier.cli import build_parser
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.detect import parse_log
 from kvtier.engines.sglang import pool as sglang
 from kvtier.engines.sglang import versions as sglang_versions
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm import versions as vllm_versions
+from kvtier.errors import KvtierError
+from kvtier.ledger.explain import explain_log
+from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "kvtier"
+FIXTURES = ROOT / "tests" / "fixtures" / "logs"
 LADDERS = {"sglang": sglang_versions, "vllm": vllm_versions}
 
 
@@ -137,3 +146,82 @@ def test_help_and_docs_state_the_default_in_the_same_sentence(
     assert "plan" in taking and "explain" in taking
     for name in taking:
         assert _flat(sentence) in _flat(helps[name]), name
+
+
+def _after(release: Version) -> str:
+    major, minor, patch = release.release
+    return f"{major}.{minor}.{patch + 1}"
+
+
+@pytest.mark.parametrize("engine", sorted(LADDERS))
+def test_the_newest_release_is_the_ladder_s_last(engine: str) -> None:
+    ladder = LADDERS[engine]
+    releases = [v for k, v in vars(ladder).items() if re.fullmatch(r"V\d+(_\d+)+", k)]
+    assert max(releases) == ladder.NEWEST
+    assert ladder.DEFAULT.resolve(str(ladder.NEWEST)) == ladder.NEWEST
+    later = _after(ladder.NEWEST)
+    # a development build of a later release reads as it sorts, as before
+    assert ladder.DEFAULT.resolve(f"{later}.dev12+g0123abc") > ladder.NEWEST
+    with pytest.raises(KvtierError, match=rf"'{re.escape(later)}' is newer than {ladder.NEWEST}, "):
+        ladder.DEFAULT.resolve(later)
+
+
+@pytest.mark.parametrize("engine", sorted(LADDERS))
+@pytest.mark.parametrize("given", ["99.99.99", "after"])
+def test_a_release_after_the_newest_is_refused_naming_it(
+    engine: str, given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was read as the newest release's rules; now one line names the newest, for the flag."""
+    ladder = LADDERS[engine]
+    version = _after(ladder.NEWEST) if given == "after" else given
+    flag = f"--{engine}-version"
+    for command in (["plan"], ["simulate", "--generate", "chat", "--requests", "4"]):
+        argv = [*command, "--engine", engine, "--model", "llama-3.1-8b", "--gpu", "h100"]
+        line = error_line(capsys, [*argv, flag, version])
+        assert f"argument {flag}: " in line
+        assert f"is newer than {ladder.NEWEST}, the newest release kvtier knows: " in line
+        assert f"give {flag} {ladder.NEWEST} " in line
+    # `main` sorts after every release and is read as today
+    main_argv = ["plan", "--engine", engine, "--model", "llama-3.1-8b", "--gpu", "h100"]
+    assert cli_support.run_cli([*main_argv, flag, "main"])[0] == 0
+
+
+def test_bench_version_takes_the_sglang_ladder(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--bench", "sglang", "--requests", "4", "--model", "llama-3.1-8b"]
+    line = error_line(capsys, [*argv, "--gpu", "h100", "--bench-version", "0.6.0"])
+    assert "argument --bench-version: SGLang '0.6.0' is newer than 0.5.23" in line
+    assert "give --bench-version 0.5.23 " in line
+
+
+def test_a_vllm_log_of_a_later_release_is_refused_or_read_as_the_flag_s(tmp_path: Path) -> None:
+    newest = str(vllm_versions.NEWEST)
+    later = _after(vllm_versions.NEWEST)
+    text = (FIXTURES / "l05-vllm.log").read_text().replace("version 0.19.0", f"version {later}")
+    log = tmp_path / "later.log"
+    log.write_text(text)
+    code, _, err = cli_support.run_cli(["explain", str(log)])
+    assert code == 2 and err.count("\n") == 1
+    assert f"line 1: vLLM '{later}' is newer than {newest}" in err
+    assert f"give --vllm-version {newest} to apply its rules" in err
+    e = explain_log(text, {"engine_version": newest})
+    d = log_deployment(e.inputs)
+    assert d.engine_version == newest
+    assert d.origin("engine_version") == f"--vllm-version, for the log's vLLM {later} (line 1)"
+    assert (
+        e.reconciliation.predicted
+        == explain_log(text.replace(later, newest), {}).reconciliation.predicted
+    )
+
+
+def test_no_bundled_log_states_a_release_kvtier_does_not_know() -> None:
+    """Every log the project ships and the shared cases' logs read without a version flag."""
+    logs = sorted((ROOT / "examples" / "logs").glob("*.log")) + sorted(FIXTURES.rglob("*.log"))
+    texts = [p.read_text() for p in [*logs, require_shared("cases/seed-sglang.log")]]
+    for case in json.loads(require_shared("cases/dev-logs.json").read_text()):
+        texts.append(case["log"] if isinstance(case["log"], str) else "\n".join(case["log"]))
+    assert len(texts) > 60
+    for text in texts:
+        try:
+            parse_log(text)
+        except KvtierError as exc:
+            assert "newer than" not in str(exc), text[:200]

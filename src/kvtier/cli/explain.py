@@ -40,6 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvtier.engines.detect import log_engine
     from kvtier.ledger.explain import explain_log
     from kvtier.report.explain_view import print_explanation
 
@@ -70,8 +71,10 @@ def run(args: argparse.Namespace) -> int:
 
         gpus = parse_nvidia_smi(read_text(args.nvidia_smi, "nvidia-smi"), args.nvidia_smi)
     text = read_text(args.log, "log")
+    engine = log_engine(text, args.engine)
+    if engine is not None:  # before the log is read under the other engine's flags
+        refuse_for_engine(args, EXPLAIN, engine)
     explanation = explain_log(text, flags, measured, startup=args.startup)
-    refuse_for_engine(args, EXPLAIN, explanation.engine)
     if args.nvidia_smi is not None:
         from kvtier.observe.nvidia_smi import reconcile_card
 

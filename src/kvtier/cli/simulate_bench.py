@@ -51,9 +51,9 @@ def bench(args: argparse.Namespace) -> Any:
     if args.bench_version is not None:
         if args.bench == "vllm":
             raise KvtierError("--bench-version names an sglang release: drop it with --bench vllm")
-        from kvtier.engines.version import Version
+        from kvtier.engines.sglang import versions
 
-        zero = Version.parse(args.bench_version, "sglang").release < (0, 5, 7)
+        zero = versions.DEFAULT.resolve(args.bench_version, "--bench-version") < versions.V0_5_7
     spec = RandomBench(
         args.bench or "sglang",
         args.input_tokens or 1024,

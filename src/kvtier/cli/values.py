@@ -11,6 +11,8 @@ import argparse
 import math
 from collections.abc import Callable
 
+from kvtier.errors import KvtierError
+
 MAX_GPUS = 4096  # tp, pp, dp, GPUs per node
 MAX_TOKENS = 1 << 40  # token counts, context lengths, batch sizes
 MAX_GIB = 4096.0  # GiB per GPU: a measured figure or a margin
@@ -66,6 +68,21 @@ def number(
         return value
 
     parse.__name__ = "number"
+    return parse
+
+
+def release(resolve: Callable[[str, str], object], flag: str) -> Callable[[str], str]:
+    """An engine version `resolve(text, flag)` reads (its ladder refuses one it does not know),
+    kept as the text given."""
+
+    def parse(text: str) -> str:
+        try:
+            resolve(text, flag)
+        except KvtierError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    parse.__name__ = "release"
     return parse
 
 

@@ -99,9 +99,21 @@ def _mixed_note(lines: list[LogLine], detected: str, sample: dict[str, LogLine])
     )
 
 
-def parse_log(text: str, engine: str | None = None, startup: int | None = None) -> ParsedLog:
+def log_engine(text: str, engine: str | None = None) -> str | None:
+    """The engine whose start `parse_log` reads from `text`; None where it refuses the log
+    (neither engine's lines, or none of `engine`'s)."""
+    detected, sample = detect_engine(read_lines(text))
+    if engine is None:
+        return detected
+    return engine if engine in sample else None
+
+
+def parse_log(
+    text: str, engine: str | None = None, startup: int | None = None, version: str | None = None
+) -> ParsedLog:
     """Parse one server start in `text`: `startup` (1-based), else the last that printed memory
-    lines; refuse a log of the other engine than `engine`."""
+    lines; refuse a log of the other engine than `engine`, and one stating a release kvtier does
+    not know unless `version` (the engine's version flag) is given to apply instead."""
     lines = read_lines(text)
     detected, sample = detect_engine(lines)
     if detected is None:
@@ -134,7 +146,11 @@ def parse_log(text: str, engine: str | None = None, startup: int | None = None) 
     starts, memory = _merge_pasted_arguments(runs, module, notes)
     index = _choose(starts, memory, startup, notes)
     chosen = starts[index]
-    parsed = sglang.parse_sglang(chosen) if detected == "sglang" else vllm.parse_vllm(chosen)
+    parsed: sglang.SGLangStartup | vllm.VllmStartup = (
+        sglang.parse_sglang(chosen)
+        if detected == "sglang"
+        else vllm.known_release(vllm.parse_vllm(chosen), version)
+    )
     spans = tuple(LineSpan(run[0].number, run[-1].number) for run in starts)
     return ParsedLog(detected, parsed, chosen[0].number, tuple(notes), spans, index)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from kvtier.errors import KvtierError
 
 _RELEASE = re.compile(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?(?![\d])")
+_DEV = re.compile(r"\.?dev\d*", re.IGNORECASE)  # PEP 440's development build: 0.10.1.dev101
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -49,6 +50,7 @@ class Default:
 
     engine: str  # as printed: "SGLang", "vLLM"
     release: Version
+    newest: Version  # the newest release kvtier's rules were read in; a later one is refused
     rules: str  # what the release's rules are, said in the sentence's parentheses
     era_label: str
 
@@ -59,8 +61,18 @@ class Default:
             f"{self.engine} v{self.release} ({self.rules})."
         )
 
-    def resolve(self, version: str | Version | None) -> Version:
-        """`version` (parsed when text), or the default release when none is given."""
+    def resolve(self, version: str | Version | None, flag: str | None = None) -> Version:
+        """`version` (parsed when text), or the default release when none is given; a release
+        after `newest` is refused in one line naming it, which `flag` (the engine's version flag
+        unless given) can give. `main` and development builds (`.devN`) are read as they sort."""
         if version is None:
             return self.release
-        return version if isinstance(version, Version) else Version.parse(version, self.engine)
+        v = version if isinstance(version, Version) else Version.parse(version, self.engine)
+        known = v.release <= self.newest.release or _DEV.search(v.text) is not None
+        if known or v.is_main:  # `main` sorts after every release: read as before
+            return v
+        raise KvtierError(
+            f"{self.engine} {v.text!r:.60} is newer than {self.newest}, the newest release kvtier "
+            f"knows: give {flag or f'--{self.engine.lower()}-version'} {self.newest} to apply "
+            "its rules"
+        )

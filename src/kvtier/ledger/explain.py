@@ -49,7 +49,13 @@ def explain_log(
     does not print.
     """
     engine = flags.get("engine")
-    parsed = parse_log(text, engine if isinstance(engine, str) else None, startup)
+    version = flags.get("engine_version")
+    parsed = parse_log(
+        text,
+        engine if isinstance(engine, str) else None,
+        startup,
+        version if isinstance(version, str) else None,
+    )
     e = _explain(parsed, flags, measured, log_inputs(parsed, flags))
     inputs, geometry = e.inputs, e.inputs.geometry
     ledger = e.reconciliation.ledger

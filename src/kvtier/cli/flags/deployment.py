@@ -16,6 +16,7 @@ from kvtier.cli.values import (
     contexts,
     count,
     number,
+    release,
 )
 from kvtier.engines.sglang import versions as sglang_versions
 from kvtier.engines.sglang.flags import DEVICES
@@ -122,11 +123,11 @@ DEPLOYMENT = (
          help="vLLM: two state blocks per request per linear-attention group instead of one",
          engines=VLLM_ONLY),
     flag("--sglang-version", group="deployment", commands=EVERY, field="engine_version",
-         sample=("0.4.0",),
+         sample=("0.4.0",), type=release(sglang_versions.DEFAULT.resolve, "--sglang-version"),
          help=f"SGLang version whose rules apply. {sglang_versions.DEFAULT.sentence}",
          engines={"vllm": "SGLang's release; a vLLM deployment takes --vllm-version"}),
     flag("--vllm-version", group="deployment", commands=EVERY, field="engine_version",
-         sample=("0.10.0",),
+         sample=("0.10.0",), type=release(vllm_versions.DEFAULT.resolve, "--vllm-version"),
          help=f"vLLM version whose rules apply. {vllm_versions.DEFAULT.sentence}",
          engines={"sglang": "vLLM's release; an SGLang deployment takes --sglang-version"}),
 )

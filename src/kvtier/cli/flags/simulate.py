@@ -21,7 +21,9 @@ from kvtier.cli.values import (
     counts,
     number,
     rate_stages,
+    release,
 )
+from kvtier.engines.sglang import versions as sglang_versions
 from kvtier.engines.sglang.flags import PREFETCH_POLICIES, WRITE_POLICIES
 from kvtier.routers import NAMES
 
@@ -249,6 +251,7 @@ BENCH = (
     flag("--bench", group="bench", commands=SIM, sample=("vllm",), choices=CLIENTS,
          help="whose draws: sglang (default) or vllm"),
     flag("--bench-version", group="bench", commands=SIM, sample=("0.5.2",), metavar="V",
+         type=release(sglang_versions.DEFAULT.resolve, "--bench-version"),
          help="the sglang release whose bench_serving draws (default 0.5.7 and later: outputs "
          "from max(int(O x R), 1); up to 0.5.6 from int(O x R))"),
     flag("--special-tokens", group="bench", commands=SIM, sample=("1",), type=count(0, 16),

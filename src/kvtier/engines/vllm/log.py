@@ -25,10 +25,13 @@ whole GiB, which platforms/cpu.py CpuPlatform.check_and_update_config turns into
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
 from kvtier.engines.launch import find_launch
+from kvtier.engines.vllm import versions
+from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, min_over_ranks
 from kvtier.logs.lines import LogLine, rank_of
 from kvtier.logs.pyargs import parse_dict, parse_kwargs
@@ -463,3 +466,22 @@ def _failure(line: LogLine, found: _Found, after: list[LogLine]) -> None:
         found.many("requested", float(m.group(4)), line, m.start())
     elif m := _NO_BLOCKS.search(text):
         one("failure", "no memory left for KV cache blocks", line, m.start())
+
+
+def known_release(startup: VllmStartup, flag: str | None) -> VllmStartup:
+    """The start as read, where kvtier knows the release it states; a later one gives way to the
+    --vllm-version given (`flag`: the operator takes that release's rules), else is refused in one
+    line naming its line."""
+    logged = startup.version
+    if logged is None:
+        return startup
+    try:
+        versions.DEFAULT.resolve(logged.value)
+    except KvtierError as exc:
+        if flag is None:
+            raise KvtierError(f"{logged.where}: {exc}") from None
+        taken = Fact(
+            flag, None, f"--vllm-version, for the log's vLLM {logged.value} ({logged.where})"
+        )
+        return dataclasses.replace(startup, version=taken)
+    return startup

@@ -20,10 +20,17 @@ V0_21 = Version.release_of(0, 21)
 V0_23 = Version.release_of(0, 23)
 V0_26 = Version.release_of(0, 26)
 V0_27 = Version.release_of(0, 27)
+V0_33 = Version.release_of(0, 33)
+
+# The newest release whose wheel kvtier's rules were read in (stages.py's get_pp_indices, v0.33.0;
+# sim/servers/vllm.py and sliding.py read v0.32.0): a later one is refused (`DEFAULT.resolve`),
+# never read as this one's rules.
+NEWEST = V0_33
 
 DEFAULT = Default(
     "vLLM",
     V0_21,
+    NEWEST,
     rules="the V1 worker, the CUDA-graph estimate inside the budget",
     era_label="vLLM V1 >= v0.21 (default, pass --vllm-version)",
 )
