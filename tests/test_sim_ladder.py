@@ -1,5 +1,6 @@
 """inference-perf's load stages (`--rate-stages`): the generator's stages, the fleet loop holding
-each stage until the one before has finished, the last stage measured, and the refusals."""
+each stage until the one before has finished, the last stage measured (or, with
+`--measure-stages all`, every stage), and the refusals."""
 
 from __future__ import annotations
 
@@ -114,6 +115,23 @@ def test_the_last_stage_is_measured(capsys: pytest.CaptureFixture[str]) -> None:
     assert constant["measured_requests"] == 30 and constant["ttft_s"] != out["ttft_s"]
 
 
+def test_every_stage_is_measured_with_measure_stages_all(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # inference-perf's summary report: every stage's requests, the first included, their
+    # outputs over the first send to the last response
+    argv = ["simulate", *GEN, "--rate-stages", "4:5,6:5", *SMALL, "--device-tokens", "60000"]
+    last = run_json(capsys, [*argv, "--replicas", "2", "--json"])
+    every = run_json(capsys, [*argv, "--replicas", "2", "--measure-stages", "all", "--json"])
+    assert every["requests"] == every["measured_requests"] == 50
+    assert every["params"]["measured_from_request"] == 0
+    assert every["input_tokens"] > last["input_tokens"] and every["ttft_s"] != last["ttft_s"]
+    assert every["duration_s"] > last["duration_s"]
+    assert [r["requests"] for r in every["replicas"]] == [r["requests"] for r in last["replicas"]]
+    said = run_json(capsys, [*argv, "--replicas", "2", "--measure-stages", "last", "--json"])
+    assert said == last
+
+
 def test_the_measured_stage_counts_only_its_own_running_requests(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -161,6 +179,8 @@ def test_the_window_walks_only_the_samples_inside_it() -> None:
         (["--rate-stages", "4:x", "--replicas", "2"], "argument --rate-stages: wants RATE:SECONDS"),
         (["--rate-stages", "nan:5", "--replicas", "2"], "argument --rate-stages"),
         (["--load-type", "constant", "--replicas", "2"], "--load-type times --rate-stages"),
+        (["--measure-stages", "all", "--replicas", "2"], "--measure-stages picks the --rate"),
+        (["--rate-stages", "4:5", "--measure-stages", "one", "--replicas", "2"], "measure"),
         (["--rate-stages", "4:5", "--load-type", "even", "--replicas", "2"], "--load-type"),
     ],
 )

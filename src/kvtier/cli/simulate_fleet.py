@@ -17,6 +17,7 @@ from kvtier.report.json_text import emit
 SHARED_PREFIX = "shared-prefix"
 STAGES = "--rate-stages"
 LOAD_TYPE = "--load-type"
+MEASURE = "--measure-stages"
 FLEET_SWEEPS = ("router", "replicas")
 
 
@@ -48,7 +49,7 @@ def check(args: argparse.Namespace) -> None:
         missing = [
             row.name
             for row in GENERATOR
-            if getattr(args, row.dest) is None and row.name not in (STAGES, LOAD_TYPE)
+            if getattr(args, row.dest) is None and row.name not in (STAGES, LOAD_TYPE, MEASURE)
         ]
         if missing:
             raise KvtierError(f"--generate {SHARED_PREFIX} needs {', '.join(missing)}")
@@ -56,6 +57,8 @@ def check(args: argparse.Namespace) -> None:
         _check_stages(args)
     elif args.load_type is not None:
         raise KvtierError(f"{LOAD_TYPE} times {STAGES}: give the stages")
+    elif args.measure_stages is not None:
+        raise KvtierError(f"{MEASURE} picks the {STAGES} measured: give the stages")
     store = args.shared_store_gbps is not None or args.shared_store_latency_ms is not None
     if store and args.shared_store_tokens is None:
         raise KvtierError(
@@ -95,7 +98,7 @@ def check(args: argparse.Namespace) -> None:
 
 def _check_stages(args: argparse.Namespace) -> None:
     """--rate-stages stands for --rate and --requests, holds each stage until the one before
-    has finished (a fleet's loop does), and is measured over its last stage."""
+    has finished (a fleet's loop does), and is measured over its last stage or all of them."""
     if args.rate != 1.0 or args.requests is not None:
         flag = "--rate" if args.rate != 1.0 else "--requests"
         raise KvtierError(f"{STAGES} replaces {flag}: drop it")
@@ -106,7 +109,7 @@ def _check_stages(args: argparse.Namespace) -> None:
     ):
         if used:
             raise KvtierError(
-                f"{STAGES} does not take {flag}: the fleet runs it, last stage measured"
+                f"{STAGES} does not take {flag}: the fleet runs it, its stages measured"
             )
     if not active(args):
         raise KvtierError(f"{STAGES} runs a fleet: give --replicas N (N > 1)")
@@ -144,6 +147,7 @@ def _spec(args: argparse.Namespace, replicas: int | None = None, router: str | N
         seed=args.seed,
         shared_store=args.shared_store_tokens is not None,
         store_latency_s=(args.shared_store_latency_ms or 0.0) / 1e3,
+        all_stages=args.measure_stages == "all",
     )
 
 

@@ -36,6 +36,7 @@ CLIENTS = ("sglang", "vllm")  # whose random draws (tests check them against kvt
 SWEEPS = ("hicache-ratio", "mem-fraction-static", "kv-cache-dtype", "pcie-gbps")
 READY_QUEUES = ("random", "fifo")
 LOAD_TYPES = ("poisson", "constant")  # --rate-stages timers (tests check sim.shared_prefix's)
+MEASURED_STAGES = ("last", "all")  # inference-perf's per-stage report of the last, or its summary
 # the multi-turn benchmark's own defaults (tests check them against kvtier.sim.multiturn)
 MULTITURN_DEFAULTS = {"clients": 256, "rounds": 5, "request_tokens": 512, "output_tokens": 64}
 
@@ -73,7 +74,8 @@ G groups of P prompts: a group's S-token system prompt, then a Q-token question 
 own; the G x P prompts shuffled once and sent in that order again and again, at Poisson times of
 --rate, --requests in all, each asking --output-tokens. With --replicas, --rate-stages runs
 inference-perf's load ladder instead (docs/fleet.md): each stage once the one before has finished,
-the run measured over the last stage; --load-type constant for a report's `type: constant`.
+the run measured over the last stage (--measure-stages all: every stage, as inference-perf's
+summary); --load-type constant for a report's `type: constant`.
   kvtier simulate --generate shared-prefix --groups 4 --prompts-per-group 3 --system-tokens 2000 \\
       --question-tokens 200 --output-tokens 64 --rate-stages 2:10,6:10 --load-type constant \\
       --seed 1 --engine vllm --model qwen3-8b --gpu h100 --replicas 2 --router llm-d-precise"""
@@ -233,6 +235,11 @@ SHARED_PREFIX = (
          choices=LOAD_TYPES, metavar="TYPE",
          help="the --rate-stages timer, inference-perf's load.type: poisson (default) or "
          "constant (a stage's gaps drawn at once, scaled to end at its last second)"),
+    flag("--measure-stages", group="shared_prefix", commands=SIM, sample=("all",),
+         choices=MEASURED_STAGES, metavar="WHICH",
+         help="the --rate-stages requests measured: last (default: the last stage, "
+         "inference-perf's per-stage report) or all (every stage's together, the first "
+         "included: its summary report)"),
 )
 
 BENCH = (

@@ -43,6 +43,7 @@ class FleetSpec:
     seed: int = 0
     shared_store: bool = False  # config.store_tokens is then the fleet's one store
     store_latency_s: float = 0.0
+    all_stages: bool = False  # a ladder measured over every stage, not the last
 
     def check(self) -> None:
         if not 1 <= self.replicas <= MAX_REPLICAS:
@@ -125,8 +126,9 @@ def simulate_fleet(
     preempted = [c.preemptions for c in counters if c.preemptions is not None]
     pcie_busy_s = sum(c.pcie_busy_s for c in counters) / len(counters)
     # a trace in load stages is measured over its last stage, as inference-perf reports a stage
-    # (its requests' outputs over their first send to their last response)
-    skip = trace.stages[-1][0] if trace.stages else math.floor(warmup_fraction * len(records))
+    # (its requests' outputs over their first send to their last response), or over all of
+    # them, as its summary report (summarize_requests over every stage's requests)
+    skip = _measured_from(trace, spec, warmup_fraction, len(records))
     result = summarize(
         records[skip:] if trace.stages else records,
         warmup_fraction,
@@ -155,6 +157,12 @@ def simulate_fleet(
         decisions=dict(getattr(router, "decisions", {})),
         preemptions=sum(preempted) if preempted else None,
     )
+
+
+def _measured_from(trace: Trace, spec: FleetSpec, warmup_fraction: float, n: int) -> int:
+    if not trace.stages:
+        return math.floor(warmup_fraction * n)
+    return 0 if spec.all_stages else trace.stages[-1][0]
 
 
 def _params(
