@@ -11,7 +11,9 @@ import dataclasses
 import pytest
 
 from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.sglang.attention import ATTENTION_FILES, attention_ranks
+from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.model.catalog import resolve_model
 from kvtier.model.config import TEXT_ARCHITECTURES, WRAPPER_ARCHITECTURES
@@ -100,3 +102,23 @@ def test_a_file_that_takes_attention_tp_splits_its_weights_over_it() -> None:
     assert "attention at TP4 (DP attention; qwen3.py from v0.4.9)" in plan.weights_source
     old = resolve(_deployment("qwen3-32b", "0.4.8"))
     assert "attention at TP8 (qwen3.py takes attention TP from v0.4.9)" in old.weights_source
+
+
+def test_an_architecture_whose_file_is_not_read_is_refused_under_dp_attention() -> None:
+    """Its attention was taken at tp / dp, a guess; the refusal names the architecture."""
+    model = dataclasses.replace(resolve_model("llama-3.1-70b"), architecture="Qwen2MoeForCausalLM")
+    d = _deployment("llama-3.1-70b", "0.5.23")
+    with pytest.raises(KvtierError) as refused:
+        attention_ranks(model, d)
+    assert str(refused.value).startswith(
+        "Qwen2MoeForCausalLM (meta-llama/Llama-3.1-70B-Instruct): kvtier has not read which "
+        "ranks SGLang's model file splits its attention over under --enable-dp-attention "
+        "(full TP8 or attention TP4)"
+    )
+    assert attention_ranks(model, _deployment("llama-3.1-70b", "0.5.23", dp=1)) is None
+
+
+def test_explains_stand_in_model_has_no_attention_split() -> None:
+    """A log's unknown model (its KV geometry from the log) has no weights to split."""
+    model = dataclasses.replace(resolve_model("llama-3.1-70b"), architecture=STAND_IN_ARCHITECTURE)
+    assert attention_ranks(model, _deployment("llama-3.1-70b", "0.5.23")) is None

@@ -25,16 +25,19 @@ The KV pool does not follow the file: the model runner sizes its heads per rank 
 TP in every release (v0.4.7 model_runner.py `get_num_kv_heads(get_attention_tp_size())`, v0.5.9
 model_runner_kv_cache_mixin.py, v0.5.23 pool_configurator.py `attn_tp_size`), so kvtier keeps
 the pool's cell at tp / dp. SGLang checks no architecture before DP attention; a full-TP file's
-layers then hold tp's share of the heads beside a pool of tp / dp's.
+layers then hold tp's share of the heads beside a pool of tp / dp's. An architecture whose file
+is not read here is refused under DP attention, where its attention was taken at tp / dp.
 """
 
 from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment
+from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.sglang import versions
 from kvtier.engines.sglang.lm_head import HEAD_FILES
 from kvtier.engines.sglang.versions import V0_3_0, V0_4_7, V0_4_9, V0_5_11
 from kvtier.engines.version import Version
+from kvtier.errors import KvtierError
 from kvtier.model.description import ModelSpec
 
 # model file -> the first release its attention projections take the attention-TP group
@@ -69,8 +72,14 @@ def attention_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
         return None
     attn_tp = d.tp // d.dp
     file = ATTENTION_FILES.get(model.architecture)
-    if file is None:  # a file not read: as the pool, which is at attention TP in every release
-        return attn_tp, f"attention at TP{attn_tp} (DP attention)"
+    if model.architecture == STAND_IN_ARCHITECTURE:
+        return None  # explain's model from the log's geometry: no weights to split
+    if file is None:
+        raise KvtierError(
+            f"{model.architecture} ({model.model_id}): kvtier has not read which ranks SGLang's "
+            f"model file splits its attention over under --enable-dp-attention (full TP{d.tp} or "
+            f"attention TP{attn_tp}); drop --enable-dp-attention"
+        )
     since = _FOLLOWS.get(file)
     if since is None:
         return d.tp, f"attention at TP{d.tp} ({file} builds it at full TP under DP attention)"
