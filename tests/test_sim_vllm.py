@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import require_shared
+from kvtier.cache.storage import Tier
 from kvtier.engines.deployment import Engine
-from kvtier.sim.run import simulate
+from kvtier.sim.run import replay, simulate
+from kvtier.sim.servers.vllm import VllmServer
 from kvtier.sim.servers.vllm_blocks import BlockPool, Chain, prompt_chain
 from kvtier.sim.setup import SimConfig
 from kvtier.sim.timing import Hardware, ModelCost, TimingModel
@@ -313,3 +316,85 @@ def test_lmcache_config_with_the_backend_but_no_size_is_the_configs(chat: Path) 
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["params"]["host_tokens"] == (1 << 28) // 131_072
+
+
+def _records(trace: Trace, cfg: SimConfig) -> list[tuple[int, str, str, str]]:
+    """Each request's admission, first token and finish, to the nanosecond (a decode run of
+    several steps sums its time in another order than its steps one at a time)."""
+    return [
+        (
+            r.rid,
+            repr(round(r.admit_s, 9)),
+            repr(round(r.first_token_s, 9)),
+            repr(round(r.finish_s, 9)),
+        )
+        for r in replay(trace, cfg).records
+    ]
+
+
+def _unmemoized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's Scheduler.schedule() (v0.32.0): the waiting head is tried at every step, one
+    step at a time while anything waits."""
+    run = VllmServer._decode_run
+    monkeypatch.setattr(VllmServer, "_unchanged", lambda self, r, budget: False)
+    monkeypatch.setattr(
+        VllmServer, "_decode_run", lambda self, *a: 1 if self.waiting else run(self, *a)
+    )
+
+
+def test_an_eviction_that_shortens_the_waiting_heads_hit_admits_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 277 blocks: the third request preempts the second; the second's freed units wait idle
+    # at the free queue's front, the first's decode steps evict them, its hit shrinks, and its
+    # next 400-token chunk fits: vLLM readmits it at that step (and preempts it again at the
+    # next), 95 preemptions in all, where a retry skipped until the first finishes made 2
+    rows = (
+        req(0, 0.05, 2674, 297, (200, 201, 202, 203, 204, 205)),
+        req(1, 0.1, 2219, 284, (100, 101, 102, 103, 104)),
+        req(2, 0.31, 2200, 291, (200, 201, 202, 203, 204)),
+    )
+    cfg = dataclasses.replace(config(277, batched=512), long_prefill_threshold=400)
+    memo = _records(Trace(rows), cfg)
+    assert simulate(Trace(rows), cfg).params["preemptions"] == 95
+    _unmemoized(monkeypatch)
+    assert _records(Trace(rows), cfg) == memo
+    assert simulate(Trace(rows), cfg).params["preemptions"] == 95
+
+
+def _random_case(seed: int) -> tuple[Trace, SimConfig]:
+    rng = random.Random(seed)
+    rows, t = [], 0.0
+    for i in range(rng.randint(3, 8)):
+        t += rng.choice([0.0, 0.0, 0.01, 0.05, 0.2])
+        n, base = rng.randint(1, 6), rng.choice([0, 100, 200])
+        length = (n - 1) * 512 + rng.randint(1, 512)
+        rows.append(req(i, t, length, rng.randint(1, 300), tuple(range(base, base + n))))
+    cfg = config(rng.randint(100, 400), batched=rng.choice([512, 1024, 2048]))
+    cfg = dataclasses.replace(
+        cfg,
+        scheduling_policy=rng.choice(["fcfs", "priority"]),
+        long_prefill_threshold=rng.choice([0, 256, 400]),
+        prefix_caching=rng.random() < 0.8,
+        host_tokens=rng.choice([0, 0, 2048, 8192]),
+    )
+    return Trace(tuple(rows)), cfg
+
+
+def test_the_skipped_retries_change_nothing_an_unmemoized_scheduler_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cases = [_random_case(seed) for seed in range(150)]
+    memo = [_records(trace, cfg) for trace, cfg in cases]
+    _unmemoized(monkeypatch)
+    assert [_records(trace, cfg) for trace, cfg in cases] == memo
+
+
+def test_a_first_token_in_a_decode_run_comes_at_its_first_step() -> None:
+    # the second prompt is cached but for its last token, so it joins the first's decode
+    # steps: its first token ends the run's first step, not the run's last (the second's 100 steps)
+    a = req(0, 0.0, 1025, 400, (1, 2, 3))
+    b = req(1, 0.5, 1025, 100, (1, 2, 3))
+    first, second = replay(Trace((a, b)), config(1000)).records
+    assert second.hit_tokens[Tier.DEVICE] == 1024
+    assert second.first_token_s - second.admit_s < (first.finish_s - second.admit_s) / 50

@@ -125,7 +125,8 @@ class VllmServer:
         self._cap = limits.max_num_batched_tokens  # tokens one request may take this step
         self._cost: tuple[float, int, int, float, float] = (0.0, 0, 0, 0.0, 0.0)
         self._run_yields = False  # the step in flight is a decode run the next arrival stops
-        # the waiting head at its last failed try: the pool's version then, the budget it had
+        # the waiting head at its last failed try: the pool's version then, the tokens it could
+        # take (the budget, or the long-prefill cap when lower)
         self._failed: tuple[VReq | None, int, int] = (None, -1, 0)
         self._began = self._span = 0.0  # the step in flight: its start (the input queue is
         # drained then) and its length
@@ -404,15 +405,14 @@ class VllmServer:
         load = 0
         while budget > 0 and self.waiting and len(self.run) < self.limits.max_num_seqs:
             r = self.waiting.peek()
-            failed = self._failed
-            if failed[0] is r and failed[1] == self.pool.version and budget >= failed[2]:
+            if self._unchanged(r, budget):
                 break  # nothing that could make it fit has happened since it last failed
             hit, local, idle, host, store = self._lookup(r)
             cached = (local + host + store) * size
             n = min(r.num_tokens - cached, budget, self._cap)
             need = -(-(cached + n) // size) - local + idle
             if need > self.pool.free:
-                self._failed = (r, self.pool.version, budget)
+                self._failed = (r, self.pool.version, min(budget, self._cap))
                 self._watch(r, hit, local, idle)
                 break
             if self._failed_hit is not None:
@@ -450,16 +450,28 @@ class VllmServer:
             budget -= n
         return load
 
+    def _unchanged(self, r: VReq, budget: int) -> bool:
+        """`r` failed its last try and retrying it now would fail the same way."""
+        failed = self._failed
+        return (
+            failed[0] is r
+            and failed[1] == self.pool.version
+            and min(budget, self._cap) >= failed[2]
+        )
+
     def _watch(self, r: VReq, hit: list[Key], local: int, idle: int) -> None:
-        """Keep `r`'s failed device hit for `_last_hit` (without connector tiers)."""
+        """Watch `r`'s failed device hit: its eviction can admit `r` (`BlockPool.take`); keep
+        it for `_last_hit` (without connector tiers)."""
         last = self._failed_hit
-        if self.host is not None or self.store is not None or (last and last[1] is hit):
+        if last and last[1] is hit:
+            return
+        pool = self.pool
+        pool.watched = set(hit)
+        if self.host is not None or self.store is not None:
             return
         h = len(hit)
         own = r.own_was if r.preempted else None
         after = r.chain.keys[h] if h < r.units else own[0] if own and h == r.units else None
-        pool = self.pool
-        pool.watched = set(hit)
         self._failed_hit = (r, hit, local, idle, after, pool.lost, pool.holds)
 
     def _last_hit(self, r: VReq) -> tuple[list[Key], int, int, int, int] | None:
@@ -497,18 +509,22 @@ class VllmServer:
         size = self.limits.block_size
         # each holds the blocks of its next token already, so k steps take at most
         # ceil((k - 1) / size) more blocks a request: when the free queue covers that, no sum
-        if steps <= 1 or len(batch) * ((steps + size - 2) // size) <= self.pool.free:
+        most, pool = len(batch) * ((steps + size - 2) // size), self.pool
+        # with a request waiting, the run stops before a step that would evict the failed
+        # head's hit: a shorter hit can admit it, and vLLM tries it at every step
+        free = pool.plain + pool.ahead(most - pool.plain) if self.waiting else pool.free
+        if steps <= 1 or most <= free:
             return max(1, steps)
 
         def new_blocks(k: int) -> int:
             return sum(max(0, -(-(r.computed + k) // size) - r.blocks) for r in batch)
 
-        if new_blocks(steps) <= self.pool.free:
+        if new_blocks(steps) <= free:
             return steps
         lo, hi = 1, steps  # the first step's blocks are allocated already
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if new_blocks(mid) <= self.pool.free:
+            if new_blocks(mid) <= free:
                 lo = mid
             else:
                 hi = mid - 1
@@ -538,9 +554,10 @@ class VllmServer:
                 r.num_tokens += steps
                 if r.computed > r.blocks * size:
                     self._allocate(r, r.computed)
+            first = self._began + self._duration(1)  # the run's first step ends
             for r in plan:
-                if r.generated == steps:  # its first token
-                    r.rec.first_token_s = now
+                if r.generated == steps:  # its first token, in the run's first step
+                    r.rec.first_token_s = first
                 if r.generated >= r.output_len:
                     ended.append(r)
         for r in ended:

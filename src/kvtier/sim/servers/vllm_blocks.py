@@ -110,7 +110,7 @@ class BlockPool:
         self.plain = num_blocks  # free unhashed blocks, at the queue's front
         self.evicted = 0  # cached blocks whose hash was dropped
         self.version = 0  # counts the changes that can make a failed admission fit
-        self.watched: set[Key] = set()  # a failed admission's hit
+        self.watched: set[Key] = set()  # the failed waiting head's hit
         self.lost = 0  # evictions of watched units
         self.holds = 0  # touches and releases: the changes to who holds cached units
         # units cached or evicted since the last take_events (None: KV events off)
@@ -176,13 +176,23 @@ class BlockPool:
             key, blocks = queue.popitem(last=False)
             del cached[key]
             freed += blocks
-            if key in watched:
+            if key in watched:  # a shorter hit can admit the failed head
                 self.lost += 1
+                self.version += 1
             if touched is not None:
                 touched.add(key)
         self.queued_blocks -= freed
         self.evicted += freed
         self.plain += freed - n
+
+    def ahead(self, limit: int) -> int:
+        """Blocks `take` can evict before a watched unit, counted up to `limit`."""
+        total, watched = 0, self.watched
+        for key, n in self.queue.items():
+            if total >= limit or key in watched:
+                break
+            total += n
+        return total
 
     def cache(self, key: Key, n: int) -> bool:
         """Hash `n` blocks the caller holds under `key`; False when caching is off or `key` is
