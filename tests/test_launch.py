@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from founding_support import KIMI_LAUNCH
+from kvtier.cli import main
 from kvtier.engines.deployment import Engine
-from kvtier.engines.launch import parse_launch
+from kvtier.engines.launch import LMCACHE_SETTINGS, parse_launch
 from kvtier.errors import KvtierError
+from kvtier.sim.vllm_tiers import LMCACHE_DEFAULTS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FOUNDING = {
     "model": "moonshotai/Kimi-K2.5",
@@ -164,6 +171,47 @@ def test_unknown_flags_are_reported_known_harmless_ones_are_not() -> None:
         ]
     )
     assert parsed.ignored == ("--enable-foo", "--bar")
+
+
+@pytest.mark.parametrize(
+    ("command", "unread"),
+    [
+        (
+            "SGLANG_FOO=1 CUDA_VISIBLE_DEVICES=0 SGLANG_ENABLE_EMBED_REPLICATION=1 "
+            "SGLANG_RETRACT_DECODE_STEPS=5 python -m sglang.launch_server --model-path m",
+            ("SGLANG_FOO", "SGLANG_RETRACT_DECODE_STEPS"),
+        ),
+        (
+            "VLLM_ATTENTION_BACKEND=FLASHINFER NCCL_DEBUG=INFO LMCACHE_FOO=1 LMCACHE_CHUNK_SIZE=8 "
+            "VLLM_USE_SIMPLE_KV_OFFLOAD=0 HF_TOKEN=x vllm serve m --bar 3",
+            ("VLLM_ATTENTION_BACKEND", "LMCACHE_FOO", "--bar"),
+        ),
+        ("SGLANG_FOO=1 SGLANG_FOO=1 vllm serve m", ("SGLANG_FOO",)),
+    ],
+)
+def test_engine_variables_kvtier_does_not_read_are_reported(
+    command: str, unread: tuple[str, ...]
+) -> None:
+    """An SGLANG_* / VLLM_* / LMCACHE_* assignment kvtier does not read is named with the flags
+    it ignores (it was dropped without a word); CUDA_VISIBLE_DEVICES and the like are not."""
+    assert parse_launch([command]).ignored == unread
+
+
+def test_the_warning_names_the_unread_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    command = "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1 python -m sglang.launch_server"
+    argv = ["plan", "--gpu", "h100", "--quiet", "--", *f"{command} --model-path m".split()]
+    assert main([*argv[:-1], "meta-llama/Llama-3.1-8B-Instruct"]) == 0
+    err = capsys.readouterr().err
+    assert err == (
+        "kvtier: warning: launch command flags and variables not modelled (ignored): "
+        "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING\n"
+    )
+
+
+def test_the_lmcache_settings_read_are_those_the_simulator_reads() -> None:
+    source = (ROOT / "src" / "kvtier" / "sim" / "vllm_tiers.py").read_text()
+    read = set(re.findall(r'settings(?:\[|\.get\(|, )"(\w+)"', source)) | set(LMCACHE_DEFAULTS)
+    assert read == set(LMCACHE_SETTINGS)
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,7 @@ def _check_kv_bytes(deployment: Deployment) -> None:
 def warn_ignored(deployment: Deployment) -> None:
     if deployment.ignored_flags:
         print(
-            "kvtier: warning: launch command flags not modelled (ignored): "
+            "kvtier: warning: launch command flags and variables not modelled (ignored): "
             + " ".join(deployment.ignored_flags),
             file=sys.stderr,
         )

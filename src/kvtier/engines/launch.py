@@ -5,7 +5,8 @@ Accepted: `python -m sglang.launch_server ...`, `sglang serve ...`, `vllm serve 
 `--flag value` / `--flag=value`, dash or underscore spellings and shell line continuations.
 Flags that change memory map to Deployment fields through the engine's table
 (`engines/<engine>/flags.py`); flags known to leave memory alone are dropped silently; any other
-flag is reported in `ignored` so the caller can warn about it. This is the one launch-command
+flag, and any SGLANG_* / VLLM_* / LMCACHE_* variable kvtier does not read, is reported in
+`ignored` so the caller can warn about it. This is the one launch-command
 parser: `kvtier plan -- ...` and the log readers (`find_launch`) both use it.
 """
 
@@ -130,6 +131,29 @@ def _vllm_env(assigned: list[tuple[str, str, str]]) -> dict[str, object]:
 
 
 _VARIABLE = re.compile(r"[A-Za-z_]\w*=", re.ASCII)  # a shell assignment's NAME=
+# The prefixes of the engines' and LMCache's own variables: one kvtier does not read is named
+# among the command's ignored words, as an unknown flag is (CUDA_VISIBLE_DEVICES and the like
+# pass without a word).
+_ENGINE_PREFIXES = ("SGLANG_", "VLLM_", "LMCACHE_")
+# LMCacheEngineConfig's settings sim/vllm_tiers.py reads from LMCACHE_<NAME>
+LMCACHE_SETTINGS = (
+    "chunk_size",
+    "local_cpu",
+    "max_local_cpu_size",
+    "local_disk",
+    "max_local_disk_size",
+    "remote_url",
+)
+_READ_VARIABLES = {
+    Engine.SGLANG: frozenset({embedding.REPLICATION_ENV}),
+    Engine.VLLM: frozenset(
+        {
+            "VLLM_PP_LAYER_PARTITION",
+            "VLLM_USE_SIMPLE_KV_OFFLOAD",
+            *(f"LMCACHE_{name.upper()}" for name in LMCACHE_SETTINGS),
+        }
+    ),
+}
 
 
 def _engine(words: list[str]) -> tuple[Engine, list[str], str | None]:
@@ -215,10 +239,11 @@ def read_launch(command: Sequence[str]) -> LaunchCommand:
     words = _tokens(command)
     engine, args, positional_model = _engine(words)
     table = flag_table(engine)
-    values = _environment(engine, words[: len(words) - len(args)])
+    assignments = words[: len(words) - len(args)]
+    values = _environment(engine, assignments)
     if positional_model:
         values["model"] = positional_model
-    ignored: list[str] = []
+    ignored = _unread_variables(engine, assignments)
     written: dict[str, str] = {}  # field -> the words that set it
     i = 0
     while i < len(args):
@@ -284,6 +309,12 @@ def _environment(engine: Engine, words: Sequence[str]) -> dict[str, object]:
     if engine is Engine.VLLM:
         values.update(_vllm_env([(name, "=", value) for name, value in assigned.items()]))
     return values
+
+
+def _unread_variables(engine: Engine, words: Sequence[str]) -> list[str]:
+    """The engine variables among the `VAR=value` words that kvtier does not read, by name."""
+    names = dict.fromkeys(w.partition("=")[0] for w in words if _VARIABLE.match(w))
+    return [n for n in names if n.startswith(_ENGINE_PREFIXES) and n not in _READ_VARIABLES[engine]]
 
 
 def _switch(spelling: str, raw: str | None) -> bool:
