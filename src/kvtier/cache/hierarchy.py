@@ -216,11 +216,7 @@ class TieredCache:
             if node is None:
                 break
             pages = node.device
-            tree.device_total -= node.size  # unprotected
-            node.device = None
-            if tree.device_log is not None:
-                tree.device_log.append((False, node.keys))
-            tree.remove(node)
+            tree.drop_leaf(node)
             pool.free(pages)  # type: ignore[arg-type]
             freed += node.size
         return freed
@@ -281,12 +277,7 @@ class TieredCache:
         """Remove a device leaf with no host copy, with its host-only subtree; False when part
         of that subtree is pinned. The caller frees the node's device run."""
         if not node.children:  # a leaf, as most are
-            tree = self.tree
-            tree.device_total -= node.size  # unprotected
-            node.device = None
-            if tree.device_log is not None:
-                tree.device_log.append((False, node.keys))
-            tree.remove(node)
+            self.tree.drop_leaf(node)
             return True
         below = self.tree.nodes_below(node)
         if any(n.pinned for n in below):

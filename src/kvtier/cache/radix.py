@@ -152,31 +152,18 @@ class RadixTree:
     def match_prefix(self, keys: Sequence[PageKey]) -> MatchResult:
         """Longest prefix of `keys` in the tree (device or host), splitting the node where the
         match ends inside it. Touches the matched nodes (last_access)."""
-        keys, get, src, scale, n = _reader(keys)
-        common = _COMMON_LEN[scale > 1]
         self.clock += 1
-        tick = self.clock
-        node = self.root
-        last_device = node
+        node = last_device = self.root
+        path = self._walk(node, 0, _reader(keys), self.clock)
         device_parts: list[PageSeq] = []
         num_host = num_device = 0
-        i = 0
-        while i < n:
-            child = node.children.get(get(src, i * scale))
-            if child is None:
-                break
-            m = common(child.keys, keys, i)
-            if m < child.size:
-                child = self._split(child, m)
-            child.last_access = tick
-            if child.device is not None:
-                device_parts.append(child.device)
-                num_device += m
-                last_device = child
+        for node in path:
+            if node.device is not None:
+                device_parts.append(node.device)
+                num_device += node.size
+                last_device = node
             else:
-                num_host += m
-            node = child
-            i += m
+                num_host += node.size
         if len(device_parts) == 1:
             device = device_parts[0]
         elif not device_parts:
@@ -197,8 +184,7 @@ class RadixTree:
 
         `match`: the caller's match of these same keys, its device part locked since (so still
         in the tree): the walk starts where that part ends, its nodes stamped as a walk would."""
-        keys, get, src, scale, n = _reader(keys)
-        common = _COMMON_LEN[scale > 1]
+        reader = keys, get, src, scale, n = _reader(keys)
         if self.page_runs:
             if type(device_pages) is not Pages:
                 device_pages = Pages.of(device_pages)
@@ -222,21 +208,15 @@ class RadixTree:
                 up = up.parent
             if up is not self.root:
                 raise ValueError("stale match: its last device node left the tree")
-        while i < n:
-            child = node.children.get(get(src, i * scale))
-            if child is None:
-                break
-            m = common(child.keys, keys, i)
-            if m < child.size:
-                child = self._split(child, m)
-            child.last_access = tick
-            child.hit_count += 1
-            if child.device is None:
-                self.set_device(child, device_pages[i : i + m])
-                self.offer(child)
+        path = self._walk(node, i, reader, tick)
+        for node in path:
+            m = node.size
+            node.hit_count += 1
+            if node.device is None:
+                self.set_device(node, device_pages[i : i + m])
+                self.offer(node)
             elif prefix_len == i:
                 prefix_len += m
-            node = child
             i += m
         if i < n:
             leaf = TreeNode(keys[i:] if i else keys, n - i, node, tick)
@@ -266,6 +246,27 @@ class RadixTree:
         self.set_host(leaf, host_pages)
         self.offer(leaf)
         return leaf
+
+    def _walk(self, node: TreeNode, i: int, reader: _Reader, tick: int) -> list[TreeNode]:
+        """The nodes below `node` that match the keys from position `i` on, top-down, each
+        stamped `tick`; the node where the match ends inside it is split there, so every node of
+        the path matches in full (its `size` pages)."""
+        keys, get, src, scale, n = reader
+        common = _COMMON_LEN[scale > 1]
+        children = node.children
+        path: list[TreeNode] = []
+        while i < n:
+            child = children.get(get(src, i * scale))
+            if child is None:
+                break
+            m = common(child.keys, keys, i)
+            if m < child.size:
+                child = self._split(child, m)
+            child.last_access = tick
+            path.append(child)
+            children = child.children
+            i += m
+        return path
 
     def _split(self, node: TreeNode, m: int) -> TreeNode:
         """Cut `node` after `m` pages; the new node is the prefix and becomes `node`'s parent."""
@@ -390,6 +391,15 @@ class RadixTree:
         if node.lock_ref or node.pinned:
             self.host_protected += delta
 
+    def drop_leaf(self, node: TreeNode) -> None:
+        """Drop an unprotected device leaf with no host copy: its device run (which the caller
+        frees) and the node itself, as set_device(node, None) and remove do."""
+        self.device_total -= node.size
+        node.device = None
+        if self.device_log is not None:
+            self.device_log.append((False, node.keys))
+        self.remove(node)
+
     def remove(self, node: TreeNode) -> None:
         """Unlink a childless node whose page runs are already cleared."""
         parent = node.parent
@@ -493,9 +503,10 @@ class RadixTree:
         return out
 
 
-def _reader(
-    keys: Sequence[PageKey],
-) -> tuple[KeyRun, Callable[[Any, int], PageKey], Any, int, int]:
+_Reader = tuple[KeyRun, Callable[[Any, int], PageKey], Any, int, int]
+
+
+def _reader(keys: Sequence[PageKey]) -> _Reader:
     """`(run, get, src, scale, n)`: `keys` as a run of `n` keys, key i being
     `get(src, i * scale)`, a C-level call (a TokenPages' `[i]` is a Python-level one)."""
     if type(keys) is TokenPages:
