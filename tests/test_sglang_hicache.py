@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from kvtier.integrations.sglang import extra_config
 from kvtier.integrations.sglang.config import (
     BackendOptions,
     PoolShape,
+    Shard,
     StorageScope,
     fingerprint,
     page_hash,
@@ -418,15 +420,17 @@ def test_options_are_checked_before_launch() -> None:
 
 
 def test_every_field_that_shapes_a_page_changes_the_fingerprint() -> None:
-    scope = StorageScope("org/model", tp_rank=1, tp_size=2, rank_replicated=False)
+    scope = StorageScope("org/model", tp=Shard(1, 2), rank_replicated=False)
     shape = PoolShape(
         "MHATokenToKVPoolHost", "layer_first", "bfloat16", 64, 4096, (("head_num", 8),)
     )
     base = fingerprint(scope, "kv", shape)
     variants = [
-        fingerprint(StorageScope("org/other", 1, 2, False), "kv", shape),
-        fingerprint(StorageScope("org/model", 0, 2, False), "kv", shape),
-        fingerprint(StorageScope("org/model", 1, 2, False, pp_rank=1, pp_size=2), "kv", shape),
+        fingerprint(StorageScope("org/other", Shard(1, 2), False), "kv", shape),
+        fingerprint(StorageScope("org/model", Shard(0, 2), False), "kv", shape),
+        fingerprint(StorageScope("org/model", Shard(1, 2), False, pp=Shard(1, 2)), "kv", shape),
+        fingerprint(StorageScope("org/model", Shard(1, 2), False, cp=Shard(1, 2)), "kv", shape),
+        fingerprint(StorageScope("org/model", Shard(1, 2), False, dcp=Shard(1, 2)), "kv", shape),
         fingerprint(scope, "swa", shape),
         fingerprint(scope, "kv", replace(shape, pool_class="MLATokenToKVPoolHost")),
         fingerprint(scope, "kv", replace(shape, layout="page_first")),
@@ -440,9 +444,29 @@ def test_every_field_that_shapes_a_page_changes_the_fingerprint() -> None:
     assert base.digest not in digests and len(digests) == len(variants)
     # rank-replicated (MLA) KV: one fingerprint for every TP rank and size; a mamba pool stays
     # per rank
-    mla = [StorageScope("m", r, s, True) for r, s in ((0, 1), (0, 2), (1, 2), (3, 8))]
+    mla = [StorageScope("m", Shard(r, s), True) for r, s in ((0, 1), (0, 2), (1, 2), (3, 8))]
     assert len({fingerprint(s, "kv", shape).digest for s in mla}) == 1
     assert len({fingerprint(s, "mamba", shape).digest for s in mla}) == 4
+
+
+def test_a_config_names_the_same_key_space_as_before() -> None:
+    """The fingerprint of a config read by attribute, spelled out: pages an earlier kvtier
+    stored under it stay found (the geometry text and the digest are the key space)."""
+    config = SimpleNamespace(
+        model_name="org/m", tp_rank=1, tp_size=2, is_mla_model=False, pp_rank=1, pp_size=2
+    )
+    shape = PoolShape(
+        "MHATokenToKVPoolHost", "layer_first", "bfloat16", 64, 4096, (("head_num", 8),)
+    )
+    fp = fingerprint(StorageScope.from_config(config), "kv", shape)
+    assert fp.geometry == (
+        "sglang:kv:MHATokenToKVPoolHost:head_num=8:page_bytes=4096:pp=1/2:cp=0/1:dcp=0/1"
+    )
+    assert (fp.tp_rank, fp.tp_size, fp.digest.hex()) == (1, 2, "0173cfed19c8b41b270b910ef3dc0a6e")
+    config.attn_cp_rank, config.attn_cp_size, config.dcp_rank, config.dcp_size = 1, 2, 1, 4
+    assert fingerprint(StorageScope.from_config(config, "x/y"), "kv", shape).geometry.endswith(
+        ":pp=1/2:cp=1/2:dcp=1/4"
+    )
 
 
 def test_sglang_keys_map_to_page_hashes() -> None:

@@ -38,7 +38,7 @@ class FlakyStore:
         self._check()
         out = [self.pages.get(h) for h in hashes]
         hits = sum(p is not None for p in out)
-        self._counters.add(gets=len(out), hits=hits, misses=len(out) - hits)
+        self._counters.add(gets=len(out), hits=hits)
         return out
 
     def exists_prefix(self, hashes: Sequence[bytes]) -> int:
@@ -92,7 +92,7 @@ def test_every_call_shape_survives_an_outage() -> None:
     assert store.put(hashes, blobs) == 0
     assert store.get(hashes) == [None] * 3
     assert store.delete(hashes) == 0
-    assert store.stats() == StoreStats(puts=3, errors=1, refused=3, skipped=3, gets=3, misses=3)
+    assert store.stats() == StoreStats(puts=3, errors=1, refused=3, skipped=3, gets=3)
     inner.down = False
     clock.now = 100.0
     assert store.get(hashes) == blobs

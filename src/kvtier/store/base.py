@@ -116,13 +116,13 @@ class StoreStats:
     """Counters of one store since it was opened; page counts unless named bytes.
 
     `refused` counts pages not written because writes are stopped (full disk, Redis out of
-    memory, an open circuit); `skipped` counts lookups not attempted while the circuit is open.
+    memory, an open circuit); `skipped` counts lookups not attempted while the circuit is open
+    (each a get and a miss).
     """
 
     puts: int = 0
     gets: int = 0
     hits: int = 0
-    misses: int = 0
     errors: int = 0
     corrupt: int = 0
     foreign: int = 0
@@ -131,6 +131,11 @@ class StoreStats:
     evicted: int = 0
     bytes_written: int = 0
     bytes_read: int = 0
+
+    @property
+    def misses(self) -> int:
+        """Pages asked for and not served: absent, corrupt, foreign or skipped."""
+        return self.gets - self.hits
 
     def __add__(self, other: StoreStats) -> StoreStats:
         return StoreStats(
@@ -153,12 +158,7 @@ class StoreCounters:
     def add_reads(self, pages: Sequence[bytes | None]) -> None:
         """Count one batch lookup: `pages` holds, per page asked for, its payload or None."""
         hits = sum(p is not None for p in pages)
-        self.add(
-            gets=len(pages),
-            hits=hits,
-            misses=len(pages) - hits,
-            bytes_read=sum(len(p) for p in pages if p is not None),
-        )
+        self.add(gets=len(pages), hits=hits, bytes_read=sum(len(p) for p in pages if p is not None))
 
     def add_reads_into(self, found: Sequence[bool], sizes: Sequence[int]) -> None:
         """Count one batch read into targets: per page asked for, whether it was read, and its
@@ -167,7 +167,6 @@ class StoreCounters:
         self.add(
             gets=len(found),
             hits=hits,
-            misses=len(found) - hits,
             bytes_read=sum(size for ok, size in zip(found, sizes, strict=True) if ok),
         )
 

@@ -126,7 +126,7 @@ class ResilientStore:
             else:
                 self._succeed()
                 return found
-        self._counters.add(skipped=n, misses=n, gets=n)
+        self._counters.add(skipped=n, gets=n)
         return [miss] * n
 
     def _allow(self) -> bool:

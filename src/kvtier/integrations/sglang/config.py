@@ -111,34 +111,42 @@ class BackendOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class Shard:
+    """One rank of a parallel group: `rank` of `size` (printed `rank/size`)."""
+
+    rank: int = 0
+    size: int = 1
+
+    @classmethod
+    def read(cls, config: Any, rank: str, size: str) -> Shard:
+        """The shard a config names by its `rank` and `size` attributes, where it has them."""
+        return cls(int(getattr(config, rank, 0)), int(getattr(config, size, 1)))
+
+    def __str__(self) -> str:
+        return f"{self.rank}/{self.size}"
+
+
+@dataclass(frozen=True, slots=True)
 class StorageScope:
     """The parts of SGLang's `HiCacheStorageConfig` that scope pages (read by attribute, so
     any object with these fields will do)."""
 
     model_name: str
-    tp_rank: int
-    tp_size: int
+    tp: Shard
     rank_replicated: bool  # SGLang's is_mla_model: KV identical on every TP rank
-    pp_rank: int = 0
-    pp_size: int = 1
-    cp_rank: int = 0
-    cp_size: int = 1
-    dcp_rank: int = 0
-    dcp_size: int = 1
+    pp: Shard = Shard()
+    cp: Shard = Shard()  # attention context parallelism
+    dcp: Shard = Shard()  # decode context parallelism
 
     @classmethod
     def from_config(cls, config: Any, model_id: str | None = None) -> StorageScope:
         return cls(
             model_name=model_id if model_id is not None else (config.model_name or ""),
-            tp_rank=int(config.tp_rank),
-            tp_size=int(config.tp_size),
+            tp=Shard(int(config.tp_rank), int(config.tp_size)),
             rank_replicated=bool(config.is_mla_model),
-            pp_rank=int(config.pp_rank),
-            pp_size=int(config.pp_size),
-            cp_rank=int(getattr(config, "attn_cp_rank", 0)),
-            cp_size=int(getattr(config, "attn_cp_size", 1)),
-            dcp_rank=int(getattr(config, "dcp_rank", 0)),
-            dcp_size=int(getattr(config, "dcp_size", 1)),
+            pp=Shard(int(config.pp_rank), int(config.pp_size)),
+            cp=Shard.read(config, "attn_cp_rank", "attn_cp_size"),
+            dcp=Shard.read(config, "dcp_rank", "dcp_size"),
         )
 
 
@@ -182,8 +190,7 @@ def fingerprint(scope: StorageScope, pool_name: str, shape: PoolShape) -> StoreF
     their fingerprint carries rank 0 of 1. Every other field is part of the digest.
     """
     replicated = scope.rank_replicated and pool_name not in TP_SHARDED_POOLS
-    shard = f"pp={scope.pp_rank}/{scope.pp_size}:cp={scope.cp_rank}/{scope.cp_size}"
-    shard += f":dcp={scope.dcp_rank}/{scope.dcp_size}"
+    shard = f"pp={scope.pp}:cp={scope.cp}:dcp={scope.dcp}"
     dims = ":".join(f"{name}={value}" for name, value in shape.dims)
     geometry = f"sglang:{pool_name}:{shape.pool_class}:{dims}:page_bytes={shape.page_bytes}:{shard}"
     layout = shape.layout if shape.format_tag is None else f"{shape.layout}+{shape.format_tag}"
@@ -191,8 +198,8 @@ def fingerprint(scope: StorageScope, pool_name: str, shape: PoolShape) -> StoreF
         model_id=scope.model_name,
         geometry=geometry,
         kv_dtype=shape.dtype,
-        tp_rank=0 if replicated else scope.tp_rank,
-        tp_size=1 if replicated else scope.tp_size,
+        tp_rank=0 if replicated else scope.tp.rank,
+        tp_size=1 if replicated else scope.tp.size,
         page_size=shape.page_size,
         layout=layout,
     )
