@@ -12,7 +12,7 @@ import json
 import random
 import sys
 
-from kvtier.store import ResilientStore, open_store
+from kvtier.store import ResilientStore, StoreOptions, open_store
 from kvtier.store.blob import HEADER_SIZE
 from store_support import FP, chain, payloads
 
@@ -35,7 +35,7 @@ def main(url: str, action: str, pages: int, seed: int) -> None:
     hashes, blobs = chain(pages, seed), payloads(pages, seed=seed)
     if action == "churn":
         cap = pages // 3 * (HEADER_SIZE + len(hashes[0]) + len(blobs[0]))
-        store = open_store(url, FP, capacity_bytes=cap)
+        store = open_store(url, FP, StoreOptions(capacity_bytes=cap))
         result: dict[str, object] = dict(churn(store, hashes, blobs))
     elif action == "put":
         store = open_store(url, FP)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvtier.errors import KvtierError
-from kvtier.store import disk, open_store
+from kvtier.store import StoreOptions, disk, open_store
 from kvtier.store.base import StoreStats, StoreUnavailable
 from kvtier.store.blob import HEADER_SIZE, encode_blob
 from kvtier.store.disk import DiskStore
@@ -417,6 +417,16 @@ def test_bad_disk_urls_are_refused_at_open(url: str, message: str) -> None:
     with pytest.raises(KvtierError, match=message.replace("?", r"\?")):
         open_store(url, FP)
     assert not Path("/x").exists()
+
+
+def test_options_are_checked_when_built_and_open_store_takes_only_them(tmp_path: Path) -> None:
+    assert StoreOptions(capacity_bytes=10**6, timeout_s=2).timeout_s == 2.0
+    with pytest.raises(KvtierError, match="capacity_bytes must be a positive integer"):
+        StoreOptions(capacity_bytes=0)
+    with pytest.raises(KvtierError, match="store options must be a StoreOptions, got"):
+        open_store(str(tmp_path), FP, {"capacity_bytes": 1})  # type: ignore[arg-type]
+    capped = open_store(str(tmp_path), FP, StoreOptions(capacity_bytes=10**6))
+    assert capped.inner.capacity_bytes == 10**6  # type: ignore[attr-defined]
 
 
 def test_a_home_relative_directory_is_expanded(

@@ -36,7 +36,7 @@ from types import SimpleNamespace
 import pytest
 
 from kvtier.errors import KvtierError
-from kvtier.store import disk, open_store, pageio
+from kvtier.store import StoreOptions, disk, open_store, pageio
 from kvtier.store.base import StoreCounters, StoreStats, StoreUnavailable
 from kvtier.store.blob import (
     HEADER_SIZE,
@@ -759,7 +759,7 @@ def test_bad_urls_are_one_line_errors_at_open(
             forbid = options.pop("forbid", None)
             where = f"bad URL case {n}: {url!r} {options} (KVTIER_FUZZ_SEED={SEED})"
             with pytest.raises(KvtierError) as info:
-                open_store(url, FP, **options)  # type: ignore[arg-type]
+                open_store(url, FP, StoreOptions(**options))  # type: ignore[arg-type]
             message = str(info.value)
             assert "\n" not in message and needle in message, f"{where}: {message!r}"
             if forbid is not None:

@@ -17,12 +17,13 @@ from kvtier.errors import KvtierError
 from kvtier.store.base import PageStore, StoreFingerprint, StoreStats, StoreUnavailable
 from kvtier.store.disk import DiskStore
 from kvtier.store.hook import StoreHook
-from kvtier.store.options import check_capacity, check_timeout, check_ttl, check_url_text
+from kvtier.store.options import StoreOptions, check_url_text
 from kvtier.store.redis_store import RedisStore
 from kvtier.store.redis_url import CLUSTER_SCHEME_PREFIX, redact
 from kvtier.store.resilient import ResilientStore
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+DEFAULT_OPTIONS = StoreOptions()
 
 __all__ = [
     "DiskStore",
@@ -31,6 +32,7 @@ __all__ = [
     "ResilientStore",
     "StoreFingerprint",
     "StoreHook",
+    "StoreOptions",
     "StoreStats",
     "StoreUnavailable",
     "open_store",
@@ -38,19 +40,15 @@ __all__ = [
 
 
 def open_store(
-    url: str,
-    fingerprint: StoreFingerprint,
-    *,
-    capacity_bytes: int | None = None,
-    ttl_s: int | None = None,
-    timeout_s: float = 1.0,
+    url: str, fingerprint: StoreFingerprint, options: StoreOptions = DEFAULT_OPTIONS
 ) -> ResilientStore:
     """A store for `url`: a directory path (`~` expanded) or `file:///dir` (disk), or a Redis
     URL (`redis://host:port/db`, `rediss://`, `unix:///socket?db=N`, `cluster+redis://`).
 
-    `capacity_bytes` caps a disk store (LRU eviction); `ttl_s` expires Redis keys. The URL and
-    options are checked here, strictly: anything wrong is a `KvtierError` of one line naming it.
-    A Redis server that is down now is not an error: the store reports misses until it answers.
+    `options.capacity_bytes` caps a disk store (LRU eviction); `options.ttl_s` expires Redis
+    keys. The URL is checked here, strictly, as the options were when built: anything wrong is a
+    `KvtierError` of one line naming it. A Redis server that is down now is not an error: the
+    store reports misses until it answers.
     """
     if isinstance(url, os.PathLike):
         url = os.fspath(url)
@@ -58,8 +56,9 @@ def open_store(
         raise KvtierError(f"store URL must be a string, got {type(url).__name__}")
     if not isinstance(fingerprint, StoreFingerprint):
         raise KvtierError(f"store fingerprint must be a StoreFingerprint, got {fingerprint!r}")
-    timeout_s = check_timeout(timeout_s)
-    ttl_s, capacity_bytes = check_ttl(ttl_s), check_capacity(capacity_bytes)
+    if not isinstance(options, StoreOptions):
+        raise KvtierError(f"store options must be a StoreOptions, got {options!r:.80}")
+    capacity_bytes, ttl_s = options.capacity_bytes, options.ttl_s
     check_url_text(url)
     scheme = _scheme(url)
     inner: PageStore
@@ -74,7 +73,7 @@ def open_store(
     elif scheme.removeprefix(CLUSTER_SCHEME_PREFIX) in REDIS_SCHEMES:
         if capacity_bytes is not None:
             raise KvtierError("capacity_bytes applies to disk stores; size Redis with maxmemory")
-        inner = RedisStore(url, fingerprint, ttl_s=ttl_s, timeout_s=timeout_s)
+        inner = RedisStore(url, fingerprint, ttl_s=ttl_s, timeout_s=options.timeout_s)
     else:
         raise KvtierError(
             f"unknown store URL scheme {scheme!r} in {redact(url)!r}: use a directory, "

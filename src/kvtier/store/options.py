@@ -1,11 +1,14 @@
-"""Range checks of the store's options, in one place for every reader (`open_store`, the
-stores, the SGLang backend's launch config): a value out of range is refused when the store is
-opened, in one line naming it, never discovered later as every put failing.
+"""The store's options and their range checks, in one place for every reader (`open_store`, the
+stores, the SGLang backend's launch config): a value out of range is refused when the options
+are read, in one line naming it, never discovered later as every put failing.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from kvtier.errors import KvtierError
 
@@ -61,3 +64,26 @@ def check_url_text(url: str) -> None:
         raise KvtierError(f"store URL {url!r} has whitespace at its start or end")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
         raise KvtierError(f"store URL {url!r} holds a control character")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """`open_store`'s options, each checked when the record is built: `capacity_bytes` caps a
+    disk store (LRU eviction), `ttl_s` expires Redis keys, `timeout_s` bounds a Redis call."""
+
+    capacity_bytes: int | None = None
+    ttl_s: int | None = None
+    timeout_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capacity_bytes", check_capacity(self.capacity_bytes))
+        object.__setattr__(self, "ttl_s", check_ttl(self.ttl_s))
+        object.__setattr__(self, "timeout_s", check_timeout(self.timeout_s))
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> StoreOptions:
+        """The options among `values` (a parsed config: other keys are not read), checked."""
+        return cls(**{name: values[name] for name in STORE_OPTION_KEYS if name in values})
+
+
+STORE_OPTION_KEYS = tuple(f.name for f in fields(StoreOptions))

@@ -114,13 +114,7 @@ class KvtierHiCacheBackend:
             page_bytes = _flat_page_bytes(host_pool)
             fp = fingerprint(self.scope, name, PoolShape.of(host_pool, page_bytes))
             try:
-                store = open_store(
-                    self.options.url,
-                    fp,
-                    capacity_bytes=self.options.capacity_bytes,
-                    ttl_s=self.options.ttl_s,
-                    timeout_s=self.options.timeout_s,
-                )
+                store = open_store(self.options.url, fp, self.options.store)
             except KvtierError as exc:
                 raise ValueError(f"kvtier SGLang backend: {exc}") from None
             step = int(getattr(host_pool, "logical_page_size", host_pool.page_size))
@@ -297,7 +291,7 @@ class KvtierHiCacheBackend:
         ok = True
         for pool in list(self._pools.values()):
             try:
-                _clear_store(pool.store, self.options.timeout_s)
+                _clear_store(pool.store, self.options.store.timeout_s)
             except Exception as exc:  # a store that cannot be reached: report, do not raise
                 logger.error("kvtier HiCache store for pool %r not cleared: %s", pool.name, exc)
                 ok = False

@@ -21,7 +21,7 @@ from typing import Any
 
 from kvtier.errors import KvtierError
 from kvtier.store import StoreFingerprint
-from kvtier.store.options import check_capacity, check_timeout, check_ttl, check_url_text
+from kvtier.store.options import STORE_OPTION_KEYS, StoreOptions, check_url_text
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ SGLANG_KEYS = frozenset(
         "tp_lcm_size",
     }
 )
-KVTIER_KEYS = ("url", "capacity_bytes", "ttl_s", "timeout_s", "model_id")
+KVTIER_KEYS = ("url", *STORE_OPTION_KEYS, "model_id")
 
 # A pool that holds no per-rank shard even in a rank-replicated (MLA) model.
 TP_SHARDED_POOLS = frozenset({"mamba"})
@@ -73,9 +73,7 @@ class BackendOptions:
     """kvtier's keys of the extra config: the store URL and `open_store`'s options."""
 
     url: str
-    capacity_bytes: int | None = None
-    ttl_s: int | None = None
-    timeout_s: float = 1.0
+    store: StoreOptions
     model_id: str | None = None
 
     @classmethod
@@ -92,9 +90,7 @@ class BackendOptions:
             )
         try:
             check_url_text(url)
-            capacity = check_capacity(extra.get("capacity_bytes"))
-            ttl = check_ttl(extra.get("ttl_s"))
-            timeout = check_timeout(extra.get("timeout_s", 1.0))
+            store = StoreOptions.of(extra)
         except KvtierError as exc:
             raise ValueError(str(exc)) from None
         model_id = extra.get("model_id")
@@ -107,7 +103,7 @@ class BackendOptions:
                 unknown,
                 ", ".join(KVTIER_KEYS),
             )
-        return cls(url, capacity, ttl, timeout, model_id)
+        return cls(url, store, model_id)
 
 
 @dataclass(frozen=True, slots=True)
