@@ -156,6 +156,15 @@ CASES = [
     # KVTransferConfig refuses an unknown kv_role, or a connector without one; kvtier read on
     ([*VLLM, "--kv-transfer-config", '{"kv_connector": "NixlConnector"}'], "kv_role None"),
     ([*VLLM, "--kv-transfer-config", LMCACHE.replace("kv_both", "maybe")], "kv_role 'maybe'"),
+    # a misspelt field (its extra config, so its sizes) was dropped unread; vLLM refuses it
+    (
+        [*VLLM, "--kv-transfer-config", LMCACHE.replace("kv_role", "kv_rol")],
+        "'kv_rol' is not a field of vLLM's KVTransferConfig",
+    ),
+    (
+        [*VLLM, "--kv-transfer-config", '{"kv_connector": 5, "kv_role": "kv_both"}'],
+        "kv_connector must be a connector's name (a string), got 5",
+    ),
     # LMCache settings: local_cpu=maybe was on, a 10^15 GiB CPU pool and 10^9-token chunks taken
     ([*LMCACHE_SIM[:5], "LMCACHE_LOCAL_CPU=maybe", *LMCACHE_SIM[5:]], "local_cpu"),
     (

@@ -234,6 +234,23 @@ def test_lmcache_disk_is_the_store_tier_behind_its_cpu(chat: Path) -> None:
     assert "LMCache local disk 50 GiB" in result["params"]["sources"]["store tier"]
 
 
+def test_an_lmcache_key_kvtier_does_not_read_is_named_in_a_note(chat: Path) -> None:
+    """LMCache skips a key its config lacks with a warning (0.3.15, _apply_extra_config): the
+    misspelt size leaves the 5 GiB default, and the note names the key."""
+    config = LMCACHE + ', "kv_connector_extra_config": {"lmcache.max_local_cpu_sizee": 50}}'
+    common = ("simulate", str(chat), "--gpu", "h100", "--device-tokens", "8000", "--json")
+    result = _kvtier(*common, *LAUNCH, "--kv-transfer-config", config)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert "5 GiB per rank (LMCache's default)" in out["params"]["sources"]["host tier"]
+    assert [n for n in out["notes"] if "lmcache.max_local_cpu_sizee" in n] == [
+        "kv_connector_extra_config lmcache.max_local_cpu_sizee not modelled (ignored): kvtier "
+        "reads lmcache.chunk_size, lmcache.local_cpu, lmcache.max_local_cpu_size, "
+        "lmcache.local_disk, lmcache.max_local_disk_size, lmcache.remote_url; LMCache skips a "
+        "key its config lacks with a warning"
+    ]
+
+
 @pytest.mark.parametrize(
     ("version", "extra", "hit_tokens", "host_tokens"),
     [

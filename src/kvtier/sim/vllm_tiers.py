@@ -22,9 +22,11 @@
                       (256), local_cpu (true), max_local_cpu_size (5.0 GiB per rank), local_disk,
                       max_local_disk_size (0 GiB), remote_url. The local CPU is the host tier;
                       the disk (or, with remote_url, the remote store, unbounded) the store tier.
+                      Another lmcache.* key is named in a note, not read: LMCache 0.3.15 skips
+                      a key its config lacks with a warning (_apply_extra_config).
 
-A config that is not a JSON object, a connector other than these two, or an LMCache size that
-is not a number exits 2 naming it.
+A config that is not a JSON object, a key that is not KVTransferConfig's, a connector other than
+these two, or an LMCache size that is not a number exits 2 naming it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 from kvtier.engines.deployment import Deployment
+from kvtier.engines.launch import LMCACHE_SETTINGS
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.vllm import versions
 from kvtier.engines.vllm.offloading import NATIVE, chunk_blocks, transfer_config
@@ -140,7 +143,22 @@ def _lmcache(
         store = int(gib * GiB) // per_token
         sources.append(("store tier", f"LMCache local disk {gib:g} GiB per rank: {store:,} tokens"))
     sources.append(("connector granularity", f"LMCache chunks of {int(chunk)} tokens"))
-    return VllmTiers(host, store, int(chunk), tuple(sources))
+    return VllmTiers(host, store, int(chunk), tuple(sources), _unread(extra))
+
+
+def _unread(extra: dict[str, object]) -> tuple[str, ...]:
+    """A note naming the lmcache.* keys kvtier does not read. LMCache itself skips a key its
+    LMCacheEngineConfig lacks with a warning, "Config key '...' does not exist in configuration"
+    (LMCache 0.3.15, integration/vllm/vllm_v1_adapter.py _apply_extra_config ->
+    v1/config_base.py validate_and_set_config_value): a misspelt size leaves its default."""
+    unread = [k for k in extra if k.startswith("lmcache.") and k[8:] not in LMCACHE_SETTINGS]
+    if not unread:
+        return ()
+    read = ", ".join(f"lmcache.{name}" for name in LMCACHE_SETTINGS)
+    return (
+        f"kv_connector_extra_config {', '.join(unread)} not modelled (ignored): kvtier reads "
+        f"{read}; LMCache skips a key its config lacks with a warning",
+    )
 
 
 def _native(d: Deployment, ledger: Ledger, extra: dict[str, object]) -> VllmTiers:

@@ -24,8 +24,9 @@ release, from `--kv-transfer-config` or `--kv-offloading-size`.
   chunk              `block_size` (tokens, a multiple of the GPU block) or, from v0.26.0,
                      `blocks_per_chunk` (offloading/config.py), not both: the connector stores and
                      hits whole chunks.
-A value of the wrong kind, a key the release does not read in place of the one it needs, or a
-release before v0.11.0 (no OffloadingConnector) exits 2 naming it.
+A value of the wrong kind, a key the release does not read in place of the one it needs, a
+config key that is not one of KVTransferConfig's fields, or a release before v0.11.0 (no
+OffloadingConnector) exits 2 naming it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,25 @@ class Offload:
 
 
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")  # config/kv_transfer.py KVRole
+# KVTransferConfig's fields (config/kv_transfer.py): v0.32.0's, and kv_buffer_size, kv_rank,
+# kv_parallel_size and kv_ip, which earlier releases had. Its @config decorator forbids any
+# other (config/utils.py config: pydantic extra="forbid", v0.32.0): vLLM fails at startup on a
+# misspelt one, whose setting would otherwise be missed.
+KV_TRANSFER_FIELDS = (
+    "kv_connector",
+    "engine_id",
+    "kv_buffer_device",
+    "kv_buffer_size",
+    "kv_role",
+    "kv_rank",
+    "kv_parallel_size",
+    "kv_ip",
+    "kv_port",
+    "kv_connector_extra_config",
+    "kv_connector_module_path",
+    "enable_permute_local_kv",
+    "kv_load_failure_policy",
+)
 
 
 def transfer_config(raw: str) -> tuple[str, dict[str, object]]:
@@ -66,10 +86,22 @@ def transfer_config(raw: str) -> tuple[str, dict[str, object]]:
         raise KvtierError(f"--kv-transfer-config is not JSON: {raw[:60]!r}") from None
     if not isinstance(config, dict):
         raise KvtierError("--kv-transfer-config must be a JSON object")
+    unknown = [key for key in config if key not in KV_TRANSFER_FIELDS]
+    if unknown:
+        raise KvtierError(
+            f"--kv-transfer-config: {unknown[0]!r:.60} is not a field of vLLM's "
+            f"KVTransferConfig (v0.32.0 refuses it at startup); its fields: "
+            f"{', '.join(KV_TRANSFER_FIELDS)}"
+        )
     extra = config.get("kv_connector_extra_config") or {}
     if not isinstance(extra, dict):
         raise KvtierError("--kv-transfer-config: kv_connector_extra_config must be an object")
     name, role = config.get("kv_connector"), config.get("kv_role")
+    if name is not None and not isinstance(name, str):
+        raise KvtierError(
+            f"--kv-transfer-config: kv_connector must be a connector's name (a string), "
+            f"got {json.dumps(name)[:60]}"
+        )
     if (name is not None or role is not None) and role not in KV_ROLES:
         # config/kv_transfer.py KVTransferConfig.__post_init__: an unknown role, or a
         # connector without one, is a ValueError at startup
