@@ -12,7 +12,9 @@ import pytest
 from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.launch import read_launch
+from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.sglang.lm_head import HEAD_FILES, lm_head_ranks
+from kvtier.errors import KvtierError
 from kvtier.ledger.plan import resolve
 from kvtier.model.catalog import resolve_model
 from kvtier.model.config import TEXT_ARCHITECTURES, WRAPPER_ARCHITECTURES
@@ -98,3 +100,22 @@ def test_explain_reads_the_flag_from_the_logged_server_args(
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert ("the LM head at attention TP4 (--enable-dp-lm-head" in out) is flag
+
+
+def test_an_architecture_whose_file_is_not_read_is_refused_under_the_flag() -> None:
+    """Its head was taken over the full TP, a guess; the refusal names the architecture."""
+    model = dataclasses.replace(resolve_model("llama-3.1-70b"), architecture="Qwen2MoeForCausalLM")
+    with pytest.raises(KvtierError) as refused:
+        lm_head_ranks(model, _deployment("llama-3.1-70b", "0.5.23"))
+    assert str(refused.value) == (
+        "Qwen2MoeForCausalLM (meta-llama/Llama-3.1-70B-Instruct): kvtier has not read which "
+        "ranks SGLang's model file splits its LM head over under --enable-dp-lm-head (full TP8 "
+        "or attention TP4); drop --enable-dp-lm-head"
+    )
+    assert lm_head_ranks(model, _deployment("llama-3.1-70b", "0.5.23", flag=False)) is None
+
+
+def test_explains_stand_in_model_has_no_lm_head_split() -> None:
+    """A log's unknown model (its KV geometry from the log) has no weights to split."""
+    model = dataclasses.replace(resolve_model("llama-3.1-70b"), architecture=STAND_IN_ARCHITECTURE)
+    assert lm_head_ranks(model, _deployment("llama-3.1-70b", "0.5.23")) is None

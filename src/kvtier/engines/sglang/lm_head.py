@@ -21,12 +21,14 @@ release's wheel):
 SGLang turns the flag off at dp 1 (server_args.py `if self.dp_size == 1`, v0.5.9;
 `_data_parallelism_defaults`, v0.5.23) and, v0.4.7 - v0.5.9, refuses it without DP attention
 (`assert self.enable_dp_attention`); kvtier splits the head over attention TP only where DP
-attention is on at dp > 1.
+attention is on at dp > 1. An architecture whose file is not read here is refused under the
+flag, where its head was taken over the full TP, a guess.
 """
 
 from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment
+from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.sglang import versions
 from kvtier.engines.sglang.versions import V0_3_0, V0_4_7, V0_5_8, V0_5_9
 from kvtier.engines.version import Version
@@ -88,10 +90,16 @@ def lm_head_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
         )
     if not (d.enable_dp_lm_head and d.enable_dp_attention and d.dp > 1):
         return None
+    if model.architecture == STAND_IN_ARCHITECTURE:
+        return None  # explain's model from the log's geometry: no weights to split
     file = HEAD_FILES.get(model.architecture)
-    since = _FOLLOWS.get(file or "")
     if file is None:
-        return None
+        raise KvtierError(
+            f"{model.architecture} ({model.model_id}): kvtier has not read which ranks SGLang's "
+            f"model file splits its LM head over under --enable-dp-lm-head (full TP{d.tp} or "
+            f"attention TP{d.tp // d.dp}); drop --enable-dp-lm-head"
+        )
+    since = _FOLLOWS.get(file)
     if since is None:
         return d.tp, f"the LM head at TP{d.tp} ({file} ignores --enable-dp-lm-head)"
     if versions.DEFAULT.resolve(d.engine_version) < since:
