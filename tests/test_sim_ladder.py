@@ -1,6 +1,6 @@
 """inference-perf's load stages (`--rate-stages`): the generator's stages, the fleet loop holding
-each stage until the one before has finished, the last stage measured (or, with
-`--measure-stages all`, every stage), and the refusals."""
+each stage until the one before has finished, the last stage measured (or every stage, or
+every stage but the first, `--measure-stages`), and the refusals."""
 
 from __future__ import annotations
 
@@ -60,10 +60,12 @@ def test_constant_stages_end_at_their_last_second() -> None:
     assert [r.arrival_s for r in poisson.requests] != times
 
 
-def test_the_flag_names_the_timers() -> None:
+def test_the_flag_names_the_timers_and_the_stages_measured() -> None:
     from kvtier.cli.flags import simulate as table
+    from kvtier.sim.fleet.run import STAGES_MEASURED
 
     assert table.LOAD_TYPES == LOAD_TYPES
+    assert table.MEASURED_STAGES == STAGES_MEASURED
 
 
 @pytest.mark.parametrize(
@@ -130,6 +132,24 @@ def test_every_stage_is_measured_with_measure_stages_all(
     assert [r["requests"] for r in every["replicas"]] == [r["requests"] for r in last["replicas"]]
     said = run_json(capsys, [*argv, "--replicas", "2", "--measure-stages", "last", "--json"])
     assert said == last
+
+
+def test_a_ladder_after_its_first_stage_takes_the_mean_of_the_stages_rates(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # llm-d's reports' summary across QPS: every stage but the first (the warm-up), TTFT over
+    # their requests, output tokens/s the mean of the stages' own; a stage does not see the
+    # ones after it, so stage k's own rate is the last stage's of the ladder cut there
+    argv = ["simulate", *GEN, *SMALL, "--device-tokens", "60000", "--replicas", "2", "--json"]
+    cut = run_json(capsys, [*argv, "--rate-stages", "4:5,6:5"])
+    whole = ["--rate-stages", "4:5,6:5,3:5"]
+    last = run_json(capsys, [*argv, *whole])
+    ladder = run_json(capsys, [*argv, *whole, "--measure-stages", "ladder"])
+    assert ladder["measured_requests"] == 45 and ladder["params"]["measured_from_request"] == 20
+    for rate in ("throughput_tok_s", "output_tok_s"):
+        assert ladder[rate] == pytest.approx((cut[rate] + last[rate]) / 2, rel=1e-12)
+    every = run_json(capsys, [*argv, *whole, "--measure-stages", "all"])
+    assert every["measured_requests"] == 65 and ladder["ttft_s"] != every["ttft_s"]
 
 
 def test_the_measured_stage_counts_only_its_own_running_requests(

@@ -226,13 +226,17 @@ def test_llmd_stages_order_as_the_page_says(title: str) -> None:
 
 
 def test_llmd_blog_orders_as_published() -> None:
-    """V18, the blog's table: its report's whole ladder measured as its summary, at the run's
-    1,000 output tokens and at the 245 its throughput implies: precise, approximate, random,
-    load at TTFT P90, the published order."""
-    runs = _stage_p90s(_titled("V18. "))
-    assert len(runs) == 2
-    for p90 in runs:
-        assert p90["precise"] < p90["approximate"] < p90["random"] < p90["load"]
+    """V18, the blog's table: its report's whole ladder read as the report's summary across
+    QPS: precise, approximate, random, load at TTFT mean and P90 and (reversed) in output, the
+    published order."""
+    lines = next(body for t, body in _sections() if t == _titled("V18. "))
+    rows = {_cells(line)[0]: _cells(line)[1:5] for line in lines if line.startswith("| ")}
+    ttft = [[float(n) for n in _numbers(c)] for c in rows["simulated TTFT mean / p90 (s)"]]
+    output = [float(_numbers(c)[0]) for c in rows["simulated output tok/s (fleet)"]]
+    random_, load, approximate, precise = ttft
+    for k in (0, 1):  # mean, P90
+        assert precise[k] < approximate[k] < random_[k] < load[k]
+    assert output[3] > output[2] > output[0] > output[1]
 
 
 def _seed_tables(title: str) -> list[list[float]]:

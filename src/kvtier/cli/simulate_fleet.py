@@ -147,7 +147,7 @@ def _spec(args: argparse.Namespace, replicas: int | None = None, router: str | N
         seed=args.seed,
         shared_store=args.shared_store_tokens is not None,
         store_latency_s=(args.shared_store_latency_ms or 0.0) / 1e3,
-        all_stages=args.measure_stages == "all",
+        stages_measured=args.measure_stages or "last",
     )
 
 

@@ -36,7 +36,8 @@ CLIENTS = ("sglang", "vllm")  # whose random draws (tests check them against kvt
 SWEEPS = ("hicache-ratio", "mem-fraction-static", "kv-cache-dtype", "pcie-gbps")
 READY_QUEUES = ("random", "fifo")
 LOAD_TYPES = ("poisson", "constant")  # --rate-stages timers (tests check sim.shared_prefix's)
-MEASURED_STAGES = ("last", "all")  # inference-perf's per-stage report of the last, or its summary
+# --measure-stages (tests check them against sim.fleet.run's STAGES_MEASURED)
+MEASURED_STAGES = ("last", "all", "ladder")
 # the multi-turn benchmark's own defaults (tests check them against kvtier.sim.multiturn)
 MULTITURN_DEFAULTS = {"clients": 256, "rounds": 5, "request_tokens": 512, "output_tokens": 64}
 
@@ -238,8 +239,9 @@ SHARED_PREFIX = (
     flag("--measure-stages", group="shared_prefix", commands=SIM, sample=("all",),
          choices=MEASURED_STAGES, metavar="WHICH",
          help="the --rate-stages requests measured: last (default: the last stage, "
-         "inference-perf's per-stage report) or all (every stage's together, the first "
-         "included: its summary report)"),
+         "inference-perf's per-stage report), all (every stage's together, the first "
+         "included: its summary report) or ladder (every stage's but the first, output tokens/s "
+         "the mean of the stages' own: llm-d's reports' summary across QPS)"),
 )
 
 BENCH = (

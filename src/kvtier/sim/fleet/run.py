@@ -12,6 +12,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from kvtier.engines.deployment import Engine
 from kvtier.engines.sglang.prefetch import ERA_0_5_3
@@ -22,7 +23,7 @@ from kvtier.sim.fleet.registry import make_router
 from kvtier.sim.fleet.result import FleetResult, ReplicaStats
 from kvtier.sim.fleet.shared_store import SharedStoreQueue
 from kvtier.sim.fleet.view import ReplicaView
-from kvtier.sim.metrics import ConcurrencyRecorder, RequestRecord, summarize
+from kvtier.sim.metrics import ConcurrencyRecorder, RequestRecord, SimResult, summarize
 from kvtier.sim.run import all_settled
 from kvtier.sim.servers import build_server
 from kvtier.sim.servers.base import ServerModel
@@ -33,6 +34,11 @@ from kvtier.sim.setup import SimConfig
 from kvtier.sim.trace import Trace
 
 MAX_REPLICAS = 4096  # beyond any fleet one router fronts; each replica holds its own caches
+# the stages of a ladder measured: its last (inference-perf's per-stage report), all of them
+# (its summary report), or all but the first, the output rate the mean of the stages' own (the
+# "Summary across QPS" of llm-d-kv-cache-manager's benchmarking reports)
+LAST, ALL, LADDER = "last", "all", "ladder"
+STAGES_MEASURED = (LAST, ALL, LADDER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +49,7 @@ class FleetSpec:
     seed: int = 0
     shared_store: bool = False  # config.store_tokens is then the fleet's one store
     store_latency_s: float = 0.0
-    all_stages: bool = False  # a ladder measured over every stage, not the last
+    stages_measured: str = LAST  # one of STAGES_MEASURED
 
     def check(self) -> None:
         if not 1 <= self.replicas <= MAX_REPLICAS:
@@ -126,8 +132,7 @@ def simulate_fleet(
     preempted = [c.preemptions for c in counters if c.preemptions is not None]
     pcie_busy_s = sum(c.pcie_busy_s for c in counters) / len(counters)
     # a trace in load stages is measured over its last stage, as inference-perf reports a stage
-    # (its requests' outputs over their first send to their last response), or over all of
-    # them, as its summary report (summarize_requests over every stage's requests)
+    # (its requests' outputs over their first send to their last response), or over several
     skip = _measured_from(trace, spec, warmup_fraction, len(records))
     result = summarize(
         records[skip:] if trace.stages else records,
@@ -138,6 +143,8 @@ def simulate_fleet(
         pcie_busy_s,
         _params(config, spec, warmup_fraction, params, skip if trace.stages else None),
     )
+    if trace.stages and spec.stages_measured == LADDER:
+        result = _stage_mean_rates(result, records, trace)
     start, end = result_span(records)
     if trace.stages and end > start:  # the link's busy seconds are the whole ladder's
         result = dataclasses.replace(result, pcie_busy_fraction=pcie_busy_s / (end - start))
@@ -162,7 +169,29 @@ def simulate_fleet(
 def _measured_from(trace: Trace, spec: FleetSpec, warmup_fraction: float, n: int) -> int:
     if not trace.stages:
         return math.floor(warmup_fraction * n)
-    return 0 if spec.all_stages else trace.stages[-1][0]
+    if spec.stages_measured == ALL:
+        return 0
+    return trace.stages[0 if spec.stages_measured == LADDER else -1][0]
+
+
+def _stage_mean_rates(
+    result: SimResult, records: Sequence[RequestRecord], trace: Trace
+) -> SimResult:
+    """The ladder's output rate as llm-d's reports sum it up: the mean, over the stages after
+    the first, of each stage's own (its finished requests' output tokens over its first send to
+    its last response, as inference-perf reports a stage)."""
+    bounds = [first for first, _ in trace.stages] + [len(records)]
+    rates = []
+    for a, b in pairwise(bounds):
+        stage = records[a:b]
+        start, end = result_span(stage)
+        tokens = sum(r.output_len for r in stage if r.finished)
+        rates.append(tokens / (end - start) if end > start else 0.0)
+    out = sum(rates) / len(rates)
+    result = dataclasses.replace(result, throughput_tok_s=out)
+    if result.output_tok_s is None:
+        return result
+    return dataclasses.replace(result, output_tok_s=out)
 
 
 def _params(
