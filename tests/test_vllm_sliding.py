@@ -5,6 +5,7 @@ max_num_batched_tokens through v0.25.x and VllmConfig.max_in_flight_tokens from 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,11 @@ from kvtier.engines.launch import parse_launch
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm import sliding
+from kvtier.ledger.explain import explain_log
+from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import plan
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # gpt-oss-20b on one H100 at 131,072: 12 full + 12 sliding layers of window 128, block 16
 MEASURED = Measured(weights_gib=13.5, activation_gib=2.0, non_torch_gib=0.25, gpu_mem_gib=79.19)
@@ -80,3 +85,19 @@ def test_no_async_scheduling_on_the_launch_line_keeps_one_batch() -> None:
 def test_the_layout_helper_takes_the_bound_as_given() -> None:
     layout = vllm.hybrid_layout(12, 12)
     assert vllm.hybrid_blocks_per_request(layout, 131_072, 16, 128, 16_384) == 8192 + 1033
+
+
+GEMMA3_LOG = ROOT / "tests" / "fixtures" / "logs" / "public" / "vllm-0.19-gemma-3-12b-h100.log"
+# VllmConfig.__post_init__'s line, as vLLM v0.2x prints it after the chunked-prefill line
+ASYNC_LINE = "(APIServer pid=1) INFO 04-22 16:04:09 [vllm.py:754] Asynchronous scheduling is {}.\n"
+
+
+@pytest.mark.parametrize(("word", "on"), [("enabled", True), ("disabled", False)])
+def test_explain_takes_the_logged_async_scheduling_into_the_deployment(word: str, on: bool) -> None:
+    lines = GEMMA3_LOG.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "Chunked prefill is enabled" in line) + 1
+    text = "".join([*lines[:at], ASYNC_LINE.format(word), *lines[at:]])
+    d = log_deployment(explain_log(text, {}).inputs)
+    assert d.async_scheduling is on
+    assert dict(d.origins)["async_scheduling"] == f"log line {at + 1}"
+    assert log_deployment(explain_log("".join(lines), {}).inputs).async_scheduling is None

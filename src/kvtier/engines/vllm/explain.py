@@ -91,18 +91,12 @@ class VllmExplain:
         return LogMemory(memory, observed_count(startup, page), tuple(notes))
 
     def plan_settings(self, startup: VllmStartup, settings: Settings, known: set[str]) -> Rows:
-        """vLLM prints speculative decoding as one `speculative_config` dict in its arguments."""
-        for args in settings.printed:
-            config = args.values.get("speculative_config")
-            if not isinstance(config, dict):
-                continue
-            try:
-                values = speculative_config(config)
-            except KvtierError as exc:
-                settings.warnings.append(f"line {args.line}: speculative_config not read ({exc})")
-                return []
-            return [(k, args.fact(v)) for k, v in values.items() if k not in known]
-        return []
+        """The async-scheduling choice vLLM logged, when no flag stated it; speculative decoding,
+        which vLLM prints as one `speculative_config` dict in its arguments."""
+        rows: Rows = []
+        if startup.async_scheduling is not None and "async_scheduling" not in known:
+            rows.append(("async_scheduling", startup.async_scheduling))
+        return rows + _speculative(settings, known)
 
     def measured(self, inputs: LogInputs[VllmMemory], flags: Measured) -> tuple[Measured, Rows]:
         startup = inputs.parsed.startup
@@ -214,3 +208,18 @@ _MEMORY_LINES = (
     "'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' "
     "(or V0 '# GPU blocks: N' / 'Memory profiling results: ...')"
 )
+
+
+def _speculative(settings: Settings, known: set[str]) -> Rows:
+    """speculative_config's Deployment fields not already known."""
+    for args in settings.printed:
+        config = args.values.get("speculative_config")
+        if not isinstance(config, dict):
+            continue
+        try:
+            values = speculative_config(config)
+        except KvtierError as exc:
+            settings.warnings.append(f"line {args.line}: speculative_config not read ({exc})")
+            return []
+        return [(k, args.fact(v)) for k, v in values.items() if k not in known]
+    return []

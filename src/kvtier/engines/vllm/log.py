@@ -21,6 +21,12 @@ the 0.32.0 wheel: `Explicitly set (X/Y) GiB for KV cache on node N.` when
 cache_config.kv_cache_memory_bytes is set (--kv-cache-memory-bytes, or VLLM_CPU_KVCACHE_SPACE,
 whole GiB, which platforms/cpu.py CpuPlatform.check_and_update_config turns into it), else
 `Auto set (X/Y) GiB for KV cache ...`; X and Y are round(bytes / GiB, 2) (mem_utils.format_gib).
+
+`config/vllm.py` VllmConfig.__post_init__ prints the async-scheduling choice it settled,
+`Asynchronous scheduling is enabled.` / `... disabled.` (logger.info_once("Asynchronous
+scheduling is %s.", ...), in the v0.2x logs kvtier reads; the v0.32.0 wheel no longer prints it):
+the deployment takes it, as a sliding-window group's blocks depend on it from v0.26.0
+(engines/vllm/sliding.py).
 """
 
 from __future__ import annotations
@@ -80,6 +86,7 @@ _PROFILE_FIGURES: Figures = {  # what `Profile` reads of its line (`kvtier.logs.
 _AVAILABLE_KV = re.compile(r"Available KV cache memory: " + NUM + G)
 _GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + G)
 _GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling is (enabled|disabled)")
+_ASYNC = re.compile(r"Asynchronous scheduling is (enabled|disabled)\.")
 # gpu_worker.py's advice on that switch states the utilization in force (%.4f): "The current
 # --gpu-memory-utilization=U is equivalent to ..." (v0.21+), "... from U to V" (disabled, and
 # the pre-v0.19 "In v0.19, CUDA graph memory profiling will be enabled by default" line)
@@ -221,6 +228,7 @@ class VllmStartup:
     blocks_override: Fact[int] | None = None  # num_gpu_blocks_override: the count set, not sized
     # V0 'Memory profiling results' peak_torch_memory: the profile's torch peak, weights included
     v0_torch_peak_gib: Fact[float] | None = None
+    async_scheduling: Fact[bool] | None = None  # `Asynchronous scheduling is enabled.`
 
     def available_kv(self) -> Fact[float] | None:
         """KV bytes per worker as the engine sizes them: the smallest worker's figure; under
@@ -343,6 +351,8 @@ def _pool_line(line: LogLine, found: _Found) -> None:
             one("blocks_override", int(m.group(2)), line, m.start())
     elif "fp8 data type" in text and (m := _FP8.search(text)):
         one("fp8", "fp8", line, m.start())
+    elif "Asynchronous scheduling" in text and (m := _ASYNC.search(text)):
+        one("async_scheduling", m.group(1) == "enabled", line, m.start())
 
 
 def _startup(found: _Found, lines: list[LogLine]) -> VllmStartup:
@@ -377,6 +387,7 @@ def _startup(found: _Found, lines: list[LogLine]) -> VllmStartup:
         kv_device=single.get("kv_device"),
         suggested_kv_bytes=single.get("suggested"),
         blocks_override=single.get("blocks_override"),
+        async_scheduling=single.get("async_scheduling"),
     )
 
 
