@@ -187,13 +187,24 @@ def test_unknown_flags_are_reported_known_harmless_ones_are_not() -> None:
             ("VLLM_ATTENTION_BACKEND", "LMCACHE_FOO", "--bar"),
         ),
         ("SGLANG_FOO=1 SGLANG_FOO=1 vllm serve m", ("SGLANG_FOO",)),
+        # the allocator's settings change what it reserves; the ledger does not model them
+        (
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True vllm serve m",
+            ("PYTORCH_CUDA_ALLOC_CONF",),
+        ),
+        (
+            "PYTORCH_ALLOC_CONF=backend:cudaMallocAsync PYTORCH_NO_CUDA_MEMORY_CACHING=0 "
+            "python -m sglang.launch_server --model-path m",
+            ("PYTORCH_ALLOC_CONF",),
+        ),
     ],
 )
 def test_engine_variables_kvtier_does_not_read_are_reported(
     command: str, unread: tuple[str, ...]
 ) -> None:
-    """An SGLANG_* / VLLM_* / LMCACHE_* assignment kvtier does not read is named with the flags
-    it ignores (it was dropped without a word); CUDA_VISIBLE_DEVICES and the like are not."""
+    """An SGLANG_* / VLLM_* / LMCACHE_* assignment kvtier does not read, or PyTorch's allocator
+    settings, is named with the flags it ignores (it was dropped without a word);
+    CUDA_VISIBLE_DEVICES and the like are not."""
     assert parse_launch([command]).ignored == unread
 
 

@@ -5,8 +5,9 @@ Accepted: `python -m sglang.launch_server ...`, `sglang serve ...`, `vllm serve 
 `--flag value` / `--flag=value`, dash or underscore spellings and shell line continuations.
 Flags that change memory map to Deployment fields through the engine's table
 (`engines/<engine>/flags.py`); flags known to leave memory alone are dropped silently; any other
-flag, and any SGLANG_* / VLLM_* / LMCACHE_* variable kvtier does not read, is reported in
-`ignored` so the caller can warn about it. This is the one launch-command
+flag, any SGLANG_* / VLLM_* / LMCACHE_* variable kvtier does not read, and PyTorch's allocator
+settings (PYTORCH_CUDA_ALLOC_CONF and its kin), are reported in `ignored` so the caller can warn
+about them. This is the one launch-command
 parser: `kvtier plan -- ...` and the log readers (`find_launch`) both use it.
 """
 
@@ -135,6 +136,12 @@ _VARIABLE = re.compile(r"[A-Za-z_]\w*=", re.ASCII)  # a shell assignment's NAME=
 # among the command's ignored words, as an unknown flag is (CUDA_VISIBLE_DEVICES and the like
 # pass without a word).
 _ENGINE_PREFIXES = ("SGLANG_", "VLLM_", "LMCACHE_")
+# PyTorch's caching-allocator settings (torch 2.13 utils/collect_env.py names the three):
+# expandable_segments, max_split_size_mb or the cudaMallocAsync backend change what the
+# allocator reserves beyond what it holds, which the ledger's figures do not model
+_ALLOCATOR_VARIABLES = frozenset(
+    {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"}
+)
 # LMCacheEngineConfig's settings sim/vllm_tiers.py reads from LMCACHE_<NAME>
 LMCACHE_SETTINGS = (
     "chunk_size",
@@ -312,9 +319,15 @@ def _environment(engine: Engine, words: Sequence[str]) -> dict[str, object]:
 
 
 def _unread_variables(engine: Engine, words: Sequence[str]) -> list[str]:
-    """The engine variables among the `VAR=value` words that kvtier does not read, by name."""
+    """The engine and allocator variables among the `VAR=value` words that kvtier does not
+    read, by name."""
     names = dict.fromkeys(w.partition("=")[0] for w in words if _VARIABLE.match(w))
-    return [n for n in names if n.startswith(_ENGINE_PREFIXES) and n not in _READ_VARIABLES[engine]]
+    return [
+        n
+        for n in names
+        if (n.startswith(_ENGINE_PREFIXES) and n not in _READ_VARIABLES[engine])
+        or n in _ALLOCATOR_VARIABLES
+    ]
 
 
 def _switch(spelling: str, raw: str | None) -> bool:

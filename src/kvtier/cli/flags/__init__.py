@@ -54,7 +54,8 @@ _LAUNCH = """\
 after `--`: the engine's own command (python -m sglang.launch_server ... or vllm serve ...);
 kvtier reads the flags it models and names the ones it ignores, and the VAR=value words before
 it that it models (VLLM_PP_LAYER_PARTITION, VLLM_USE_SIMPLE_KV_OFFLOAD, LMCache's settings,
-SGLANG_ENABLE_EMBED_REPLICATION), naming the other SGLANG_*, VLLM_* and LMCACHE_* ones:
+SGLANG_ENABLE_EMBED_REPLICATION), naming the other SGLANG_*, VLLM_* and LMCACHE_* ones and
+PyTorch's allocator settings (PYTORCH_CUDA_ALLOC_CONF), which it does not model:
   kvtier plan --gpu h100 -- VLLM_PP_LAYER_PARTITION=20,16 vllm serve Qwen/Qwen3-8B \\
       --pipeline-parallel-size 2
   kvtier plan --gpu h200 -- python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 \\
