@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from kvtier.cli import main
+from kvtier.cli.simulate_from_log import with_logged_async
+from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.sglang import serving
 from kvtier.engines.vllm import serving as vllm_serving
 from kvtier.errors import KvtierError
@@ -344,3 +346,39 @@ def test_a_speculative_log_needs_the_deployments_algorithm() -> None:
         calibrate(
             dataclasses.replace(spec, accept_length=4.5), TimingFlags(), _spec_config("EAGLE3")
         )
+
+
+# VllmConfig.__post_init__'s line (config/vllm.py, v0.2x), in the form vLLM prints it
+ASYNC_OFF = (
+    "(APIServer pid=11574) INFO 03-17 15:38:01 [vllm.py:754] Asynchronous scheduling is disabled.\n"
+)
+VLLM_SERVE = ["--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+
+
+def _async_log(tmp_path: Path) -> Path:
+    log = tmp_path / "vllm.log"
+    log.write_text(ASYNC_OFF + VLLM.read_text())
+    return log
+
+
+def test_a_vllm_deployment_takes_the_logged_async_scheduling(tmp_path: Path) -> None:
+    log = str(_async_log(tmp_path))
+    d = with_logged_async(Deployment(Engine.VLLM, "llama-3.1-8b"), log)
+    assert d.async_scheduling is False and dict(d.origins)["async_scheduling"] == "log line 1"
+    assert (
+        with_logged_async(Deployment(Engine.VLLM, "llama-3.1-8b"), str(VLLM)).async_scheduling
+        is None
+    )
+
+
+def test_a_flag_the_logged_async_scheduling_contradicts_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = _async_log(tmp_path)
+    argv = ["simulate", "--from-log", str(log), "--gpu", "h100", "--mean-prompt-tokens", "2000"]
+    code, _, err = _run([*argv, *VLLM_SERVE, "--async-scheduling"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert (
+        f"--async-scheduling contradicts {log} line 1: vLLM logged asynchronous scheduling disabled"
+        in err
+    )

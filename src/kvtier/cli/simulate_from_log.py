@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from kvtier.engines.deployment import Deployment, Engine
 from kvtier.errors import KvtierError
 from kvtier.files import MAX_LOG_BYTES, check_output, open_input
 from kvtier.report.json_text import emit
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
         raise KvtierError("--from-log runs the timed simulation: drop --unbounded / --lru-tokens")
     if args.output:
         check_output(args.output, [args.from_log])
+    deployment = with_logged_async(deployment, args.from_log)
     with open_input(args.from_log, "serving log", MAX_LOG_BYTES) as stream:
         fit = fit_workload(
             read_samples(stream, args.from_log), args.mean_prompt_tokens, args.mean_output_tokens
@@ -91,3 +93,28 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
     verdict = "within the stated tolerances" if not misses else f"outside: {', '.join(misses)}"
     print(f"baseline: {verdict} (docs/simulate.md)")
     return 0
+
+
+def with_logged_async(d: Deployment, path: str) -> Deployment:
+    """A vLLM deployment with the async-scheduling choice its log printed (a sliding-window
+    group's blocks depend on it from v0.26.0); a flag that says otherwise describes another
+    server, and is refused."""
+    from kvtier.engines.vllm.log import logged_async_scheduling
+
+    if d.engine is not Engine.VLLM:
+        return d
+    with open_input(path, "serving log", MAX_LOG_BYTES) as stream:
+        found = logged_async_scheduling(line.decode("utf-8", "replace") for line in stream)
+    if found is None:
+        return d
+    number, on = found
+    if d.async_scheduling is None:
+        return d.with_values(f"log line {number}", async_scheduling=on)
+    if d.async_scheduling != on:
+        flag = "--async-scheduling" if d.async_scheduling else "--no-async-scheduling"
+        logged = "enabled" if on else "disabled"
+        raise KvtierError(
+            f"{flag} contradicts {path} line {number}: vLLM logged asynchronous scheduling "
+            f"{logged}; give the launch command of the server that wrote the log"
+        )
+    return d
