@@ -10,7 +10,7 @@ from kvtier.cache.storage import Tier
 from kvtier.engines.sglang.prefetch import ERA_0_5_3
 from kvtier.sim.metrics import RequestRecord
 from kvtier.sim.run import simulate
-from kvtier.sim.servers import sglang, sglang_budget
+from kvtier.sim.servers import sglang, sglang_budget, sglang_decode, sglang_prefill
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.prefetch import PrefetchPolicy, PrefetchQueue, PrefetchRules
 from kvtier.sim.servers.sglang import EngineConfig, SGLangServer
@@ -229,8 +229,8 @@ def test_a_full_pool_retracts_the_longer_prompt_then_the_later_request(
     stays in the tree unlocked (room 64 + 48 = 112 tokens); the other two decode their last 35
     steps in it, and request 2 comes back with its prompt hit and 65 tokens to prefill again.
     SGLang 0.5.23's own classes (tests/sglang_scheduler_worker.py) give the same trace."""
-    monkeypatch.setattr(sglang_budget, "CLIP_MAX_NEW_TOKENS", 8)
-    monkeypatch.setattr(sglang, "CLIP_MAX_NEW_TOKENS", 8)
+    for module in (sglang_budget, sglang, sglang_prefill, sglang_decode):
+        monkeypatch.setattr(module, "CLIP_MAX_NEW_TOKENS", 8)
     server = SGLangServer(TieredCachePort(20), TM, EngineConfig(16, 32, 512))
     records = []
     for rid, blocks in enumerate(((1, 2), (3, 4, 5), (6, 7, 8))):

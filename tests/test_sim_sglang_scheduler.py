@@ -29,7 +29,7 @@ from typing import Any
 from conftest import missing
 from kvtier.cache.storage import Tier
 from kvtier.sim.metrics import RequestRecord
-from kvtier.sim.servers import sglang, sglang_budget
+from kvtier.sim.servers import sglang, sglang_budget, sglang_decode, sglang_prefill
 from kvtier.sim.servers.hicache import TieredCachePort
 from kvtier.sim.servers.sglang import EngineConfig, SGLangServer
 from kvtier.sim.servers.sglang_budget import CLIP_MAX_NEW_TOKENS
@@ -205,6 +205,12 @@ def test_sglang_cached_outputs_on_a_small_pool() -> None:
     ]
 
 
+def _clip(monkeypatch: Any, tokens: int) -> None:
+    """SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION at `tokens` in each model module that reads it."""
+    for module in (sglang_budget, sglang, sglang_prefill, sglang_decode):
+        monkeypatch.setattr(module, "CLIP_MAX_NEW_TOKENS", tokens)
+
+
 def test_sglang_retractions_against_sglang_classes(monkeypatch: Any) -> None:
     """Decode runs out of KV: outputs past the clip at which admission stops reserving them
     (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION 256 on both sides, so that the run takes seconds; the
@@ -215,8 +221,7 @@ def test_sglang_retractions_against_sglang_classes(monkeypatch: Any) -> None:
 
     The prompts share nothing, so the comparison reads the retractions alone."""
     clip = 256
-    monkeypatch.setattr(sglang_budget, "CLIP_MAX_NEW_TOKENS", clip)
-    monkeypatch.setattr(sglang, "CLIP_MAX_NEW_TOKENS", clip)
+    _clip(monkeypatch, clip)
     trace = _long_trace(seed=7, requests=60, outputs=(300, 900))
     engine = _sglang(_case(trace, 2048, clip))
     model = _kvtier(trace, 2048)
@@ -258,8 +263,7 @@ def test_sglang_retracts_until_the_step_fits(monkeypatch: Any) -> None:
     8 outputs, its prompt made evictable), short of the 29 the rest need, so request 28 goes too
     (equal outputs and prompts: the later in the batch first). Both sides retract the same 44
     times, in the same order, at the same steps."""
-    monkeypatch.setattr(sglang_budget, "CLIP_MAX_NEW_TOKENS", 4)
-    monkeypatch.setattr(sglang, "CLIP_MAX_NEW_TOKENS", 4)
+    _clip(monkeypatch, 4)
     trace = [TraceRequest(i, 0.0, BLOCK, 100, (1000 + i,)) for i in range(30)]
     engine = _sglang(_case(trace, 720, 4))
     model = _kvtier(trace, 720)

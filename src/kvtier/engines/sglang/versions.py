@@ -45,7 +45,7 @@ MAIN = Version.parse("main", "SGLang")
 # states neither fraction nor version against each.
 FRACTION_RULE_CANDIDATES = (V0_3_0, V0_4_0, V0_4_6, V0_4_9, V0_5_0, V0_5_3, V0_5_4, V0_5_10, MAIN)
 
-# The newest release whose source kvtier's rules were read in (sim/servers/sglang.py, v0.5.23): a
+# The newest release whose source kvtier's rules were read in (sim/servers/sglang*.py, v0.5.23): a
 # later one is refused (`DEFAULT.resolve`), never read as this one's rules.
 NEWEST = V0_5_23
 
