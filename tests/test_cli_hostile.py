@@ -159,7 +159,7 @@ CASES = [
     # a misspelt field (its extra config, so its sizes) was dropped unread; vLLM refuses it
     (
         [*VLLM, "--kv-transfer-config", LMCACHE.replace("kv_role", "kv_rol")],
-        "'kv_rol' is not a field of vLLM's KVTransferConfig",
+        "'kv_rol' is not a field of vLLM 0.21.0's KVTransferConfig, which refuses it at startup",
     ),
     (
         [*VLLM, "--kv-transfer-config", '{"kv_connector": 5, "kv_role": "kv_both"}'],

@@ -25,8 +25,9 @@
                       Another lmcache.* key is named in a note, not read: LMCache 0.3.15 skips
                       a key its config lacks with a warning (_apply_extra_config).
 
-A config that is not a JSON object, a key that is not KVTransferConfig's, a connector other than
-these two, or an LMCache size that is not a number exits 2 naming it.
+A config that is not a JSON object, a key that is not a KVTransferConfig field from v0.16.0 (a
+note before: engines/vllm/kv_transfer.py), a connector other than these two, or an LMCache size
+that is not a number exits 2 naming it.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from dataclasses import dataclass
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.launch import LMCACHE_SETTINGS
 from kvtier.engines.ledger import Ledger
+from kvtier.engines.version import Version
 from kvtier.engines.vllm import versions
-from kvtier.engines.vllm.offloading import NATIVE, chunk_blocks, transfer_config
+from kvtier.engines.vllm.offloading import NATIVE, chunk_blocks, ignored_keys, transfer_config
 from kvtier.engines.vllm.versions import V0_12, V0_23
 from kvtier.errors import KvtierError
 from kvtier.sim.trace import MAX_LENGTH
@@ -66,8 +68,8 @@ class VllmTiers:
     notes: tuple[str, ...] = ()  # what the deployment gave that the release does not read
 
 
-def _config(raw: str) -> tuple[str, dict[str, object]]:
-    name, extra = transfer_config(raw)
+def _config(raw: str, version: Version) -> tuple[str, dict[str, object]]:
+    name, extra = transfer_config(raw, version)
     if name not in (NATIVE, LMCACHE):
         raise KvtierError(
             f"--kv-transfer-config names connector {name!r:.60}; simulate models "
@@ -176,9 +178,18 @@ def _native(d: Deployment, ledger: Ledger, extra: dict[str, object]) -> VllmTier
 
 
 def vllm_tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
-    """The host and store tiers `d`'s flags give, in tokens per rank."""
+    """The host and store tiers `d`'s flags give, in tokens per rank; a note names the
+    --kv-transfer-config keys a release before v0.16.0 drops."""
+    tiers = _tiers(d, ledger)
+    ignored = ignored_keys(d.kv_transfer_config, versions.DEFAULT.resolve(d.engine_version))
+    return dataclasses.replace(tiers, notes=(*tiers.notes, *ignored)) if ignored else tiers
+
+
+def _tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
     per_token = ledger.kv_bytes_per_token
-    name, extra = ("", {}) if d.kv_transfer_config is None else _config(d.kv_transfer_config)
+    version = versions.DEFAULT.resolve(d.engine_version)
+    raw = d.kv_transfer_config
+    name, extra = ("", {}) if raw is None else _config(raw, version)
     if ledger.host_pool is not None:  # the native connector, as the ledger sized it
         return _native(d, ledger, extra)
     lmcache_backend = d.kv_offloading_backend == "lmcache"

@@ -164,6 +164,7 @@ def _gemma4_note(p: PlanInputs, setup: Setup) -> list[str]:
 
 def _notes(p: PlanInputs, setup: Setup, split: Split) -> tuple[str, ...]:
     notes = _pool_notes(p, split.pool) + _gemma4_note(p, setup)
+    notes += offloading.ignored_keys(p.deployment.kv_transfer_config, setup.era.version)
     if setup.state is not None:
         state, conv, ssm = setup.state
         notes.append(

@@ -25,8 +25,9 @@ release, from `--kv-transfer-config` or `--kv-offloading-size`.
                      `blocks_per_chunk` (offloading/config.py), not both: the connector stores and
                      hits whole chunks.
 A value of the wrong kind, a key the release does not read in place of the one it needs, a
-config key that is not one of KVTransferConfig's fields, or a release before v0.11.0 (no
-OffloadingConnector) exits 2 naming it.
+config key that is not one of the release's KVTransferConfig fields from v0.16.0 (a note
+before: engines/vllm/kv_transfer.py), or a release before v0.11.0 (no OffloadingConnector)
+exits 2 naming it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from dataclasses import dataclass
 
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
-from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_19, V0_26, V0_27
+from kvtier.engines.vllm import kv_transfer
+from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_16, V0_19, V0_26, V0_27
 from kvtier.errors import KvtierError
 
 NATIVE = "OffloadingConnector"
@@ -57,42 +59,33 @@ class Offload:
 
 
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")  # config/kv_transfer.py KVRole
-# KVTransferConfig's fields (config/kv_transfer.py): v0.32.0's, and kv_buffer_size, kv_rank,
-# kv_parallel_size and kv_ip, which earlier releases had. Its @config decorator forbids any
-# other (config/utils.py config: pydantic extra="forbid", v0.32.0): vLLM fails at startup on a
-# misspelt one, whose setting would otherwise be missed.
-KV_TRANSFER_FIELDS = (
-    "kv_connector",
-    "engine_id",
-    "kv_buffer_device",
-    "kv_buffer_size",
-    "kv_role",
-    "kv_rank",
-    "kv_parallel_size",
-    "kv_ip",
-    "kv_port",
-    "kv_connector_extra_config",
-    "kv_connector_module_path",
-    "enable_permute_local_kv",
-    "kv_load_failure_policy",
-)
 
 
-def transfer_config(raw: str) -> tuple[str, dict[str, object]]:
-    """`--kv-transfer-config`'s connector name and kv_connector_extra_config."""
+def _object(raw: str) -> dict[str, object]:
     try:
         config = json.loads(raw)
     except (ValueError, RecursionError):
         raise KvtierError(f"--kv-transfer-config is not JSON: {raw[:60]!r}") from None
     if not isinstance(config, dict):
         raise KvtierError("--kv-transfer-config must be a JSON object")
-    unknown = [key for key in config if key not in KV_TRANSFER_FIELDS]
-    if unknown:
-        raise KvtierError(
-            f"--kv-transfer-config: {unknown[0]!r:.60} is not a field of vLLM's "
-            f"KVTransferConfig (v0.32.0 refuses it at startup); its fields: "
-            f"{', '.join(KV_TRANSFER_FIELDS)}"
-        )
+    return config
+
+
+def ignored_keys(raw: str | None, version: Version) -> list[str]:
+    """A note naming the keys of `raw` that are not KVTransferConfig fields in `version`, a
+    release before v0.16.0 that drops them (kv_transfer.py); none from v0.16.0, which refuses
+    them (transfer_config)."""
+    if raw is None or version >= V0_16:
+        return []
+    unknown = kv_transfer.unknown_keys(_object(raw), version)
+    return [kv_transfer.ignored_note(unknown, version)] if unknown else []
+
+
+def transfer_config(raw: str, version: Version) -> tuple[str, dict[str, object]]:
+    """`--kv-transfer-config`'s connector name and kv_connector_extra_config; a key that is
+    not a KVTransferConfig field in `version` is refused from v0.16.0 (kv_transfer.py)."""
+    config = _object(raw)
+    kv_transfer.unknown_keys(config, version)
     extra = config.get("kv_connector_extra_config") or {}
     if not isinstance(extra, dict):
         raise KvtierError("--kv-transfer-config: kv_connector_extra_config must be an object")
@@ -117,7 +110,7 @@ def offload(
 ) -> Offload | None:
     """The native connector's pool for `d` (None without one): `block` tokens and `block_bytes`
     of KV (one GPU block over the pool's layers on one rank)."""
-    name, extra = transfer_config(d.kv_transfer_config or "{}")
+    name, extra = transfer_config(d.kv_transfer_config or "{}", version)
     size = d.kv_offloading_size_gib if d.kv_offloading_backend != "lmcache" else None
     if size is not None:
         _check_size_flag(d, version)

@@ -1,0 +1,65 @@
+"""vLLM's --kv-transfer-config keys per release (engines/vllm/kv_transfer.py): a key that is not
+a KVTransferConfig field is dropped without a word through v0.15.x (kvtier notes it) and refused
+at startup from v0.16.0 (extra="forbid"; kvtier exits 2 naming it)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvtier.engines.version import Version
+from kvtier.engines.vllm import kv_transfer
+from kvtier.engines.vllm.offloading import ignored_keys, transfer_config
+from kvtier.errors import KvtierError
+
+LMCACHE = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+
+
+def _v(text: str) -> Version:
+    return Version.parse(text, "vLLM")
+
+
+def test_the_fields_each_release_has() -> None:
+    assert len(kv_transfer.fields(_v("0.11.0"))) == 11
+    assert kv_transfer.fields(_v("0.12.0"))[-1] == "enable_permute_local_kv"
+    assert kv_transfer.fields(_v("0.13.0"))[-1] == "kv_load_failure_policy"
+    assert "kv_ip" in kv_transfer.fields(_v("0.31.0"))
+    assert kv_transfer.fields(_v("0.32.0")) == (
+        "kv_connector",
+        "engine_id",
+        "kv_buffer_device",
+        "kv_role",
+        "kv_port",
+        "kv_connector_extra_config",
+        "kv_connector_module_path",
+        "enable_permute_local_kv",
+        "kv_load_failure_policy",
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "key"),
+    [("0.16.0", "kv_connecter_extra_config"), ("0.21.0", "kv_rol"), ("0.32.0", "kv_ip")],
+)
+def test_from_v0_16_a_key_that_is_not_a_field_is_refused_naming_it(version: str, key: str) -> None:
+    raw = json.dumps({**LMCACHE, key: 1})
+    with pytest.raises(KvtierError) as refused:
+        transfer_config(raw, _v(version))
+    assert str(refused.value).startswith(
+        f"--kv-transfer-config: '{key}' is not a field of vLLM {version}'s KVTransferConfig, "
+        "which refuses it at startup (extra fields forbidden from v0.16.0); its fields: "
+        "kv_connector, engine_id"
+    )
+    assert ignored_keys(raw, _v(version)) == []
+
+
+def test_through_v0_15_it_is_dropped_and_noted() -> None:
+    raw = json.dumps({**LMCACHE, "kv_buffer_sise": 5})
+    assert transfer_config(raw, _v("0.15.0")) == ("LMCacheConnectorV1", {})
+    assert ignored_keys(raw, _v("0.15.0")) == [
+        "--kv-transfer-config kv_buffer_sise: not a KVTransferConfig field in vLLM 0.15.0, "
+        "which drops it without a word (ignored), and so does kvtier"
+    ]
+    assert ignored_keys(raw.replace("sise", "size"), _v("0.15.0")) == []
+    assert ignored_keys(None, _v("0.15.0")) == []
