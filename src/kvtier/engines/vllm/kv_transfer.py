@@ -21,31 +21,24 @@ from kvtier.engines.version import Version
 from kvtier.engines.vllm.versions import V0_12, V0_13, V0_16, V0_32
 from kvtier.errors import KvtierError
 
-# (field, the first release that has it, the first that does not)
-_FIELDS: tuple[tuple[str, Version | None, Version | None], ...] = (
-    ("kv_connector", None, None),
-    ("engine_id", None, None),
-    ("kv_buffer_device", None, None),
-    ("kv_buffer_size", None, V0_32),
-    ("kv_role", None, None),
-    ("kv_rank", None, V0_32),
-    ("kv_parallel_size", None, V0_32),
-    ("kv_ip", None, V0_32),
-    ("kv_port", None, None),
-    ("kv_connector_extra_config", None, None),
-    ("kv_connector_module_path", None, None),
-    ("enable_permute_local_kv", V0_12, None),
-    ("kv_load_failure_policy", V0_13, None),
+# the fields in every release read
+_ALWAYS = (
+    "kv_connector",
+    "engine_id",
+    "kv_buffer_device",
+    "kv_role",
+    "kv_port",
+    "kv_connector_extra_config",
+    "kv_connector_module_path",
 )
+_UNTIL_V0_32 = ("kv_buffer_size", "kv_rank", "kv_parallel_size", "kv_ip")
+_SINCE = {"enable_permute_local_kv": V0_12, "kv_load_failure_policy": V0_13}
 
 
 def fields(version: Version) -> tuple[str, ...]:
     """KVTransferConfig's fields in `version`."""
-    return tuple(
-        name
-        for name, since, until in _FIELDS
-        if (since is None or version >= since) and (until is None or version < until)
-    )
+    gone = _UNTIL_V0_32 if version < V0_32 else ()
+    return (*_ALWAYS, *gone, *(name for name, since in _SINCE.items() if version >= since))
 
 
 def unknown_keys(config: dict[str, object], version: Version) -> list[str]:
