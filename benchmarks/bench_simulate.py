@@ -66,7 +66,7 @@ def main() -> int:
         print(f"trace not found: {args.trace}", file=sys.stderr)
         return 1
 
-    from kvtier.engines.deployment import Deployment, Engine
+    from kvtier.engines.deployment import Deployment, Engine, HiCache
     from kvtier.sim.run import simulate
     from kvtier.sim.setup import build_config
     from kvtier.sim.trace import load_trace
@@ -77,8 +77,7 @@ def main() -> int:
         tp=8,
         gpu="RTX PRO 6000",
         mem_fraction=0.88,
-        enable_hierarchical_cache=True,
-        hicache_ratio=4.0,
+        hicache=HiCache(enable=True, ratio=4.0),
     )
     config = build_config(deployment, 512, device_tokens=159_277)
     rows: dict[str, list[tuple[float, float]]] = {"load trace": [], "simulate": [], "total": []}

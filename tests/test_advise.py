@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from founding_support import kimi
-from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.deployment import Deployment, Engine, HiCache, Measured
 from kvtier.ledger.advise import (
     HostSetup,
     OptionKind,
@@ -113,8 +113,7 @@ def test_hicache_options_size_the_host_in_the_pool_s_kv_dtype() -> None:
         "deepseek-v3.2",
         tp=8,
         gpu="B200",
-        enable_hierarchical_cache=True,
-        hicache_size_gb=100.0,
+        hicache=HiCache(enable=True, size_gb=100.0),
     )
     inputs = resolve(d)
     base = build_ledger(inputs)

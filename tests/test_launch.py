@@ -134,7 +134,7 @@ def test_boolean_switches_and_speculative_config() -> None:
             "4",
         ]
     )
-    assert s.values["enable_hierarchical_cache"] is True and s.values["hicache_ratio"] == 4.0
+    assert s.values["hicache.enable"] is True and s.values["hicache.ratio"] == 4.0
 
 
 def test_vllm_no_spelling_turns_a_switch_off() -> None:
@@ -143,14 +143,14 @@ def test_vllm_no_spelling_turns_a_switch_off() -> None:
     off = parse_launch(["vllm serve m --no-enable-prefix-caching --no-enable-chunked-prefill"])
     assert off.values == {
         "model": "m",
-        "enable_prefix_caching": False,
+        "hybrid.enable_prefix_caching": False,
         "enable_chunked_prefill": False,
     }
     assert off.ignored == ()
     with pytest.raises(KvtierError, match="contradicts"):
         parse_launch(["vllm serve m --enable-prefix-caching --no-enable-prefix-caching"])
     s = parse_launch(["python -m sglang.launch_server --model-path m --no-enable-prefix-caching"])
-    assert "enable_prefix_caching" not in s.values
+    assert "hybrid.enable_prefix_caching" not in s.values
 
 
 def test_unknown_flags_are_reported_known_harmless_ones_are_not() -> None:

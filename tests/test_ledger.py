@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from founding_support import kimi
-from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.deployment import Deployment, Engine, HiCache, Measured
 from kvtier.engines.vllm import pool as vllm
 from kvtier.ledger.plan import plan
 from kvtier.payload import to_json
@@ -100,8 +100,7 @@ def test_hicache_pool_in_the_ledger() -> None:
     ledger = plan(
         kimi(
             Measured(free_before_load_gib=94.04, free_after_load_gib=21.71),
-            enable_hierarchical_cache=True,
-            hicache_ratio=4.0,
+            hicache=HiCache(enable=True, ratio=4.0),
         )
     )
     assert ledger.host_pool is not None

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from conftest import in_ci, missing
-from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.deployment import Deployment, Engine, HiCache
 from kvtier.engines.sglang.defaults import default_mem_fraction
 from kvtier.engines.sglang.platform import as_built
 from kvtier.engines.sglang.versions import V0_4_8
@@ -134,7 +134,7 @@ def _grid(version: str) -> list[tuple[Deployment, ModelSpec, int | None]]:
             cuda_graph_max_bs=rng.choice((None, None, 64, 320)),
             max_total_tokens=rng.choice((None, None, 3000)),
             context_length=rng.choice((None, None, 2048)),
-            enable_hierarchical_cache=rng.random() < 0.1,
+            hicache=HiCache(enable=rng.random() < 0.1),
             max_running_requests=rng.choice((None, None, None, None, 32)),
         )
         cases.append((d, SPECS[MODELS[i % len(MODELS)]], rng.choice(gpus)))
@@ -160,7 +160,7 @@ def _engine_case(d: Deployment, model: ModelSpec, gpu: int | None) -> dict[str, 
             "cuda_graph_max_bs": d.cuda_graph_max_bs,
             "max_total_tokens": d.max_total_tokens,
             "context_length": d.context_length,
-            "enable_hierarchical_cache": d.enable_hierarchical_cache,
+            "enable_hierarchical_cache": d.hicache.enable,
             "max_running_requests": d.max_running_requests,
         },
     }

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from kvtier.engines.deployment import Hybrid
 from kvtier.errors import KvtierError
 from kvtier.model.description import (
     AttentionKind,
@@ -143,8 +144,10 @@ def kvtier(case: dict[str, Any], version: str) -> dict[str, Any]:
             model,
             tp=case["tp"],
             kv_cache_dtype=case["kv_cache_dtype"],
-            enable_prefix_caching=case["prefix_caching"],
-            mamba_ssm_dtype=case["ssm_cache_dtype"],
+            hybrid=Hybrid(
+                enable_prefix_caching=case["prefix_caching"],
+                mamba_ssm_dtype=case["ssm_cache_dtype"],
+            ),
         )
     except KvtierError as exc:
         return {"error": str(exc)}

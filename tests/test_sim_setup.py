@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kvtier.cli import main
-from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.deployment import Deployment, Engine, HiCache, Hybrid
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.sim.setup import build_config
 
@@ -32,7 +32,7 @@ def _both(**values: object) -> tuple[int, int, int]:
     [
         ({}, 32 // 3),
         ({"engine_version": "0.5.14"}, 32 // 5),
-        ({"disable_radix_cache": True}, 32 // 1),
+        ({"hybrid": Hybrid(disable_radix_cache=True)}, 32 // 1),
     ],
 )
 def test_a_hybrid_model_runs_as_many_requests_as_its_state_slots_allow(
@@ -178,8 +178,7 @@ def test_the_host_tier_is_sized_in_the_ledger_s_kv_dtype() -> None:
         "deepseek-v3.2",
         gpu="B200",
         tp=8,
-        enable_hierarchical_cache=True,
-        hicache_size_gb=100.0,
+        hicache=HiCache(enable=True, size_gb=100.0),
     )
     ledger = build_ledger(resolve(d))
     assert ledger.host_pool is not None

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kvtier.engines.deployment import Deployment, Engine
+from kvtier.engines.deployment import Deployment, Engine, HiCache
 from kvtier.errors import KvtierError
 from kvtier.sim.setup import build_config
 from kvtier.sim.speculative import SpecDecode
@@ -97,7 +97,7 @@ def founding(**values: object) -> Deployment:
 
 def test_founding_deployment_as_the_simulator_sizes_it() -> None:
     config = build_config(
-        founding(hicache_ratio=4.0, enable_hierarchical_cache=True), 512, device_tokens=159_277
+        founding(hicache=HiCache(enable=True, ratio=4.0)), 512, device_tokens=159_277
     )
     assert config.device_blocks == 159_277 // 512 == 311
     # HostKVCache: int(159277 x 4) tokens, aligned up by one page of 1
@@ -129,7 +129,7 @@ def test_flags_override_the_catalog() -> None:
     ("deployment", "message"),
     [
         (
-            Deployment(Engine.VLLM, "llama-3.1-8b", gpu="h100", hicache_ratio=2.0),
+            Deployment(Engine.VLLM, "llama-3.1-8b", gpu="h100", hicache=HiCache(ratio=2.0)),
             "--hicache-ratio is an SGLang HiCache flag",
         ),
         (Deployment(Engine.SGLANG, "kimi-k2.5", tp=8), "needs the GPU"),

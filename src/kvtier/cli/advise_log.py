@@ -17,7 +17,7 @@ from dataclasses import fields
 
 from kvtier.cli.flags import ADVISE, EXPLAIN, SIMULATE, rows, settings
 from kvtier.cli.flags.row import USED
-from kvtier.engines.deployment import Deployment
+from kvtier.engines.deployment import Deployment, field_default
 from kvtier.errors import KvtierError
 from kvtier.files import read_text
 
@@ -74,8 +74,8 @@ def _fill(args: argparse.Namespace, d: Deployment) -> None:
             continue
         if row.field is not None and row.field not in given:
             given.add(row.field)
-            value = getattr(d, row.field, None)
-            default = Deployment.__dataclass_fields__[row.field].default
+            value = d.value(row.field)
+            default = field_default(row.field)
             if value is not None and value is not False and value != default:
                 setattr(args, row.dest, value)
         elif row.field is None and row.dest in measured:

@@ -217,8 +217,8 @@ def _store(p: PlanInputs, base: Ledger) -> Candidate:
         "HiCache ratio 2 + L3 file store",
         "store",
         (
-            spelled(p, "enable_hierarchical_cache"),
-            spelled(p, "hicache_ratio"),
+            spelled(p, "hicache.enable"),
+            spelled(p, "hicache.ratio"),
             "2",
             "--hicache-storage-backend",
             "file",

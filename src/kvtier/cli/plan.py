@@ -51,10 +51,8 @@ def deployment_from_args(args: argparse.Namespace, command: str) -> Deployment:
     deployment = deployment.with_values("launch command", **from_launch)
     deployment = deployment.with_values("kvtier flag", **flags)
     _check_kv_bytes(deployment)
-    if deployment.hicache_ratio or deployment.hicache_size_gb:
-        deployment = deployment.with_values(
-            "implied by the host size", enable_hierarchical_cache=True
-        )
+    if deployment.hicache.ratio or deployment.hicache.size_gb:
+        deployment = deployment.with_values("implied by the host size", **{"hicache.enable": True})
     return deployment
 
 

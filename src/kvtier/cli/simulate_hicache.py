@@ -88,10 +88,14 @@ def request_count(source: Any) -> int:
 def with_policies(args: argparse.Namespace, deployment: Any) -> Any:
     """`deployment` with kvtier's HiCache policy flags set; a flag that contradicts the launch
     command's is refused naming both, and a prefetch policy needs an L3 store."""
+    from kvtier.engines.sglang.flags import FLAGS as SGLANG_FLAGS
+
     given: dict[str, str] = {}
-    for row in POLICIES:  # flags a pasted SGLang launch command may also set
-        name, flag = row.dest, row.name
-        mine, pasted = getattr(args, name), getattr(deployment, name)
+    for row in POLICIES:  # SGLang's own flags: a pasted launch command may also set them
+        engine_flag = SGLANG_FLAGS.find(row.name.removeprefix("--"))
+        assert engine_flag is not None  # each is spelled as SGLang's own flag
+        name, flag = engine_flag.field, row.name
+        mine, pasted = getattr(args, row.dest), deployment.value(name)
         if mine is not None and pasted is not None and mine != pasted:
             raise KvtierError(
                 f"kvtier's {flag} {mine} contradicts the {deployment.origin(name)}'s "
@@ -99,11 +103,12 @@ def with_policies(args: argparse.Namespace, deployment: Any) -> Any:
             )
         if mine is not None:
             given[name] = mine
-    policy = deployment.hicache_storage_prefetch_policy
+    policy = deployment.hicache.storage_prefetch_policy
     if policy is not None and not _has_store(args):
+        origin = deployment.origin("hicache.storage_prefetch_policy")
         raise KvtierError(
-            f"{PREFETCH_POLICY.name} {policy} ({deployment.origin(PREFETCH_POLICY.dest)}) applies "
-            "to an L3 store: give --store-tokens"
+            f"{PREFETCH_POLICY.name} {policy} ({origin}) applies to an L3 store: give "
+            "--store-tokens"
         )
     return deployment.with_values("kvtier flag", **given) if given else deployment
 

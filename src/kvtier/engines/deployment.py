@@ -8,6 +8,7 @@ that was set records where it came from (`origins`), so a ledger can cite its in
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -54,22 +55,78 @@ _MAX_GPUS = 4096
 _MAX_PAGE = 1 << 20
 _MAX_TOKENS = 1 << 40
 # field -> the flag named in an error (SGLang's name; vLLM's takes the same check), the bound
+_HICACHE_SIZES = (("ratio", "--hicache-ratio", 1e4), ("size_gb", "--hicache-size", 1e7))
 _HOST_SIZES = (
-    ("hicache_ratio", "--hicache-ratio", 1e4),
-    ("hicache_size_gb", "--hicache-size", 1e7),
     ("kv_cache_memory_bytes", "--kv-cache-memory-bytes", float(1 << 50)),
     ("kv_offloading_size_gib", "--kv-offloading-size", 1e7),
 )
-_COUNTS = (
-    ("context_length", "context length", 1),
-    ("max_running_requests", "--max-running-requests", 1),
-    ("max_total_tokens", "--max-total-tokens", 1),
-    ("cuda_graph_max_bs", "--cuda-graph-max-bs", 1),
-    ("speculative_num_steps", "--speculative-num-steps", 1),
-    ("speculative_eagle_topk", "--speculative-eagle-topk", 1),
-    ("speculative_num_draft_tokens", "--speculative-num-draft-tokens", 1),
-    ("max_mamba_cache_size", "--max-mamba-cache-size", 1),
-)
+# field -> the flag named in an error; every count is from 1 to _MAX_TOKENS
+_COUNTS = {
+    "context_length": "context length",
+    "max_running_requests": "--max-running-requests",
+    "max_total_tokens": "--max-total-tokens",
+    "cuda_graph_max_bs": "--cuda-graph-max-bs",
+    "speculative_num_steps": "--speculative-num-steps",
+    "speculative_eagle_topk": "--speculative-eagle-topk",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+}
+
+
+def _check_bounds(
+    record: object,
+    counts: Mapping[str, str] | None = None,
+    sizes: tuple[tuple[str, str, float], ...] = (),
+) -> None:
+    """Each count of `record` from 1 to _MAX_TOKENS, each size from 0 to its most; written as
+    `not (low <= x <= high)` so that NaN, which compares false, is refused."""
+    for name, flag in (counts or {}).items():
+        value = getattr(record, name)
+        if value is not None and not 1 <= value <= _MAX_TOKENS:
+            raise KvtierError(f"{flag} must be from 1 to {_MAX_TOKENS:,}, got {value}")
+    for name, flag, most in sizes:
+        value = getattr(record, name)
+        if value is not None and not 0 <= value <= most:
+            raise KvtierError(f"{flag} must be from 0 to {most:g}, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class HiCache:
+    """SGLang's hierarchical cache: `enable` (--enable-hierarchical-cache), its host pool as
+    `ratio` of the device pool or `size_gb` decimal GB per rank, and the write and storage
+    prefetch policies the simulator follows (None: the version's default)."""
+
+    enable: bool = False
+    ratio: float | None = None
+    size_gb: float | None = None
+    write_policy: str | None = None
+    storage_prefetch_policy: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_bounds(self, sizes=_HICACHE_SIZES)
+
+
+@dataclass(frozen=True, slots=True)
+class Hybrid:
+    """Prefix caching and state-pool settings of hybrid linear-attention models: vLLM
+    --enable-prefix-caching, --mamba-ssm-cache-dtype; SGLang --disable-radix-cache,
+    --mamba-full-memory-ratio, --max-mamba-cache-size, --mamba-ssm-dtype (None: the engine's
+    default)."""
+
+    enable_prefix_caching: bool | None = None
+    disable_radix_cache: bool = False
+    mamba_full_memory_ratio: float | None = None
+    max_mamba_cache_size: int | None = None
+    mamba_ssm_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_bounds(self, counts={"max_mamba_cache_size": "--max-mamba-cache-size"})
+        ratio = self.mamba_full_memory_ratio
+        if ratio is not None and not 0.0 < ratio <= 1e4:
+            raise KvtierError(f"--mamba-full-memory-ratio must be in (0, 10000], got {ratio}")
+
+
+# the sub-records of a Deployment, by field: a name `hicache.ratio` addresses one of their fields
+_GROUPS: dict[str, type[HiCache] | type[Hybrid]] = {"hicache": HiCache, "hybrid": Hybrid}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +135,7 @@ class Deployment:
 
     `None` means "not given: the engine's default applies"; the budget modules resolve
     defaults and say which rule they used. Host sizes follow the engines: SGLang
-    `hicache_size_gb` is decimal GB per rank, vLLM `kv_offloading_size_gib` is GiB over all ranks.
+    `hicache.size_gb` is decimal GB per rank, vLLM `kv_offloading_size_gib` is GiB over all ranks.
     """
 
     engine: Engine
@@ -109,9 +166,7 @@ class Deployment:
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
-    enable_hierarchical_cache: bool = False
-    hicache_ratio: float | None = None
-    hicache_size_gb: float | None = None
+    hicache: HiCache = field(default_factory=HiCache)
     kv_cache_memory_bytes: int | None = None
     kv_offloading_size_gib: float | None = None
     # vLLM's host tier beyond --kv-offloading-size: --kv-offloading-backend (native, lmcache),
@@ -131,17 +186,7 @@ class Deployment:
     long_prefill_token_threshold: int | None = None  # vLLM; None: 0, no cap on a prefill chunk
     # vLLM --[no-]async-scheduling (None: the engine's choice, engines/vllm/sliding.py)
     async_scheduling: bool | None = None
-    # SGLang HiCache policies the simulator follows (None: the version's default)
-    hicache_write_policy: str | None = None
-    hicache_storage_prefetch_policy: str | None = None
-    # hybrid linear-attention models: SGLang --disable-radix-cache, --mamba-full-memory-ratio,
-    # --max-mamba-cache-size, --mamba-ssm-dtype; vLLM --enable-prefix-caching,
-    # --mamba-ssm-cache-dtype (None: the engine's default)
-    disable_radix_cache: bool = False
-    enable_prefix_caching: bool | None = None
-    mamba_full_memory_ratio: float | None = None
-    max_mamba_cache_size: int | None = None
-    mamba_ssm_dtype: str | None = None
+    hybrid: Hybrid = field(default_factory=Hybrid)
     # SGLang --device (None: auto-detected); "cuda" is also what its ROCm build runs as
     device: str | None = None
     measured: Measured = field(default_factory=Measured)
@@ -169,17 +214,7 @@ class Deployment:
             raise KvtierError(
                 f"page/block size must be from 1 to {_MAX_PAGE:,}, got {self.page_size}"
             )
-        for name, flag, least in _COUNTS:
-            value = getattr(self, name)
-            if value is not None and not least <= value <= _MAX_TOKENS:
-                raise KvtierError(f"{flag} must be from {least} to {_MAX_TOKENS:,}, got {value}")
-        ratio = self.mamba_full_memory_ratio
-        if ratio is not None and not 0.0 < ratio <= 1e4:
-            raise KvtierError(f"--mamba-full-memory-ratio must be in (0, 10000], got {ratio}")
-        for name, flag, most in _HOST_SIZES:
-            value = getattr(self, name)
-            if value is not None and not 0 <= value <= most:
-                raise KvtierError(f"{flag} must be from 0 to {most:g}, got {value}")
+        _check_bounds(self, _COUNTS, _HOST_SIZES)
 
     @property
     def gpus(self) -> int:
@@ -190,8 +225,39 @@ class Deployment:
         """Where a field's value came from ('launch command', 'kvtier flag', ...), or 'default'."""
         return dict(self.origins).get(name, "default")
 
+    def value(self, name: str) -> object:
+        """A field's value by name; `hicache.ratio` names a field of a sub-record."""
+        group, _, sub = name.rpartition(".")
+        return getattr(getattr(self, group) if group else self, sub)
+
     def with_values(self, origin: str, **values: object) -> Deployment:
-        """A copy with `values` set and their origin recorded (how options and overrides apply)."""
+        """A copy with `values` set and their origin recorded (how options and overrides apply);
+        a name `hicache.ratio` sets a field of a sub-record."""
         origins = dict(self.origins)
         origins.update(dict.fromkeys(values, origin))
-        return dataclasses.replace(self, origins=tuple(origins.items()), **values)  # type: ignore[arg-type]
+        fields = grouped(values, self)
+        return dataclasses.replace(self, origins=tuple(origins.items()), **fields)  # type: ignore[arg-type]
+
+
+def grouped(values: Mapping[str, object], base: Deployment | None = None) -> dict[str, object]:
+    """`values` by field name as Deployment's keywords: the `group.field` names of one
+    sub-record gathered into that record, built on `base`'s (without a base, the default)."""
+    out: dict[str, object] = {}
+    parts: dict[str, dict[str, object]] = {}
+    for name, value in values.items():
+        group, dot, sub = name.partition(".")
+        if dot:
+            parts.setdefault(group, {})[sub] = value
+        else:
+            out[name] = value
+    for group, changed in parts.items():
+        record = getattr(base, group) if base is not None else _GROUPS[group]()
+        out[group] = dataclasses.replace(record, **changed)
+    return out
+
+
+def field_default(name: str) -> object:
+    """The default of a Deployment field by name (`hicache.ratio` for a sub-record's)."""
+    group, _, sub = name.rpartition(".")
+    record = _GROUPS[group] if group else Deployment
+    return record.__dataclass_fields__[sub].default

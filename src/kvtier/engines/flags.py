@@ -42,7 +42,7 @@ def one_of(*choices: str) -> Convert:
 
 
 class Flag(NamedTuple):
-    field: str  # the Deployment field it sets
+    field: str  # the Deployment field it sets (`hicache.ratio`: a field of a sub-record)
     printed: str  # the argument name the engine prints it under
     convert: Convert | None  # None: a boolean switch
     spellings: tuple[str, ...]  # as typed on a command line, dashes, without the leading --

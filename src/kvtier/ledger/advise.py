@@ -206,15 +206,15 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
     assert tier is not None and isinstance(base.figures, SGLangFigures)  # vLLM returned above
     per_token = base.figures.host_bytes_per_token  # in the pool's own KV dtype
     sizes: list[tuple[str, tuple[str, ...], float | None, float | None]] = [
-        (f"ratio {r:g}", (spelled(p, "hicache_ratio"), f"{r:g}"), r, None) for r in HOST_RATIOS
+        (f"ratio {r:g}", (spelled(p, "hicache.ratio"), f"{r:g}"), r, None) for r in HOST_RATIOS
     ]
-    if d.hicache_size_gb:
+    if d.hicache.size_gb:
         sizes.append(
             (
-                f"size {d.hicache_size_gb:g} GB",
-                (spelled(p, "hicache_size_gb"), f"{d.hicache_size_gb:g}"),
+                f"size {d.hicache.size_gb:g} GB",
+                (spelled(p, "hicache.size_gb"), f"{d.hicache.size_gb:g}"),
                 None,
-                d.hicache_size_gb,
+                d.hicache.size_gb,
             )
         )
     options = []
@@ -250,7 +250,7 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
             Option(
                 f"HiCache {label}",
                 OptionKind.HOST_TIER,
-                (spelled(p, "enable_hierarchical_cache"), *flags),
+                (spelled(p, "hicache.enable"), *flags),
                 base.kv_tokens,
                 _conc(base),
                 cost,

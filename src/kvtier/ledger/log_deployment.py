@@ -8,7 +8,7 @@ Which figures a log prints, and what they measure, is the engine's (`engines/<en
 
 from __future__ import annotations
 
-from kvtier.engines.deployment import Deployment, Measured
+from kvtier.engines.deployment import Deployment, Measured, grouped
 from kvtier.engines.explain import LogInputs
 from kvtier.engines.rules import rules_for
 
@@ -55,5 +55,5 @@ def log_deployment(inp: LogInputs, measured_flags: Measured | None = None) -> De
         engine=inp.engine,
         measured=measured,
         origins=tuple((k, f"log {v}" if v.startswith("line") else v) for k, v in origins.items()),
-        **values,  # type: ignore[arg-type]
+        **grouped(values),  # type: ignore[arg-type]
     )

@@ -200,13 +200,13 @@ _PLAN_SETTINGS = (
     ("max_total_tokens", to_int),
     ("kv_cache_memory_bytes", to_int),
     # hybrid linear-attention models: how the engines size the recurrent-state slots
-    ("disable_radix_cache", to_bool),
-    ("enable_prefix_caching", to_bool),
+    ("hybrid.disable_radix_cache", to_bool),
+    ("hybrid.enable_prefix_caching", to_bool),
     # vLLM: how far past its window a sliding-window group holds blocks (v0.26.0 on)
     ("async_scheduling", to_bool),
-    ("mamba_full_memory_ratio", to_ratio),
-    ("max_mamba_cache_size", to_int),
-    ("mamba_ssm_dtype", to_str),
+    ("hybrid.mamba_full_memory_ratio", to_ratio),
+    ("hybrid.max_mamba_cache_size", to_int),
+    ("hybrid.mamba_ssm_dtype", to_str),
     # SGLang --device: a build kvtier does not model is refused, not sized as CUDA
     ("device", to_str),
     # vLLM's VLLM_PP_LAYER_PARTITION, from the assignments before a logged launch command

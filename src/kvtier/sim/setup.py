@@ -102,7 +102,7 @@ class SimConfig:
 
 
 def _policy_source(d: Deployment, name: str, default: str) -> str:
-    value = getattr(d, name)
+    value = d.value(name)
     return f"{value} ({d.origin(name)})" if value is not None else default
 
 
@@ -201,8 +201,8 @@ def _check_dp_attention(d: Deployment, store_tokens: int) -> None:
     refused = [
         name
         for name, used in (
-            ("the hierarchical cache", d.enable_hierarchical_cache or d.hicache_ratio is not None
-             or bool(d.hicache_size_gb)),
+            ("the hierarchical cache", d.hicache.enable or d.hicache.ratio is not None
+             or bool(d.hicache.size_gb)),
             ("an L3 store", bool(store_tokens)),
             ("speculative decoding", d.speculative_algorithm is not None),
         )
@@ -219,17 +219,17 @@ def _sglang_part(inputs: PartInputs) -> dict[str, Any]:
     """SGLang's scheduling figures and HiCache tiers (host, store, prefetch) from the ledger."""
     d, ledger, device_tokens = inputs.deployment, inputs.ledger, inputs.device_tokens
     store_tokens, prefetch, sources = inputs.store_tokens, inputs.prefetch, inputs.sources
-    write_policy = d.hicache_write_policy or DEFAULT_WRITE_POLICY
+    write_policy = d.hicache.write_policy or DEFAULT_WRITE_POLICY
     host = 0
     rules, capacity = PrefetchRules(), 0
-    if d.enable_hierarchical_cache or d.hicache_ratio is not None or d.hicache_size_gb:
+    if d.hicache.enable or d.hicache.ratio is not None or d.hicache.size_gb:
         per_token = _sglang_figures(ledger).host_bytes_per_token
         host = host_tokens(
-            device_tokens, ledger.page_size, per_token, d.hicache_ratio, d.hicache_size_gb
+            device_tokens, ledger.page_size, per_token, d.hicache.ratio, d.hicache.size_gb
         )
         sources.append(("host tokens", "HostKVCache sizing (--hicache-size / --hicache-ratio)"))
         default = f"{write_policy} (SGLang's default)"
-        sources.append(("write policy", _policy_source(d, "hicache_write_policy", default)))
+        sources.append(("write policy", _policy_source(d, "hicache.write_policy", default)))
     if store_tokens:
         if not host:
             raise KvtierError(
@@ -239,9 +239,9 @@ def _sglang_part(inputs: PartInputs) -> dict[str, Any]:
         sources.append(("store tokens", "--store-tokens"))
         era = prefetch_era(d.engine_version)
         given = prefetch or PrefetchFlags()
-        policy = d.hicache_storage_prefetch_policy
+        policy = d.hicache.storage_prefetch_policy
         if policy is not None and given.policy is not None and policy != given.policy:
-            origin = d.origin("hicache_storage_prefetch_policy")
+            origin = d.origin("hicache.storage_prefetch_policy")
             raise KvtierError(
                 f"prefetch policy {given.policy} contradicts the deployment's "
                 f"--hicache-storage-prefetch-policy {policy} ({origin})"
@@ -256,7 +256,7 @@ def _sglang_part(inputs: PartInputs) -> dict[str, Any]:
                 f"{rules.timeout_base_s:g} s + {rules.timeout_per_ki_token_s:g} s per 1024 tokens"
                 f"{cap}, up to {capacity:,} tokens in prefetch "
                 f"({era.label} HiCache rules; policy "
-                f"{_policy_source(d, 'hicache_storage_prefetch_policy', 'the version default')})",
+                f"{_policy_source(d, 'hicache.storage_prefetch_policy', 'the version default')})",
             )
         )
     max_running, text = running_limit(ledger, device_tokens)

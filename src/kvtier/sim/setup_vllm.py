@@ -24,17 +24,17 @@ from kvtier.sim.vllm_tiers import vllm_tiers
 
 # Deployment fields that only SGLang reads, and the flag that sets each
 _SGLANG_ONLY = (
-    ("hicache_ratio", "--hicache-ratio"),
-    ("hicache_size_gb", "--hicache-size"),
-    ("enable_hierarchical_cache", "--enable-hierarchical-cache"),
-    ("hicache_write_policy", "--hicache-write-policy"),
-    ("hicache_storage_prefetch_policy", "--hicache-storage-prefetch-policy"),
+    ("hicache.ratio", "--hicache-ratio"),
+    ("hicache.size_gb", "--hicache-size"),
+    ("hicache.enable", "--enable-hierarchical-cache"),
+    ("hicache.write_policy", "--hicache-write-policy"),
+    ("hicache.storage_prefetch_policy", "--hicache-storage-prefetch-policy"),
 )
 
 
 def _refuse_sglang_flags(d: Deployment, store_tokens: int, prefetch: PrefetchFlags | None) -> None:
     for name, flag in _SGLANG_ONLY:
-        if getattr(d, name):
+        if d.value(name):
             raise KvtierError(
                 f"{flag} is an SGLang HiCache flag; a vLLM deployment's host tier is "
                 "--kv-offloading-size"
@@ -67,9 +67,9 @@ def vllm_part(inputs: PartInputs) -> dict[str, Any]:
     batched = ledger.figures.max_num_batched_tokens
     _, batched_from = _input(ledger, "max_num_batched_tokens")
     sources.append(("max_num_batched_tokens", f"{batched:,} ({batched_from})"))
-    caching = d.enable_prefix_caching is not False
+    caching = d.hybrid.enable_prefix_caching is not False
     given = "V1's default"
-    if d.enable_prefix_caching is not None:
+    if d.hybrid.enable_prefix_caching is not None:
         given = f"--{'' if caching else 'no-'}enable-prefix-caching"
     sources.append(("prefix caching", f"{'on' if caching else 'off'} ({given})"))
     blocks = inputs.device_tokens // ledger.page_size

@@ -52,13 +52,8 @@ def _float(name: str, raw: str) -> float:
 
 def _hicache_ratio(d: Deployment, t: TimingFlags, raw: str) -> tuple[Deployment, TimingFlags]:
     ratio = _float("hicache-ratio", raw)
-    if ratio == 0:
-        return d.with_values(
-            "sweep", enable_hierarchical_cache=False, hicache_ratio=None, hicache_size_gb=None
-        ), t
-    return d.with_values(
-        "sweep", enable_hierarchical_cache=True, hicache_ratio=ratio, hicache_size_gb=None
-    ), t
+    host = {"hicache.enable": ratio != 0, "hicache.ratio": ratio or None, "hicache.size_gb": None}
+    return d.with_values("sweep", **host), t
 
 
 def _mem_fraction(d: Deployment, t: TimingFlags, raw: str) -> tuple[Deployment, TimingFlags]:

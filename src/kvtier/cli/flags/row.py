@@ -18,7 +18,8 @@ class KvFlag:
     names: tuple[str, ...]  # as typed, first the one messages name
     group: str  # a key of flags.GROUPS; "" for the command's own options
     commands: Mapping[str, str]  # command -> USED, or why it refuses the flag
-    field: str | None = None  # the Deployment field (explain: the setting) it sets
+    # the Deployment field (explain: the setting) it sets; a sub-record's as `hicache.ratio`
+    field: str | None = None
     sample: tuple[str, ...] = ()  # a valid value other than the default (the table's test)
     spec: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # add_argument keywords
     # engine -> why its deployments refuse the flag ("an SGLang HiCache flag; ..."); others use it

@@ -71,12 +71,12 @@ class _LinearState:
             raise KvtierError("hybrid linear-attention models under PP are not modelled")
         mamba.check_runs(version, p.model.architecture)
         self.rule = mamba.slot_rule(version)
-        self.ssm_dtype = dtype = mamba.ssm_dtype(version, d.mamba_ssm_dtype, state)
+        self.ssm_dtype = dtype = mamba.ssm_dtype(version, d.hybrid.mamba_ssm_dtype, state)
         widen = self.rule is not mamba.SlotRule.FIXED
         self.per_slot = mamba.state_bytes(state, p.attn_tp, dtype, widen)
-        self.ratio = d.mamba_full_memory_ratio or mamba.DEFAULT_FULL_MEMORY_RATIO
+        self.ratio = d.hybrid.mamba_full_memory_ratio or mamba.DEFAULT_FULL_MEMORY_RATIO
         self.checked = mamba.checks_slots(version)
-        self.extra = mamba.extra_buffer(version, p.model.architecture, d.disable_radix_cache)
+        self.extra = mamba.extra_buffer(version, p.model.architecture, d.hybrid.disable_radix_cache)
         self.dp = d.dp if d.enable_dp_attention else 1
         self.deployment = d
 
@@ -96,9 +96,9 @@ class _LinearState:
             rest_gib,
             self.per_slot,
             self.ratio,
-            d.max_mamba_cache_size,
+            d.hybrid.max_mamba_cache_size,
             d.max_running_requests,
-            d.disable_radix_cache or self.rule is mamba.SlotRule.FIXED,
+            d.hybrid.disable_radix_cache or self.rule is mamba.SlotRule.FIXED,
             self.dp,
             self.checked,
         )
@@ -123,7 +123,7 @@ def _gemma4_refused(d: Deployment) -> tuple[tuple[str, bool], ...]:
     """The features whose Gemma 4 pools are not modelled, each with whether `d` uses it."""
     return (
         ("speculative decoding", bool(d.speculative_algorithm)),
-        ("the hierarchical cache", bool(d.enable_hierarchical_cache)),
+        ("the hierarchical cache", bool(d.hicache.enable)),
         ("pipeline parallelism", d.pp > 1),
     )
 
@@ -405,7 +405,11 @@ def _requests(p: PlanInputs, cells: Cells, budget: Budget, split: Split) -> Requ
     if linear is not None:
         assert split.state is not None
         slot_cap = mamba.slot_request_cap(
-            linear.rule, split.state.slots, d.disable_radix_cache, linear.extra, linear.checked
+            linear.rule,
+            split.state.slots,
+            d.hybrid.disable_radix_cache,
+            linear.extra,
+            linear.checked,
         )
         capped = slot_cap < sglang.max_num_reqs(split.tokens, ctx, flag)
     attn_dp = d.dp if d.enable_dp_attention else 1
@@ -429,7 +433,7 @@ def build(p: PlanInputs) -> Ledger:
     host_per_token = hicache.host_bytes_per_token(p.model.kv, p.attn_tp, cells.layers, cells.dtype)
     host_pool = (
         ledger_items.host_pool(p, split.tokens, cells.page, host_per_token)
-        if d.enable_hierarchical_cache
+        if d.hicache.enable
         else None
     )
     m = d.measured

@@ -125,7 +125,7 @@ def _piecewise_mib(d: Deployment, model: ModelSpec, chunk: int, v: Version, rocm
         or d.enable_dp_attention
         or d.pp > 1
         or model.multimodal
-        or d.enable_hierarchical_cache
+        or d.hicache.enable
     ):
         return 0
     if model.kv.kind is AttentionKind.MLA:

@@ -291,12 +291,12 @@ def _formula(cells: Cells, budget: Budget) -> str:
 
 def host_pool(p: PlanInputs, tokens: int, page: int, per_token: int) -> HostPool:
     d = p.deployment
-    host = hicache.host_tokens(tokens, page, per_token, d.hicache_ratio, d.hicache_size_gb)
+    host = hicache.host_tokens(tokens, page, per_token, d.hicache.ratio, d.hicache.size_gb)
     per_rank = host * per_token
     how = (
-        f"--hicache-size {d.hicache_size_gb} GB"
-        if d.hicache_size_gb
-        else f"device tokens x {d.hicache_ratio or hicache.DEFAULT_HICACHE_RATIO}"
+        f"--hicache-size {d.hicache.size_gb} GB"
+        if d.hicache.size_gb
+        else f"device tokens x {d.hicache.ratio or hicache.DEFAULT_HICACHE_RATIO}"
     )
     return HostPool(
         host, per_rank, per_rank * d.gpus, f"HostKVCache: {how}, + 1 page; {per_token:,} B/token"

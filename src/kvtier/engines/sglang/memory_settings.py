@@ -99,7 +99,7 @@ def _tc_piecewise_off(d: Deployment, model: ModelSpec, v: Version) -> bool:
     """_disable_tc_piecewise_cudagraph_if_incompatible, the rules a deployment can meet."""
     blocked = any(model.architecture in archs for first, archs in _PIECEWISE_DISABLED if v >= first)
     multimodal = model.multimodal and model.architecture not in _multimodal_piecewise(v)
-    return blocked or multimodal or d.enable_dp_attention or d.pp > 1 or d.enable_hierarchical_cache
+    return blocked or multimodal or d.enable_dp_attention or d.pp > 1 or d.hicache.enable
 
 
 def _breakable_off(d: Deployment, model: ModelSpec, v: Version) -> bool:

@@ -231,7 +231,7 @@ class Pool:
         self.layout = vllm.hybrid_layout(kv.num_full_layers, len(kv.linear.layer_ids))
         self.layers = self.layout.group_size
         self.linear_blocks = mamba.blocks_per_linear_group(
-            era.version, d.enable_prefix_caching, p.model.architecture
+            era.version, d.hybrid.enable_prefix_caching, p.model.architecture
         )
 
     def blocks_per_request(self, context: int) -> int:
@@ -364,7 +364,7 @@ def _setup(p: PlanInputs) -> Setup:
     state = None
     if kv.linear is not None:
         conv = run_dtype or p.model.dtype
-        ssm = mamba.ssm_dtype(d.mamba_ssm_dtype, p.model.architecture, kv.linear, conv)
+        ssm = mamba.ssm_dtype(d.hybrid.mamba_ssm_dtype, p.model.architecture, kv.linear, conv)
         state_bytes = mamba.state_page_bytes(kv.linear, d.tp, conv, ssm)
         block = mamba.attention_block_size(state_bytes, vllm.page_bytes(kv, d.tp, 1, dtype), block)
         state = (state_bytes, conv, ssm)

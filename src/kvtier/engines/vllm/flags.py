@@ -37,12 +37,12 @@ FLAGS = FlagTable(
         flag("max_num_batched_tokens", int, field="chunked_prefill_size"),
         flag("kv_cache_memory_bytes", int),
         flag("kv_offloading_size", float, field="kv_offloading_size_gib"),
-        flag("enable_prefix_caching", None),
+        flag("enable_prefix_caching", None, field="hybrid.enable_prefix_caching"),
         flag("kv_offloading_backend", one_of("native", "lmcache")),
         flag("kv_transfer_config", json_object),
         flag("long_prefill_token_threshold", int),
         flag("scheduling_policy", one_of("fcfs", "priority")),
-        flag("mamba_ssm_cache_dtype", str, field="mamba_ssm_dtype"),
+        flag("mamba_ssm_cache_dtype", str, field="hybrid.mamba_ssm_dtype"),
         flag("async_scheduling", None),
     )
 )
