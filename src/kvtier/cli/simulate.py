@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from kvtier.cli import router_options
 from kvtier.cli.flags import SIMULATE, add_flags, refuse
 from kvtier.cli.parser import add_subcommand
 from kvtier.cli.plan import deployment_from_args, warn_ignored
@@ -82,6 +83,8 @@ def _check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    if router_options.asked(args):
+        return router_options.show(args)
     with Progress(not (args.quiet or args.json)) as progress:
         return _run(args, progress)
 

@@ -56,11 +56,13 @@ store prefetches it while it waits; --hicache-storage-prefetch-policy says how l
 MAX_REPLICAS = 4096  # tests check it against kvtier.sim.fleet.run.MAX_REPLICAS
 ROUTERS = NAMES  # the policies' CLI names (kvtier.routers)
 DEFAULT_ROUTER = "sglang-cache-aware"  # sglang-router's own default policy, cache_aware
+ROUTER_OPT_HELP = "help"  # --router-opt help: list the policy's options (cli/router_options.py)
 FLEET_HELP = f"""\
 N identical replicas (each sized by the ledger as one server is) behind a router that sees only
 its own counters (and, for power-of-two, the replicas' /get_load polls). Policies:
 {", ".join(ROUTERS)} (default {DEFAULT_ROUTER}).
---router-opt KEY=VALUE sets a policy's option (see docs/fleet.md); the llm-d policies'
+--router-opt KEY=VALUE sets a policy's option; --router-opt help lists the policy's options (key,
+default, values, what it sets; with --json, as JSON; last example). The llm-d policies'
 step-stats=0 read a vLLM pod's queue and KV usage at the scrape, not as its last completed step
 left them, and llm-d-precise's and dynamo-kv's step-events=0 read a replica's blocks as they
 stand, not from the KV events its vLLM step published.
@@ -69,7 +71,8 @@ stand, not from the KV events its vLLM step published.
       --system-tokens 6000 --question-tokens 1200 --output-tokens 256 --rate 4 \\
       --requests 800 --seed 1 -o sp.jsonl
   kvtier simulate sp.jsonl --engine sglang --model qwen3-32b --gpu h100 --tp 2 \\
-      --replicas 4 --sweep router=round-robin,sglang-cache-aware --json"""
+      --replicas 4 --sweep router=round-robin,sglang-cache-aware --json
+  kvtier simulate --router llm-d-precise --router-opt help"""
 SHARED_PREFIX_HELP = """\
 G groups of P prompts: a group's S-token system prompt, then a Q-token question of the prompt's
 own; the G x P prompts shuffled once and sent in that order again and again, at Poisson times of
@@ -201,7 +204,8 @@ FLEET = (
          help=f"routing policy: {', '.join(ROUTERS)}"),
     flag("--router-opt", group="fleet", commands=SIM, sample=("cache-threshold=0.9",),
          action="append", default=[], metavar="KEY=VALUE",
-         help="an option of the policy (repeatable), e.g. cache-threshold=0.5, step-events=0"),
+         help="an option of the policy (repeatable), e.g. cache-threshold=0.5, step-events=0; "
+         f"{ROUTER_OPT_HELP} lists them"),
     flag("--shared-store-tokens", group="fleet", commands=SIM, sample=("10000000",),
          type=count(1, MAX_TOKENS), metavar="N",
          help="one L3 store of N tokens that every replica writes to and reads from"),

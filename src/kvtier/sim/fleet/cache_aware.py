@@ -23,7 +23,7 @@ import math
 import struct
 
 from kvtier.sim.fleet.approx_tree import ApproxTree
-from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number
+from kvtier.sim.fleet.policy import FleetView, Number, Policy, Router, RouterOption
 from kvtier.sim.trace import TraceRequest
 
 
@@ -93,22 +93,22 @@ class CacheAware:
 
 OPTIONS = {
     "cache-threshold": RouterOption(
-        number(0.0, 1.0), 0.3, "match ratio above which the tree decides"
+        Number(0.0, 1.0), 0.3, "match ratio above which the tree decides"
     ),
     "balance-abs-threshold": RouterOption(
-        number(0, 1 << 40, integer=True), 64, "max - min in-flight requests to call it imbalanced"
+        Number(0, 1 << 40, integer=True), 64, "max - min in-flight requests to call it imbalanced"
     ),
     "balance-rel-threshold": RouterOption(
-        number(0.0, 1e9), 1.5, "max / min in-flight requests to call it imbalanced"
+        Number(0.0, 1e9), 1.5, "max / min in-flight requests to call it imbalanced"
     ),
     "eviction-interval-secs": RouterOption(
-        number(0, 1 << 31, integer=True), 60, "seconds between tree evictions (0: none)"
+        Number(0, 1 << 31, integer=True), 60, "seconds between tree evictions (0: none)"
     ),
     "max-tree-size": RouterOption(
-        number(1, 1 << 62, integer=True), 2**26, "characters a tenant keeps in the tree"
+        Number(1, 1 << 62, integer=True), 2**26, "characters a tenant keeps in the tree"
     ),
     "chars-per-token": RouterOption(
-        number(0.01, 1000.0),
+        Number(0.01, 1000.0),
         4.0,
         "characters of request text a token stands for (tree sizes only; the match ratio is "
         "the same at any value)",

@@ -29,7 +29,7 @@ import random
 from collections.abc import Sequence
 
 from kvtier.sim.fleet.kv_events import EventReader, event_options
-from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, Untimed, number
+from kvtier.sim.fleet.policy import FleetView, Number, Policy, Router, RouterOption, Untimed
 from kvtier.sim.trace import TraceRequest
 
 
@@ -100,9 +100,9 @@ def policy(block_size: int) -> Policy:
 
     return Policy(
         {
-            "overlap-score-weight": RouterOption(number(0.0, 1e6), 1.0, "weight of prefill blocks"),
+            "overlap-score-weight": RouterOption(Number(0.0, 1e6), 1.0, "weight of prefill blocks"),
             "router-temperature": RouterOption(
-                number(0.0, 1e6), 0.0, "softmax temperature (0: argmin)"
+                Number(0.0, 1e6), 0.0, "softmax temperature (0: argmin)"
             ),
         }
         | event_options(),

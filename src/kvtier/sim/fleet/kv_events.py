@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from kvtier.sim.fleet.policy import FleetView, RouterOption, number, published
+from kvtier.sim.fleet.policy import FleetView, Number, RouterOption, published
 
 
 class DelayedEvents:
@@ -96,7 +96,7 @@ def event_options() -> dict[str, RouterOption]:
     """The `--router-opt` keys of a router whose index reads KV events."""
     return {
         "event-delay-ms": RouterOption(
-            number(0, 3.6e6), 0.0, "how late a replica's KV events reach the index (0: at once)"
+            Number(0, 3.6e6), 0.0, "how late a replica's KV events reach the index (0: at once)"
         ),
         "step-events": published("blocks as its KV events publish them", "once a step", "at once"),
     }

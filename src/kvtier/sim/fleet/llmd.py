@@ -45,7 +45,7 @@ import random
 from collections import OrderedDict
 
 from kvtier.sim.fleet.kv_events import EventReader, event_options
-from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, number, published
+from kvtier.sim.fleet.policy import FleetView, Number, Policy, Router, RouterOption, published
 from kvtier.sim.trace import TraceRequest
 
 APPROX_MAX_TOKENS = 256 * 64 // 4  # DefaultMaxPrefixBlocks x DefaultBlockSize chars / 4 a token
@@ -196,19 +196,19 @@ class LlmdScheduler(EventReader):
 
 
 def _common(block_size: int) -> dict[str, RouterOption]:
-    weight = number(0.0, 1e6)
+    weight = Number(0.0, 1e6)
     return {
         "prefix-weight": RouterOption(weight, 3.0, "weight of the prefix scorer"),
         "queue-weight": RouterOption(weight, 2.0, "weight of the queue scorer"),
         "kv-usage-weight": RouterOption(weight, 2.0, "weight of the KV-cache utilization scorer"),
         "metrics-interval-ms": RouterOption(
-            number(0.001, 3.6e6), 50.0, "how stale the scraped queue and KV usage are"
+            Number(0.001, 3.6e6), 50.0, "how stale the scraped queue and KV usage are"
         ),
         "step-stats": published(
             "metrics as its engine last published them", "each iteration", "as at the scrape"
         ),
         "block-size": RouterOption(
-            number(1, 1 << 20, integer=True), block_size, "trace block tokens"
+            Number(1, 1 << 20, integer=True), block_size, "trace block tokens", "the trace's"
         ),
     }
 
@@ -217,10 +217,10 @@ def policies(block_size: int) -> tuple[Policy, Policy]:
     """(llm-d-approximate, llm-d-precise)."""
     approx = dict(_common(block_size))
     approx["lru-capacity-per-server"] = RouterOption(
-        number(0, 1 << 40, integer=True), 0, "blocks the index keeps per server (0: the GPU's)"
+        Number(0, 1 << 40, integer=True), 0, "blocks the index keeps per server (0: the GPU's)"
     )
     approx["max-prefix-tokens"] = RouterOption(
-        number(0, 1 << 40, integer=True), APPROX_MAX_TOKENS, "tokens hashed (0: all)"
+        Number(0, 1 << 40, integer=True), APPROX_MAX_TOKENS, "tokens hashed (0: all)"
     )
 
     def build_approx(n: int, opts: dict[str, float], seed: int, view: FleetView) -> Router:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from kvtier.sim.fleet.policy import FleetView, Policy, Router, RouterOption, Untimed, number
+from kvtier.sim.fleet.policy import FleetView, Number, Policy, Router, RouterOption, Untimed
 from kvtier.sim.trace import TraceRequest
 
 
@@ -82,7 +82,7 @@ LEAST_LOAD = Policy(
 POWER_OF_TWO = Policy(
     {
         "load-check-interval-secs": RouterOption(
-            number(0.001, 86400.0), 5.0, "seconds between /get_load polls (5)"
+            Number(0.001, 86400.0), 5.0, "seconds between /get_load polls (5)"
         )
     },
     _power_of_two,

@@ -1,4 +1,5 @@
-"""A fleet run's part of `kvtier simulate --json`: the router, each replica's load, the imbalance.
+"""A fleet run's part of `kvtier simulate --json`: the router, each replica's load, the imbalance;
+and a policy's options as `--router-opt help --json` lists them.
 
 It follows the fleet's `SimResult` keys (whose `ttft_s` carries the fleet's mean and whose
 `hit_rate_by_tier` names a fleet-wide store `shared`). A new key is one field here, placed where
@@ -8,9 +9,10 @@ it goes, and one argument in `fleet_part`.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from kvtier.payload import Count, Share
+from kvtier.payload import OMITTED, Count, Share
+from kvtier.sim.fleet.policy import Policy
 from kvtier.sim.fleet.result import FleetResult
 from kvtier.sim.metrics import SimResult
 
@@ -74,3 +76,38 @@ def fleet_run(r: FleetResult) -> tuple[SimResult, FleetPart]:
         for s in r.replicas
     )
     return run, FleetPart(fleet, replicas, r.imbalance)
+
+
+@dataclass(frozen=True, slots=True)
+class OptionHelp:
+    """One `--router-opt` key of a policy, from its `RouterOption` row."""
+
+    key: str
+    default: float | None  # None: taken from the run, as `follows` says
+    allowed: str
+    help: str
+    follows: str | None = field(default=None, metadata=OMITTED)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterOptions:
+    """`kvtier simulate --router POLICY --router-opt help --json`."""
+
+    router: str
+    source: str
+    options: tuple[OptionHelp, ...]
+
+
+def router_options(name: str, policy: Policy) -> RouterOptions:
+    """The policy's `--router-opt` keys in the order it declares them."""
+    rows = tuple(
+        OptionHelp(
+            key,
+            None if o.follows else o.default,
+            o.parse.allowed,
+            o.help,
+            o.follows or None,
+        )
+        for key, o in policy.options.items()
+    )
+    return RouterOptions(name, policy.source, rows)

@@ -114,33 +114,63 @@ class Stateless(Untimed):
 
 
 @dataclass(frozen=True, slots=True)
-class RouterOption:
-    """One `--router-opt` key: its parser (raises ValueError with a reason) and default."""
+class Number:
+    """A `--router-opt` value: a number (or an integer) in [lo, hi]. Called on the text, it
+    returns the value or raises ValueError with a reason."""
 
-    parse: Callable[[str], float]
-    default: float
-    help: str
+    lo: float
+    hi: float
+    integer: bool = False
 
-
-def number(lo: float, hi: float, integer: bool = False) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
+    def __call__(self, raw: str) -> float:
         try:
-            value = int(raw) if integer else float(raw)
+            value = int(raw) if self.integer else float(raw)
         except ValueError:
-            kind = "an integer" if integer else "a number"
+            kind = "an integer" if self.integer else "a number"
             raise ValueError(f"{raw!r} is not {kind}") from None
-        if not (math.isfinite(value) and lo <= value <= hi):
-            raise ValueError(f"{raw} is outside [{lo:g}, {hi:g}]")
+        if not (math.isfinite(value) and self.lo <= value <= self.hi):
+            raise ValueError(f"{raw} is outside {self._range}")
         return value
 
-    return parse
+    @property
+    def _range(self) -> str:
+        if self.integer:
+            return f"[{int(self.lo)}, {int(self.hi)}]"
+        return f"[{self.lo:g}, {self.hi:g}]"
+
+    @property
+    def allowed(self) -> str:
+        """The values taken, as `--router-opt help` prints them."""
+        if self.integer and (self.lo, self.hi) == (0, 1):
+            return "0 or 1"
+        return f"{'integer' if self.integer else 'number'} in {self._range}"
+
+
+@dataclass(frozen=True, slots=True)
+class RouterOption:
+    """One `--router-opt` key: its values, default and help (`--router-opt help` prints them,
+    and a test checks docs/fleet.md against them). `follows` names what the default is taken
+    from where it is not a constant (the trace's block size)."""
+
+    parse: Number
+    default: float
+    help: str
+    follows: str = ""
+
+    @property
+    def default_text(self) -> str:
+        """The default as the listing and docs/fleet.md write it."""
+        if self.follows:
+            return f"({self.follows})"
+        value = float(self.default)
+        return str(int(value)) if value.is_integer() else f"{value:g}"
 
 
 def published(what: str, vllm: str, otherwise: str) -> RouterOption:
     """A `--router-opt` switch: 1 reads a replica's `what` when its engine publishes them (vLLM
     `vllm`, SGLang at its scheduler's reports), 0 `otherwise`."""
     text = f"1: a replica's {what} (vLLM {vllm}, SGLang at its reports); 0: {otherwise}"
-    return RouterOption(number(0, 1, integer=True), 1, text)
+    return RouterOption(Number(0, 1, integer=True), 1, text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +195,11 @@ def parse_options(name: str, policy: Policy, given: Sequence[str]) -> dict[str, 
             raise KvtierError(f"--router-opt {key} is given twice")
         given_keys.add(key)
         if key not in policy.options:
-            known = ", ".join(policy.options) or "none"
-            raise KvtierError(
-                f"--router-opt {key}: not an option of --router {name} (its options: {known})"
-            )
+            known = ", ".join(policy.options)
+            which = "it takes none"
+            if known:
+                which = f"its options: {known}; --router-opt help describes them"
+            raise KvtierError(f"--router-opt {key}: not an option of --router {name} ({which})")
         try:
             values[key] = policy.options[key].parse(raw.strip())
         except ValueError as exc:
