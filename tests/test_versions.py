@@ -225,3 +225,21 @@ def test_no_bundled_log_states_a_release_kvtier_does_not_know() -> None:
             parse_log(text)
         except KvtierError as exc:
             assert "newer than" not in str(exc), text[:200]
+
+
+@pytest.mark.parametrize("given", ["0.0", "0.2.9"])
+def test_an_sglang_release_before_the_first_rule_is_refused(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each model file's split table starts at v0.3.0, so an earlier release found no row and
+    raised ValueError from max(); now plan, simulate and explain refuse it in one line."""
+    from kvtier.engines.sglang import versions as sglang
+
+    assert sglang.DEFAULT.resolve(str(sglang.OLDEST)) == sglang.OLDEST
+    base = ["--engine", "sglang", "--model", "kimi-k2.5", "--gpu", "h100", "--tp", "8"]
+    for argv in (["plan", *base], ["simulate", "--generate", "chat", "--requests", "4", *base]):
+        line = error_line(capsys, [*argv, "--sglang-version", given])
+        assert f"argument --sglang-version: SGLang '{given}' is older than 0.3.0, " in line
+    log = str(ROOT / "examples" / "logs" / "sglang-kimi-k25-eagle3.log")
+    line = error_line(capsys, ["explain", log, "--sglang-version", given])
+    assert f"SGLang '{given}' is older than 0.3.0" in line

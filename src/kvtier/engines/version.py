@@ -51,6 +51,7 @@ class Default:
     engine: str  # as printed: "SGLang", "vLLM"
     release: Version
     newest: Version  # the newest release kvtier's rules were read in; a later one is refused
+    oldest: Version | None  # the first release a rule of kvtier names; an earlier one is refused
     rules: str  # what the release's rules are, said in the sentence's parentheses
     era_label: str
 
@@ -68,6 +69,11 @@ class Default:
         if version is None:
             return self.release
         v = version if isinstance(version, Version) else Version.parse(version, self.engine)
+        if self.oldest is not None and v < self.oldest:
+            raise KvtierError(
+                f"{self.engine} {v.text!r:.60} is older than {self.oldest}, the first release "
+                "kvtier's rules name: kvtier has not read its source"
+            )
         known = v.release <= self.newest.release or _DEV.search(v.text) is not None
         if known or v.is_main:  # `main` sorts after every release: read as before
             return v

@@ -49,10 +49,15 @@ FRACTION_RULE_CANDIDATES = (V0_3_0, V0_4_0, V0_4_6, V0_4_9, V0_5_0, V0_5_3, V0_5
 # later one is refused (`DEFAULT.resolve`), never read as this one's rules.
 NEWEST = V0_5_23
 
+# The first release a rule names (Era A's TP table, and every model file's split from v0.3.0 in
+# embedding.py, lm_head.py and attention.py): an earlier one is refused, not read as this one.
+OLDEST = V0_3_0
+
 DEFAULT = Default(
     "SGLang",
     V0_5_9,
     NEWEST,
+    OLDEST,
     rules="Era B pool, the v0.5.3-v0.5.9 default-fraction heuristics",
     era_label="SGLang v0.5.3-v0.5.9 heuristics (Era B; default, pass --sglang-version)",
 )

@@ -34,6 +34,7 @@ DEFAULT = Default(
     "vLLM",
     V0_21,
     NEWEST,
+    None,  # no floor: a release before v0.6.5, the first boundary, takes the V0 worker's rules
     rules="the V1 worker, the CUDA-graph estimate inside the budget",
     era_label="vLLM V1 >= v0.21 (default, pass --vllm-version)",
 )
