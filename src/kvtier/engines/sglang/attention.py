@@ -33,11 +33,10 @@ from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
-from kvtier.engines.sglang import versions
 from kvtier.engines.sglang.lm_head import HEAD_FILES
+from kvtier.engines.sglang.tp_group import PartSplit
 from kvtier.engines.sglang.versions import V0_3_0, V0_4_7, V0_4_9, V0_5_11
 from kvtier.engines.version import Version
-from kvtier.errors import KvtierError
 from kvtier.model.description import ModelSpec
 
 # model file -> the first release its attention projections take the attention-TP group
@@ -65,25 +64,14 @@ ATTENTION_FILES = {
 }
 
 
+_ATTENTION = PartSplit("--enable-dp-attention", ATTENTION_FILES, _FOLLOWS)
+
+
 def attention_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
     """The ranks `model`'s attention projections are split over under DP attention and why;
     None: no DP attention (over TP)."""
     if not (d.enable_dp_attention and d.dp > 1):
         return None
-    attn_tp = d.tp // d.dp
-    file = ATTENTION_FILES.get(model.architecture)
     if model.architecture == STAND_IN_ARCHITECTURE:
         return None  # explain's model from the log's geometry: no weights to split
-    if file is None:
-        raise KvtierError(
-            f"{model.architecture} ({model.model_id}): kvtier has not read which ranks SGLang's "
-            f"model file splits its attention over under --enable-dp-attention (full TP{d.tp} or "
-            f"attention TP{attn_tp}); drop --enable-dp-attention"
-        )
-    since = _FOLLOWS.get(file)
-    if since is None:
-        return d.tp, f"attention at TP{d.tp} ({file} builds it at full TP under DP attention)"
-    if versions.DEFAULT.resolve(d.engine_version) < since:
-        return d.tp, f"attention at TP{d.tp} ({file} takes attention TP from v{since})"
-    where = f"{file} from v{since}" if since > V0_3_0 else file
-    return attn_tp, f"attention at TP{attn_tp} (DP attention; {where})"
+    return _ATTENTION.ranks(model, d)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
-from kvtier.engines.sglang import versions
+from kvtier.engines.sglang.tp_group import PartSplit
 from kvtier.engines.sglang.versions import V0_3_0, V0_4_7, V0_5_8, V0_5_9
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
@@ -80,6 +80,8 @@ HEAD_FILES = {
     "Lfm2ForCausalLM": "lfm2.py",
 }
 
+_HEAD = PartSplit("--enable-dp-lm-head", HEAD_FILES, _FOLLOWS)
+
 
 def lm_head_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
     """The ranks `model`'s LM head is split over and why; None: over TP."""
@@ -92,18 +94,4 @@ def lm_head_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:
         return None
     if model.architecture == STAND_IN_ARCHITECTURE:
         return None  # explain's model from the log's geometry: no weights to split
-    file = HEAD_FILES.get(model.architecture)
-    if file is None:
-        raise KvtierError(
-            f"{model.architecture} ({model.model_id}): kvtier has not read which ranks SGLang's "
-            f"model file splits its LM head over under --enable-dp-lm-head (full TP{d.tp} or "
-            f"attention TP{d.tp // d.dp}); drop --enable-dp-lm-head"
-        )
-    since = _FOLLOWS.get(file)
-    if since is None:
-        return d.tp, f"the LM head at TP{d.tp} ({file} ignores --enable-dp-lm-head)"
-    if versions.DEFAULT.resolve(d.engine_version) < since:
-        return d.tp, f"the LM head at TP{d.tp} ({file} follows --enable-dp-lm-head from v{since})"
-    attn_tp = d.tp // d.dp
-    where = f"{file} from v{since}" if since > V0_3_0 else file
-    return attn_tp, f"the LM head at attention TP{attn_tp} (--enable-dp-lm-head; {where})"
+    return _HEAD.ranks(model, d)
