@@ -118,16 +118,6 @@ def test_the_size_alone_is_not_read_in_v0_12_and_v0_13() -> None:
     assert plan(d).host_pool is None
 
 
-def test_the_simple_connector_is_refused_not_sized() -> None:
-    """VLLM_USE_SIMPLE_KV_OFFLOAD=1 before `vllm serve` (v0.19.0 on): --kv-offloading-size names
-    SimpleCPUOffloadConnector, another pool."""
-    command = f"VLLM_USE_SIMPLE_KV_OFFLOAD=1 vllm serve {LLAMA} --kv-offloading-size 10"
-    assert main(["plan", "--gpu", "H100", "--", command]) == 2
-    assert main(["plan", "--gpu", "H100", "--vllm-version", "0.18.0", "--", command]) == 0
-    bad = "VLLM_USE_SIMPLE_KV_OFFLOAD=yes vllm serve " + LLAMA
-    assert main(["plan", "--gpu", "H100", "--", bad]) == 2
-
-
 def test_plan_exits_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     command = ["vllm", "serve", LLAMA, "--kv-transfer-config", _config(num_cpu_blocks=1000)]
     assert main(["plan", "--gpu", "H100", "--", *command]) == 2

@@ -180,7 +180,7 @@ class Deployment:
     # model's layers when the ledger is built); None: get_pp_indices' default split
     pp_layer_partition: str | None = None
     # vLLM's VLLM_USE_SIMPLE_KV_OFFLOAD (envs.py bool(int(...)), v0.19.0 on): --kv-offloading-size
-    # then names SimpleCPUOffloadConnector, which kvtier does not size
+    # then names SimpleCPUOffloadConnector (engines/vllm/simple_offload.py)
     simple_kv_offload: bool = False
     scheduling_policy: str | None = None  # vLLM --scheduling-policy (fcfs, priority)
     long_prefill_token_threshold: int | None = None  # vLLM; None: 0, no cap on a prefill chunk

@@ -261,8 +261,9 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
 
 
 def _vllm_offload_options(p: PlanInputs, base: Ledger) -> list[Option]:
-    """vLLM native CPU offloading: --kv-offloading-size is GiB summed over all TP x PP ranks;
-    its blocks are the ledger's host pool (none where the release takes no such size)."""
+    """vLLM CPU offloading: --kv-offloading-size is GiB summed over all TP x PP ranks; its
+    blocks are the ledger's host pool (none where the release takes no such size), the native
+    connector's, or SimpleCPUOffloadConnector's under VLLM_USE_SIMPLE_KV_OFFLOAD=1."""
     d = p.deployment
     ranks = d.tp * d.pp
     options = []

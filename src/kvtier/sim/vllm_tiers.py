@@ -6,6 +6,18 @@
                       --kv-offloading-size); with "block_size" (tokens) or "blocks_per_chunk"
                       (v0.26.0 on) in kv_connector_extra_config the connector stores and hits
                       whole chunks of that many tokens
+  simple offloading   SimpleCPUOffloadConnector (v0.19.0 on: VLLM_USE_SIMPLE_KV_OFFLOAD=1 with
+                      --kv-offloading-size, or --kv-transfer-config naming it), the ledger's pool
+                      (engines/vllm/simple_offload.py) in engine blocks: the same tier as the native
+                      one, a vLLM BlockPool evicting least recently used first from its free queue,
+                      written as blocks are computed (eager mode,
+                      SimpleCPUOffloadScheduler._prepare_eager_store_specs), hit after the GPU
+                      prefix up to one token short of the prompt and loaded on admission
+                      (get_num_new_matched_tokens, update_state_after_alloc); not modelled: it
+                      stores a block the step after it is computed, and a store does not refresh
+                      a block it holds. lazy_offload true
+                      stores only GPU blocks about to be evicted (_prepare_lazy_store_specs), a
+                      write policy the simulator does not model: exit 2.
   LMCache             --kv-transfer-config {"kv_connector": "LMCacheConnectorV1", ...}, or
                       --kv-offloading-backend lmcache with --kv-offloading-size S, per release
                       (config/vllm.py _post_init_kv_transfer_config):
@@ -26,7 +38,7 @@
                       a key its config lacks with a warning (_apply_extra_config).
 
 A config that is not a JSON object, a key that is not a KVTransferConfig field from v0.16.0 (a
-note before: engines/vllm/kv_transfer.py), a connector other than these two, or an LMCache size
+note before: engines/vllm/kv_transfer.py), a connector other than these three, or an LMCache size
 that is not a number exits 2 naming it.
 """
 
@@ -41,7 +53,14 @@ from kvtier.engines.launch import LMCACHE_SETTINGS
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import versions
-from kvtier.engines.vllm.offloading import NATIVE, chunk_blocks, ignored_keys, transfer_config
+from kvtier.engines.vllm.offloading import (
+    NATIVE,
+    chunk_blocks,
+    connector,
+    ignored_keys,
+    transfer_config,
+)
+from kvtier.engines.vllm.simple_offload import SIMPLE, lazy_offload
 from kvtier.engines.vllm.versions import V0_12, V0_23
 from kvtier.errors import KvtierError
 from kvtier.sim.trace import MAX_LENGTH
@@ -70,10 +89,10 @@ class VllmTiers:
 
 def _config(raw: str, version: Version) -> tuple[str, dict[str, object]]:
     name, extra = transfer_config(raw, version)
-    if name not in (NATIVE, LMCACHE):
+    if name not in (NATIVE, SIMPLE, LMCACHE):
         raise KvtierError(
             f"--kv-transfer-config names connector {name!r:.60}; simulate models "
-            f"{NATIVE} and {LMCACHE}"
+            f"{NATIVE}, {SIMPLE} and {LMCACHE}"
         )
     return name, extra
 
@@ -169,8 +188,17 @@ def _native(d: Deployment, ledger: Ledger, extra: dict[str, object]) -> VllmTier
     pool = ledger.host_pool
     assert pool is not None
     page = ledger.page_size
-    per, given = chunk_blocks(extra, page, versions.DEFAULT.resolve(d.engine_version))
+    version = versions.DEFAULT.resolve(d.engine_version)
     sources = [("host tier", f"{pool.tokens:,} tokens: {pool.source}")]
+    if connector(d, version) == SIMPLE:
+        if lazy_offload(extra):
+            raise KvtierError(
+                f"{SIMPLE} lazy_offload stores GPU blocks only as they near eviction, a write "
+                "policy simulate does not model (it writes blocks as they are computed); drop "
+                "lazy_offload for its eager mode"
+            )
+        return VllmTiers(pool.tokens, sources=tuple(sources))
+    per, given = chunk_blocks(extra, page, version)
     if not given:
         return VllmTiers(pool.tokens, sources=tuple(sources))
     sources.append(("connector granularity", f"{NATIVE} blocks of {per * page} tokens"))
@@ -190,7 +218,7 @@ def _tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
     version = versions.DEFAULT.resolve(d.engine_version)
     raw = d.kv_transfer_config
     name, extra = ("", {}) if raw is None else _config(raw, version)
-    if ledger.host_pool is not None:  # the native connector, as the ledger sized it
+    if ledger.host_pool is not None:  # a CPU offloading connector, as the ledger sized it
         return _native(d, ledger, extra)
     lmcache_backend = d.kv_offloading_backend == "lmcache"
     if lmcache_backend and d.kv_offloading_size_gib is not None:

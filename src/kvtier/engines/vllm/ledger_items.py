@@ -10,6 +10,7 @@ from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.ledger import Description, HostPool, Input, LedgerItem
 from kvtier.engines.vllm import offloading, sliding
 from kvtier.engines.vllm import pool as vllm
+from kvtier.engines.vllm.simple_offload import SIMPLE, disabled_note
 from kvtier.model.description import AttentionKind, LayerKind
 from kvtier.units import GiB
 
@@ -165,6 +166,8 @@ def _gemma4_note(p: PlanInputs, setup: Setup) -> list[str]:
 def _notes(p: PlanInputs, setup: Setup, split: Split) -> tuple[str, ...]:
     notes = _pool_notes(p, split.pool) + _gemma4_note(p, setup)
     notes += offloading.ignored_keys(p.deployment.kv_transfer_config, setup.era.version)
+    if offloading.connector(p.deployment, setup.era.version) == SIMPLE:
+        notes.extend(disabled_note(p.deployment))
     if setup.state is not None:
         state, conv, ssm = setup.state
         notes.append(

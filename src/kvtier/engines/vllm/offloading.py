@@ -11,7 +11,7 @@ release, from `--kv-transfer-config` or `--kv-offloading-size`.
                      --kv-offloading-size S with the native backend (the default from v0.14.0)
                      names the connector and sets cpu_bytes_to_use = S x 2^30 over the config's
                      (SimpleCPUOffloadConnector instead under VLLM_USE_SIMPLE_KV_OFFLOAD=1 from
-                     v0.19.0: not sized, exit 2).
+                     v0.19.0, or when --kv-transfer-config names it: simple_offload.py).
                      Blocks = int(cpu_bytes_to_use) // the bytes of one offloaded block:
                        one GPU block's KV on one rank (page_size_bytes x len(kv_cache_tensors),
                        v0.14.0 - v0.19.x; the KV tensors' bytes // num_blocks from v0.20.0;
@@ -33,12 +33,12 @@ exits 2 naming it.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import kv_transfer
+from kvtier.engines.vllm.simple_offload import SIMPLE, simple_pool, whole
 from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_16, V0_19, V0_26, V0_27
 from kvtier.errors import KvtierError
 
@@ -105,17 +105,33 @@ def transfer_config(raw: str, version: Version) -> tuple[str, dict[str, object]]
     return str(name), extra
 
 
+def connector(d: Deployment, version: Version) -> str | None:
+    """The connector the flags name: --kv-offloading-size with the native backend (read from
+    v0.14.0) names OffloadingConnector, or SimpleCPUOffloadConnector under
+    VLLM_USE_SIMPLE_KV_OFFLOAD=1 from v0.19.0; else --kv-transfer-config's."""
+    if _size(d) is not None and version >= V0_14:
+        return SIMPLE if d.simple_kv_offload and version >= V0_19 else NATIVE
+    name = transfer_config(d.kv_transfer_config or "{}", version)[0]
+    return None if name == "None" else name
+
+
+def _size(d: Deployment) -> float | None:
+    return d.kv_offloading_size_gib if d.kv_offloading_backend != "lmcache" else None
+
+
 def offload(
     d: Deployment, version: Version, block: int, block_bytes: int, mla: bool
 ) -> Offload | None:
-    """The native connector's pool for `d` (None without one): `block` tokens and `block_bytes`
-    of KV (one GPU block over the pool's layers on one rank)."""
+    """The CPU offloading connector's pool for `d` (None without one): `block` tokens and
+    `block_bytes` of KV (one GPU block over the pool's layers on one rank)."""
     name, extra = transfer_config(d.kv_transfer_config or "{}", version)
-    size = d.kv_offloading_size_gib if d.kv_offloading_backend != "lmcache" else None
+    size = _size(d)
     if size is not None:
         _check_size_flag(d, version)
     if size is not None and version < V0_14:
         size = None  # v0.12.0 - v0.13.x without a backend: the size is not read
+    if connector(d, version) == SIMPLE:
+        return _simple(d, version, block, block_bytes, extra, size)
     if size is not None:
         extra = {**extra, "cpu_bytes_to_use": size * GiB}
     elif name != NATIVE:
@@ -142,18 +158,30 @@ def offload(
     return Offload(blocks, block * per_chunk, chunk_given, cpu_bytes, source)
 
 
+def _simple(
+    d: Deployment,
+    version: Version,
+    block: int,
+    block_bytes: int,
+    extra: dict[str, object],
+    size: float | None,
+) -> Offload | None:
+    """SimpleCPUOffloadConnector's pool: GPU-sized blocks, each rank pinning its own."""
+    pool = simple_pool(d, version, (block, block_bytes), extra, size)
+    if pool is None:
+        return None
+    cpu_bytes = pool.bytes_per_rank * d.tp * d.pp
+    return Offload(pool.blocks, block, False, cpu_bytes, pool.source)
+
+
 def _check_size_flag(d: Deployment, version: Version) -> None:
     """--kv-offloading-size as the release takes it: none before v0.12.0; in v0.12.0 - v0.13.x
     the native backend's num_cpu_blocks 0, which CPUOffloadingSpec refuses."""
     if version < V0_12:
         raise KvtierError(f"vLLM {version} has no --kv-offloading-size (it arrives in v0.12.0)")
-    if not d.kv_offloading_size_gib:
+    simple = d.simple_kv_offload and version >= V0_19
+    if not d.kv_offloading_size_gib and not simple:
         raise KvtierError("--kv-offloading-size 0: CPUOffloadingSpec refuses no bytes")
-    if d.simple_kv_offload and version >= V0_19:
-        raise KvtierError(
-            "VLLM_USE_SIMPLE_KV_OFFLOAD=1: --kv-offloading-size names SimpleCPUOffloadConnector "
-            "(v0.19.0 on), whose pool kvtier does not size"
-        )
     if version < V0_14 and d.kv_offloading_backend == "native":
         raise KvtierError(
             f"--kv-offloading-size with --kv-offloading-backend native in vLLM {version} sets "
@@ -177,27 +205,12 @@ def _count(extra: dict[str, object], key: str, version: Version) -> int:
             f"--kv-transfer-config: {NATIVE} in vLLM {version} needs kv_connector_extra_config "
             f"{key} ({since}){read}"
         )
-    number = _whole(value)
+    number = whole(value)
     if number is None or number < 1:
         raise KvtierError(
             f"--kv-transfer-config: {NATIVE} {key} must be a positive number, got {value!r:.40}"
         )
     return number
-
-
-def _whole(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) else None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            return None
-    return None
 
 
 def _replicated(d: Deployment, version: Version, mla: bool) -> bool:

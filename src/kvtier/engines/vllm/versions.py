@@ -22,6 +22,7 @@ V0_21 = Version.release_of(0, 21)
 V0_23 = Version.release_of(0, 23)
 V0_26 = Version.release_of(0, 26)
 V0_27 = Version.release_of(0, 27)
+V0_28 = Version.release_of(0, 28)
 V0_32 = Version.release_of(0, 32)
 V0_33 = Version.release_of(0, 33)
 
