@@ -213,7 +213,7 @@ def measure(case: Case) -> Row | None:
 def vllm_peak(planned: Ledger, logged: Deployment, model: ModelSpec) -> tuple[float, float] | None:
     """The activation peak profile.py models for the batch and dtype the plan states, and the
     torch peak increase the log measured (GiB)."""
-    measured = logged.measured.activation_gib
+    measured = logged.measured.profile.activation_gib
     stated = {i.name: i.value for i in planned.inputs}
     shape = ProfileShape.of(model, logged.tp, stated["model dtype"])
     if measured is None or shape is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from founding_support import kimi
-from kvtier.engines.deployment import Deployment, Engine, HiCache, Measured
+from kvtier.engines.deployment import Deployment, Engine, FreeMemory, HiCache, Measured
 from kvtier.ledger.advise import (
     HostSetup,
     OptionKind,
@@ -21,7 +21,9 @@ from kvtier.payload import to_json
 from kvtier.report.plan_payload import option_payload
 from kvtier.units import GiB
 
-FOUNDING = kimi(Measured(free_before_load_gib=94.04, free_after_load_gib=21.71, free_end_gib=7.90))
+FOUNDING = kimi(
+    Measured(free=FreeMemory(before_load_gib=94.04, after_load_gib=21.71, end_gib=7.90))
+)
 
 
 def founding():

@@ -29,7 +29,7 @@ def deployment(case: dict) -> Deployment:
         mem_fraction=case["mem_fraction"],
         context_length=case.get("max_model_len"),
         speculative_algorithm=case.get("speculative"),
-        measured=Measured(**measured),
+        measured=Measured().with_values(**measured),
     )
 
 
@@ -90,10 +90,15 @@ def test_fixture_numbers_are_those_of_the_shared_cases() -> None:
         assert logged == case["logged"]["kv_tokens"], case["id"]
         if "weights_memory_gib" in observed:
             assert observed["weights_memory_gib"] == case["measured"]["weights_gib"]
-            assert observed["torch_activation_peak_gib"] == case["measured"]["activation_gib"]
-            assert observed["non_torch_forward_increase_gib"] == case["measured"]["non_torch_gib"]
+            assert (
+                observed["torch_activation_peak_gib"] == case["measured"]["profile.activation_gib"]
+            )
+            assert (
+                observed["non_torch_forward_increase_gib"]
+                == case["measured"]["profile.non_torch_gib"]
+            )
         if "avail_mem_after_load_gb" in observed:
-            assert observed["avail_mem_after_load_gb"] == case["measured"]["free_after_load_gib"]
+            assert observed["avail_mem_after_load_gb"] == case["measured"]["free.after_load_gib"]
 
 
 def test_founding_memory_pool_end() -> None:

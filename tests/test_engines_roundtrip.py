@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.deployment import Deployment, Engine, FreeMemory, Measured, Profile
 from kvtier.engines.explain import Reconciliation
 from kvtier.engines.ledger import Ledger
 from kvtier.errors import KvtierError
@@ -87,7 +87,7 @@ def sglang_cases(draw: st.DrawFn, on_grid: bool) -> Case:
         # the difference of two grid values is off the grid in binary (43.9 - 19.8 ->
         # 24.099999999999998): the figure the engine prints is itself on the grid
         measured=Measured(
-            free_before_load_gib=before, free_after_load_gib=_grid(before - weights, on_grid)
+            free=FreeMemory(before_load_gib=before, after_load_gib=_grid(before - weights, on_grid))
         ),
     )
     return Case(deployment, print_fraction=stated or draw(st.booleans()), print_begin=True)
@@ -109,7 +109,9 @@ def vllm_cases(draw: st.DrawFn, on_grid: bool) -> Case:
         kv_cache_dtype=draw(st.sampled_from(("auto", "auto", "fp8"))),
         page_size=draw(st.sampled_from((16, 16, 32))),
         context_length=draw(st.sampled_from((2048, 4096, 8192))),
-        measured=Measured(kv_available_gib=_grid(draw(st.floats(2.0, 70.0)), on_grid)),
+        measured=Measured(
+            profile=Profile(kv_available_gib=_grid(draw(st.floats(2.0, 70.0)), on_grid))
+        ),
     )
     return Case(deployment, print_fraction=True, print_begin=True)
 
@@ -126,8 +128,8 @@ def render(case: Case, ledger: Ledger) -> str:
 
 
 def _render_sglang(case: Case, ledger: Ledger) -> str:
-    d, m = case.deployment, case.deployment.measured
-    assert m.free_before_load_gib is not None and m.free_after_load_gib is not None
+    d, m = case.deployment, case.deployment.measured.free
+    assert m.before_load_gib is not None and m.after_load_gib is not None
     args = [f"model_path='{d.model}'", f"tp_size={d.tp}", f"pp_size={d.pp}"]
     if case.print_fraction:
         args.append(f"mem_fraction_static={ledger.mem_fraction}")
@@ -135,13 +137,13 @@ def _render_sglang(case: Case, ledger: Ledger) -> str:
     spec = f"'{d.speculative_algorithm}'" if d.speculative_algorithm else "None"
     args.append(f"speculative_algorithm={spec}")
     arch = resolve_model(d.model).architecture
-    weights = m.free_before_load_gib - m.free_after_load_gib
+    weights = m.before_load_gib - m.after_load_gib
     kv_gib = ledger.item("KV cache pool").gib
     lines = [
         f"[2026-01-05 10:00:00] server_args=ServerArgs({', '.join(args)})",
-        f"[2026-01-05 10:00:01 TP0] Load weight begin. avail mem={m.free_before_load_gib:.2f} GB",
+        f"[2026-01-05 10:00:01 TP0] Load weight begin. avail mem={m.before_load_gib:.2f} GB",
         f"[2026-01-05 10:00:09 TP0] Load weight end. type={arch}, dtype=torch.bfloat16, "
-        f"avail mem={m.free_after_load_gib:.2f} GB, mem usage={weights:.2f} GB.",
+        f"avail mem={m.after_load_gib:.2f} GB, mem usage={weights:.2f} GB.",
         f"[2026-01-05 10:00:10 TP0] KV Cache is allocated. #tokens: {ledger.kv_tokens}, "
         f"KV size: {kv_gib:.2f} GB",
     ]
@@ -149,7 +151,7 @@ def _render_sglang(case: Case, ledger: Ledger) -> str:
 
 
 def _render_vllm(case: Case, ledger: Ledger) -> str:
-    d, m = case.deployment, case.deployment.measured
+    d, m = case.deployment, case.deployment.measured.profile
     assert m.kv_available_gib is not None
     kv_dtype = f", 'kv_cache_dtype': '{d.kv_cache_dtype}'" if d.kv_cache_dtype != "auto" else ""
     if d.speculative_algorithm:

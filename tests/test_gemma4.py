@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cli_support import error_line
-from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.deployment import Deployment, Engine, FreeMemory, Measured, Profile
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.sglang import gemma4 as sglang_gemma4
 from kvtier.engines.sglang import swa
@@ -49,7 +49,7 @@ E2B_TEXT: dict[str, Any] = {
 
 def _g31() -> Deployment:
     return Deployment(Engine.VLLM, "gemma-4-31b", tp=1, gpu="H200", engine_version="0.21.0",
-                      measured=Measured(kv_available_gib=100.0))  # fmt: skip
+                      measured=Measured(profile=Profile(kv_available_gib=100.0)))  # fmt: skip
 
 
 def test_31b_layers_hold_two_shapes() -> None:
@@ -106,7 +106,7 @@ def test_sglang_31b_pools_by_hand() -> None:
     """SGLang v0.5.23 (Era C): full tokens = int(rest x 2^30) // (8,192 x 10 + 0.8 x 16,384 x 50),
     SWA tokens = int(full x 0.8); rest = free after load - free before x (1 - fraction), less
     the 100 MiB multimodal embedding cache (v0.5.18+)."""
-    measured = Measured(free_before_load_gib=139.0, free_after_load_gib=80.0)
+    measured = Measured(free=FreeMemory(before_load_gib=139.0, after_load_gib=80.0))
     d = Deployment(Engine.SGLANG, "gemma-4-31b", tp=1, gpu="H200", engine_version="0.5.23",
                    mem_fraction=0.85, measured=measured)  # fmt: skip
     ledger = plan(d)
@@ -262,13 +262,13 @@ def test_plan_lines_explain_back_to_the_same_count(engine: str, version: str) ->
     """The lines each engine prints for a planned Gemma 4 start (test_engines_roundtrip's
     renderer) explain back to the planned count, on the same two-shape pools."""
     if engine == "sglang":
-        measured = Measured(free_before_load_gib=139.0, free_after_load_gib=80.0)
+        measured = Measured(free=FreeMemory(before_load_gib=139.0, after_load_gib=80.0))
         d = Deployment(Engine.SGLANG, "gemma-4-31b", tp=1, gpu="H200", engine_version=version,
                        measured=measured)  # fmt: skip
     else:
         d = Deployment(Engine.VLLM, "gemma-4-31b", tp=1, gpu="H200", engine_version=version,
                        mem_fraction=0.9, page_size=16, context_length=32768,
-                       measured=Measured(kv_available_gib=60.5))  # fmt: skip
+                       measured=Measured(profile=Profile(kv_available_gib=60.5)))  # fmt: skip
     ledger = plan(d)
     text = render(Case(d, print_fraction=True, print_begin=True), ledger)
     flags: dict[str, object] = {"gpu": "H200", "engine_version": version, "model": "gemma-4-31b"}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cli_support import error_line, run_json
-from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.deployment import Deployment, Engine, FreeMemory, Measured, Profile
 from kvtier.engines.sglang import mamba as sglang_mamba
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import mamba as vllm_mamba
@@ -203,13 +203,13 @@ def test_plan_lines_explain_back_to_the_same_count(path: str, engine: str, versi
     lfm2 = path == LFM2
     if engine == "sglang":
         free_after = 78.5 - (2.3 if lfm2 else 60.1)
-        measured = Measured(free_before_load_gib=78.5, free_after_load_gib=free_after)
+        measured = Measured(free=FreeMemory(before_load_gib=78.5, after_load_gib=free_after))
         d = Deployment(Engine.SGLANG, path, tp=1, gpu="H100", engine_version=version,
                        measured=measured)  # fmt: skip
     else:
         d = Deployment(Engine.VLLM, path, tp=1, gpu="H100", engine_version=version,
                        mem_fraction=0.9, page_size=16, context_length=32768,
-                       measured=Measured(kv_available_gib=11.5))  # fmt: skip
+                       measured=Measured(profile=Profile(kv_available_gib=11.5)))  # fmt: skip
     ledger = plan(d)
     text = render(Case(d, print_fraction=True, print_begin=True), ledger)
     flags: dict[str, object] = {"gpu": "H100", "engine_version": version, "model": path}

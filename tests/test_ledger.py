@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from founding_support import kimi
-from kvtier.engines.deployment import Deployment, Engine, HiCache, Measured
+from kvtier.engines.deployment import Deployment, Engine, FreeMemory, HiCache, Measured, Profile
 from kvtier.engines.vllm import pool as vllm
 from kvtier.ledger.plan import plan
 from kvtier.payload import to_json
@@ -41,8 +41,8 @@ def test_vllm_hybrid_groups_follow_the_layer_counts() -> None:
 
 
 def test_vllm_hybrid_reports_concurrency_times_max_model_len() -> None:
-    measured = Measured(weights_gib=51.4, activation_gib=2.0, non_torch_gib=0.25,
-                        cuda_graph_gib=1.0, gpu_mem_gib=79.19)  # fmt: skip
+    measured = Measured(profile=Profile(activation_gib=2.0, non_torch_gib=0.25),
+                        weights_gib=51.4, cuda_graph_gib=1.0, gpu_mem_gib=79.19)  # fmt: skip
     gemma = Deployment(Engine.VLLM, "google/gemma-3-27b-it", gpu="H100", context_length=32768)
     ledger = plan(dataclasses.replace(gemma, measured=measured))
     blocks = ledger.figures.num_blocks
@@ -87,7 +87,7 @@ def test_eagle_draft_from_the_catalog_is_exact() -> None:
         Deployment(
             Engine.SGLANG, "meta-llama/Llama-3.1-70B-Instruct", tp=4, gpu="H100", mem_fraction=0.85,
             speculative_algorithm="EAGLE", draft_model="meta-llama/Llama-3.1-8B-Instruct",
-            measured=Measured(free_before_load_gib=78.5, free_after_load_gib=45.0),
+            measured=Measured(free=FreeMemory(before_load_gib=78.5, after_load_gib=45.0)),
         )
     )  # fmt: skip
     # draft: 32 layers x 2 heads per rank x 256 x 2 B
@@ -99,7 +99,7 @@ def test_eagle_draft_from_the_catalog_is_exact() -> None:
 def test_hicache_pool_in_the_ledger() -> None:
     ledger = plan(
         kimi(
-            Measured(free_before_load_gib=94.04, free_after_load_gib=21.71),
+            Measured(free=FreeMemory(before_load_gib=94.04, after_load_gib=21.71)),
             hicache=HiCache(enable=True, ratio=4.0),
         )
     )
@@ -130,7 +130,7 @@ def test_vllm_cpu_offload_pool() -> None:
 def test_multimodal_budget_keeps_the_embedding_cache_from_v0_5_18() -> None:
     """Kimi-K2.5 (multimodal) with the founding log's figures: from v0.5.18 the budget gives up
     SGLANG_VLM_CACHE_SIZE_MB = 100 MiB (mm_runtime_reservation_gb) before dividing by the cell."""
-    figures = Measured(free_before_load_gib=94.04, free_after_load_gib=21.71)
+    figures = Measured(free=FreeMemory(before_load_gib=94.04, after_load_gib=21.71))
     before = plan(kimi(figures, engine_version="0.5.17"))
     after = plan(kimi(figures, engine_version="0.5.18"))
     cell = after.figures.cell_bytes
@@ -140,7 +140,7 @@ def test_multimodal_budget_keeps_the_embedding_cache_from_v0_5_18() -> None:
     text_only = plan(
         Deployment(
             Engine.SGLANG, "Qwen/Qwen3-8B", gpu="H100", engine_version="0.5.18", mem_fraction=0.8,
-            measured=Measured(free_before_load_gib=78.5, free_after_load_gib=63.0),
+            measured=Measured(free=FreeMemory(before_load_gib=78.5, after_load_gib=63.0)),
         )
     )  # fmt: skip
     assert text_only.figures.rest_gib == pytest.approx(63.0 - 78.5 * 0.2)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from founding_support import kimi
 from kvtier.engines import estimate
-from kvtier.engines.deployment import Measured
+from kvtier.engines.deployment import FreeMemory, Measured
 from kvtier.engines.estimate import Term, spread
 from kvtier.engines.ledger import context_lengths
 from kvtier.ledger.plan import plan
@@ -33,8 +33,8 @@ def test_each_measured_figure_narrows_the_range() -> None:
     """Nothing measured: weights and pre-load overheads both loose; free-before measured: only
     the weights; both measured: exact."""
     loose = plan(kimi(Measured()))
-    half = plan(kimi(Measured(free_before_load_gib=94.04)))
-    exact = plan(kimi(Measured(free_before_load_gib=94.04, free_after_load_gib=21.71)))
+    half = plan(kimi(Measured(free=FreeMemory(before_load_gib=94.04))))
+    exact = plan(kimi(Measured(free=FreeMemory(before_load_gib=94.04, after_load_gib=21.71))))
     assert loose.kv_tokens_range and half.kv_tokens_range and exact.kv_tokens_range is None
     width = [r[1] - r[0] for r in (loose.kv_tokens_range, half.kv_tokens_range)]
     assert width[0] > width[1] > 0

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.deployment import Deployment, Engine, Measured, Profile
 from kvtier.engines.kvdtype import KVDtype, resolve_kv_dtype
 from kvtier.engines.vllm import pool as vllm
 from kvtier.errors import KvtierError
@@ -161,8 +161,7 @@ def llama(**kw: object) -> Deployment:
         "measured": Measured(
             gpu_mem_gib=79.19,
             weights_gib=14.99,
-            activation_gib=1.89,
-            non_torch_gib=0.25,
+            profile=Profile(activation_gib=1.89, non_torch_gib=0.25),
             cuda_graph_gib=0.84,
         ),
     }

@@ -35,7 +35,7 @@ def _v0_peak(case: str) -> tuple[float, int]:
     'Loading model weights took' printed, GiB), and its max_model_len."""
     printed = PUBLIC[case]["printed"]
     text = (LOGS / "public" / f"{case}.log").read_text(encoding="utf-8")
-    measured = log_deployment(explain_log(text, {}).inputs).measured.activation_gib
+    measured = log_deployment(explain_log(text, {}).inputs).measured.profile.activation_gib
     assert measured == round(printed["peak_torch_memory_gib"] - printed["weights_gb"], 2)
     return measured, printed["max_model_len"]
 
@@ -68,8 +68,8 @@ def test_v0_peak_is_the_mlp_working_set_of_max_model_len_tokens(case: str) -> No
 def _measured_activation(case_file: str) -> tuple[float, str, int]:
     e = explain_log((LOGS / case_file).read_text(encoding="utf-8"), {})
     d = log_deployment(e.inputs)
-    assert d.measured.activation_gib is not None
-    return d.measured.activation_gib, e.reconciliation.model.model_id, d.tp
+    assert d.measured.profile.activation_gib is not None
+    return d.measured.profile.activation_gib, e.reconciliation.model.model_id, d.tp
 
 
 @pytest.mark.parametrize("log", ["l05-vllm.log", "l11-vllm.log", "l16-vllm.log", "l19-vllm.log"])

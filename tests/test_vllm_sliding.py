@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.engines.deployment import Deployment, Engine, Measured
+from kvtier.engines.deployment import Deployment, Engine, Measured, Profile
 from kvtier.engines.launch import parse_launch
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import pool as vllm
@@ -21,7 +21,9 @@ from kvtier.ledger.plan import plan
 ROOT = Path(__file__).resolve().parents[1]
 
 # gpt-oss-20b on one H100 at 131,072: 12 full + 12 sliding layers of window 128, block 16
-MEASURED = Measured(weights_gib=13.5, activation_gib=2.0, non_torch_gib=0.25, gpu_mem_gib=79.19)
+MEASURED = Measured(
+    profile=Profile(activation_gib=2.0, non_torch_gib=0.25), weights_gib=13.5, gpu_mem_gib=79.19
+)
 GPT_OSS = Deployment(
     Engine.VLLM, "openai/gpt-oss-20b", gpu="H100", context_length=131_072, measured=MEASURED
 )

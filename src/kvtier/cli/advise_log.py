@@ -13,9 +13,9 @@ changes it is priced by the ledger from the log's measured figures.
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 
 from kvtier.cli.flags import ADVISE, EXPLAIN, SIMULATE, rows, settings
+from kvtier.cli.flags.deployment import MEASURED_FIGURE
 from kvtier.cli.flags.row import USED
 from kvtier.engines.deployment import Deployment, field_default
 from kvtier.errors import KvtierError
@@ -68,7 +68,6 @@ def _fill(args: argparse.Namespace, d: Deployment) -> None:
     ordered = sorted(
         usable, key=lambda row: row.field is None or row.name != table.spelling(row.field)
     )
-    measured = {f.name for f in fields(d.measured)}
     for row in ordered:
         if getattr(args, row.dest) is not None:
             continue
@@ -78,7 +77,7 @@ def _fill(args: argparse.Namespace, d: Deployment) -> None:
             default = field_default(row.field)
             if value is not None and value is not False and value != default:
                 setattr(args, row.dest, value)
-        elif row.field is None and row.dest in measured:
-            setattr(args, row.dest, getattr(d.measured, row.dest))
+        elif row.field is None and row.dest in MEASURED_FIGURE:
+            setattr(args, row.dest, d.measured.value(MEASURED_FIGURE[row.dest]))
     if args.engine is None:
         args.engine = d.engine.value

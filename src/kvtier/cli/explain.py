@@ -57,12 +57,12 @@ def run(args: argparse.Namespace) -> int:
     flags = settings(args, EXPLAIN)
     if args.model is not None:
         check_model_path(args.model)
-    from kvtier.engines.deployment import Measured
+    from kvtier.engines.deployment import FreeMemory, Measured
 
     measured = Measured(
+        free=FreeMemory(end_gib=args.free_end_gib),
         draft_weights_gib=args.draft_weights_gib,
         cuda_graph_gib=args.cuda_graph_gib,
-        free_end_gib=args.free_end_gib,
         gpu_mem_gib=args.gpu_mem_gib,
     )
     card = None

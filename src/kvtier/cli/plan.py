@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from kvtier.cli.flags import PLAN, add_flags, refuse, refuse_for_engine, settings
-from kvtier.cli.flags.deployment import MEASURED
+from kvtier.cli.flags.deployment import MEASURED, MEASURED_FIGURE
 from kvtier.cli.parser import add_subcommand
 from kvtier.errors import KvtierError
 from kvtier.files import check_model_path
@@ -45,7 +45,9 @@ def deployment_from_args(args: argparse.Namespace, command: str) -> Deployment:
     deployment = Deployment(
         engine=Engine(engine),
         model=str(model),
-        measured=Measured(**{row.dest: getattr(args, row.dest) for row in MEASURED}),
+        measured=Measured().with_values(
+            **{MEASURED_FIGURE[row.dest]: getattr(args, row.dest) for row in MEASURED}
+        ),
         ignored_flags=launch.ignored if launch else (),
     )
     deployment = deployment.with_values("launch command", **from_launch)

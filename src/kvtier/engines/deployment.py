@@ -8,9 +8,10 @@ that was set records where it came from (`origins`), so a ledger can cite its in
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, cast
 
 from kvtier.errors import KvtierError
 
@@ -21,33 +22,59 @@ class Engine(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class FreeMemory:
+    """SGLang's free GPU memory per rank at three points of a startup, in GiB:
+    `before_load_gib` is 'Load weight begin. avail mem', `after_load_gib` 'Load weight end.
+    avail mem' (weights are their difference, the log's 'mem usage'), `end_gib` the scheduler's
+    final 'available_gpu_mem'."""
+
+    before_load_gib: float | None = None
+    after_load_gib: float | None = None
+    end_gib: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """vLLM's profile run, in GiB: `activation_gib` the torch peak increase, `non_torch_gib`
+    the non-torch increase, `kv_available_gib` the KV budget the engine printed ('Available KV
+    cache memory', V0 'the rest of the memory reserved for KV Cache') at the utilization
+    `kv_available_utilization`."""
+
+    activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    kv_available_gib: float | None = None
+    kv_available_utilization: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Measured:
     """Per-GPU figures read from a real startup, in GiB; None where nothing was measured.
 
-    SGLang: `free_before_load_gib` is 'Load weight begin. avail mem', `free_after_load_gib`
-    is 'Load weight end. avail mem' (weights are their difference, the log's 'mem usage'),
-    `free_end_gib` is the scheduler's final 'available_gpu_mem'.
-    vLLM: `weights_gib` is 'Model loading took', `activation_gib` the torch peak increase,
-    `non_torch_gib` the non-torch increase, `cuda_graph_gib` the CUDA-graph estimate,
-    `gpu_mem_gib` the device total the engine sees, `kv_available_gib` the KV budget the engine
-    printed ('Available KV cache memory', V0 'the rest of the memory reserved for KV Cache') at
-    the utilization `kv_available_utilization`. `state_pool_gib` is the part of SGLang's 'Mamba
-    Cache is allocated' conv + SSM state that the release charges to the KV budget (without the
-    padding slot before v0.5.17), taken out of it when the model's state is not known.
+    SGLang's free memory is `free`, vLLM's profile run `profile`; both engines' own:
+    `weights_gib` (vLLM 'Model loading took', SGLang 'mem usage'), `cuda_graph_gib` (SGLang's
+    capture, vLLM's estimate), `draft_weights_gib`, `gpu_mem_gib` the device total the engine
+    sees. `state_pool_gib` is the part of SGLang's 'Mamba Cache is allocated' conv + SSM state
+    that the release charges to the KV budget (without the padding slot before v0.5.17), taken
+    out of it when the model's state is not known. A name `free.end_gib` addresses a field of a
+    record (`value`, `with_values`).
     """
 
-    free_before_load_gib: float | None = None
-    free_after_load_gib: float | None = None
+    free: FreeMemory = field(default_factory=FreeMemory)
+    profile: Profile = field(default_factory=Profile)
     weights_gib: float | None = None
-    activation_gib: float | None = None
-    non_torch_gib: float | None = None
     cuda_graph_gib: float | None = None
     draft_weights_gib: float | None = None
-    free_end_gib: float | None = None
     gpu_mem_gib: float | None = None
-    kv_available_gib: float | None = None
-    kv_available_utilization: float | None = None
     state_pool_gib: float | None = None
+
+    def value(self, name: str) -> float | None:
+        """A figure by name; `free.end_gib` names a field of a record."""
+        return cast("float | None", _named(self, name))
+
+    def with_values(self, **values: float | None) -> Measured:
+        """A copy with `values` set by name; `free.end_gib` sets a field of a record."""
+        fields = _gathered(values, lambda group: getattr(self, group))
+        return dataclasses.replace(self, **fields)  # type: ignore[arg-type]
 
 
 # Bounds wide enough for any real deployment, narrow enough that no sum or product overflows.
@@ -227,8 +254,7 @@ class Deployment:
 
     def value(self, name: str) -> object:
         """A field's value by name; `hicache.ratio` names a field of a sub-record."""
-        group, _, sub = name.rpartition(".")
-        return getattr(getattr(self, group) if group else self, sub)
+        return _named(self, name)
 
     def with_values(self, origin: str, **values: object) -> Deployment:
         """A copy with `values` set and their origin recorded (how options and overrides apply);
@@ -239,9 +265,15 @@ class Deployment:
         return dataclasses.replace(self, origins=tuple(origins.items()), **fields)  # type: ignore[arg-type]
 
 
-def grouped(values: Mapping[str, object], base: Deployment | None = None) -> dict[str, object]:
-    """`values` by field name as Deployment's keywords: the `group.field` names of one
-    sub-record gathered into that record, built on `base`'s (without a base, the default)."""
+def _named(record: object, name: str) -> object:
+    """A field of `record` by name; `group.field` names a field of its sub-record `group`."""
+    group, _, sub = name.rpartition(".")
+    return getattr(getattr(record, group) if group else record, sub)
+
+
+def _gathered(values: Mapping[str, object], record: Callable[[str], Any]) -> dict[str, object]:
+    """`values` by field name as keywords: the `group.field` names of one sub-record gathered
+    into a copy of `record(group)`."""
     out: dict[str, object] = {}
     parts: dict[str, dict[str, object]] = {}
     for name, value in values.items():
@@ -251,9 +283,16 @@ def grouped(values: Mapping[str, object], base: Deployment | None = None) -> dic
         else:
             out[name] = value
     for group, changed in parts.items():
-        record = getattr(base, group) if base is not None else _GROUPS[group]()
-        out[group] = dataclasses.replace(record, **changed)
+        out[group] = dataclasses.replace(record(group), **changed)
     return out
+
+
+def grouped(values: Mapping[str, object], base: Deployment | None = None) -> dict[str, object]:
+    """`values` by field name as Deployment's keywords: the `group.field` names of one
+    sub-record gathered into that record, built on `base`'s (without a base, the default)."""
+    if base is None:
+        return _gathered(values, lambda group: _GROUPS[group]())
+    return _gathered(values, lambda group: getattr(base, group))
 
 
 def field_default(name: str) -> object:

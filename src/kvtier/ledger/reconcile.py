@@ -31,20 +31,18 @@ PRINTED_HALF_UNIT = 0.005
 def token_range(plan: PlanInputs, halves: dict[str, float]) -> tuple[int, int]:
     """(low, high) KV tokens over every corner of the measured figures' rounding.
 
-    `halves` maps a `Measured` field to the half unit its printed value was rounded to (or half
-    the stated range of an estimated figure); a corner the engine would refuse (no memory left)
-    counts as 0 tokens.
+    `halves` maps a `Measured` figure by name (`free.after_load_gib` a record's) to the half unit
+    its printed value was rounded to (or half the stated range of an estimated figure); a corner
+    the engine would refuse (no memory left) counts as 0 tokens.
     """
     measured = plan.deployment.measured
-    names = [n for n in halves if getattr(measured, n) is not None]
+    figures = {n: v for n in halves if (v := measured.value(n)) is not None}
     counts = []
-    for signs in itertools.product((-1, 1), repeat=len(names)):
+    for signs in itertools.product((-1, 1), repeat=len(figures)):
         shifted = {
-            n: getattr(measured, n) + sign * halves[n] for n, sign in zip(names, signs, strict=True)
+            n: v + sign * halves[n] for (n, v), sign in zip(figures.items(), signs, strict=True)
         }
-        deployment = dataclasses.replace(
-            plan.deployment, measured=dataclasses.replace(measured, **shifted)
-        )
+        deployment = dataclasses.replace(plan.deployment, measured=measured.with_values(**shifted))
         corner = dataclasses.replace(plan, deployment=deployment)
         if "gpu_mem_gib" in shifted:  # the card the default rule reads (resolve's rounding)
             corner = dataclasses.replace(corner, gpu_mem_mib=round(shifted["gpu_mem_gib"] * 1024))
@@ -172,7 +170,7 @@ def _unaligned_top(inp: LogInputs, plan: PlanInputs, high: int, notes: list[str]
     _report_kv_cache_config), not whole blocks; with a log-derived geometry the engine's grouping
     is unknown, so the range's top is the unaligned count the budget holds."""
     observed, geometry = inp.observed, inp.geometry
-    available = plan.deployment.measured.kv_available_gib
+    available = plan.deployment.measured.profile.kv_available_gib
     if inp.model_known or geometry is None or observed is None or available is None:
         return high
     if observed.value % inp.page_size.value == 0:

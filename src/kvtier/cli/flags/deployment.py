@@ -133,7 +133,8 @@ DEPLOYMENT = (
 )
 # fmt: on
 
-# Measured figures (Measured fields of the same names); explain reads the first five from the log.
+# Measured figures (`MEASURED_FIGURE` names the one each sets); explain reads the first five from
+# the log.
 _ALL: dict[str, str] = {}
 _MEASURED = (
     (
@@ -175,6 +176,15 @@ MEASURED = (
     flag("--gpu-mem-gib", group="measured", commands=EVERY, sample=("70",), type=CARD_GIB,
          help="card memory in GiB (vLLM: the total_memory it logs); overrides --gpu's"),
 )  # fmt: skip
+# a measured flag's dest -> the Measured figure it sets, a record's as `free.before_load_gib`
+_IN_RECORDS = {
+    "free_before_load_gib": "free.before_load_gib",
+    "free_after_load_gib": "free.after_load_gib",
+    "free_end_gib": "free.end_gib",
+    "activation_gib": "profile.activation_gib",
+    "non_torch_gib": "profile.non_torch_gib",
+}
+MEASURED_FIGURE = {row.dest: _IN_RECORDS.get(row.dest, row.dest) for row in MEASURED}
 
 # fmt: off
 OUTPUT = (

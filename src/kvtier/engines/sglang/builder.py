@@ -170,13 +170,13 @@ def _memory_terms(p: PlanInputs) -> dict[str, Term]:
     """Free memory before load and the weights, measured where given, else estimated."""
     m = p.deployment.measured
     terms: dict[str, Term] = {}
-    if m.free_before_load_gib is not None:
+    if m.free.before_load_gib is not None:
         terms["pre"] = Term.known(
-            m.free_before_load_gib, "measured: 'Load weight begin. avail mem'"
+            m.free.before_load_gib, "measured: 'Load weight begin. avail mem'"
         )
-    elif m.free_after_load_gib is not None and m.weights_gib is not None:
+    elif m.free.after_load_gib is not None and m.weights_gib is not None:
         terms["pre"] = Term.known(
-            m.free_after_load_gib + m.weights_gib, "measured: free after load + weights 'mem usage'"
+            m.free.after_load_gib + m.weights_gib, "measured: free after load + weights 'mem usage'"
         )
     else:
         if p.gpu_mem_mib is None:
@@ -199,8 +199,8 @@ def _memory_terms(p: PlanInputs) -> dict[str, Term]:
             card - sum(x[1] for x in parts.values()),
             f"estimated: {stated} GiB",
         )
-    if m.free_after_load_gib is not None:
-        terms["after"] = Term.known(m.free_after_load_gib, "measured: 'Load weight end. avail mem'")
+    if m.free.after_load_gib is not None:
+        terms["after"] = Term.known(m.free.after_load_gib, "measured: 'Load weight end. avail mem'")
     else:
         nbytes, source = p.weights_bytes, p.weights_source
         d = p.deployment
@@ -222,9 +222,9 @@ def rounded_measures(d: Deployment) -> tuple[str, ...]:
     """The measured figures the pool depends on: free before load (or, when the log omits
     'Load weight begin', the weights it adds to free after load) and free after load."""
     m = d.measured
-    if m.free_before_load_gib is not None:
-        return ("free_before_load_gib", "free_after_load_gib")
-    return ("free_after_load_gib", "weights_gib")
+    if m.free.before_load_gib is not None:
+        return ("free.before_load_gib", "free.after_load_gib")
+    return ("free.after_load_gib", "weights_gib")
 
 
 @dataclass(frozen=True)
@@ -458,7 +458,7 @@ def build(p: PlanInputs) -> Ledger:
             rest_gib=budget.rest.value,
             cell_bytes=cells.profiled,
             draft_cell_bytes=cells.draft.cell if cells.draft else 0,
-            free_end_gib=m.free_end_gib if m.free_end_gib is not None else text.free_end,
+            free_end_gib=m.free.end_gib if m.free.end_gib is not None else text.free_end,
             chunked_prefill_size=budget.chunk or 0,
             cuda_graph_max_bs=budget.max_bs or 0,
             max_running_requests_flag=requests.flag or 0,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from kvtier.engines import explain as engines_explain
-from kvtier.engines.deployment import Deployment, Measured
+from kvtier.engines.deployment import Deployment, FreeMemory, Measured
 from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
 from kvtier.engines.inputs import stage_layers
 from kvtier.engines.kvdtype import KVDtype
@@ -211,12 +211,14 @@ def _measured(inp: LogInputs[SGLangMemory], s: SGLangStartup, flags: Measured) -
     draft = next((w.usage_gib for w in drafts if w.usage_gib is not None), None)
     final = s.summary.available_gpu_mem_gib if s.summary is not None else None
     return Measured(
-        free_before_load_gib=None if mem.before_inferred else mem.free_before.value,
-        free_after_load_gib=mem.free_after.value,
+        free=FreeMemory(
+            before_load_gib=None if mem.before_inferred else mem.free_before.value,
+            after_load_gib=mem.free_after.value,
+            end_gib=final if final is not None else flags.free.end_gib,
+        ),
         weights_gib=mem.usage.value,
         cuda_graph_gib=target_graphs[0] if target_graphs else flags.cuda_graph_gib,
         draft_weights_gib=draft if draft is not None else flags.draft_weights_gib,
-        free_end_gib=final if final is not None else flags.free_end_gib,
         gpu_mem_gib=flags.gpu_mem_gib if flags.gpu_mem_gib is not None else card,
         state_pool_gib=_charged_state_gib(inp, s),
     )

@@ -250,19 +250,19 @@ def _free(
     m, ctx = p.deployment.measured, p.context_length
     used = sum(i.gib for i in items[1 if p.gpu_mem_mib is not None else 0 :])
     free = budget.pre - used
-    if free < 0 and m.free_end_gib is None:
+    if free < 0 and m.free.end_gib is None:
         notes.append(
             f"the items above exceed the memory free before load by {-free:.2f} GiB: SGLang "
             "would run out of memory after sizing the pool (the request table is "
             f"{requests.table_bytes / GiB:.2f} GiB at context {ctx:,}; --context-length or "
             "--max-running-requests shrinks it)"
         )
-    if m.free_end_gib is not None:
-        unattributed = free - m.free_end_gib
+    if m.free.end_gib is not None:
+        unattributed = free - m.free.end_gib
         source = "reserve - listed items - measured free at end"
         items.append(LedgerItem("unattributed", unattributed, source, True))
         source = "measured: 'available_gpu_mem'"
-        items.append(LedgerItem("free at end of startup", m.free_end_gib, source, True))
+        items.append(LedgerItem("free at end of startup", m.free.end_gib, source, True))
     else:
         source = "reserve left: runtime activations (chunked prefill) draw from it"
         exact = all(i.exact for i in items)

@@ -132,12 +132,12 @@ def _terms(p: PlanInputs, setup: Setup) -> dict[str, Term]:
     terms["weights"] = estimate.weights_per_gpu(
         m.weights_gib, "measured: 'Model loading took'", p.weights_bytes, p.weights_source
     )
-    if m.activation_gib is not None:
-        terms["activation"] = Term.known(m.activation_gib, "measured: torch peak increase")
+    if m.profile.activation_gib is not None:
+        terms["activation"] = Term.known(m.profile.activation_gib, "measured: torch peak increase")
     else:
         terms["activation"] = _activation(p, setup)
-    if m.non_torch_gib is not None:
-        terms["non_torch"] = Term.known(m.non_torch_gib, "measured: non-torch increase")
+    if m.profile.non_torch_gib is not None:
+        terms["non_torch"] = Term.known(m.profile.non_torch_gib, "measured: non-torch increase")
     else:
         const = (
             estimate.VLLM_NON_TORCH_GIB_TP if d.tp * d.pp > 1 else estimate.VLLM_NON_TORCH_GIB_TP1
@@ -280,7 +280,7 @@ def _measured_available(d: Deployment, util: float, terms: dict[str, Term]) -> T
     """The printed KV budget; at another utilization it moves by total x the difference, since
     the non-KV memory the profile run measured does not depend on it (requested_memory =
     total x gpu_memory_utilization, determine_available_memory)."""
-    m = d.measured
+    m = d.measured.profile
     assert m.kv_available_gib is not None
     source = "measured: 'Available KV cache memory'"
     at = m.kv_available_utilization
@@ -304,7 +304,7 @@ def _measured_available(d: Deployment, util: float, terms: dict[str, Term]) -> T
 
 def rounded_measures(d: Deployment) -> tuple[str, ...]:
     """The measured figure the pool depends on: the KV budget (printed with two decimals)."""
-    return ("kv_available_gib",) if d.kv_cache_memory_bytes is None else ()
+    return ("profile.kv_available_gib",) if d.kv_cache_memory_bytes is None else ()
 
 
 @dataclass(frozen=True)
@@ -414,7 +414,7 @@ def _budget(p: PlanInputs, setup: Setup) -> Budget:
     terms: dict[str, Term] = {}
     if d.kv_cache_memory_bytes is not None:
         available = Term.known(d.kv_cache_memory_bytes / GiB, "--kv-cache-memory-bytes")
-    elif d.measured.kv_available_gib is not None:
+    elif d.measured.profile.kv_available_gib is not None:
         terms = _terms(p, setup) if _total_known(p) else {}
         available = _measured_available(d, setup.util, terms)
     else:

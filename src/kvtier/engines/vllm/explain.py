@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from kvtier.engines import explain as engines_explain
-from kvtier.engines.deployment import Deployment, Measured
+from kvtier.engines.deployment import Deployment, Measured, Profile
 from kvtier.engines.explain import LogInputs, LogLedger, LogMemory, Reconciliation, Rows
 from kvtier.engines.kvdtype import KVDtype
 from kvtier.engines.launch import speculative_config
@@ -190,13 +190,15 @@ def _measured(
     non_torch = profile.non_torch_gib if profile else _value(v.v0_non_torch_gib)
     graphs = _value(v.graph_estimate_gib)
     return Measured(
+        profile=Profile(
+            activation_gib=activation,
+            non_torch_gib=non_torch,
+            kv_available_gib=available_gib,
+            kv_available_utilization=utilization if available_gib is not None else None,
+        ),
         weights_gib=weights,
-        activation_gib=activation,
-        non_torch_gib=non_torch,
         cuda_graph_gib=graphs if graphs is not None else flags.cuda_graph_gib,
         gpu_mem_gib=_value(min_over_ranks(v.total_gib)) or flags.gpu_mem_gib,
-        kv_available_gib=available_gib,
-        kv_available_utilization=utilization if available_gib is not None else None,
     )
 
 
