@@ -109,7 +109,7 @@ V18_DEPLOY += ["--tensor-parallel-size", "2"]
 
 
 @pytest.mark.parametrize(
-    ("step_stats", "p90", "throughput"), [("0", 82.272, 5494.4), ("1", 84.885, 5297.2)]
+    ("step_stats", "p90", "throughput"), [("0", 80.163, 5517.4), ("1", 85.582, 5223.6)]
 )
 def test_step_stats_0_scrapes_the_live_state(
     step_stats: str, p90: float, throughput: float

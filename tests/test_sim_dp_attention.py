@@ -81,12 +81,13 @@ def test_the_attention_is_split_over_the_attention_group_and_the_mlp_over_all() 
     split = config.timing.dp_attention
     assert split is not None and (split.dp, split.attn_tp) == (2, 1)
     plain = build_config(MOE, 512).timing.model.weight_bytes_per_rank
-    # the attention projections whole on each GPU (attention TP1) where TP2 halved them, and
-    # the embedding as the ledger splits it: qwen2_moe.py at attention TP from v0.5.9, so whole
-    embedding = 151_936 * 2_048 * 2
+    # the attention projections whole on each GPU (attention TP1) where TP2 halved them; the
+    # input embedding, which the ledger holds whole here (qwen2_moe.py at attention TP from
+    # v0.5.9), is read as its looked-up rows only, a row of 2,048 bf16 values a token either way
     assert config.timing.model.weight_bytes_per_rank - plain == pytest.approx(
-        split.attention_bytes / 2 + embedding / 2
+        split.attention_bytes / 2
     )
+    assert config.timing.model.embedding_row_bytes == 2_048 * 2
     assert "2 DP ranks of attention TP1" in dict(config.sources)["DP attention"]
 
 

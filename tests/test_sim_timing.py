@@ -8,7 +8,9 @@ import pytest
 
 from kvtier.engines.deployment import Deployment, Engine, HiCache
 from kvtier.errors import KvtierError
+from kvtier.model import resolve_model, weight_bytes
 from kvtier.sim.setup import build_config
+from kvtier.sim.setup_timing import model_cost
 from kvtier.sim.speculative import SpecDecode
 from kvtier.sim.timing import (
     Hardware,
@@ -71,6 +73,30 @@ def test_moe_decode_reads_only_the_experts_a_batch_touches() -> None:
     assert moe.weight_bytes_read(1) == pytest.approx(10e9 + 80e9 * 4 / 64)
     assert moe.weight_bytes_read(2) == pytest.approx(10e9 + 80e9 * (1 - (60 / 64) ** 2))
     assert moe.weight_bytes_read(10_000) == pytest.approx(90e9)
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "row"),
+    [
+        ("Qwen/Qwen3-8B", 1, 4_096 * 2),  # untied: 151,936 x 4,096 x 2 B = 1.24 GB not read
+        ("Qwen/Qwen3-32B", 2, 5_120 * 2),  # a rank's vocabulary shard, looked up by row
+        ("Qwen/Qwen3-0.6B", 1, 0),  # tied: the one table is the LM head, read whole
+    ],
+)
+def test_a_step_reads_the_lm_head_whole_and_the_input_embedding_by_row(
+    model: str, tp: int, row: int
+) -> None:
+    d = Deployment(Engine.VLLM, model, tp=tp, gpu="h100")
+    spec = resolve_model(model)
+    weights = weight_bytes(spec, tp, None)
+    held = {g.name: g.bytes_per_rank for g in weights.groups}
+    cost = model_cost(spec, d, 1)
+    assert cost.embedding_row_bytes == row
+    table = held["embedding"] if row else 0
+    assert cost.weight_bytes_per_rank == weights.total_bytes - table
+    assert cost.weight_bytes_read(3) == cost.weight_bytes_per_rank + 3 * row
+    if row:
+        assert held["lm_head"] == held["embedding"]  # the head read whole, its twin by row
 
 
 def test_loads_share_the_host_side_of_the_node() -> None:
@@ -156,8 +182,8 @@ def test_every_forward_pass_pays_the_fixed_cost() -> None:
 @pytest.mark.parametrize(
     ("gpu", "given", "seconds", "words"),
     [
-        ("h100", None, 1.05e-3, "1.05 ms a forward pass (calibrated on H100 / H200"),
-        ("A100 80GB", None, 1.05e-3, "(uncalibrated on A100 80GB: set on H100 / H200;"),
+        ("h100", None, 1.35e-3, "1.35 ms a forward pass (calibrated on H100 / H200"),
+        ("A100 80GB", None, 1.35e-3, "(uncalibrated on A100 80GB: set on H100 / H200;"),
         ("h100", 0.0, 0.0, "0 ms a forward pass (--step-overhead-ms)"),
     ],
 )

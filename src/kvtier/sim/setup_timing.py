@@ -11,7 +11,8 @@ from kvtier.engines.sglang import versions as sglang_versions
 from kvtier.errors import KvtierError, UnsupportedModel
 from kvtier.model.description import AttentionKind, ModelSpec
 from kvtier.model.gpu import GpuSpec
-from kvtier.model.weights import OVER_TP, Splits, weight_bytes
+from kvtier.model.params import EMBEDDING, LM_HEAD
+from kvtier.model.weights import OVER_TP, Splits, WeightBytes, weight_bytes
 from kvtier.sim import speculative
 from kvtier.sim.dp_attention import DPAttention, dp_attention
 from kvtier.sim.speculative import SpecDecode
@@ -105,10 +106,10 @@ def _overhead_words(gpu: GpuSpec, flags: TimingFlags) -> str:
     if flags.step_overhead_ms is not None:
         return f"{ms:g} ms a forward pass (--step-overhead-ms)"
     if gpu.name in FORWARD_OVERHEAD_GPUS:
-        return f"{ms:g} ms a forward pass (calibrated on H100 / H200 bs=1 decode, +-0.1 ms)"
+        return f"{ms:g} ms a forward pass (calibrated on H100 / H200 bs=1 decode, +-0.3 ms)"
     return (
         f"{ms:g} ms a forward pass (uncalibrated on {gpu.name}: set on H100 / H200; published "
-        "bs=1 rows on other GPUs read 0-3.2 ms; --step-overhead-ms)"
+        "bs=1 rows on other GPUs read 0.4-3.2 ms; --step-overhead-ms)"
     )
 
 
@@ -207,13 +208,16 @@ def model_cost(
 ) -> ModelCost:
     """Per-rank costs of `model` at the deployment's TP (its attention, embedding and LM head
     split as the ledger splits them, `splits`); routed experts kept apart (their `active`
-    count is below their `count`) so decode reads only the experts a batch touches."""
+    count is below their `count`) so decode reads only the experts a batch touches, and an
+    input embedding apart from its LM head read only as the rows a step looks up
+    (`_input_lookup`)."""
     weights = weight_bytes(model, d.tp, _dtype(d), splits)
     routed = {g.name for g in model.params if g.active < g.count}
     experts = sum(g.bytes_per_rank for g in weights.groups if g.name in routed)
+    table, row = _input_lookup(model, weights)
     return ModelCost(
         active_params=model.active_params,
-        weight_bytes_per_rank=float(weights.total_bytes - experts),
+        weight_bytes_per_rank=float(weights.total_bytes - experts - table),
         kv_bytes_per_token=kv_bytes_per_token,
         num_layers=model.kv.num_layers,
         attention_dim=attention_dim(model),
@@ -221,7 +225,27 @@ def model_cost(
         num_experts=model.num_experts if experts else 0,
         experts_per_token=model.experts_per_token if experts else 0,
         hidden_size=model.hidden_size,
+        embedding_row_bytes=row,
     )
+
+
+def _input_lookup(model: ModelSpec, weights: WeightBytes) -> tuple[int, float]:
+    """The input embedding's bytes on a rank that a step does not read whole, and the bytes of
+    the row it reads a token; (0, 0.0) when the model ties its word embeddings, the one table
+    then being the LM head, read whole every step.
+
+    A forward pass indexes the input embedding: vLLM v0.32.0 and SGLang v0.5.23
+    `VocabParallelEmbedding.forward` (layers/vocab_parallel_embedding.py) gather each token's
+    row of the rank's shard (`quant_method.embedding` is `F.embedding`; a token outside the
+    shard reads row 0, masked), so a rank reads tokens x hidden x width of it; the LM head is
+    a matmul over its whole shard (`LogitsProcessor._get_logits`, `quant_method.apply`)."""
+    if not any(g.name == LM_HEAD for g in model.params):
+        return 0, 0.0
+    table = next((g for g in weights.groups if g.name == EMBEDDING), None)
+    if table is None or not table.params_per_rank:
+        return 0, 0.0
+    width = table.bytes_per_rank / table.params_per_rank
+    return table.bytes_per_rank, model.hidden_size * width
 
 
 def _dtype(d: Deployment) -> str | None:

@@ -50,11 +50,13 @@ COMPUTE_EFFICIENCY = 0.4
 # Fraction of peak HBM bandwidth memory-bound decode kernels sustain.
 HBM_EFFICIENCY = 0.8
 # Fixed cost of one forward pass (ms). At HBM_EFFICIENCY, bs=1 decode of Qwen3-8B on one GPU reads
-# 1.15 (H100, vLLM v0.11.0 bf16: 7.28 ms TPOT against 6.14 ms of bytes), 0.96 (H100, SGLang
-# v0.5.3.post3 FP8 EAGLE-3: 8.74 ms an iteration of 5 passes against 3.94 ms of bytes) and 1.06
-# (H200, SGLang bf16: 5.35 ms against 4.29 ms): their mean, +-0.1 ms. Solved for both unknowns,
-# the two H100 rows give 0.93 ms and an efficiency of 0.77 (docs/validation.md).
-FORWARD_OVERHEAD_MS = 1.05
+# 1.61 (H100, vLLM v0.11.0 bf16: 7.28 ms TPOT against 5.67 ms of bytes), 1.06 (H100, SGLang
+# v0.5.3.post3 FP8 EAGLE-3: 8.74 ms an iteration of 5 passes against 3.43 ms of bytes) and 1.38
+# (H200, SGLang bf16: 5.35 ms against 3.96 ms): their mean, +-0.3 ms. The bytes are a step's reads:
+# the LM head whole, the input embedding by the rows it looks up (`ModelCost.embedding_row_bytes`).
+# Solved for both unknowns, the two H100 rows give 0.99 ms and an efficiency of 0.72
+# (docs/validation.md).
+FORWARD_OVERHEAD_MS = 1.35
 # GPUs whose published rows set it; on the others it is uncalibrated
 FORWARD_OVERHEAD_GPUS = ("H100 SXM", "H200")
 # Read bandwidth of the node's L3 store: one NVMe SSD on PCIe 4.0 x4 (~7 GB/s peak sequential),
@@ -78,13 +80,17 @@ class ModelCost:
     num_experts: int = 0
     experts_per_token: int = 0
     hidden_size: int = 0  # width of the activations all-reduced after attention and MLP
+    # one looked-up row of an input embedding that is not also the LM head, on a rank: read
+    # once a token, where the table itself is not read whole (`setup_timing.model_cost`)
+    embedding_row_bytes: float = 0.0
 
     def weight_bytes_read(self, tokens: float) -> float:
         """Weight bytes one forward pass over `tokens` tokens reads on one rank."""
+        rows = self.embedding_row_bytes * float(tokens)
         if not self.num_experts:
-            return self.weight_bytes_per_rank + self.expert_bytes_per_rank
+            return self.weight_bytes_per_rank + self.expert_bytes_per_rank + rows
         touched = 1.0 - (1.0 - self.experts_per_token / self.num_experts) ** float(tokens)
-        return self.weight_bytes_per_rank + self.expert_bytes_per_rank * float(touched)
+        return self.weight_bytes_per_rank + self.expert_bytes_per_rank * float(touched) + rows
 
 
 Line = tuple[float, float]  # a + b x i over the iteration index i

@@ -301,7 +301,7 @@ TIMING = (
     flag("--step-overhead-ms", group="timing", commands=SIM, sample=("1",),
          type=number(0.0, 1e4), metavar="MS",
          help="fixed cost of a forward pass: decode, verify, each draft pass, a prefill batch "
-         "(CUDA-graph replay, sampling, scheduler; default 1.05, docs/validation.md)"),
+         "(CUDA-graph replay, sampling, scheduler; default 1.35, docs/validation.md)"),
 )
 
 FITTED = (
