@@ -7,18 +7,16 @@ vLLM's own _derive_cpu_config where its CPU build is installed."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import missing
 from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine, Hybrid
 from kvtier.engines.ledger import HostPool
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import plan
-from vllm_cpu_support import PYTHON as VLLM_PYTHON
+from vllm_cpu_support import vllm_json
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"  # 32 layers, 8 KV heads of 128, bf16
 MLA = "deepseek-ai/DeepSeek-V2-Lite-Chat"  # 27 layers, a 576-wide latent, bf16
@@ -166,8 +164,6 @@ def test_against_vllms_own_derive_cpu_config(tmp_path: Path) -> None:
     """vLLM's CPU build (v0.32.0): SimpleCPUOffloadScheduler._derive_cpu_config over a
     KVCacheConfig of Llama-3.1-8B at TP2 built from vLLM's own FullAttentionSpec: its page x 32
     layers is kvtier's block, and its count kvtier's at each size."""
-    if not VLLM_PYTHON.exists():
-        missing(".venv-vllm-cpu holds no vLLM build: run .ci/vllm-cpu.sh")
     code = r"""
 import json, sys, torch, vllm
 from vllm.v1.kv_cache_interface import (
@@ -185,15 +181,7 @@ counts = [SimpleCPUOffloadScheduler._derive_cpu_config(gpu, b).num_blocks
 print(json.dumps({"version": vllm.__version__, "block": page * 32, "counts": counts}))
 """
     per_rank = [10 * GiB // 2, GiB, 1000, 3 * GiB + 12345]
-    run = subprocess.run(
-        [str(VLLM_PYTHON), "-c", code, json.dumps(per_rank)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got = vllm_json(code, per_rank, tmp_path)
     assert got["version"].startswith("0.32.0") and got["block"] == LLAMA_BLOCK // 2
     ours = [
         _pool(LLAMA, "0.32.0", tp=2, kv_transfer_config=_simple(cpu_bytes_to_use=2 * b)).tokens

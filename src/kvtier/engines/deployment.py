@@ -213,6 +213,8 @@ class Deployment:
     long_prefill_token_threshold: int | None = None  # vLLM; None: 0, no cap on a prefill chunk
     # vLLM --[no-]async-scheduling (None: the engine's choice, engines/vllm/sliding.py)
     async_scheduling: bool | None = None
+    # vLLM --[no-]disable-hybrid-kv-cache-manager (None: the engine's choice, engines/vllm/hma.py)
+    disable_hybrid_kv_cache_manager: bool | None = None
     hybrid: Hybrid = field(default_factory=Hybrid)
     # SGLang --device (None: auto-detected); "cuda" is also what its ROCm build runs as
     device: str | None = None

@@ -204,6 +204,8 @@ _PLAN_SETTINGS = (
     ("hybrid.enable_prefix_caching", to_bool),
     # vLLM: how far past its window a sliding-window group holds blocks (v0.26.0 on)
     ("async_scheduling", to_bool),
+    # vLLM: the hybrid KV cache manager, which a KV connector can turn off (engines/vllm/hma.py)
+    ("disable_hybrid_kv_cache_manager", to_bool),
     ("hybrid.mamba_full_memory_ratio", to_ratio),
     ("hybrid.max_mamba_cache_size", to_int),
     ("hybrid.mamba_ssm_dtype", to_str),

@@ -21,7 +21,7 @@ from kvtier.engines.ledger import (
 )
 from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.version import Version
-from kvtier.engines.vllm import gemma4, ledger_items, mamba, profile, sliding, stages
+from kvtier.engines.vllm import gemma4, hma, ledger_items, mamba, profile, sliding, stages
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm.versions import V0_19
 from kvtier.errors import KvtierError
@@ -175,6 +175,7 @@ class Pool:
         self.mtp_layers = 0  # MTP draft layers counted in the pool
         self.uncounted_draft: str | None = None  # a speculative method whose draft is not
         self.chunked_local = False  # chunked local attention kept as full attention
+        self.hma_off: str | None = None  # why the hybrid KV cache manager is off (hma.py)
         self.window = self.batched = 0  # batched: tokens past the window (sliding.py)
         self.batch_tokens = setup.batch.tokens  # max_num_batched_tokens
         self.sliding_block = block  # a Gemma 4 sliding group's block (`gemma4.pages`)
@@ -195,6 +196,11 @@ class Pool:
             return
         if era.worker is vllm.Worker.V0:
             raise KvtierError("vLLM V0 sliding-window pools are not modelled")
+        self.hma_off = hma.off_reason(d, era.version)
+        if self.hma_off and LayerKind.CHUNKED not in kv.layer_kinds:
+            # unify_hybrid_kv_cache_specs makes every sliding-window layer a FullAttentionSpec:
+            # one group of every layer, each holding the whole context
+            return
         if LayerKind.CHUNKED in kv.layer_kinds:
             # VllmConfig.__post_init__ turns the hybrid KV cache manager off when the model sets
             # attention_chunk_size; unify_hybrid_kv_cache_specs then makes every chunked-local
@@ -228,6 +234,13 @@ class Pool:
                 "speculative decoding"
             )
         mamba.check_runs(era.version, kv.linear)
+        if off := hma.off_reason(d, era.version):
+            # unify_hybrid_kv_cache_specs cannot make state layers one spec: vLLM raises
+            raise KvtierError(
+                f"vLLM runs hybrid linear-attention models only with the hybrid KV cache "
+                f"manager, which {off} turns off: 'Failed to promote local KV cache specs to one "
+                "unified type' (v0.32.0's unify_hybrid_kv_cache_specs)"
+            )
         self.layout = vllm.hybrid_layout(kv.num_full_layers, len(kv.linear.layer_ids))
         self.layers = self.layout.group_size
         self.linear_blocks = mamba.blocks_per_linear_group(

@@ -44,5 +44,6 @@ FLAGS = FlagTable(
         flag("scheduling_policy", one_of("fcfs", "priority")),
         flag("mamba_ssm_cache_dtype", str, field="hybrid.mamba_ssm_dtype"),
         flag("async_scheduling", None),
+        flag("disable_hybrid_kv_cache_manager", None),
     )
 )

@@ -93,6 +93,7 @@ def check_deployment(d: Deployment) -> None:
         ("speculative decoding", bool(d.speculative_algorithm)),
         ("KV offloading", bool(d.kv_offloading_size_gib or d.kv_offloading_backend)),
         ("a KV connector (--kv-transfer-config)", bool(d.kv_transfer_config)),
+        ("--disable-hybrid-kv-cache-manager", bool(d.disable_hybrid_kv_cache_manager)),
     ):
         if given:
             raise KvtierError(f"vLLM Gemma 4 pools under {what} are not modelled")

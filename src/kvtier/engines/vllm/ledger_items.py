@@ -133,7 +133,13 @@ def _pool_notes(p: PlanInputs, pool: Pool) -> list[str]:
             f"speculative {pool.uncounted_draft}: the draft's KV layers are not counted; "
             "the token count is an upper bound"
         )
-    if pool.chunked_local:
+    if pool.hma_off and not pool.chunked_local:
+        notes.append(
+            f"the hybrid KV cache manager is off ({pool.hma_off}; VllmConfig.__post_init__): "
+            f"every layer, the {kv.num_local_layers} sliding-window ones too, keeps "
+            "full-attention KV for the whole context"
+        )
+    elif pool.chunked_local:
         notes.append(
             f"chunked local attention (attention_chunk_size {kv.attention_chunk_size}): the "
             "hybrid KV cache manager is off and every layer keeps full-attention KV"

@@ -1,0 +1,97 @@
+"""Whether vLLM runs the hybrid KV cache manager (HMA) under a KV connector, as
+VllmConfig.__post_init__ (config/vllm.py) decides it; read in the v0.12.0 - v0.33.0 wheels. Off,
+every sliding-window layer is sized as full attention (unify_hybrid_kv_cache_specs), and a
+hybrid linear-attention model cannot start.
+
+  v0.12.x          SchedulerConfig.disable_hybrid_kv_cache_manager is a bool (default False):
+                   any --kv-transfer-config turns the manager off, whatever the flag says
+  v0.13.0 - 0.21.x a tri-state (default None): with no flag, any connector turns it off
+                   ('Turning off hybrid kv cache manager because `--kv-transfer-config` is
+                   set'); --no-disable-hybrid-kv-cache-manager keeps it on, and the connector
+                   then starts only if it subclasses SupportsHMA (not modelled here)
+  v0.22.0 on       with no flag, only a connector that does not subclass SupportsHMA
+                   (KVConnectorFactory.supports_hma_config; MultiConnector: every child) turns
+                   it off; an explicit --no-disable-... with such a connector fails at startup
+                   (KVConnectorFactory.create_connector)
+
+--disable-hybrid-kv-cache-manager turns it off in every release. --kv-offloading-size names
+OffloadingConnector or SimpleCPUOffloadConnector (offloading.connector), and with the lmcache
+backend an LMCache connector, which never subclasses SupportsHMA. A release before v0.12.0 is
+taken with v0.12.0's rule.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kvtier.engines.deployment import Deployment
+from kvtier.engines.version import Version
+from kvtier.engines.vllm import offloading
+from kvtier.engines.vllm.versions import V0_13, V0_14, V0_22, V0_23, V0_30
+from kvtier.errors import KvtierError
+
+# the registered connectors that subclass SupportsHMA, from the release they do (v1/*.py)
+_HMA_SINCE = {
+    "DecodeBenchConnector": V0_22,
+    "ExampleHiddenStatesConnector": V0_22,
+    "MooncakeConnector": V0_22,
+    "MooncakeStoreConnector": V0_22,
+    "NixlConnector": V0_22,
+    "NixlPullConnector": V0_22,
+    "NixlPushConnector": V0_22,
+    "OffloadingConnector": V0_22,
+    "SimpleCPUOffloadConnector": V0_22,
+    "HiSparseConnector": V0_30,
+    "MoRIIOConnector": V0_30,
+}
+MULTI = "MultiConnector"
+
+
+def _names(d: Deployment, version: Version) -> list[str]:
+    """The connectors the flags configure (a MultiConnector's children); [] without one."""
+    if d.kv_offloading_backend == "lmcache" and d.kv_offloading_size_gib and version >= V0_14:
+        return ["LMCacheConnectorV1"]
+    name = offloading.connector(d, version)
+    if name is None:
+        return []
+    config = json.loads(d.kv_transfer_config or "{}")
+    if config.get("kv_connector_module_path"):
+        raise KvtierError(
+            f"--kv-transfer-config: {name!r:.40} from kv_connector_module_path; whether it "
+            "subclasses SupportsHMA (vLLM's hybrid KV cache manager) is not known"
+        )
+    if name != MULTI:
+        return [name]
+    extra = config.get("kv_connector_extra_config") or {}
+    children = extra.get("connectors", []) if isinstance(extra, dict) else None
+    if not isinstance(children, list) or not all(isinstance(c, dict) for c in children):
+        raise KvtierError("--kv-transfer-config: MultiConnector's connectors must be a list")
+    if not children and version >= V0_23:
+        return [MULTI]  # MultiConnector.all_children_support_hma: none is not support
+    return [str(c.get("kv_connector")) for c in children]
+
+
+def off_reason(d: Deployment, version: Version) -> str | None:
+    """Why vLLM `version` runs `d` with the hybrid KV cache manager off (None: it keeps it)."""
+    if d.disable_hybrid_kv_cache_manager:
+        return "--disable-hybrid-kv-cache-manager"
+    names = _names(d, version)
+    if not names:
+        return None
+    if version < V0_22:
+        if version >= V0_13 and d.disable_hybrid_kv_cache_manager is False:
+            raise KvtierError(
+                f"--no-disable-hybrid-kv-cache-manager with a KV connector in vLLM {version}: "
+                "whether the connector supports the hybrid KV cache manager is not modelled "
+                "before v0.22.0"
+            )
+        return f"a KV connector ({', '.join(names)}) in vLLM {version}"
+    lacking = [n for n in names if n not in _HMA_SINCE or version < _HMA_SINCE[n]]
+    if not lacking:
+        return None
+    if d.disable_hybrid_kv_cache_manager is False:
+        raise KvtierError(
+            f"Connector {lacking[0]:.40} does not support HMA but HMA is enabled "
+            "(--no-disable-hybrid-kv-cache-manager): vLLM refuses it at startup"
+        )
+    return f"{lacking[0]:.40} does not support it (SupportsHMA)"

@@ -1,0 +1,236 @@
+"""vLLM's hybrid KV cache manager under a KV connector (VllmConfig.__post_init__, engines/vllm/
+hma.py): off, every sliding-window layer is sized as full attention; a hybrid linear-attention
+model cannot start. Golden numbers by hand; the connector table checked against vLLM v0.32.0's
+own KVConnectorFactory.supports_hma_config where its CPU build is installed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from kvtier.cli import main
+from kvtier.engines.deployment import Deployment, Engine, Measured, Profile
+from kvtier.engines.launch import parse_launch
+from kvtier.engines.version import Version
+from kvtier.engines.vllm import hma
+from kvtier.errors import KvtierError
+from kvtier.ledger.plan import plan
+from vllm_cpu_support import vllm_json
+
+# gpt-oss-20b on one H100 at 131,072, v0.32.0: 12 full + 12 sliding layers (window 128) of 8 KV
+# heads of 64, bf16, block 16: a layer's page 16 x 2 x 8 x 64 x 2 B = 32,768 B. The budget:
+# 79.19 x 0.9 - 13.5 - 2.0 - 0.25 - 1.0 GiB = 58,541,477,986 B.
+MEASURED = Measured(
+    profile=Profile(activation_gib=2.0, non_torch_gib=0.25),
+    weights_gib=13.5,
+    gpu_mem_gib=79.19,
+    cuda_graph_gib=1.0,
+)
+GPT_OSS = Deployment(
+    Engine.VLLM,
+    "openai/gpt-oss-20b",
+    gpu="H100",
+    context_length=131_072,
+    measured=MEASURED,
+    engine_version="0.32.0",
+)
+BUDGET = int((79.19 * 0.9 - 13.5 - 2.0 - 0.25 - 1.0) * 2**30)
+# off: one group of 24 layers, a block 24 x 32,768 B; tokens = blocks x 16 (8,192 a request)
+OFF_BLOCKS = BUDGET // (24 * 32_768)
+# on: two groups of 12, a block 12 x 32,768 B; a request 8,192 full + cdiv(127 + 16,384, 16) + 1
+# = 1,033 sliding blocks (v0.26.0 on, test_vllm_sliding.py)
+ON_BLOCKS = BUDGET // (12 * 32_768)
+
+
+def _connector(name: str, **extra: object) -> str:
+    return json.dumps(
+        {"kv_connector": name, "kv_role": "kv_both", "kv_connector_extra_config": extra}
+    )
+
+
+def _v(text: str) -> Version:
+    return Version.parse(text, "vLLM")
+
+
+def _off(version: str, **values: object) -> str | None:
+    return hma.off_reason(dataclasses.replace(GPT_OSS, **values), _v(version))  # type: ignore[arg-type]
+
+
+def test_a_connector_without_hma_sizes_every_layer_as_full_attention() -> None:
+    assert (OFF_BLOCKS, ON_BLOCKS) == (74_439, 148_878)
+    off = plan(dataclasses.replace(GPT_OSS, kv_transfer_config=_connector("P2pNcclConnector")))
+    assert off.figures.num_blocks == OFF_BLOCKS
+    assert off.kv_tokens == OFF_BLOCKS * 16 == 1_191_024
+    note = next(n for n in off.notes if n.startswith("the hybrid KV cache manager is off"))
+    assert "P2pNcclConnector does not support it" in note and "the 12 sliding-window" in note
+    assert not any(n.startswith("hybrid KV groups") for n in off.notes)
+    for given in ({}, {"kv_transfer_config": _connector("NixlConnector")}):
+        on = plan(dataclasses.replace(GPT_OSS, **given))  # type: ignore[arg-type]
+        assert on.figures.num_blocks == ON_BLOCKS
+        assert on.kv_tokens == int(ON_BLOCKS / (8192 + 1033) * 131_072) == 2_115_310
+    flag = plan(dataclasses.replace(GPT_OSS, disable_hybrid_kv_cache_manager=True))
+    assert flag.kv_tokens == off.kv_tokens
+
+
+def test_gemma_3_under_a_connector_before_v0_22() -> None:
+    """Gemma-3-27B (10 full + 52 sliding layers of 16 KV heads of 128, bf16: 8,192 B a token a
+    layer): any connector turns the manager off to v0.21.x. On, a block is one group of 10
+    layers, 16 x 10 x 8,192 = 1,310,720 B; off, all 62: 16 x 62 x 8,192 = 8,126,464 B, over
+    the same budget. At 131,072 its 62 GiB a request no longer fit, as vLLM says."""
+    d = Deployment(
+        Engine.VLLM,
+        "google/gemma-3-27b-it",
+        gpu="H100",
+        engine_version="0.21.0",
+        context_length=16_384,
+    )
+    on = plan(d).figures.num_blocks
+    off = plan(dataclasses.replace(d, kv_offloading_size_gib=10.0))
+    assert on * 1_310_720 // 8_126_464 <= off.figures.num_blocks
+    assert off.figures.num_blocks <= (on + 1) * 1_310_720 // 8_126_464
+    assert off.kv_tokens == off.figures.num_blocks * 16 and off.kv_bytes_per_token == 62 * 8192
+    assert any("(OffloadingConnector) in vLLM 0.21.0" in n for n in off.notes)
+    native = plan(dataclasses.replace(d, engine_version="0.22.0", kv_offloading_size_gib=10.0))
+    assert not any("manager is off" in n for n in native.notes)
+    whole = dataclasses.replace(d, context_length=131_072, kv_offloading_size_gib=10.0)
+    with pytest.raises(KvtierError, match=r"62\.00 GiB KV cache is needed"):
+        plan(whole)
+
+
+@pytest.mark.parametrize(
+    ("version", "values", "off"),
+    [
+        ("0.12.0", {"kv_transfer_config": _connector("NixlConnector")}, True),
+        # a bool defaulting to False to v0.12.x: --no-disable-... changes nothing
+        (
+            "0.12.0",
+            {
+                "kv_transfer_config": _connector("NixlConnector"),
+                "disable_hybrid_kv_cache_manager": False,
+            },
+            True,
+        ),
+        ("0.21.0", {"kv_transfer_config": _connector("NixlConnector")}, True),
+        ("0.20.0", {"kv_offloading_size_gib": 10.0}, True),
+        ("0.22.0", {"kv_transfer_config": _connector("NixlConnector")}, False),
+        ("0.22.0", {"kv_offloading_size_gib": 10.0}, False),
+        ("0.29.0", {"kv_transfer_config": _connector("MoRIIOConnector")}, True),
+        ("0.30.0", {"kv_transfer_config": _connector("MoRIIOConnector")}, False),
+        ("0.33.0", {"kv_transfer_config": _connector("LMCacheConnectorV1")}, True),
+        ("0.33.0", {"kv_offloading_size_gib": 4.0, "kv_offloading_backend": "lmcache"}, True),
+        ("0.33.0", {"disable_hybrid_kv_cache_manager": True}, True),
+        ("0.33.0", {}, False),
+        # MultiConnector: every child must support it; none is support only in v0.22.x
+        ("0.32.0", {"kv_transfer_config": _connector("MultiConnector", connectors=[])}, True),
+        ("0.22.0", {"kv_transfer_config": _connector("MultiConnector", connectors=[])}, False),
+        (
+            "0.32.0",
+            {
+                "kv_transfer_config": _connector(
+                    "MultiConnector",
+                    connectors=[
+                        {"kv_connector": "NixlConnector"},
+                        {"kv_connector": "OffloadingConnector"},
+                    ],
+                )
+            },
+            False,
+        ),
+        (
+            "0.32.0",
+            {
+                "kv_transfer_config": _connector(
+                    "MultiConnector",
+                    connectors=[
+                        {"kv_connector": "NixlConnector"},
+                        {"kv_connector": "LMCacheConnectorV1"},
+                    ],
+                )
+            },
+            True,
+        ),
+    ],
+)
+def test_the_rule_per_release(version: str, values: dict[str, object], off: bool) -> None:
+    assert (_off(version, **values) is not None) is off
+
+
+@pytest.mark.parametrize(
+    ("version", "values", "words"),
+    [
+        ("0.32.0", {"kv_transfer_config": _connector("P2pNcclConnector")}, "does not support HMA"),
+        ("0.20.0", {"kv_transfer_config": _connector("NixlConnector")}, "before v0.22.0"),
+    ],
+)
+def test_an_explicit_manager_with_a_connector_vllm_may_refuse_exits_2(
+    version: str, values: dict[str, object], words: str
+) -> None:
+    with pytest.raises(KvtierError, match=words):
+        _off(version, disable_hybrid_kv_cache_manager=False, **values)
+
+
+def test_a_connector_from_a_module_path_is_refused() -> None:
+    config = json.dumps(
+        {"kv_connector": "Mine", "kv_role": "kv_both", "kv_connector_module_path": "my.mod"}
+    )
+    with pytest.raises(KvtierError, match="kv_connector_module_path"):
+        _off("0.32.0", kv_transfer_config=config)
+
+
+def test_a_hybrid_linear_model_cannot_start_with_the_manager_off(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    command = (
+        "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 4 "
+        f"--kv-transfer-config '{_connector('P2pNcclConnector')}'"
+    )
+    assert main(["plan", "--gpu", "H100", "--vllm-version", "0.32.0", "--", command]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Failed to promote local KV cache specs" in err[0]
+    nixl = command.replace("P2pNcclConnector", "NixlConnector")
+    assert main(["plan", "--gpu", "H100", "--vllm-version", "0.32.0", "--", nixl]) == 0
+
+
+def test_the_launch_flag_is_read_both_ways() -> None:
+    for word, value in (("disable", True), ("no-disable", False)):
+        launch = parse_launch([f"vllm serve openai/gpt-oss-20b --{word}-hybrid-kv-cache-manager"])
+        assert launch.values["disable_hybrid_kv_cache_manager"] is value
+
+
+def test_against_vllms_own_supports_hma_config(tmp_path: Path) -> None:
+    """vLLM's CPU build (v0.32.0): KVConnectorFactory.supports_hma_config over every connector it
+    registers (those whose module imports there) and three MultiConnector configs, against
+    kvtier's decision with no --[no-]disable-hybrid-kv-cache-manager."""
+    multi = [
+        [],
+        [
+            {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+            {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"},
+        ],
+        [
+            {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+            {"kv_connector": "ExampleConnector", "kv_role": "kv_both"},
+        ],
+    ]
+    code = r"""
+import json, sys, vllm
+from vllm.config.kv_transfer import KVTransferConfig
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory as F
+configs = [{"kv_connector": n, "kv_role": "kv_both"} for n in sorted(F._registry)]
+configs += [{"kv_connector": "MultiConnector", "kv_role": "kv_both",
+             "kv_connector_extra_config": {"connectors": c}} for c in json.loads(sys.argv[1])]
+out = []
+for c in configs:
+    try:
+        out.append([c, F.supports_hma_config(KVTransferConfig(**c))])
+    except ImportError:
+        pass  # a connector whose package the CPU build lacks
+print(json.dumps({"version": vllm.__version__, "hma": out}))
+"""
+    got = vllm_json(code, multi, tmp_path)
+    assert got["version"].startswith("0.32.0") and len(got["hma"]) >= 18
+    for config, supports in got["hma"]:
+        assert (_off("0.32.0", kv_transfer_config=json.dumps(config)) is None) is supports, config
