@@ -111,6 +111,16 @@ def test_router_opt_help_beside_another_option_is_refused(
     assert "--router-opt help lists the options: give it alone" in error_line(capsys, argv)
 
 
+def test_router_opt_help_over_a_router_sweep_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--router-opt", "help", "--sweep", "router=random,llm-d-precise"]
+    assert error_line(capsys, argv) == (
+        "kvtier: error: --router-opt help lists one policy's options: give --router POLICY, "
+        "not --sweep router=random,llm-d-precise\n"
+    )
+    code, out, _ = run_cli([*argv, "--router", "random"])
+    assert code == 0 and out.startswith("--router random takes no --router-opt options")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_an_unknown_option_is_refused_naming_the_policys_keys(
     name: str, capsys: pytest.CaptureFixture[str]

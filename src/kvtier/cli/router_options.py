@@ -12,11 +12,17 @@ from kvtier.report.json_text import emit
 
 
 def asked(args: argparse.Namespace) -> bool:
-    """Whether `--router-opt help` was given; refused beside other `--router-opt` values."""
+    """Whether `--router-opt help` was given; refused beside other `--router-opt` values, and
+    beside a --sweep over routers without --router (it would list the default policy's)."""
     if ROUTER_OPT_HELP not in args.router_opt:
         return False
     if len(args.router_opt) > 1:
         raise KvtierError(f"--router-opt {ROUTER_OPT_HELP} lists the options: give it alone")
+    if args.router is None and (args.sweep or "").startswith("router="):
+        raise KvtierError(
+            f"--router-opt {ROUTER_OPT_HELP} lists one policy's options: give --router POLICY, "
+            f"not --sweep {args.sweep:.60}"
+        )
     return True
 
 
