@@ -95,6 +95,8 @@ def test_the_size_flag_overrides_the_configs_bytes() -> None:
         ("0.21.0", {"kv_transfer_config": _config(cpu_bytes_to_use="lots")},
          "cpu_bytes_to_use must be a positive number, got 'lots'"),
         ("0.21.0", {"kv_transfer_config": _config(cpu_bytes_to_use=0)}, "positive number"),
+        ("0.21.0", {"kv_transfer_config": _config(cpu_bytes_to_use=1e30)},
+         "OffloadingConnector cpu_bytes_to_use 1e.30 B is more than 1e.07 GiB"),
         ("0.11.0", {"kv_transfer_config": _config(num_cpu_blocks=True)}, "positive number"),
         ("0.21.0", {"kv_transfer_config": _config(cpu_bytes_to_use=TEN_GIB, blocks_per_chunk=2)},
          "blocks_per_chunk is read from vLLM v0.26.0"),

@@ -121,6 +121,10 @@ def test_pipeline_stages_to_v0_32_count_stage_0s_blocks() -> None:
         ("0.28.0", {"kv_transfer_config": _simple(kv_offload_backend="nvme")}, "takes cpu, disk"),
         ("0.21.0", {"kv_transfer_config": _simple(cpu_bytes_to_use="ten")}, "whole number"),
         ("0.21.0", {"kv_transfer_config": _simple(cpu_bytes_to_use_per_rank=-1)}, "0 or more"),
+        ("0.21.0", {"kv_transfer_config": _simple(cpu_bytes_to_use=1e30)},
+         r"cpu_bytes_to_use 1e\+30 B is more than 1e\+07 GiB"),
+        ("0.21.0", {"kv_transfer_config": _simple(cpu_bytes_to_use_per_rank=10**7 * 2**30 + 1)},
+         r"cpu_bytes_to_use_per_rank 1.07e\+16 B is more than"),
     ],
 )  # fmt: skip
 def test_a_form_vllm_refuses_or_kvtier_does_not_size_exits_2(

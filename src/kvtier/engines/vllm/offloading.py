@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import kv_transfer
-from kvtier.engines.vllm.simple_offload import SIMPLE, simple_pool, whole
+from kvtier.engines.vllm.simple_offload import SIMPLE, host_bytes, simple_pool, whole
 from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_16, V0_19, V0_26, V0_27
 from kvtier.errors import KvtierError
 
@@ -210,7 +210,7 @@ def _count(extra: dict[str, object], key: str, version: Version) -> int:
         raise KvtierError(
             f"--kv-transfer-config: {NATIVE} {key} must be a positive number, got {value!r:.40}"
         )
-    return number
+    return host_bytes(number, NATIVE, key) if key == "cpu_bytes_to_use" else number
 
 
 def _replicated(d: Deployment, version: Version, mla: bool) -> bool:

@@ -41,6 +41,7 @@ from kvtier.errors import KvtierError
 SIMPLE = "SimpleCPUOffloadConnector"
 GiB = 1 << 30
 DEFAULT_BYTES = 8 * GiB  # DEFAULT_CPU_CAPACITY_BYTES
+MOST_GIB = 10**7  # the most --kv-offloading-size takes (engines/deployment.py _HOST_SIZES)
 BACKENDS = ("cpu", "disk")  # VALID_KV_OFFLOAD_BACKENDS, v0.28.0 on
 
 
@@ -166,6 +167,16 @@ def _check_backend(extra: dict[str, object], version: Version) -> None:
         )
 
 
+def host_bytes(number: int, connector: str, key: str) -> int:
+    """`number` bytes of host memory, refused past MOST_GIB GiB as --kv-offloading-size is."""
+    if number > MOST_GIB * GiB:
+        raise KvtierError(
+            f"--kv-transfer-config: {connector} {key} {number:.3g} B is more than {MOST_GIB:g} "
+            "GiB, the most kvtier sizes (--kv-offloading-size's bound)"
+        )
+    return number
+
+
 def _int(extra: dict[str, object], key: str, default: int) -> int:
     value = extra.get(key, default)
     number = whole(value)
@@ -174,7 +185,7 @@ def _int(extra: dict[str, object], key: str, default: int) -> int:
             f"--kv-transfer-config: {SIMPLE} {key} must be a whole number of bytes, "
             f"got {value!r:.40}"
         )
-    return number
+    return host_bytes(number, SIMPLE, key)
 
 
 def _explicit(value: object, capacity: int) -> int:
