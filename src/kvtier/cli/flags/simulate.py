@@ -79,7 +79,8 @@ own; the G x P prompts shuffled once and sent in that order again and again, at 
 --rate, --requests in all, each asking --output-tokens. With --replicas, --rate-stages runs
 inference-perf's load ladder instead (docs/fleet.md): each stage once the one before has finished,
 the run measured over the last stage (--measure-stages all: every stage, as inference-perf's
-summary); --load-type constant for a report's `type: constant`.
+summary; ladder: every stage after the first, as llm-d's reports' summary across QPS);
+--load-type constant for a report's `type: constant`.
   kvtier simulate --generate shared-prefix --groups 4 --prompts-per-group 3 --system-tokens 2000 \\
       --question-tokens 200 --output-tokens 64 --rate-stages 2:10,6:10 --load-type constant \\
       --seed 1 --engine vllm --model qwen3-8b --gpu h100 --replicas 2 --router llm-d-precise"""
