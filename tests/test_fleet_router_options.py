@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from cli_support import cli_json, error_line, run_cli
+from kvtier.errors import KvtierError
 from kvtier.routers import NAMES
-from kvtier.sim.fleet.policy import Policy
+from kvtier.sim.fleet.policy import Policy, parse_options
 from kvtier.sim.fleet.registry import policies
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,3 +141,21 @@ def test_simulate_help_says_how_to_list_a_policys_options() -> None:
     text = " ".join(out.split())
     assert "--router-opt help lists the policy's options" in text
     assert "kvtier simulate --router llm-d-precise --router-opt help" in text
+
+
+@pytest.mark.parametrize(
+    ("given", "refusal"),
+    [
+        (["a\nb=1"], "--router-opt 'a\\nb': not an option of --router sglang-cache-aware ("),
+        (["k" * 3000 + "=1"], f"--router-opt {'k' * 60}: not an option of"),
+        (["cache-threshold=" + "9" * 3000], f"--router-opt cache-threshold: {'9' * 40} is outside"),
+        (["cache-threshold=" + "x" * 3000], f"--router-opt cache-threshold: '{'x' * 39} is not"),
+    ],
+)
+def test_a_refusal_shows_the_input_on_one_short_line(given: list[str], refusal: str) -> None:
+    """A key with a newline is quoted and every echo of the input is cut, so the refusal stays
+    one line of at most a few hundred characters."""
+    with pytest.raises(KvtierError) as caught:
+        parse_options("sglang-cache-aware", POLICIES["sglang-cache-aware"], given)
+    line = str(caught.value)
+    assert line.startswith(refusal) and "\n" not in line and len(line) < 400

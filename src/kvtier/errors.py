@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def shown(word: str) -> str:
+    """A word of the input as a refusal shows it: a blank or unprintable one (a newline would
+    split the refusal's one line) quoted."""
+    return word if word.isprintable() and word.strip() == word != "" else repr(word)
+
+
 class KvtierError(Exception):
     """A problem with the user's input or environment, stated for the user. Exit code 2."""
 

@@ -14,6 +14,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from kvtier.errors import shown
+
 
 class SubcommandParser(argparse.ArgumentParser):
     """Parses the words before the first `--`; the words after it land in `args.launch` (the
@@ -55,7 +57,7 @@ class SubcommandParser(argparse.ArgumentParser):
 def _shown(words: list[str]) -> str:
     """A flag's words as a refusal shows them: a blank or unprintable one quoted, 60 characters
     at most; none (a flag whose value is optional, given alone) as `alone`."""
-    text = " ".join(w if w.isprintable() and w.strip() == w != "" else repr(w) for w in words)
+    text = " ".join(shown(w) for w in words)
     return f"{text:.60}" if words else "alone"
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from kvtier.errors import KvtierError
+from kvtier.errors import KvtierError, shown
 from kvtier.sim.trace import TraceRequest
 
 
@@ -127,9 +127,9 @@ class Number:
             value = int(raw) if self.integer else float(raw)
         except ValueError:
             kind = "an integer" if self.integer else "a number"
-            raise ValueError(f"{raw!r} is not {kind}") from None
+            raise ValueError(f"{raw!r:.40} is not {kind}") from None
         if not (math.isfinite(value) and self.lo <= value <= self.hi):
-            raise ValueError(f"{raw} is outside {self._range}")
+            raise ValueError(f"{raw:.40} is outside {self._range}")
         return value
 
     @property
@@ -190,16 +190,18 @@ def parse_options(name: str, policy: Policy, given: Sequence[str]) -> dict[str, 
         key, eq, raw = item.partition("=")
         key = key.strip()
         if not eq:
-            raise KvtierError(f"--router-opt {item!r}: expected KEY=VALUE")
+            raise KvtierError(f"--router-opt {item!r:.60}: expected KEY=VALUE")
         if key in given_keys:
-            raise KvtierError(f"--router-opt {key} is given twice")
+            raise KvtierError(f"--router-opt {shown(key):.60} is given twice")
         given_keys.add(key)
         if key not in policy.options:
             known = ", ".join(policy.options)
             which = "it takes none"
             if known:
                 which = f"its options: {known}; --router-opt help describes them"
-            raise KvtierError(f"--router-opt {key}: not an option of --router {name} ({which})")
+            raise KvtierError(
+                f"--router-opt {shown(key):.60}: not an option of --router {name} ({which})"
+            )
         try:
             values[key] = policy.options[key].parse(raw.strip())
         except ValueError as exc:
