@@ -144,8 +144,13 @@ def test_help_and_docs_state_the_default_in_the_same_sentence(
     helps = {name: p.format_help() for name, p in _subcommands().items()}
     taking = [name for name, text in helps.items() if flag in text]
     assert "plan" in taking and "explain" in taking
+    ladder = LADDERS[engine]
+    oldest = getattr(ladder, "OLDEST", None)
+    low = f"v{oldest} to" if oldest is not None else "up to"
+    span = f"({low} v{ladder.NEWEST}, or main)"  # the releases taken, the rest refused
     for name in taking:
         assert _flat(sentence) in _flat(helps[name]), name
+        assert f"version whose rules apply {span}" in _flat(helps[name]), name
 
 
 def _after(release: Version) -> str:

@@ -62,6 +62,12 @@ class Default:
             f"{self.engine} v{self.release} ({self.rules})."
         )
 
+    @property
+    def known(self) -> str:
+        """The releases taken, as --help states them (a release outside is refused)."""
+        low = f"v{self.oldest} to" if self.oldest is not None else "up to"
+        return f"{low} v{self.newest}, or main"
+
     def resolve(self, version: str | Version | None, flag: str | None = None) -> Version:
         """`version` (parsed when text), or the default release when none is given; a release
         after `newest` is refused in one line naming it, which `flag` (the engine's version flag

@@ -124,11 +124,13 @@ DEPLOYMENT = (
          engines=VLLM_ONLY),
     flag("--sglang-version", group="deployment", commands=EVERY, field="engine_version",
          sample=("0.4.0",), type=release(sglang_versions.DEFAULT.resolve, "--sglang-version"),
-         help=f"SGLang version whose rules apply. {sglang_versions.DEFAULT.sentence}",
+         help=f"SGLang version whose rules apply ({sglang_versions.DEFAULT.known}). "
+              f"{sglang_versions.DEFAULT.sentence}",
          engines={"vllm": "SGLang's release; a vLLM deployment takes --vllm-version"}),
     flag("--vllm-version", group="deployment", commands=EVERY, field="engine_version",
          sample=("0.10.0",), type=release(vllm_versions.DEFAULT.resolve, "--vllm-version"),
-         help=f"vLLM version whose rules apply. {vllm_versions.DEFAULT.sentence}",
+         help=f"vLLM version whose rules apply ({vllm_versions.DEFAULT.known}). "
+              f"{vllm_versions.DEFAULT.sentence}",
          engines={"sglang": "vLLM's release; an SGLang deployment takes --sglang-version"}),
 )
 # fmt: on
