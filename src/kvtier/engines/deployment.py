@@ -215,6 +215,12 @@ class Deployment:
     async_scheduling: bool | None = None
     # vLLM --[no-]disable-hybrid-kv-cache-manager (None: the engine's choice, engines/vllm/hma.py)
     disable_hybrid_kv_cache_manager: bool | None = None
+    # PYTORCH_CUDA_ALLOC_CONF holds 'expandable_segments:True', and vLLM's --enable-sleep-mode /
+    # --enable-cumem-allocator: with a KV connector vLLM refuses the first without one of the
+    # others (engines/vllm/alloc_conf.py)
+    expandable_segments: bool = False
+    enable_sleep_mode: bool | None = None
+    enable_cumem_allocator: bool | None = None
     hybrid: Hybrid = field(default_factory=Hybrid)
     # SGLang --device (None: auto-detected); "cuda" is also what its ROCm build runs as
     device: str | None = None

@@ -114,12 +114,16 @@ def _tokens(command: Sequence[str]) -> list[str]:
 
 
 def _vllm_env(assigned: list[tuple[str, str, str]]) -> dict[str, object]:
-    """The VLLM_* assignments that change the ledger: VLLM_PP_LAYER_PARTITION (get_pp_indices
-    reads it from envs) and VLLM_USE_SIMPLE_KV_OFFLOAD (envs.py: bool(int(value)))."""
+    """The assignments vLLM reads that kvtier uses: VLLM_PP_LAYER_PARTITION (get_pp_indices
+    reads it from envs), VLLM_USE_SIMPLE_KV_OFFLOAD (envs.py: bool(int(value))) and
+    PYTORCH_CUDA_ALLOC_CONF's expandable_segments:True (engines/vllm/alloc_conf.py)."""
     values: dict[str, object] = {}
     for name, _, value in assigned:
         if name == "VLLM_PP_LAYER_PARTITION":
             values["pp_layer_partition"] = value
+        elif name == "PYTORCH_CUDA_ALLOC_CONF":
+            # still named among the settings not modelled; vLLM's check reads this substring
+            values["expandable_segments"] = "expandable_segments:True" in value
         elif name == "VLLM_USE_SIMPLE_KV_OFFLOAD":
             try:
                 values["simple_kv_offload"] = bool(int(value))

@@ -21,7 +21,16 @@ from kvtier.engines.ledger import (
 )
 from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.version import Version
-from kvtier.engines.vllm import gemma4, hma, ledger_items, mamba, profile, sliding, stages
+from kvtier.engines.vllm import (
+    alloc_conf,
+    gemma4,
+    hma,
+    ledger_items,
+    mamba,
+    profile,
+    sliding,
+    stages,
+)
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm.versions import V0_19
 from kvtier.errors import KvtierError
@@ -381,6 +390,7 @@ def _setup(p: PlanInputs) -> Setup:
         state_bytes = mamba.state_page_bytes(kv.linear, d.tp, conv, ssm)
         block = mamba.attention_block_size(state_bytes, vllm.page_bytes(kv, d.tp, 1, dtype), block)
         state = (state_bytes, conv, ssm)
+    alloc_conf.check_kv_transfer_compat(d, era.version)
     partition = _partition(p, era)
     staged: tuple[stages.Stage, ...] = ()
     if d.pp > 1 and era.worker is not vllm.Worker.V0 and kv.num_layers >= d.pp:

@@ -27,7 +27,7 @@ import json
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import offloading
-from kvtier.engines.vllm.versions import V0_13, V0_14, V0_22, V0_23, V0_30
+from kvtier.engines.vllm.versions import V0_13, V0_22, V0_23, V0_30
 from kvtier.errors import KvtierError
 
 # the registered connectors that subclass SupportsHMA, from the release they do (v1/*.py)
@@ -49,8 +49,6 @@ MULTI = "MultiConnector"
 
 def _names(d: Deployment, version: Version) -> list[str]:
     """The connectors the flags configure (a MultiConnector's children); [] without one."""
-    if d.kv_offloading_backend == "lmcache" and d.kv_offloading_size_gib and version >= V0_14:
-        return ["LMCacheConnectorV1"]
     name = offloading.connector(d, version)
     if name is None:
         return []

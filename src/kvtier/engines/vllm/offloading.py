@@ -39,7 +39,7 @@ from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import kv_transfer
 from kvtier.engines.vllm.simple_offload import SIMPLE, host_bytes, simple_pool, whole
-from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_16, V0_19, V0_26, V0_27
+from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_16, V0_19, V0_23, V0_26, V0_27
 from kvtier.errors import KvtierError
 
 NATIVE = "OffloadingConnector"
@@ -106,10 +106,13 @@ def transfer_config(raw: str, version: Version) -> tuple[str, dict[str, object]]
 
 
 def connector(d: Deployment, version: Version) -> str | None:
-    """The connector the flags name: --kv-offloading-size with the native backend (read from
-    v0.14.0) names OffloadingConnector, or SimpleCPUOffloadConnector under
-    VLLM_USE_SIMPLE_KV_OFFLOAD=1 from v0.19.0; else --kv-transfer-config's."""
-    if _size(d) is not None and version >= V0_14:
+    """The connector the flags name: --kv-offloading-size (read from v0.14.0) names
+    OffloadingConnector with the native backend, or SimpleCPUOffloadConnector under
+    VLLM_USE_SIMPLE_KV_OFFLOAD=1 from v0.19.0, and with the lmcache backend LMCacheConnectorV1,
+    LMCacheMPConnector from v0.23.0 (_post_init_kv_transfer_config); else --kv-transfer-config's."""
+    if d.kv_offloading_size_gib is not None and version >= V0_14:
+        if d.kv_offloading_backend == "lmcache":
+            return "LMCacheMPConnector" if version >= V0_23 else "LMCacheConnectorV1"
         return SIMPLE if d.simple_kv_offload and version >= V0_19 else NATIVE
     name = transfer_config(d.kv_transfer_config or "{}", version)[0]
     return None if name == "None" else name
