@@ -54,3 +54,11 @@ def test_through_v0_15_it_is_dropped_and_noted() -> None:
     ]
     assert ignored_keys(raw.replace("sise", "size"), _v("0.15.0")) == []
     assert ignored_keys(None, _v("0.15.0")) == []
+
+
+def test_a_dropped_key_is_noted_on_one_line_and_cut() -> None:
+    """A key with a newline is quoted (the note would split) and each key cut at 60 characters."""
+    raw = json.dumps({**LMCACHE, "a\nb": 1, "z" * 3000: 2})
+    (note,) = ignored_keys(raw, _v("0.15.0"))
+    assert note.startswith(f"--kv-transfer-config 'a\\nb', {'z' * 60}: not a KVTransferConfig")
+    assert "\n" not in note and len(note) < 300

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from kvtier.engines.version import Version
 from kvtier.engines.vllm.versions import V0_12, V0_13, V0_16, V0_32
-from kvtier.errors import KvtierError
+from kvtier.errors import KvtierError, shown
 
 # the fields in every release read
 _ALWAYS = (
@@ -58,6 +58,7 @@ def unknown_keys(config: dict[str, object], version: Version) -> list[str]:
 def ignored_note(unknown: list[str], version: Version) -> str:
     """The note for keys a release before v0.16.0 drops without a word."""
     return (
-        f"--kv-transfer-config {', '.join(unknown)}: not a KVTransferConfig field in vLLM "
-        f"{version}, which drops it without a word (ignored), and so does kvtier"
+        f"--kv-transfer-config {', '.join(f'{shown(key):.60}' for key in unknown)}: not a "
+        f"KVTransferConfig field in vLLM {version}, which drops it without a word (ignored), "
+        "and so does kvtier"
     )
