@@ -201,6 +201,11 @@ def test_the_window_walks_only_the_samples_inside_it() -> None:
         (["--load-type", "constant", "--replicas", "2"], "--load-type times --rate-stages"),
         (["--measure-stages", "all", "--replicas", "2"], "--measure-stages picks the --rate"),
         (["--rate-stages", "4:5", "--measure-stages", "one", "--replicas", "2"], "measure"),
+        (
+            ["--rate-stages", "4:5", "--measure-stages", "ladder", "--replicas", "2"],
+            "--measure-stages ladder measures the stages after the first (its warm-up): give two "
+            "or more --rate-stages, not 1",
+        ),
         (["--rate-stages", "4:5", "--load-type", "even", "--replicas", "2"], "--load-type"),
     ],
 )

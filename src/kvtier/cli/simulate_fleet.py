@@ -98,7 +98,8 @@ def check(args: argparse.Namespace) -> None:
 
 def _check_stages(args: argparse.Namespace) -> None:
     """--rate-stages stands for --rate and --requests, holds each stage until the one before
-    has finished (a fleet's loop does), and is measured over its last stage or all of them."""
+    has finished (a fleet's loop does), and is measured over its last stage, all of them, or all
+    but the first (ladder: two stages at least)."""
     if args.rate != 1.0 or args.requests is not None:
         flag = "--rate" if args.rate != 1.0 else "--requests"
         raise KvtierError(f"{STAGES} replaces {flag}: drop it")
@@ -113,6 +114,11 @@ def _check_stages(args: argparse.Namespace) -> None:
             )
     if not active(args):
         raise KvtierError(f"{STAGES} runs a fleet: give --replicas N (N > 1)")
+    if args.measure_stages == "ladder" and len(args.rate_stages) < 2:
+        raise KvtierError(
+            f"{MEASURE} ladder measures the stages after the first (its warm-up): give two or "
+            f"more {STAGES}, not {len(args.rate_stages)}"
+        )
 
 
 def generate(args: argparse.Namespace) -> Any:
