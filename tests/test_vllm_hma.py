@@ -172,6 +172,15 @@ def test_an_explicit_manager_with_a_connector_vllm_may_refuse_exits_2(
         _off(version, disable_hybrid_kv_cache_manager=False, **values)
 
 
+@pytest.mark.parametrize("version", ["0.21.0", "0.32.0"])
+def test_a_child_connector_name_is_shown_on_one_line(version: str) -> None:
+    """A MultiConnector child's name is the config's text: a newline in it is quoted, not
+    printed into the note."""
+    config = _connector("MultiConnector", connectors=[{"kv_connector": "a\nb"}])
+    reason = _off(version, kv_transfer_config=config)
+    assert reason is not None and "'a\\nb'" in reason and "\n" not in reason
+
+
 def test_a_connector_from_a_module_path_is_refused() -> None:
     config = json.dumps(
         {"kv_connector": "Mine", "kv_role": "kv_both", "kv_connector_module_path": "my.mod"}

@@ -28,7 +28,7 @@ from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import offloading
 from kvtier.engines.vllm.versions import V0_13, V0_22, V0_23, V0_30
-from kvtier.errors import KvtierError
+from kvtier.errors import KvtierError, shown
 
 # the registered connectors that subclass SupportsHMA, from the release they do (v1/*.py)
 _HMA_SINCE = {
@@ -83,13 +83,13 @@ def off_reason(d: Deployment, version: Version) -> str | None:
                 "whether the connector supports the hybrid KV cache manager is not modelled "
                 "before v0.22.0"
             )
-        return f"a KV connector ({', '.join(names)}) in vLLM {version}"
+        return f"a KV connector ({', '.join(f'{shown(n):.40}' for n in names)}) in vLLM {version}"
     lacking = [n for n in names if n not in _HMA_SINCE or version < _HMA_SINCE[n]]
     if not lacking:
         return None
     if d.disable_hybrid_kv_cache_manager is False:
         raise KvtierError(
-            f"Connector {lacking[0]:.40} does not support HMA but HMA is enabled "
+            f"Connector {shown(lacking[0]):.40} does not support HMA but HMA is enabled "
             "(--no-disable-hybrid-kv-cache-manager): vLLM refuses it at startup"
         )
-    return f"{lacking[0]:.40} does not support it (SupportsHMA)"
+    return f"{shown(lacking[0]):.40} does not support it (SupportsHMA)"
