@@ -219,6 +219,17 @@ def test_the_warning_names_the_unread_variable(capsys: pytest.CaptureFixture[str
     )
 
 
+def test_the_warning_is_one_line_of_words_cut_at_60(capsys: pytest.CaptureFixture[str]) -> None:
+    """An ignored word is the command's text: a newline in it is quoted, a long one cut."""
+    long = "VLLM_" + "Z" * 2000
+    launch = [f"{long}=1", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--x\ny"]
+    assert main(["plan", "--gpu", "h100", "--quiet", "--", *launch]) == 0
+    assert capsys.readouterr().err == (
+        "kvtier: warning: launch command flags and variables not modelled (ignored): "
+        f"{long[:60]} '--x\\ny'\n"
+    )
+
+
 def test_the_lmcache_settings_read_are_those_the_simulator_reads() -> None:
     source = (ROOT / "src" / "kvtier" / "sim" / "vllm_tiers.py").read_text()
     read = set(re.findall(r'settings(?:\[|\.get\(|, )"(\w+)"', source)) | set(LMCACHE_DEFAULTS)

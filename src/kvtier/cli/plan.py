@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from kvtier.cli.flags import PLAN, add_flags, refuse, refuse_for_engine, settings
 from kvtier.cli.flags.deployment import MEASURED, MEASURED_FIGURE
 from kvtier.cli.parser import add_subcommand
-from kvtier.errors import KvtierError
+from kvtier.errors import KvtierError, shown
 from kvtier.files import check_model_path
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def warn_ignored(deployment: Deployment) -> None:
     if deployment.ignored_flags:
         print(
             "kvtier: warning: launch command flags and variables not modelled (ignored): "
-            + " ".join(deployment.ignored_flags),
+            + " ".join(f"{shown(word):.60}" for word in deployment.ignored_flags),
             file=sys.stderr,
         )
 
