@@ -79,6 +79,25 @@ def test_no_rule_special_cases_main() -> None:
     assert main > sglang_versions.V0_5_23 and main > vllm_versions.V0_21
 
 
+@pytest.mark.parametrize(
+    ("text", "release"),
+    [("0.5.9", (0, 5, 9)), ("v0.4.3.post4", (0, 4, 3)), ("0.10.1.dev101+g123", (0, 10, 1)),
+     ("0.5", (0, 5, 0)), ("0.5.23rc1", (0, 5, 23)), ("0.6.3+cu128", (0, 6, 3))],
+)  # fmt: skip
+def test_a_release_is_read_with_its_suffix_kept_in_the_text(
+    text: str, release: tuple[int, int, int]
+) -> None:
+    v = Version.parse(text, "SGLang")
+    assert v.release == release and v.text == text
+
+
+@pytest.mark.parametrize("text", ["0.5.99999", "0.33.10000", "1.2.3.4", "0.12345.0", "x0.5.9"])
+def test_a_number_past_the_release_is_refused_not_cut(text: str) -> None:
+    """0.5.99999 was read as 0.5.0 (the patch too long for the pattern, the rest dropped)."""
+    with pytest.raises(KvtierError, match=f"version '{re.escape(text)}' is not of the form"):
+        Version.parse(text, "SGLang")
+
+
 @pytest.mark.parametrize("engine", sorted(LADDERS))
 def test_the_ladder_is_in_order(engine: str) -> None:
     ladder = LADDERS[engine]

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from kvtier.errors import KvtierError
 
-_RELEASE = re.compile(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?(?![\d])")
+# a number after the release (0.5.99999, 1.2.3.4) is not a suffix: refused, not read as 0.5.0
+_RELEASE = re.compile(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?(?!\.?\d)")
 _DEV = re.compile(r"\.?dev\d*", re.IGNORECASE)  # PEP 440's development build: 0.10.1.dev101
 
 
