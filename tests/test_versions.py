@@ -267,3 +267,22 @@ def test_an_sglang_release_before_the_first_rule_is_refused(
     log = str(ROOT / "examples" / "logs" / "sglang-kimi-k25-eagle3.log")
     line = error_line(capsys, ["explain", log, "--sglang-version", given])
     assert f"SGLang '{given}' is older than 0.3.0" in line
+
+
+def test_a_vllm_log_s_development_build_reads_as_it_sorts() -> None:
+    """A log's `version 0.34.0.dev3+g12ab` was cut to 0.34.0 and refused as newer than the
+    newest release read, where --vllm-version 0.34.0.dev3 is read as it sorts (docs/cli.md)."""
+    from kvtier.engines.vllm import versions as vllm
+    from kvtier.engines.vllm.log import _VERSION
+
+    def read(text: str) -> str:
+        m = _VERSION.search(text)
+        assert m is not None, text
+        return m.group(1)
+
+    dev = read("INFO 12-01 api_server.py:1 vLLM API server version 0.34.0.dev3+g12ab")
+    assert dev == "0.34.0.dev3" and vllm.DEFAULT.resolve(dev) > vllm.NEWEST
+    assert read("Initializing a V1 LLM engine (v0.11.0) with config") == "0.11.0"
+    assert read("vLLM API server version 0.29.1rc1.dev17+gabc") == "0.29.1rc1.dev17"
+    with pytest.raises(KvtierError, match=r"newer than 0\.33\.0"):
+        vllm.DEFAULT.resolve(read("vLLM API server version 0.34.0rc1"))

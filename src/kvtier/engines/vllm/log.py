@@ -57,7 +57,12 @@ from kvtier.units import GiB
 
 G = r" ?Gi?B"  # vLLM prints "GiB"; some releases and pasted notes write "GB" or no space
 
-_VERSION = re.compile(r"(?:\bversion |LLM engine \(v)(\d{1,3}\.\d{1,4}(?:\.\d{1,4})?)")
+# the release, with a pre/post-release and a development build's suffix kept in the text
+# (0.29.1rc1.dev17: a development build is read as it sorts, engines/version.py)
+_VERSION = re.compile(
+    r"(?:\bversion |LLM engine \(v)"
+    r"(\d{1,3}\.\d{1,4}(?:\.\d{1,4})?(?:rc\d+|\.post\d+)?(?:\.?dev\d*)?)"
+)
 _NON_DEFAULT = re.compile(r"non-default args: ")
 _NAMESPACE = re.compile(r"args: Namespace\(")
 _SNAPSHOT = re.compile(r"worker init memory snapshot")
