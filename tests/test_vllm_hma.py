@@ -181,6 +181,20 @@ def test_a_child_connector_name_is_shown_on_one_line(version: str) -> None:
     assert reason is not None and "'a\\nb'" in reason and "\n" not in reason
 
 
+@pytest.mark.parametrize("version", ["0.21.0", "0.32.0"])
+@pytest.mark.parametrize("child", [{}, {"kv_connector": None}, {"kv_connector": 5}])
+def test_a_child_without_a_connector_name_is_refused(
+    version: str, child: dict[str, object]
+) -> None:
+    """KVConnectorFactory.get_connector_class raises 'Connector name is not set' for a child
+    lacking kv_connector (v0.32.0): refused naming the child, not noted as 'None'."""
+    children = [{"kv_connector": "NixlConnector"}, child]
+    config = _connector("MultiConnector", connectors=children)
+    with pytest.raises(KvtierError, match=r"connectors\[1\] has no kv_connector") as caught:
+        _off(version, kv_transfer_config=config)
+    assert "\n" not in str(caught.value)
+
+
 def test_a_connector_from_a_module_path_is_refused() -> None:
     config = json.dumps(
         {"kv_connector": "Mine", "kv_role": "kv_both", "kv_connector_module_path": "my.mod"}

@@ -66,7 +66,13 @@ def _names(d: Deployment, version: Version) -> list[str]:
         raise KvtierError("--kv-transfer-config: MultiConnector's connectors must be a list")
     if not children and version >= V0_23:
         return [MULTI]  # MultiConnector.all_children_support_hma: none is not support
-    return [str(c.get("kv_connector")) for c in children]
+    for index, child in enumerate(children):
+        if not isinstance(child.get("kv_connector"), str):
+            raise KvtierError(
+                f"--kv-transfer-config: MultiConnector's connectors[{index}] has no kv_connector "
+                "name: vLLM cannot build it (KVConnectorFactory.get_connector_class)"
+            )
+    return [c["kv_connector"] for c in children]
 
 
 def off_reason(d: Deployment, version: Version) -> str | None:
