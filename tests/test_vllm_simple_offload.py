@@ -160,6 +160,13 @@ def test_the_variable_names_the_connector_from_v0_19(capsys: pytest.CaptureFixtu
     assert main(old) == 0
     out = capsys.readouterr().out
     assert "CPUOffloadingSpec" in out and "SimpleCPUOffloadConnector" not in out
+    note = (
+        "VLLM_USE_SIMPLE_KV_OFFLOAD=1: not read by vLLM 0.18.0 (from v0.19.0), which ignores it "
+        "without a word, and so does kvtier; --kv-offloading-size sizes OffloadingConnector"
+    )
+    assert note in json.loads(out)["notes"]
+    assert main(["plan", "--gpu", "H100", "--json", "--vllm-version", "0.19.0", "--", command]) == 0
+    assert "VLLM_USE_SIMPLE_KV_OFFLOAD=1: not read" not in capsys.readouterr().out
     bad = f"VLLM_USE_SIMPLE_KV_OFFLOAD=yes vllm serve {LLAMA}"
     assert main(["plan", "--gpu", "H100", "--", bad]) == 2
 

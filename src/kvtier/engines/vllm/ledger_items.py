@@ -172,6 +172,7 @@ def _gemma4_note(p: PlanInputs, setup: Setup) -> list[str]:
 def _notes(p: PlanInputs, setup: Setup, split: Split) -> tuple[str, ...]:
     notes = _pool_notes(p, split.pool) + _gemma4_note(p, setup)
     notes += offloading.ignored_keys(p.deployment.kv_transfer_config, setup.era.version)
+    notes += offloading.simple_variable_note(p.deployment, setup.era.version)
     if offloading.connector(p.deployment, setup.era.version) == SIMPLE:
         notes.extend(disabled_note(p.deployment))
     if setup.state is not None:

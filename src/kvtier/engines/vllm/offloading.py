@@ -81,6 +81,19 @@ def ignored_keys(raw: str | None, version: Version) -> list[str]:
     return [kv_transfer.ignored_note(unknown, version)] if unknown else []
 
 
+def simple_variable_note(d: Deployment, version: Version) -> list[str]:
+    """A note that VLLM_USE_SIMPLE_KV_OFFLOAD=1 is not read before v0.19.0 (no such variable
+    there), naming the connector --kv-offloading-size sizes instead."""
+    if not d.simple_kv_offload or version >= V0_19:
+        return []
+    name = connector(d, version) if d.kv_offloading_size_gib is not None else None
+    sized = f"; --kv-offloading-size sizes {name}" if name is not None else ""
+    return [
+        f"VLLM_USE_SIMPLE_KV_OFFLOAD=1: not read by vLLM {version} (from v0.19.0), which "
+        f"ignores it without a word, and so does kvtier{sized}"
+    ]
+
+
 def transfer_config(raw: str, version: Version) -> tuple[str, dict[str, object]]:
     """`--kv-transfer-config`'s connector name and kv_connector_extra_config; a key that is
     not a KVTransferConfig field in `version` is refused from v0.16.0 (kv_transfer.py)."""
