@@ -318,11 +318,12 @@ def test_llama4_maverick_interleaves_moe_and_chunked_attention(
     spec = _spec("llama-4-maverick")
     # interleave_moe_layer_step 2: 24 of 48 layers route to 128 experts, every 4th layer global
     assert (spec.num_experts, spec.kv.num_full_layers, spec.kv.num_local_layers) == (128, 12, 36)
-    # vLLM treats chunked local attention as full: 48 layers x 8/8 heads x 256 x 2 B at TP8
+    # vLLM v0.13.0 turns the hybrid KV cache manager off for chunked local attention and keeps
+    # every layer as full: 48 layers x 8/8 heads x 256 x 2 B at TP8
     out = _plan(
         capsys,
         *("--engine", "vllm", "--model", str(CONFIGS / "llama-4-maverick.json")),
-        *("--gpu", "H200", "--tp", "8", "--max-model-len", "8192"),
+        *("--gpu", "H200", "--tp", "8", "--max-model-len", "8192", "--vllm-version", "0.13.0"),
     )
     assert out["kv_bytes_per_token"] == 48 * 1 * 256 * 2 == 24_576
 

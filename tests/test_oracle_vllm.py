@@ -87,7 +87,8 @@ def cases(count: int = 160, seed: int = 2026) -> list[dict[str, Any]]:
                 "available": int(rng.uniform(0.001, 60) * GiB),
                 "max_model_len": max_len,
                 "batched": rng.choice([2048, 8192, 16384]),
-                # VllmConfig.__post_init__: attention_chunk_size turns the hybrid manager off
+                # chunked cases run with --disable-hybrid-kv-cache-manager (kvtier refuses
+                # chunked-local groups, engines/vllm/hma.py)
                 "disable_hybrid": "C" in kinds,
             }
         )
@@ -134,7 +135,16 @@ def kvtier(case: dict[str, Any], version: str) -> Kvtier:
     model = oracle_plan.model("LlamaForCausalLM", kv, len(kinds), (4096, 32, 32000), model_dtype)
     dtype = "float32" if model_dtype == "float32" else "auto"
     try:
-        ledger = oracle_plan.plan(case, version, model, kv_cache_dtype=kv_dtype, dtype=dtype)
+        # the case turns the manager off where vLLM ran it off (its chunked cases)
+        off = case["disable_hybrid"] or None
+        ledger = oracle_plan.plan(
+            case,
+            version,
+            model,
+            kv_cache_dtype=kv_dtype,
+            dtype=dtype,
+            disable_hybrid_kv_cache_manager=off,
+        )
     except KvtierError as exc:
         return Kvtier(None, None, None, None, str(exc))
     chunked = "C" in case["kinds"]  # every layer full attention (hybrid manager off)

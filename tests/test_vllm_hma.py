@@ -257,3 +257,76 @@ print(json.dumps({"version": vllm.__version__, "hma": out}))
     assert got["version"].startswith("0.32.0") and len(got["hma"]) >= 18
     for config, supports in got["hma"]:
         assert (_off("0.32.0", kv_transfer_config=json.dumps(config)) is None) is supports, config
+
+
+# Llama-4-Scout at TP8, 65,536, a 30 GiB budget: 48 layers, a layer's page 16 x 2 x 1 x 128 x 2 B
+# = 8,192 B; with the manager off every layer is full attention, 30 GiB // (8,192 x 48) = 81,920
+# blocks = 1,310,720 tokens.
+SCOUT = Deployment(
+    Engine.VLLM,
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+    gpu="H200",
+    tp=8,
+    context_length=65_536,
+    kv_cache_memory_bytes=30 * 2**30,
+)
+SCOUT_TOKENS = 30 * 2**30 // (8_192 * 48) * 16
+
+
+@pytest.mark.parametrize(
+    ("version", "changes"),
+    [
+        ("0.13.0", {}),  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 0
+        ("0.11.0", {}),
+        ("0.21.0", {"allow_chunked_local_hma": False}),
+        ("0.21.0", {"speculative_algorithm": "EAGLE3"}),  # use_eagle
+        ("0.21.0", {"disable_hybrid_kv_cache_manager": True}),
+        ("0.19.0", {"kv_events_config": "{}"}),
+        ("0.21.0", {"kv_transfer_config": _connector("P2pNcclConnector")}),
+    ],
+)
+def test_llama4_is_full_attention_where_the_manager_is_off(version: str, changes: dict) -> None:
+    d = dataclasses.replace(SCOUT, engine_version=version, **changes)
+    if changes.get("speculative_algorithm"):
+        assert hma.chunked_off_reason(d, _v(version)).startswith("chunked local")
+        return
+    assert plan(d).kv_tokens == SCOUT_TOKENS == 1_310_720
+
+
+@pytest.mark.parametrize(
+    ("version", "changes", "said"),
+    [
+        ("0.21.0", {}, "its default from v0.14.0"),
+        ("0.14.0", {}, "its default from v0.14.0"),
+        ("0.13.0", {"allow_chunked_local_hma": True}, "set"),
+        ("0.20.0", {"kv_events_config": "{}"}, "its default"),  # events no longer turn it off
+        ("0.22.0", {"kv_transfer_config": _connector("NixlConnector")}, "its default"),
+    ],
+)
+def test_llama4_with_the_manager_on_is_refused(version: str, changes: dict, said: str) -> None:
+    d = dataclasses.replace(SCOUT, engine_version=version, **changes)
+    with pytest.raises(KvtierError, match="chunked-local KV groups are not modelled") as e:
+        plan(d)
+    assert f"HYBRID_KV_CACHE=1, {said}" in str(e.value)
+
+
+@pytest.mark.parametrize("version", ["0.13.0", "0.19.0"])
+def test_kv_events_turn_the_manager_off_before_v0_20(version: str) -> None:
+    d = dataclasses.replace(GPT_OSS, engine_version=version, kv_events_config="{}")
+    assert hma.off_reason(d, _v(version)) == f"--kv-events-config in vLLM {version}"
+    assert hma.off_reason(d, _v("0.20.0")) is None
+    with pytest.raises(KvtierError, match="explicitly enabled but is not supported"):
+        hma.off_reason(dataclasses.replace(d, disable_hybrid_kv_cache_manager=False), _v(version))
+
+
+def test_the_launch_command_reads_the_chunked_variable_and_kv_events() -> None:
+    words = (
+        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 vllm serve "
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct --kv-events-config {}"
+    )
+    launch = parse_launch([words])
+    assert launch.values["allow_chunked_local_hma"] is False
+    assert launch.values["kv_events_config"] == "{}"
+    assert not launch.ignored
+    with pytest.raises(KvtierError, match="not a whole number"):
+        parse_launch([f"{hma.ALLOW_CHUNKED}=yes vllm serve m"])

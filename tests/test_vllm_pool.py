@@ -134,7 +134,8 @@ def test_explicit_float32_doubles_the_kv_page() -> None:
 
 
 def test_llama4_chunked_attention_is_full_attention_kv() -> None:
-    """attention_chunk_size turns the hybrid KV cache manager off: all 48 layers, one group."""
+    """attention_chunk_size with VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 turns the
+    hybrid KV cache manager off: all 48 layers, one group."""
     ledger = plan(
         Deployment(
             Engine.VLLM,
@@ -144,6 +145,7 @@ def test_llama4_chunked_attention_is_full_attention_kv() -> None:
             context_length=65536,
             kv_cache_memory_bytes=30 * GiB,
             engine_version="0.20.0",
+            allow_chunked_local_hma=False,
         )
     )
     page = 16 * 1 * 256 * 2  # 8 KV heads over TP8, head_dim 128 for K and V

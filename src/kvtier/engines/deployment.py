@@ -215,6 +215,10 @@ class Deployment:
     async_scheduling: bool | None = None
     # vLLM --[no-]disable-hybrid-kv-cache-manager (None: the engine's choice, engines/vllm/hma.py)
     disable_hybrid_kv_cache_manager: bool | None = None
+    kv_events_config: str | None = None  # vLLM --kv-events-config (JSON), engines/vllm/hma.py
+    # vLLM's VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE (None: unset, the release's
+    # default), engines/vllm/hma.py
+    allow_chunked_local_hma: bool | None = None
     # PYTORCH_CUDA_ALLOC_CONF holds 'expandable_segments:True', and vLLM's --enable-sleep-mode /
     # --enable-cumem-allocator: with a KV connector vLLM refuses the first without one of the
     # others (engines/vllm/alloc_conf.py)

@@ -115,7 +115,8 @@ def _tokens(command: Sequence[str]) -> list[str]:
 
 def _vllm_env(assigned: list[tuple[str, str, str]]) -> dict[str, object]:
     """The assignments vLLM reads that kvtier uses: VLLM_PP_LAYER_PARTITION (get_pp_indices
-    reads it from envs), VLLM_USE_SIMPLE_KV_OFFLOAD (envs.py: bool(int(value))) and
+    reads it from envs), VLLM_USE_SIMPLE_KV_OFFLOAD and
+    VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE (envs.py: bool(int(value))) and
     PYTORCH_CUDA_ALLOC_CONF's expandable_segments:True (engines/vllm/alloc_conf.py)."""
     values: dict[str, object] = {}
     for name, _, value in assigned:
@@ -124,15 +125,21 @@ def _vllm_env(assigned: list[tuple[str, str, str]]) -> dict[str, object]:
         elif name == "PYTORCH_CUDA_ALLOC_CONF":
             # still named among the settings not modelled; vLLM's check reads this substring
             values["expandable_segments"] = "expandable_segments:True" in value
-        elif name == "VLLM_USE_SIMPLE_KV_OFFLOAD":
+        elif name in _BOOL_VARIABLES:
             try:
-                values["simple_kv_offload"] = bool(int(value))
+                values[_BOOL_VARIABLES[name]] = bool(int(value))
             except ValueError:
                 raise KvtierError(
-                    f"VLLM_USE_SIMPLE_KV_OFFLOAD={value!r:.40} is not a whole number "
-                    "(vLLM reads bool(int(value)))"
+                    f"{name}={value!r:.40} is not a whole number (vLLM reads bool(int(value)))"
                 ) from None
     return values
+
+
+# vLLM's variables read as bool(int(value)) (envs.py), and the Deployment field each sets
+_BOOL_VARIABLES = {
+    "VLLM_USE_SIMPLE_KV_OFFLOAD": "simple_kv_offload",
+    "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "allow_chunked_local_hma",
+}
 
 
 _VARIABLE = re.compile(r"[A-Za-z_]\w*=", re.ASCII)  # a shell assignment's NAME=
@@ -161,6 +168,7 @@ _READ_VARIABLES = {
         {
             "VLLM_PP_LAYER_PARTITION",
             "VLLM_USE_SIMPLE_KV_OFFLOAD",
+            "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE",
             *(f"LMCACHE_{name.upper()}" for name in LMCACHE_SETTINGS),
         }
     ),

@@ -205,16 +205,16 @@ class Pool:
             return
         if era.worker is vllm.Worker.V0:
             raise KvtierError("vLLM V0 sliding-window pools are not modelled")
+        if LayerKind.CHUNKED in kv.layer_kinds:
+            # unify_hybrid_kv_cache_specs makes every chunked-local layer a FullAttentionSpec
+            # once the manager is off: one group of every layer (hma.chunked_off_reason)
+            self.hma_off = hma.chunked_off_reason(d, era.version)
+            self.chunked_local = True
+            return
         self.hma_off = hma.off_reason(d, era.version)
-        if self.hma_off and LayerKind.CHUNKED not in kv.layer_kinds:
+        if self.hma_off:
             # unify_hybrid_kv_cache_specs makes every sliding-window layer a FullAttentionSpec:
             # one group of every layer, each holding the whole context
-            return
-        if LayerKind.CHUNKED in kv.layer_kinds:
-            # VllmConfig.__post_init__ turns the hybrid KV cache manager off when the model sets
-            # attention_chunk_size; unify_hybrid_kv_cache_specs then makes every chunked-local
-            # layer a FullAttentionSpec: one group of every layer (v0.20.0, v0.21.0)
-            self.chunked_local = True
             return
         if d.pp > 1:
             raise KvtierError("vLLM hybrid models under PP are not modelled")

@@ -45,6 +45,7 @@ FLAGS = FlagTable(
         flag("mamba_ssm_cache_dtype", str, field="hybrid.mamba_ssm_dtype"),
         flag("async_scheduling", None),
         flag("disable_hybrid_kv_cache_manager", None),
+        flag("kv_events_config", json_object),
         flag("enable_sleep_mode", None),
         flag("enable_cumem_allocator", None),
     )

@@ -14,10 +14,20 @@ hybrid linear-attention model cannot start.
                    it off; an explicit --no-disable-... with such a connector fails at startup
                    (KVConnectorFactory.create_connector)
 
---disable-hybrid-kv-cache-manager turns it off in every release. --kv-offloading-size names
-OffloadingConnector or SimpleCPUOffloadConnector (offloading.connector), and with the lmcache
-backend an LMCache connector, which never subclasses SupportsHMA. A release before v0.12.0 is
-taken with v0.12.0's rule.
+--disable-hybrid-kv-cache-manager turns it off in every release, and so does --kv-events-config
+(any, `kv_events_config is not None`) before v0.20.0 ('not compatible with KV events'; gone
+in v0.20.0). A model with attention_chunk_size (Llama 4's chunked local attention) runs it off
+under an EAGLE, EAGLE3 or MTP draft (SpeculativeConfig.use_eagle) or when
+VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is 0 (envs.py bool(int(...)): default "0"
+to v0.13.x, "1" from v0.14.0); otherwise vLLM keeps chunked-local KV groups of their own
+(ChunkedLocalAttentionSpec), which kvtier does not size: refused (`chunked_off_reason`).
+From v0.13.0 an explicit --no-disable-... with any of these reasons fails at startup ('Hybrid
+KV cache manager was explicitly enabled but is not supported in this configuration').
+
+--kv-offloading-size names OffloadingConnector or SimpleCPUOffloadConnector
+(offloading.connector), and with the lmcache backend an LMCache connector, which never
+subclasses SupportsHMA. The v0.10.2 and v0.11.0 wheels hold v0.12.0's rule (the flag a bool;
+a connector, KV events, chunked attention as above): a release before v0.12.0 takes it.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ import json
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import offloading
-from kvtier.engines.vllm.versions import V0_13, V0_22, V0_23, V0_30
+from kvtier.engines.vllm.pool import MTP_METHODS
+from kvtier.engines.vllm.versions import V0_13, V0_14, V0_20, V0_22, V0_23, V0_30
 from kvtier.errors import KvtierError, shown
 
 # the registered connectors that subclass SupportsHMA, from the release they do (v1/*.py)
@@ -45,6 +56,8 @@ _HMA_SINCE = {
     "MoRIIOConnector": V0_30,
 }
 MULTI = "MultiConnector"
+ALLOW_CHUNKED = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+_EAGLE = frozenset({"EAGLE", "EAGLE3", *MTP_METHODS})  # SpeculativeConfig.use_eagle
 
 
 def _names(d: Deployment, version: Version) -> list[str]:
@@ -79,6 +92,8 @@ def off_reason(d: Deployment, version: Version) -> str | None:
     """Why vLLM `version` runs `d` with the hybrid KV cache manager off (None: it keeps it)."""
     if d.disable_hybrid_kv_cache_manager:
         return "--disable-hybrid-kv-cache-manager"
+    if d.kv_events_config is not None and version < V0_20:
+        return _forced_off(d, version, f"--kv-events-config in vLLM {version}")
     names = _names(d, version)
     if not names:
         return None
@@ -99,3 +114,33 @@ def off_reason(d: Deployment, version: Version) -> str | None:
             "(--no-disable-hybrid-kv-cache-manager): vLLM refuses it at startup"
         )
     return f"{shown(lacking[0]):.40} does not support it (SupportsHMA)"
+
+
+def _forced_off(d: Deployment, version: Version, reason: str) -> str:
+    """`reason` turns the manager off; from v0.13.0 an explicit --no-disable-... then fails."""
+    if version >= V0_13 and d.disable_hybrid_kv_cache_manager is False:
+        raise KvtierError(
+            f"--no-disable-hybrid-kv-cache-manager with {reason}: vLLM refuses it at startup "
+            "('Hybrid KV cache manager was explicitly enabled but is not supported')"
+        )
+    return reason
+
+
+def chunked_off_reason(d: Deployment, version: Version) -> str:
+    """Why vLLM `version` runs a chunked-local-attention model (attention_chunk_size) with the
+    manager off, every layer then full attention; refuses where vLLM keeps it on."""
+    if off := off_reason(d, version):
+        return off
+    if (method := (d.speculative_algorithm or "").upper()) in _EAGLE:
+        return _forced_off(d, version, f"chunked local attention with {method}")
+    allow = d.allow_chunked_local_hma
+    if allow is None:
+        allow = version >= V0_14
+    if not allow:
+        return _forced_off(d, version, f"chunked local attention with {ALLOW_CHUNKED}=0")
+    said = "set" if d.allow_chunked_local_hma else "its default from v0.14.0"
+    raise KvtierError(
+        f"vLLM {version} keeps the hybrid KV cache manager on for chunked local attention "
+        f"({ALLOW_CHUNKED}=1, {said}): chunked-local KV groups are not modelled; set it to 0 "
+        "or pass --disable-hybrid-kv-cache-manager to size every layer as full attention"
+    )

@@ -142,7 +142,8 @@ def _pool_notes(p: PlanInputs, pool: Pool) -> list[str]:
     elif pool.chunked_local:
         notes.append(
             f"chunked local attention (attention_chunk_size {kv.attention_chunk_size}): the "
-            "hybrid KV cache manager is off and every layer keeps full-attention KV"
+            f"hybrid KV cache manager is off ({pool.hma_off}) and every layer keeps "
+            "full-attention KV"
         )
     elif layout is not None:
         notes.append(
