@@ -184,3 +184,37 @@ def test_the_host_tier_is_sized_in_the_ledger_s_kv_dtype() -> None:
     assert ledger.host_pool is not None
     tokens = (int(100e9 // 43_188) // 64 + 1) * 64
     assert build_config(d, 512).host_tokens == ledger.host_pool.tokens == tokens == 2_315_520
+
+
+@pytest.mark.parametrize(
+    ("engine", "given", "read"),
+    [
+        (Engine.SGLANG, "0.3.0", "SGLang v0.5.23"),
+        (Engine.SGLANG, "0.5.9", "SGLang v0.5.23"),
+        (Engine.VLLM, "0.20.0", "vLLM v0.32.0"),
+    ],
+)
+def test_an_older_stated_release_is_noted_as_the_scheduler_model_s(
+    engine: Engine, given: str, read: str
+) -> None:
+    """The scheduler model (sim/servers) was read in one release; a deployment stating an
+    older one runs it all the same, in one note; the release read in, a later one, or none
+    stated gives no note."""
+    d = Deployment(engine, "llama-3.1-8b", gpu="H100", engine_version=given)
+    notes = build_config(d, 512).notes()
+    assert [n for n in notes if "scheduler model" in n] == [
+        f"the scheduler model follows {read}, the release it was read in; the deployment "
+        f"states {read.split()[0]} {given}, an older one (the KV pool and tiers follow "
+        f"{given}'s rules)"
+    ]
+    for version in (read.split()[1][1:], "main", None):
+        same = Deployment(engine, "llama-3.1-8b", gpu="H100", engine_version=version)
+        assert not any("scheduler model" in n for n in build_config(same, 512).notes())
+
+
+def test_simulate_json_carries_the_older_release_note(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--generate", "chat", "--requests", "20", "--engine", "vllm"]
+    argv += ["--vllm-version", "0.20.0", "--model", "llama-3.1-8b", "--gpu", "H100", "--json"]
+    assert main(argv) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("the scheduler model follows vLLM v0.32.0") for n in notes)

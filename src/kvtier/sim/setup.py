@@ -29,6 +29,7 @@ from kvtier.engines.sglang.prefetch import prefetch_era
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.sim import setup_timing
+from kvtier.sim.scheduler_release import older_release_note
 from kvtier.sim.servers.prefetch import PrefetchFlags, PrefetchRules
 from kvtier.sim.setup_part import PartInputs
 from kvtier.sim.setup_vllm import vllm_part
@@ -172,6 +173,7 @@ def build_config(
         raise KvtierError(f"device KV tokens must be positive, got {device_tokens}")
     part = _PARTS[d.engine](PartInputs(d, ledger, device_tokens, store_tokens, prefetch, sources))
     timing_model = setup_timing.timing_model(d, inputs, ledger, gpu, flags, sources)
+    part["warnings"] = (*older_release_note(d), *part.get("warnings", ()))
     return SimConfig(
         device_tokens=device_tokens,
         page_size=ledger.page_size,
