@@ -17,6 +17,7 @@ from kvtier.engines.launch import parse_launch
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import hma
 from kvtier.errors import KvtierError
+from kvtier.ledger.explain import explain_log
 from kvtier.ledger.plan import plan
 from vllm_cpu_support import vllm_json
 
@@ -330,3 +331,32 @@ def test_the_launch_command_reads_the_chunked_variable_and_kv_events() -> None:
     assert not launch.ignored
     with pytest.raises(KvtierError, match="not a whole number"):
         parse_launch([f"{hma.ALLOW_CHUNKED}=yes vllm serve m"])
+
+
+def _scout_log(assignment: str) -> str:
+    """A v0.21.0 start of Llama-4-Scout at TP8: 30 GiB, the 1,310,720 tokens of SCOUT_TOKENS."""
+    model = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+    return "".join(
+        f"{line}\n"
+        for line in (
+            f"(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] {assignment}vllm serve "
+            f"{model} -tp 8",
+            "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version "
+            "0.21.0",
+            "(APIServer pid=1) INFO 01-01 00:00:00 [utils.py:1] non-default args: "
+            f"{{'model': '{model}', 'tensor_parallel_size': 8, 'max_model_len': 65536}}",
+            "(EngineCore_DP0 pid=2) (Worker_TP0 pid=3) INFO 01-01 00:00:20 [gpu_worker.py:1] "
+            "Available KV cache memory: 30.00 GiB",
+            "(EngineCore_DP0 pid=2) INFO 01-01 00:00:21 [kv_cache_utils.py:1] "
+            "GPU KV cache size: 1,310,720 tokens",
+        )
+    )
+
+
+def test_a_logged_launch_line_carries_the_chunked_variable() -> None:
+    """VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 before the logged command: explain
+    recomputes every layer as full attention; without it the count is observed only."""
+    on = explain_log(_scout_log(""), {"gpu": "H200"}).reconciliation
+    assert on.status == "observed only" and "chunked-local KV groups" in on.verdict
+    off = explain_log(_scout_log(f"{hma.ALLOW_CHUNKED}=0 "), {"gpu": "H200"}).reconciliation
+    assert off.status == "match" and SCOUT_TOKENS == 1_310_720

@@ -213,6 +213,8 @@ _PLAN_SETTINGS = (
     ("device", to_str),
     # vLLM's VLLM_PP_LAYER_PARTITION, from the assignments before a logged launch command
     ("pp_layer_partition", to_str),
+    # vLLM's VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE, the same way (engines/vllm/hma.py)
+    ("allow_chunked_local_hma", to_bool),
     # SGLang: the LM head over the attention-TP group under DP attention
     ("enable_dp_lm_head", to_bool),
     # SGLANG_* assignments before a logged launch command (SGLANG_ENABLE_EMBED_REPLICATION)
