@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvtier.engines.deployment import Engine
 from kvtier.engines.interface import EngineRules
+from kvtier.engines.version import Default
 
 
 def rules_for(engine: Engine) -> EngineRules:
@@ -17,5 +18,16 @@ def rules_for(engine: Engine) -> EngineRules:
 
         return SGLANG
     from kvtier.engines.vllm.rules import RULES as VLLM
+
+    return VLLM
+
+
+def release_default(engine: Engine) -> Default:
+    """The release whose rules apply to `engine` where no version is given (`versions.DEFAULT`)."""
+    if engine is Engine.SGLANG:
+        from kvtier.engines.sglang.versions import DEFAULT as SGLANG
+
+        return SGLANG
+    from kvtier.engines.vllm.versions import DEFAULT as VLLM
 
     return VLLM

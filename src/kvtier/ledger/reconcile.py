@@ -21,6 +21,7 @@ from kvtier.engines.ledger import Ledger
 from kvtier.engines.rules import rules_for
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import build_ledger, rounded_measures
+from kvtier.ledger.release_row import release_row
 from kvtier.logs.facts import Fact, stated
 from kvtier.units import GiB
 
@@ -97,7 +98,7 @@ def reconcile(
     return _reconciled(
         inp,
         (inp.observed, ledger.kv_tokens, low, high),
-        tuple(_memory_rows(inp, ledger) + _common_rows(inp, ledger)),
+        (*_memory_rows(inp, ledger), *_common_rows(inp, ledger), release_row(inp, plan)),
         ledger,
         kv_bytes_per_token=ledger.kv_bytes_per_token,
         kv_dtype=plan.kv_dtype(),
