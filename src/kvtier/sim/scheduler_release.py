@@ -5,21 +5,17 @@ that model all the same, noted: its ledger (pool and tiers) follows the stated r
 from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment, Engine
-from kvtier.engines.sglang import versions as sglang_versions
-from kvtier.engines.version import Default, Version
-from kvtier.engines.vllm import versions as vllm_versions
+from kvtier.engines.rules import release_default
+from kvtier.engines.version import Version
 
-READ_IN: dict[Engine, tuple[Default, Version]] = {
-    Engine.SGLANG: (sglang_versions.DEFAULT, sglang_versions.V0_5_23),
-    Engine.VLLM: (vllm_versions.DEFAULT, vllm_versions.V0_32),
-}
+READ_IN = {Engine.SGLANG: Version.release_of(0, 5, 23), Engine.VLLM: Version.release_of(0, 32)}
 
 
 def older_release_note(d: Deployment) -> list[str]:
     """One note when `d` states a release before the one its scheduler model was read in."""
     if d.engine_version is None:
         return []
-    default, read = READ_IN[d.engine]
+    default, read = release_default(d.engine), READ_IN[d.engine]
     version = default.resolve(d.engine_version)
     if version >= read:
         return []
