@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.rules import release_default
-from kvtier.engines.version import Version
+from kvtier.engines.sglang.versions import V0_5_23
+from kvtier.engines.vllm.versions import V0_32
 
-READ_IN = {Engine.SGLANG: Version.release_of(0, 5, 23), Engine.VLLM: Version.release_of(0, 32)}
+READ_IN = {Engine.SGLANG: V0_5_23, Engine.VLLM: V0_32}
 
 
 def older_release_note(d: Deployment) -> list[str]:
