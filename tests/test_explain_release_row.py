@@ -57,3 +57,19 @@ def test_the_version_flag_is_named_where_the_log_states_none(
     row = _release([str(SGLANG_LOG), "--sglang-version", "0.5.14"], capsys)
     assert row["value"] == "0.5.14"
     assert row["source"] == {"line": None, "text": "--sglang-version", "rank": None}
+
+
+@pytest.mark.parametrize(
+    ("log", "release", "line"),
+    [
+        ("public/vllm-0.19-codellama-34b-tp2-failed.log", "0.19.0", True),  # a failed start
+        ("eras/vllm-0.4-blocks-only.log", "0.4.2", True),  # a count only, nothing recomputed
+        ("public/sglang-2026-summary-256k-context.log", "0.5.9", False),  # states none
+    ],
+)
+def test_a_start_whose_pool_is_not_recomputed_names_its_release_too(
+    log: str, release: str, line: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    row = _release([str(ROOT / "tests" / "fixtures" / "logs" / log)], capsys)
+    assert row["value"] == release
+    assert (row["source"]["line"] is not None) is line

@@ -231,7 +231,7 @@ def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
     geometry = inp.geometry
     cell = geometry.bytes_per_token if geometry is not None else 0
     rows: list[tuple[str, Fact[object]]] = [("model", inp.model_source)]
-    rows += [(rules_for(inp.engine).explain.page_name, inp.page_size)]
+    rows += [(rules_for(inp.engine).explain.page_name, inp.page_size), release_row(inp, plan)]
     return _reconciled(
         inp,
         (observed, predicted, predicted, predicted),
