@@ -111,9 +111,6 @@ def test_both_engines_plan_every_fixture(
     args = ["plan", "--engine", engine, "--model", str(CONFIGS / f"{name}.json")]
     if name in CONTEXT:
         args += ["--context-length", str(CONTEXT[name])]
-    if engine == "vllm" and name.startswith("llama-4"):
-        # v0.14.0 on keeps chunked-local KV groups, which kvtier refuses (engines/vllm/hma.py)
-        args += ["--vllm-version", "0.13.0"]
     code = main([*args, "--gpu", GPU.get(name, "H200"), "--tp", str(tp), "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -87,9 +87,9 @@ def cases(count: int = 160, seed: int = 2026) -> list[dict[str, Any]]:
                 "available": int(rng.uniform(0.001, 60) * GiB),
                 "max_model_len": max_len,
                 "batched": rng.choice([2048, 8192, 16384]),
-                # chunked cases run with --disable-hybrid-kv-cache-manager (kvtier refuses
-                # chunked-local groups, engines/vllm/hma.py)
-                "disable_hybrid": "C" in kinds,
+                # every other chunked case runs with --disable-hybrid-kv-cache-manager (every
+                # layer full attention); the rest keep chunked-local groups (v0.14.0 on)
+                "disable_hybrid": "C" in kinds and len(out) % 2 == 0,
             }
         )
     return out
@@ -135,7 +135,7 @@ def kvtier(case: dict[str, Any], version: str) -> Kvtier:
     model = oracle_plan.model("LlamaForCausalLM", kv, len(kinds), (4096, 32, 32000), model_dtype)
     dtype = "float32" if model_dtype == "float32" else "auto"
     try:
-        # the case turns the manager off where vLLM ran it off (its chunked cases)
+        # the case turns the manager off where vLLM ran it off (half its chunked cases)
         off = case["disable_hybrid"] or None
         ledger = oracle_plan.plan(
             case,
@@ -147,9 +147,9 @@ def kvtier(case: dict[str, Any], version: str) -> Kvtier:
         )
     except KvtierError as exc:
         return Kvtier(None, None, None, None, str(exc))
-    chunked = "C" in case["kinds"]  # every layer full attention (hybrid manager off)
-    full = len(kinds) if chunked else kv.num_full_layers
-    ours = vllm.hybrid_layout(full, 0 if chunked else kv.num_local_layers)
+    # the hybrid manager off: every layer full attention
+    full = len(kinds) if off else kv.num_full_layers
+    ours = vllm.hybrid_layout(full, 0 if off else kv.num_local_layers)
     layout = Layout(ours.full_groups, ours.local_groups, ours.group_size, ours.padding_layers)
     conc = oracle_plan.concurrency(ledger, case)
     return Kvtier(layout, ledger.figures.num_blocks, conc, ledger.kv_tokens, None)

@@ -49,8 +49,8 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
     "meta-llama/Llama-3.1-70B-Instruct": {"sglang": ("B200", 1), "vllm": ("A100 80GB", 2)},
     "meta-llama/Llama-3.1-8B-Instruct": {"sglang": ("A10G", 1), "vllm": ("A10G", 1)},
     "meta-llama/Llama-3.3-70B-Instruct": {"sglang": ("B200", 1), "vllm": ("A100 80GB", 2)},
-    "meta-llama/Llama-4-Scout-17B-16E-Instruct": {"sglang": ("H200", 4)},
-    "meta-llama/Llama-4-Maverick-17B-128E-Instruct": {"sglang": ("H200", 8)},
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": {"sglang": ("H200", 4), "vllm": ("H200", 2)},
+    "meta-llama/Llama-4-Maverick-17B-128E-Instruct": {"sglang": ("H200", 8), "vllm": ("H200", 8)},
     "deepseek-ai/DeepSeek-V3.2": {"sglang": ("H200", 8), "vllm": ("H200", 8)},
     "moonshotai/Kimi-K2-Instruct": {"sglang": ("H200", 8), "vllm": ("B200", 8)},
     "MiniMaxAI/MiniMax-M2.5": {"sglang": ("H200", 2), "vllm": ("H200", 2)},
@@ -76,8 +76,6 @@ CARD: dict[str, dict[str, tuple[str, int]]] = {
 REFUSED: dict[tuple[str, str], str] = {
     ("google/gemma-4-31B-it", "sglang"): "SGLang runs Gemma 4 from v0.5.11",
     ("google/gemma-4-26B-A4B-it", "sglang"): "SGLang runs Gemma 4 from v0.5.11",
-    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "vllm"): "chunked-local KV groups are not",
-    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "vllm"): "chunked-local KV groups are not",
 }
 
 CASES = [(m, e) for m in catalog_ids() for e in ENGINES]

@@ -295,20 +295,24 @@ def test_llama4_is_full_attention_where_the_manager_is_off(version: str, changes
 
 
 @pytest.mark.parametrize(
-    ("version", "changes", "said"),
+    ("version", "changes"),
     [
-        ("0.21.0", {}, "its default from v0.14.0"),
-        ("0.14.0", {}, "its default from v0.14.0"),
-        ("0.13.0", {"allow_chunked_local_hma": True}, "set"),
-        ("0.20.0", {"kv_events_config": "{}"}, "its default"),  # events no longer turn it off
-        ("0.22.0", {"kv_transfer_config": _connector("NixlConnector")}, "its default"),
+        ("0.21.0", {}),  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1
+        ("0.14.0", {}),
+        ("0.13.0", {"allow_chunked_local_hma": True}),
+        ("0.20.0", {"kv_events_config": "{}"}),  # events no longer turn it off
+        ("0.22.0", {"kv_transfer_config": _connector("NixlConnector")}),
     ],
 )
-def test_llama4_with_the_manager_on_is_refused(version: str, changes: dict, said: str) -> None:
+def test_llama4_keeps_chunked_local_groups_where_the_manager_is_on(
+    version: str, changes: dict
+) -> None:
+    """Four groups of 12 layers (tests/test_vllm_chunked.py): 30 GiB // (12 x 8,192 B)."""
     d = dataclasses.replace(SCOUT, engine_version=version, **changes)
-    with pytest.raises(KvtierError, match="chunked-local KV groups are not modelled") as e:
-        plan(d)
-    assert f"HYBRID_KV_CACHE=1, {said}" in str(e.value)
+    assert hma.chunked_off_reason(d, _v(version)) is None
+    ledger = plan(d)
+    assert ledger.figures.num_blocks == 30 * 2**30 // (12 * 8_192) == 327_680
+    assert ledger.notes[0].startswith("hybrid KV groups: 1 full + 3 chunked-local groups of 12")
 
 
 @pytest.mark.parametrize("version", ["0.13.0", "0.19.0"])
@@ -333,8 +337,9 @@ def test_the_launch_command_reads_the_chunked_variable_and_kv_events() -> None:
         parse_launch([f"{hma.ALLOW_CHUNKED}=yes vllm serve m"])
 
 
-def _scout_log(assignment: str) -> str:
-    """A v0.21.0 start of Llama-4-Scout at TP8: 30 GiB, the 1,310,720 tokens of SCOUT_TOKENS."""
+def _scout_log(assignment: str, tokens: str = "1,310,720") -> str:
+    """A v0.21.0 start of Llama-4-Scout at TP8: 30 GiB, the 1,310,720 tokens of SCOUT_TOKENS
+    (every layer full attention) unless `tokens` says otherwise."""
     model = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
     return "".join(
         f"{line}\n"
@@ -348,15 +353,17 @@ def _scout_log(assignment: str) -> str:
             "(EngineCore_DP0 pid=2) (Worker_TP0 pid=3) INFO 01-01 00:00:20 [gpu_worker.py:1] "
             "Available KV cache memory: 30.00 GiB",
             "(EngineCore_DP0 pid=2) INFO 01-01 00:00:21 [kv_cache_utils.py:1] "
-            "GPU KV cache size: 1,310,720 tokens",
+            f"GPU KV cache size: {tokens} tokens",
         )
     )
 
 
 def test_a_logged_launch_line_carries_the_chunked_variable() -> None:
     """VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 before the logged command: explain
-    recomputes every layer as full attention; without it the count is observed only."""
-    on = explain_log(_scout_log(""), {"gpu": "H200"}).reconciliation
-    assert on.status == "observed only" and "chunked-local KV groups" in on.verdict
+    recomputes every layer as full attention; without it the chunked-local groups, whose count
+    v0.21.0 logs as int(327,680 / 7,168 x 65,536) (tests/test_vllm_chunked.py)."""
+    on = explain_log(_scout_log("", "2,995,931"), {"gpu": "H200"}).reconciliation
+    assert on.status == "match"
+    assert explain_log(_scout_log(""), {"gpu": "H200"}).reconciliation.status == "mismatch"
     off = explain_log(_scout_log(f"{hma.ALLOW_CHUNKED}=0 "), {"gpu": "H200"}).reconciliation
     assert off.status == "match" and SCOUT_TOKENS == 1_310_720

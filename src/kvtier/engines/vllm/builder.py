@@ -183,7 +183,7 @@ class Pool:
         self.linear_blocks = 0  # blocks one request holds per linear-attention group
         self.mtp_layers = 0  # MTP draft layers counted in the pool
         self.uncounted_draft: str | None = None  # a speculative method whose draft is not
-        self.chunked_local = False  # chunked local attention kept as full attention
+        self.chunked_local = False  # local groups are chunked (window: attention_chunk_size)
         self.hma_off: str | None = None  # why the hybrid KV cache manager is off (hma.py)
         self.window = self.batched = 0  # batched: tokens past the window (sliding.py)
         self.batch_tokens = setup.batch.tokens  # max_num_batched_tokens
@@ -205,22 +205,22 @@ class Pool:
             return
         if era.worker is vllm.Worker.V0:
             raise KvtierError("vLLM V0 sliding-window pools are not modelled")
-        if LayerKind.CHUNKED in kv.layer_kinds:
-            # unify_hybrid_kv_cache_specs makes every chunked-local layer a FullAttentionSpec
-            # once the manager is off: one group of every layer (hma.chunked_off_reason)
+        self.chunked_local = LayerKind.CHUNKED in kv.layer_kinds
+        if self.chunked_local:
             self.hma_off = hma.chunked_off_reason(d, era.version)
-            self.chunked_local = True
-            return
-        self.hma_off = hma.off_reason(d, era.version)
+        else:
+            self.hma_off = hma.off_reason(d, era.version)
         if self.hma_off:
-            # unify_hybrid_kv_cache_specs makes every sliding-window layer a FullAttentionSpec:
-            # one group of every layer, each holding the whole context
+            # unify_hybrid_kv_cache_specs makes every sliding-window or chunked-local layer a
+            # FullAttentionSpec: one group of every layer, each holding the whole context
             return
         if d.pp > 1:
             raise KvtierError("vLLM hybrid models under PP are not modelled")
+        # _get_kv_cache_groups_uniform_page_size groups ChunkedLocalAttentionSpec layers as it
+        # does SlidingWindowSpec ones: one page size, group_size layers a group
         self.layout = vllm.hybrid_layout(kv.num_full_layers, kv.num_local_layers)
         self.layers = self.layout.group_size
-        self.window = kv.sliding_window or 0
+        self.window = (kv.attention_chunk_size if self.chunked_local else kv.sliding_window) or 0
         self.batched = _in_flight(p, setup)
 
     def _gemma4(self, p: PlanInputs, setup: Setup, pages: gemma4.Gemma4Pages) -> None:
@@ -264,7 +264,13 @@ class Pool:
         if self.layout is None:
             return vllm.blocks_per_request(context, self.block)
         return vllm.hybrid_blocks_per_request(
-            self.layout, context, self.block, self.window, self.batched, self.sliding_block
+            self.layout,
+            context,
+            self.block,
+            self.window,
+            self.batched,
+            self.sliding_block,
+            self.chunked_local,
         )
 
     def tokens(self, blocks: int, context: int) -> int:

@@ -20,7 +20,8 @@ in v0.20.0). A model with attention_chunk_size (Llama 4's chunked local attentio
 under an EAGLE, EAGLE3 or MTP draft (SpeculativeConfig.use_eagle) or when
 VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is 0 (envs.py bool(int(...)): default "0"
 to v0.13.x, "1" from v0.14.0); otherwise vLLM keeps chunked-local KV groups of their own
-(ChunkedLocalAttentionSpec), which kvtier does not size: refused (`chunked_off_reason`).
+(ChunkedLocalAttentionSpec), grouped as sliding-window ones are (`chunked_off_reason`;
+pool.hybrid_blocks_per_request).
 From v0.13.0 an explicit --no-disable-... with any of these reasons fails at startup ('Hybrid
 KV cache manager was explicitly enabled but is not supported in this configuration').
 
@@ -126,9 +127,9 @@ def _forced_off(d: Deployment, version: Version, reason: str) -> str:
     return reason
 
 
-def chunked_off_reason(d: Deployment, version: Version) -> str:
+def chunked_off_reason(d: Deployment, version: Version) -> str | None:
     """Why vLLM `version` runs a chunked-local-attention model (attention_chunk_size) with the
-    manager off, every layer then full attention; refuses where vLLM keeps it on."""
+    manager off, every layer then full attention (None: it keeps chunked-local groups)."""
     if off := off_reason(d, version):
         return off
     if (method := (d.speculative_algorithm or "").upper()) in _EAGLE:
@@ -138,9 +139,4 @@ def chunked_off_reason(d: Deployment, version: Version) -> str:
         allow = version >= V0_14
     if not allow:
         return _forced_off(d, version, f"chunked local attention with {ALLOW_CHUNKED}=0")
-    said = "set" if d.allow_chunked_local_hma else "its default from v0.14.0"
-    raise KvtierError(
-        f"vLLM {version} keeps the hybrid KV cache manager on for chunked local attention "
-        f"({ALLOW_CHUNKED}=1, {said}): chunked-local KV groups are not modelled; set it to 0 "
-        "or pass --disable-hybrid-kv-cache-manager to size every layer as full attention"
-    )
+    return None

@@ -139,17 +139,19 @@ def _pool_notes(p: PlanInputs, pool: Pool) -> list[str]:
             f"every layer, the {kv.num_local_layers} sliding-window ones too, keeps "
             "full-attention KV for the whole context"
         )
-    elif pool.chunked_local:
+    elif pool.hma_off:
         notes.append(
             f"chunked local attention (attention_chunk_size {kv.attention_chunk_size}): the "
             f"hybrid KV cache manager is off ({pool.hma_off}) and every layer keeps "
             "full-attention KV"
         )
     elif layout is not None:
+        local = "chunked-local" if pool.chunked_local else "sliding-window"
+        size = "attention chunk" if pool.chunked_local else "sliding window"
         notes.append(
             f"hybrid KV groups: {layout.full_groups} full + {layout.local_groups} "
-            f"sliding-window groups of {layout.group_size} layers "
-            f"({layout.padding_layers} padding layers); sliding window {pool.window}, "
+            f"{local} groups of {layout.group_size} layers "
+            f"({layout.padding_layers} padding layers); {size} {pool.window}, "
             + sliding.in_flight_words(pool.era.version, pool.batched, pool.batch_tokens)
         )
     return notes

@@ -263,15 +263,22 @@ def hybrid_blocks_per_request(
     window: int,
     batched_tokens: int,
     sliding_block: int | None = None,
+    chunked: bool = False,
 ) -> int:
     """Blocks one request of `context` tokens holds over all groups (max_memory_usage_bytes).
 
     Full groups keep every token; a sliding-window group keeps
     cdiv(min(window - 1 + max_num_batched_tokens, context), block) + 1 blocks, its block
-    `sliding_block` where unifying the page sizes gave it its own (Gemma 4).
+    `sliding_block` where unifying the page sizes gave it its own (Gemma 4). A chunked-local
+    group (`chunked`, `window` the attention_chunk_size) keeps
+    cdiv(min(chunk + max_num_batched_tokens, context), block) (ChunkedLocalAttentionSpec,
+    v0.14.0 - v0.25.x; max_admission_blocks_per_request from v0.26.0, read in v0.32.0).
     """
     local_block = sliding_block or block_size
-    local = -(-min(window - 1 + batched_tokens, context) // local_block) + 1
+    if chunked:
+        local = -(-min(window + batched_tokens, context) // local_block)
+    else:
+        local = -(-min(window - 1 + batched_tokens, context) // local_block) + 1
     full = blocks_per_request(context, block_size)
     return layout.full_groups * full + layout.local_groups * local
 
