@@ -82,7 +82,8 @@ def test_no_rule_special_cases_main() -> None:
 @pytest.mark.parametrize(
     ("text", "release"),
     [("0.5.9", (0, 5, 9)), ("v0.4.3.post4", (0, 4, 3)), ("0.10.1.dev101+g123", (0, 10, 1)),
-     ("0.5", (0, 5, 0)), ("0.5.23rc1", (0, 5, 23)), ("0.6.3+cu128", (0, 6, 3))],
+     ("0.5", (0, 5, 0)), ("0.5.23rc1", (0, 5, 23)), ("0.6.3+cu128", (0, 6, 3)),
+     ("0.10.1.1", (0, 10, 1)), ("0.8.5.post1", (0, 8, 5))],
 )  # fmt: skip
 def test_a_release_is_read_with_its_suffix_kept_in_the_text(
     text: str, release: tuple[int, int, int]
@@ -91,7 +92,7 @@ def test_a_release_is_read_with_its_suffix_kept_in_the_text(
     assert v.release == release and v.text == text
 
 
-@pytest.mark.parametrize("text", ["0.5.99999", "0.33.10000", "1.2.3.4", "0.12345.0", "x0.5.9"])
+@pytest.mark.parametrize("text", ["0.5.99999", "0.33.10000", "1.2.3.4.5", "0.12345.0", "x0.5.9"])
 def test_a_number_past_the_release_is_refused_not_cut(text: str) -> None:
     """0.5.99999 was read as 0.5.0 (the patch too long for the pattern, the rest dropped)."""
     with pytest.raises(KvtierError, match=f"version '{re.escape(text)}' is not of the form"):

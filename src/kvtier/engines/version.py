@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 from kvtier.errors import KvtierError
 
-# a number after the release (0.5.99999, 1.2.3.4) is not a suffix: refused, not read as 0.5.0
-_RELEASE = re.compile(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?(?!\.?\d)")
+# major.minor[.patch[.n]]: a fourth number is a release of its own (vLLM 0.10.1.1, PEP 440's
+# release segment) that sorts inside its patch's era, so it is kept in the text only; a number
+# running past the pattern (0.5.99999, 1.2.3.4.5) is refused, not read as 0.5.0
+_RELEASE = re.compile(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4})(?:\.\d{1,4})?)?(?!\.?\d)")
 _DEV = re.compile(r"\.?dev\d*", re.IGNORECASE)  # PEP 440's development build: 0.10.1.dev101
 
 
