@@ -81,11 +81,12 @@ class Measured:
 _MAX_GPUS = 4096
 _MAX_PAGE = 1 << 20
 _MAX_TOKENS = 1 << 40
+MAX_OFFLOADING_GIB = 1e7  # the most --kv-offloading-size takes (GiB over all ranks)
 # field -> the flag named in an error (SGLang's name; vLLM's takes the same check), the bound
 _HICACHE_SIZES = (("ratio", "--hicache-ratio", 1e4), ("size_gb", "--hicache-size", 1e7))
 _HOST_SIZES = (
     ("kv_cache_memory_bytes", "--kv-cache-memory-bytes", float(1 << 50)),
-    ("kv_offloading_size_gib", "--kv-offloading-size", 1e7),
+    ("kv_offloading_size_gib", "--kv-offloading-size", MAX_OFFLOADING_GIB),
 )
 # field -> the flag named in an error; every count is from 1 to _MAX_TOKENS
 _COUNTS = {

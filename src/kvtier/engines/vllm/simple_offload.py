@@ -33,15 +33,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvtier.engines.deployment import Deployment
+from kvtier.engines.deployment import MAX_OFFLOADING_GIB, Deployment
 from kvtier.engines.version import Version
 from kvtier.engines.vllm.versions import V0_19, V0_28, V0_33
 from kvtier.errors import KvtierError
+from kvtier.units import GiB
 
 SIMPLE = "SimpleCPUOffloadConnector"
-GiB = 1 << 30
 DEFAULT_BYTES = 8 * GiB  # DEFAULT_CPU_CAPACITY_BYTES
-MOST_GIB = 10**7  # the most --kv-offloading-size takes (engines/deployment.py _HOST_SIZES)
 BACKENDS = ("cpu", "disk")  # VALID_KV_OFFLOAD_BACKENDS, v0.28.0 on
 
 
@@ -168,11 +167,11 @@ def _check_backend(extra: dict[str, object], version: Version) -> None:
 
 
 def host_bytes(number: int, connector: str, key: str) -> int:
-    """`number` bytes of host memory, refused past MOST_GIB GiB as --kv-offloading-size is."""
-    if number > MOST_GIB * GiB:
+    """`number` bytes of host memory, refused past the most --kv-offloading-size takes."""
+    if number > MAX_OFFLOADING_GIB * GiB:
         raise KvtierError(
-            f"--kv-transfer-config: {connector} {key} {number:.3g} B is more than {MOST_GIB:g} "
-            "GiB, the most kvtier sizes (--kv-offloading-size's bound)"
+            f"--kv-transfer-config: {connector} {key} {number:.3g} B is more than "
+            f"{MAX_OFFLOADING_GIB:g} GiB, the most kvtier sizes (--kv-offloading-size's bound)"
         )
     return number
 
