@@ -1,10 +1,12 @@
 """vLLM's --kv-transfer-config keys per release (engines/vllm/kv_transfer.py): a key that is not
 a KVTransferConfig field is dropped without a word through v0.15.x (kvtier notes it) and refused
-at startup from v0.16.0 (extra="forbid"; kvtier exits 2 naming it)."""
+at startup from v0.16.0 (extra="forbid"; kvtier exits 2 naming it); v0.32.0's fields and refusal
+checked against vLLM's own KVTransferConfig where its CPU build is installed."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ from kvtier.engines.version import Version
 from kvtier.engines.vllm import kv_transfer
 from kvtier.engines.vllm.offloading import ignored_keys, transfer_config
 from kvtier.errors import KvtierError
+from vllm_cpu_support import vllm_json
 
 LMCACHE = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
@@ -62,3 +65,23 @@ def test_a_dropped_key_is_noted_on_one_line_and_cut() -> None:
     (note,) = ignored_keys(raw, _v("0.15.0"))
     assert note.startswith(f"--kv-transfer-config 'a\\nb', {'z' * 60}: not a KVTransferConfig")
     assert "\n" not in note and len(note) < 300
+
+
+def test_against_vllms_own_kv_transfer_config(tmp_path: Path) -> None:
+    """vLLM's CPU build (v0.32.0): KVTransferConfig's fields in order, and a key that is not one
+    refused when the config is built."""
+    code = r"""
+import dataclasses, json, sys, vllm
+from vllm.config.kv_transfer import KVTransferConfig
+try:
+    KVTransferConfig(**json.loads(sys.argv[1]))
+    refused = False
+except ValueError:  # pydantic.ValidationError
+    refused = True
+names = [f.name for f in dataclasses.fields(KVTransferConfig)]
+print(json.dumps({"version": vllm.__version__, "fields": names, "refused": refused}))
+"""
+    got = vllm_json(code, {**LMCACHE, "kv_ip": "127.0.0.1"}, tmp_path)
+    assert got["version"].startswith("0.32.0")
+    assert tuple(got["fields"]) == kv_transfer.fields(_v("0.32.0"))
+    assert got["refused"]  # as kvtier refuses kv_ip at v0.32.0 above
