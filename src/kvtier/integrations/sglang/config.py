@@ -124,8 +124,8 @@ class Shard:
 
 @dataclass(frozen=True, slots=True)
 class StorageScope:
-    """The parts of SGLang's `HiCacheStorageConfig` that scope pages (read by attribute, so
-    any object with these fields will do)."""
+    """The parts of SGLang's `HiCacheStorageConfig` that scope pages (`from_config` reads them
+    by attribute, so any object with that config's fields will do)."""
 
     model_name: str
     tp: Shard
