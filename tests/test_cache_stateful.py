@@ -106,6 +106,11 @@ class CacheMachine(RuleBasedStateMachine):
         self.locks: list[TreeNode] = []
         # token keys cannot name store pages: packed keys only in a cache without a store
         self.packed = packed and self.cache.store is None
+        # KV events (hash keys only: a token key recurs on other paths): the device's keys as
+        # the tree's log of stored / removed runs replays them
+        if not self.packed:
+            self.cache.tree.device_log = []
+        self.announced: set[PageKey] = set()
 
     # ---- operations (hypothesis rules and random bursts both call these) ----
 
@@ -259,6 +264,13 @@ class CacheMachine(RuleBasedStateMachine):
         held = [p for adm in self.running for p in adm.pages[adm.num_cached :]]
         self.cache.check_integrity(held)
         check_tags(self.cache)
+        tree = self.cache.tree
+        if tree.device_log is not None:
+            for stored, keys in tree.device_log:
+                (self.announced.update if stored else self.announced.difference_update)(keys)
+            tree.device_log = []
+            on_device = {k for n in tree.nodes() if n.device is not None for k in n.keys}
+            assert self.announced == on_device
 
     def teardown(self) -> None:
         if not hasattr(self, "cache"):
