@@ -147,6 +147,7 @@ class SGLangServer(SGLangPrefill, SGLangDecode, SGLangStats):
             due = report_due(first, first + count)
             per_step = self.timing.tokens_per_step
             grown = count * len(self.decoding) * per_step
+            self._decode_kv += grown
             if due and due < first + count:  # a report inside the run: the state then
                 if self.reports.tree is not None:  # the tree as the report's batch left it
                     early = (due - first) * len(self.decoding) * per_step
@@ -156,7 +157,6 @@ class SGLangServer(SGLangPrefill, SGLangDecode, SGLangStats):
                 else:
                     self.reports.report(*self._decode_report(due))
             self._steps += count
-            self._decode_kv += count * len(self.decoding) * per_step
             self._hold_decoded(grown)
             self._pending_decode = 0
             finished = []
