@@ -184,7 +184,7 @@ def stacked_bar(
             f"<title>{escape(tip)}</title></rect>"
         )
         if w > 7.2 * len(_num(seg.value)) + 8:
-            colour = "#000" if seg.hatched or seg.colour in ("#ffffff", "#F0E442") else "#fff"
+            colour = "#000" if seg.hatched or seg.colour == "#F0E442" else "#fff"
             out.append(
                 f'<text x="{x + w / 2:.2f}" y="{bar_y + bar_h / 2 + 4}" text-anchor="middle" '
                 f'fill="{colour}" class="bar-value">{_num(seg.value)}</text>'
