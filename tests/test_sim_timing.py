@@ -10,11 +10,11 @@ from kvtier.cli.flags import FLAGS
 from kvtier.engines.deployment import Deployment, Engine, HiCache
 from kvtier.errors import KvtierError
 from kvtier.model import resolve_model, weight_bytes
+from kvtier.sim import timing
 from kvtier.sim.setup import build_config
 from kvtier.sim.setup_timing import model_cost
 from kvtier.sim.speculative import SpecDecode
 from kvtier.sim.timing import (
-    FORWARD_OVERHEAD_MS,
     Hardware,
     ModelCost,
     TimingFlags,
@@ -230,4 +230,4 @@ def test_the_prefill_efficiency_is_the_gpus_and_says_where_it_was_set(
 def test_the_step_overhead_flag_states_the_default_the_model_applies() -> None:
     # the flag table stays free of kvtier.sim (numpy) on the plan path, so it states the number
     (row,) = (row for row in FLAGS if row.name == "--step-overhead-ms")
-    assert f"default {FORWARD_OVERHEAD_MS:g}," in row.spec["help"]
+    assert f"default {timing.FORWARD_OVERHEAD_MS:g}," in row.spec["help"]
