@@ -34,7 +34,7 @@ from __future__ import annotations
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
 from kvtier.engines.sglang.lm_head import HEAD_FILES
-from kvtier.engines.sglang.tp_group import PartSplit, Words
+from kvtier.engines.sglang.tp_group import PartSplit
 from kvtier.engines.sglang.versions import V0_3_0, V0_4_7, V0_4_9, V0_5_11
 from kvtier.engines.version import Version
 from kvtier.model.description import ModelSpec
@@ -64,11 +64,7 @@ ATTENTION_FILES = {
 }
 
 
-_WORDS = Words(
-    "--enable-dp-attention", "attention", "attention", "DP attention", "TP",
-    "builds it at full TP under DP attention", "takes attention TP",
-)  # fmt: skip
-_ATTENTION = PartSplit(_WORDS, ATTENTION_FILES, _FOLLOWS)
+_ATTENTION = PartSplit("--enable-dp-attention", ATTENTION_FILES, _FOLLOWS)
 
 
 def attention_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.log_geometry import STAND_IN_ARCHITECTURE
-from kvtier.engines.sglang.tp_group import PartSplit, Words
+from kvtier.engines.sglang.tp_group import PartSplit
 from kvtier.engines.sglang.versions import V0_3_0, V0_4_7, V0_5_8, V0_5_9
 from kvtier.engines.version import Version
 from kvtier.errors import KvtierError
@@ -80,11 +80,7 @@ HEAD_FILES = {
     "Lfm2ForCausalLM": "lfm2.py",
 }
 
-_WORDS = Words(
-    "--enable-dp-lm-head", "the LM head", "LM head", "--enable-dp-lm-head", "attention TP",
-    "ignores --enable-dp-lm-head", "follows --enable-dp-lm-head",
-)  # fmt: skip
-_HEAD = PartSplit(_WORDS, HEAD_FILES, _FOLLOWS)
+_HEAD = PartSplit("--enable-dp-lm-head", HEAD_FILES, _FOLLOWS)
 
 
 def lm_head_ranks(model: ModelSpec, d: Deployment) -> tuple[int, str] | None:

@@ -17,11 +17,9 @@ from kvtier.model.description import ModelSpec
 
 
 class Words(NamedTuple):
-    """How kvtier says one part's split: the flag that asks for its attention-TP split, the
-    reason's subject, the part as a refusal names it, the split's cause and group, and what a
-    file that never / from a release passes it does."""
+    """How kvtier says one part's split: the reason's subject, the part as a refusal names it,
+    the split's cause and group, and what a file that never / from a release passes it does."""
 
-    flag: str
     name: str
     noun: str
     why: str
@@ -30,25 +28,38 @@ class Words(NamedTuple):
     takes: str
 
 
+# the flag that asks for a part's attention-TP split -> its words
+WORDS = {
+    "--enable-dp-attention": Words(
+        "attention", "attention", "DP attention", "TP",
+        "builds it at full TP under DP attention", "takes attention TP",
+    ),
+    "--enable-dp-lm-head": Words(
+        "the LM head", "LM head", "--enable-dp-lm-head", "attention TP",
+        "ignores --enable-dp-lm-head", "follows --enable-dp-lm-head",
+    ),
+}  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class PartSplit:
-    """One part's rule: how kvtier says its split, the model file per architecture and the
-    first release each file passes the attention-TP group."""
+    """One part's rule: the flag that asks for its attention-TP split, the model file per
+    architecture and the first release each file passes the attention-TP group."""
 
-    words: Words
+    flag: str
     files: Mapping[str, str]  # architecture -> the model file that builds the part
     follows: Mapping[str, Version]  # model file -> the first release it passes the group
 
     def ranks(self, model: ModelSpec, d: Deployment) -> tuple[int, str]:
         """The ranks the part is split over and why; an architecture whose file is not read
         here is refused in one line, where taking either group would be a guess."""
-        w, attn_tp = self.words, d.tp // d.dp
+        w, attn_tp = WORDS[self.flag], d.tp // d.dp
         file = self.files.get(model.architecture)
         if file is None:
             raise KvtierError(
                 f"{model.architecture} ({model.model_id}): kvtier has not read which ranks "
-                f"SGLang's model file splits its {w.noun} over under {w.flag} (full "
-                f"TP{d.tp} or attention TP{attn_tp}); drop {w.flag}"
+                f"SGLang's model file splits its {w.noun} over under {self.flag} (full "
+                f"TP{d.tp} or attention TP{attn_tp}); drop {self.flag}"
             )
         since = self.follows.get(file)
         if since is None:
