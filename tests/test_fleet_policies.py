@@ -240,6 +240,50 @@ def test_llmd_scrape_rereads_only_the_replicas_with_an_event() -> None:
     assert r.route(req(0, (1,)), 0.1) == 1  # type: ignore[attr-defined]
 
 
+ACTIVE_ONLY = ["prefix-weight=0", "queue-weight=0", "kv-usage-weight=0", "active-weight=1"]
+
+
+def test_llmd_active_request_counts_its_own_picks_until_each_response_completes() -> None:
+    """v0.4.0 on: a pick counts on its pod until the response completes; a pod with none scores
+    1, the others (max - count) / max, so the picks spread one a pod and follow the finishes."""
+    view = FakeView([0, 0, 0])
+    r = llmd("llm-d-approximate", view, ACTIVE_ONLY)
+    r.tick(0.0)  # type: ignore[attr-defined]
+    picks = [r.route(req(i, (i + 1,)), 0.0) for i in range(3)]  # type: ignore[attr-defined]
+    assert sorted(picks) == [0, 1, 2]
+    assert r._active_scores == [0.0, 0.0, 0.0]  # type: ignore[attr-defined]
+    r.finished(picks[1], req(1, (2,)), 1.0)  # type: ignore[attr-defined]
+    assert r._active_scores[picks[1]] == 1.0  # type: ignore[attr-defined]
+    assert r.route(req(3, (4,)), 1.0) == picks[1]  # type: ignore[attr-defined]
+    r.route(req(4, (5,)), 1.0)  # type: ignore[attr-defined]  # all at 1, tied: one takes a second
+    # two in flight on one pod, one on the others: (2 - 1) / 2 for those
+    assert sorted(r._active_scores) == [0.0, 0.5, 0.5]  # type: ignore[attr-defined]
+
+
+def test_llmd_active_request_released_at_the_headers_orders_nothing() -> None:
+    """v0.3.x: PostResponse, run on the response headers, lowers the count before the next
+    pick: every pod scores 1, and the picks are the max-score picker's ties, at random."""
+    view = FakeView([0, 0, 0])
+    r = llmd("llm-d-approximate", view, [*ACTIVE_ONLY, "active-until-finish=0"])
+    r.tick(0.0)  # type: ignore[attr-defined]
+    picks = [r.route(req(i, (i + 1,)), 0.0) for i in range(30)]  # type: ignore[attr-defined]
+    assert r._active_scores == [1.0, 1.0, 1.0]  # type: ignore[attr-defined]
+    assert max(picks.count(p) for p in range(3)) > 10  # counted, 10 each would be the spread
+
+
+def test_llmd_active_request_at_weight_0_leaves_the_scores_as_they_were() -> None:
+    """The default weight 0 adds 0.0 to each total: the picks are bit for bit those without."""
+    view = FakeView([0, 0, 0], queues=[3, 1, 2])
+    view.usage = [0.5, 0.25, 0.125]
+    plain = llmd("llm-d-approximate", view)
+    counted = llmd("llm-d-approximate", view, ["active-until-finish=1"])
+    for r in (plain, counted):
+        r.tick(0.0)  # type: ignore[attr-defined]
+    assert plain._base == counted._base  # type: ignore[attr-defined]
+    trace = [req(i, (i % 4 + 1, 9)) for i in range(12)]
+    assert [plain.route(q, 0.0) for q in trace] == [counted.route(q, 0.0) for q in trace]  # type: ignore[attr-defined]
+
+
 def test_llmd_precise_reads_the_device_and_normalises() -> None:
     view = FakeView([0, 0, 0])
     view.resident = {0: 2, 2: 4}

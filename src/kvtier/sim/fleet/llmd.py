@@ -1,5 +1,6 @@
 """llm-d-approximate and llm-d-precise: llm-d's inference scheduler (the Gateway API inference
-extension's endpoint picker) with a prefix scorer, a queue scorer and a KV-usage scorer.
+extension's endpoint picker) with a prefix scorer, a queue scorer, a KV-usage scorer and an
+active-request scorer.
 
 Each replica's score is the weighted sum of its scorers' scores; the max-score picker takes the
 highest (ties at random, seeded by --seed: `max_score_picker.go` shuffles, then sorts stably).
@@ -18,6 +19,16 @@ kv-cache-utilization 2, queue 2).
   its last report's: after each prefill batch, every 40th decode batch and when idle (SGLang
   0.5.23 `report_prefill_stats`, `report_decode_stats`; `kvtier.sim.servers.sglang_reports`).
   `step-stats=0` reads each pod's state at the scrape instead.
+* active-request-scorer (llm-d-inference-scheduler `pkg/plugins/scorer/active_request.go`, from
+  v0.3.0; weight 0 unless `active-weight` is set, as llm-d's guides leave it out): the picker's
+  own count of requests it sent each pod, taken at the pick (PreRequest); a pod with none scores
+  1, the others (max count - count) / max count. Where the count falls back is the release's:
+  v0.4.0 on (`active-until-finish=1`) when the response completes (ResponseComplete);
+  v0.3.0 - v0.3.2 (`active-until-finish=0`) in PostResponse, which gateway-api-inference-
+  extension v0.5.1 - v1.0.x runs when the response headers come back (`HandleResponseHeaders`
+  -> `Director.HandleResponse`), and a streaming vLLM or SGLang server sends its headers
+  before the first token: the count is back to 0 before the next pick, every pod scores 1 and
+  the scorer orders nothing.
 * llm-d-approximate, prefix-cache-scorer (`pkg/epp/scheduling/framework/plugins/multi/prefix/
   plugin.go`, `indexer.go`): the prompt's full blocks, chained hashes, up to 256 blocks of
   64 characters (16 tokens at 4 characters a token: the first 4,096 tokens); for each block in
@@ -92,6 +103,11 @@ class LlmdScheduler(EventReader):
         super().__init__(replicas, view, opts, events=precise)
         self.precise = precise
         self.weights = (opts["prefix-weight"], opts["queue-weight"], opts["kv-usage-weight"])
+        self.active_weight = opts["active-weight"]
+        # counts that stay up until the response completes move the scores at every pick
+        self.counting = bool(opts["active-until-finish"]) and self.active_weight > 0
+        self._active = [0] * replicas
+        self._active_scores = [1.0] * replicas
         self.interval_s = opts["metrics-interval-ms"] / 1e3
         self.live = not opts["step-stats"]
         self._rng = random.Random(seed)
@@ -146,8 +162,12 @@ class LlmdScheduler(EventReader):
         blocks = self._blocks(req)
         prefix = self._prefix_scores(req, blocks, now)
         wp, wq, wk = self.weights
+        wa, active = self.active_weight, self._active_scores
         queue, usage, base = self._queue_scores, self._usage, self._base
-        total = {r: wp * s + wq * queue[r] + wk * (1 - usage[r]) for r, s in prefix.items()}
+        total = {
+            r: wp * s + wq * queue[r] + wk * (1 - usage[r]) + wa * active[r]
+            for r, s in prefix.items()
+        }
         best = max(total.values(), default=-math.inf)
         rest = next((base[r] for r in self._by_base if r not in prefix), -math.inf)
         best = max(best, rest)
@@ -161,10 +181,21 @@ class LlmdScheduler(EventReader):
         choice = self._rng.choice(sorted(pick))
         if not self.precise:
             self.index.add(blocks, choice)
+        if self.counting:
+            self._count(choice, 1)
         return choice
 
     def finished(self, replica: int, req: TraceRequest, now: float) -> None:
-        pass
+        if self.counting:
+            self._count(replica, -1)
+
+    def _count(self, replica: int, step: int) -> None:
+        """The active-request scorer's count for `replica` moved by `step`, its scores anew."""
+        counts = self._active
+        counts[replica] += step
+        top = max(counts)
+        self._active_scores = [1.0 if c <= 0 else (top - c) / top for c in counts]
+        self._scraped(self._usage)
 
     def next_tick(self, now: float) -> float:
         return self._next
@@ -190,8 +221,10 @@ class LlmdScheduler(EventReader):
         self._queue_scores = [1.0 if hi == lo else (hi - x) / (hi - lo) for x in queues]
         self._usage = usage
         _, wq, wk = self.weights
-        q = self._queue_scores
-        self._base = [wq * q[r] + wk * (1 - usage[r]) for r in range(self.replicas)]
+        q, wa, active = self._queue_scores, self.active_weight, self._active_scores
+        self._base = [
+            wq * q[r] + wk * (1 - usage[r]) + wa * active[r] for r in range(self.replicas)
+        ]
         self._by_base = sorted(range(self.replicas), key=lambda r: -self._base[r])
 
 
@@ -201,6 +234,13 @@ def _common(block_size: int) -> dict[str, RouterOption]:
         "prefix-weight": RouterOption(weight, 3.0, "weight of the prefix scorer"),
         "queue-weight": RouterOption(weight, 2.0, "weight of the queue scorer"),
         "kv-usage-weight": RouterOption(weight, 2.0, "weight of the KV-cache utilization scorer"),
+        "active-weight": RouterOption(weight, 0.0, "weight of the active-request scorer"),
+        "active-until-finish": RouterOption(
+            Number(0, 1, integer=True),
+            1,
+            "1: the active-request count falls back when a response completes (v0.4.0 on); "
+            "0: when its headers come back, before the first token (v0.3.x)",
+        ),
         "metrics-interval-ms": RouterOption(
             Number(0.001, 3.6e6), 50.0, "how stale the scraped queue and KV usage are"
         ),
