@@ -282,9 +282,12 @@ def summarize(
     pcie_busy_s: float = 0.0,
     params: dict[str, object] | None = None,
     decode_ends: np.ndarray | None = None,
+    pcie_over_s: float | None = None,
 ) -> SimResult:
     """Fold per-request records (in trace order) into a `SimResult`; `decode_ends`, every
-    decode iteration's end time, gives the inter-token latencies."""
+    decode iteration's end time, gives the inter-token latencies; `pcie_over_s`, the seconds
+    the link's busy time is shared over where they are not the records' span (a ladder
+    measured over its last stage, whose link ran through every stage)."""
     skip = math.floor(warmup_fraction * len(records))
     measured = records[skip:]
     ran = [r for r in records if not r.rejected]
@@ -328,6 +331,6 @@ def summarize(
             concurrency.series() if concurrency else (),
         ),
         evictions=evictions,
-        pcie_busy_fraction=pcie_busy_s / duration if duration > 0 else 0.0,
+        pcie_busy_fraction=pcie_busy_s / over if (over := pcie_over_s or duration) > 0 else 0.0,
         **(_token_latency(timed_done, done, duration, decode_ends) if timed else {}),
     )

@@ -134,6 +134,7 @@ def simulate_fleet(
     # a trace in load stages is measured over its last stage, as inference-perf reports a stage
     # (its requests' outputs over their first send to their last response), or over several
     skip = _measured_from(trace, spec, warmup_fraction, len(records))
+    start, end = result_span(records)
     result = summarize(
         records[skip:] if trace.stages else records,
         warmup_fraction,
@@ -142,12 +143,10 @@ def simulate_fleet(
         loop.concurrency,
         pcie_busy_s,
         _params(config, spec, warmup_fraction, params, skip if trace.stages else None),
+        pcie_over_s=end - start if trace.stages else None,  # the link ran through the ladder
     )
     if trace.stages and spec.stages_measured == LADDER:
         result = _stage_mean_rates(result, records, trace)
-    start, end = result_span(records)
-    if trace.stages and end > start:  # the link's busy seconds are the whole ladder's
-        result = dataclasses.replace(result, pcie_busy_fraction=pcie_busy_s / (end - start))
     replicas = tuple(_replica(log, records, skip, start, end) for log in loop.logs)
     waits = [r.first_token_s - r.arrival_s for r in records[skip:]]
     waits = [w for w in waits if not math.isnan(w)]
