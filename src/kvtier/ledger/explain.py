@@ -12,7 +12,7 @@ from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.log_geometry import stand_in, with_bytes
 from kvtier.engines.rules import rules_for
-from kvtier.ledger.log_deployment import log_deployment
+from kvtier.ledger.log_deployment import measured_deployment
 from kvtier.ledger.log_inputs import log_inputs
 from kvtier.ledger.options import LogOptions, log_options
 from kvtier.ledger.plan import resolve
@@ -83,7 +83,9 @@ def explain_log(
 def _explain(
     parsed: ParsedLog, flags: Mapping[str, object], measured: Measured | None, inputs: LogInputs
 ) -> Explanation:
-    deployment = log_deployment(inputs, measured)
+    rules = rules_for(inputs.engine).explain
+    figures, logged = rules.measured(inputs, measured or Measured())
+    deployment = measured_deployment(inputs, figures, logged)
     plan = resolve(deployment, model=inputs.model, logged=True)
     variants: tuple[PlanInputs, ...] = ()
     if not inputs.model_known:
@@ -93,13 +95,11 @@ def _explain(
         )
         variants = _geometry_variants(inputs, plan)
     variants += _era_variants(inputs, plan)
-    rec = reconcile(inputs, plan, variants=variants)
+    rec = reconcile(inputs, plan, variants=variants, release=dict(logged).get("engine_version"))
     host_ram = flags.get("host_ram_gb")
     host = float(host_ram) if isinstance(host_ram, int | float) else None
     options = log_options(plan, rec.ledger, host) if rec.ledger is not None else None
-    ledger = rules_for(inputs.engine).explain.ledger(
-        inputs, rec, measured or Measured(), rec.ledger
-    )
+    ledger = rules.ledger(inputs, rec, measured or Measured(), rec.ledger)
     return Explanation(inputs, rec, ledger, options)
 
 

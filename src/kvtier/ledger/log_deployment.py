@@ -9,12 +9,19 @@ Which figures a log prints, and what they measure, is the engine's (`engines/<en
 from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment, Measured, grouped
-from kvtier.engines.explain import LogInputs
+from kvtier.engines.explain import LogInputs, Rows
 from kvtier.engines.rules import rules_for
 
 
 def log_deployment(inp: LogInputs, measured_flags: Measured | None = None) -> Deployment:
     """The deployment the log describes, each value's origin naming its log line or flag."""
+    measured, logged = rules_for(inp.engine).explain.measured(inp, measured_flags or Measured())
+    return measured_deployment(inp, measured, logged)
+
+
+def measured_deployment(inp: LogInputs, measured: Measured, logged: Rows) -> Deployment:
+    """`log_deployment` from the engine's reading of the log's figures (`measured`) and the
+    settings they imply (`logged`), for a caller that already holds them."""
     values: dict[str, object] = {
         "model": inp.model_source.value,
         "tp": inp.tp.value,
@@ -36,7 +43,6 @@ def log_deployment(inp: LogInputs, measured_flags: Measured | None = None) -> De
         "kv_cache_dtype": inp.kv_dtype_source.where,
         "page_size": inp.page_size.where,
     }
-    measured, logged = rules_for(inp.engine).explain.measured(inp, measured_flags or Measured())
     for name, fact in logged:
         values[name], origins[name] = fact.value, fact.where
     for name, fact in inp.plan_settings:

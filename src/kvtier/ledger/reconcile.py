@@ -59,9 +59,12 @@ def reconcile(
     plan: PlanInputs,
     halves: dict[str, float] | None = None,
     variants: tuple[PlanInputs, ...] = (),
+    *,
+    release: Fact[object] | None,
 ) -> Reconciliation:
     """Observed vs predicted KV tokens of a logged start: the builder's count over `plan`, the
-    deployment the log describes with its figures as measured inputs.
+    deployment the log describes with its figures as measured inputs; `release` is the engine
+    release the log states (the `engine_version` fact of the engine's `measured`), if any.
 
     `halves` overrides the rounding of measured figures (default: every figure the engine's pool
     formula reads was printed with two decimals, and an estimated card its stated range).
@@ -74,11 +77,11 @@ def reconcile(
         halves.update(rules.rounding(inp))
     pinned = rules.pinned(inp)
     if pinned is not None:  # a flag set the count; no budget sized it
-        return _unbuilt(inp, plan, pinned)
+        return _unbuilt(inp, plan, pinned, release)
     try:
         ledger = _count_ledger(inp, plan)
     except KvtierError as exc:
-        return _unbuilt(inp, plan, str(exc))
+        return _unbuilt(inp, plan, str(exc), release)
     low, high = ledger.kv_tokens, ledger.kv_tokens
     for variant in (plan, *variants):
         try:
@@ -98,7 +101,7 @@ def reconcile(
     return _reconciled(
         inp,
         (inp.observed, ledger.kv_tokens, low, high),
-        (*_memory_rows(inp, ledger), *_common_rows(inp, ledger), release_row(inp, plan)),
+        (*_memory_rows(inp, ledger), *_common_rows(inp, ledger), release_row(inp, plan, release)),
         ledger,
         kv_bytes_per_token=ledger.kv_bytes_per_token,
         kv_dtype=plan.kv_dtype(),
@@ -213,7 +216,9 @@ def cell_words(ledger: Ledger) -> str:
     return f"{words} and {ledger.count_cell:,} B of the budget per logged token"
 
 
-def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
+def _unbuilt(
+    inp: LogInputs, plan: PlanInputs, why: str, release: Fact[object] | None
+) -> Reconciliation:
     """A start whose pool the builder cannot recompute: a refusal, or a log without figures."""
     observed = inp.observed
     if inp.failure is None and observed is None:
@@ -231,7 +236,10 @@ def _unbuilt(inp: LogInputs, plan: PlanInputs, why: str) -> Reconciliation:
     geometry = inp.geometry
     cell = geometry.bytes_per_token if geometry is not None else 0
     rows: list[tuple[str, Fact[object]]] = [("model", inp.model_source)]
-    rows += [(rules_for(inp.engine).explain.page_name, inp.page_size), release_row(inp, plan)]
+    rows += [
+        (rules_for(inp.engine).explain.page_name, inp.page_size),
+        release_row(inp, plan, release),
+    ]
     return _reconciled(
         inp,
         (observed, predicted, predicted, predicted),

@@ -3,22 +3,21 @@ states it, the version flag, or the default release (`versions.DEFAULT`, in its 
 
 from __future__ import annotations
 
-from kvtier.engines.deployment import Measured
 from kvtier.engines.explain import LogInputs
 from kvtier.engines.inputs import PlanInputs
-from kvtier.engines.rules import release_default, rules_for
+from kvtier.engines.rules import release_default
 from kvtier.logs.facts import Fact, stated
 
 NAME = "engine release"
 
 
-def release_row(inp: LogInputs, plan: PlanInputs) -> tuple[str, Fact[object]]:
-    """The release as the log states it (its line), else as --<engine>-version gives it, else
-    the default release, said as `Default.sentence` says it."""
-    logged = dict(rules_for(inp.engine).explain.measured(inp, Measured())[1])
-    fact = logged.get("engine_version")
-    if fact is not None:
-        return NAME, fact
+def release_row(
+    inp: LogInputs, plan: PlanInputs, logged: Fact[object] | None
+) -> tuple[str, Fact[object]]:
+    """The release as the log states it (`logged`, the engine's `engine_version` fact), else as
+    --<engine>-version gives it, else the default release, said as `Default.sentence` says it."""
+    if logged is not None:
+        return NAME, logged
     default = release_default(inp.engine)
     given = plan.deployment.engine_version
     if given is not None:
