@@ -17,12 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvtier.engines.detect import detect_engine
+from kvtier.engines.detect import detect_log
 from kvtier.engines.sglang.log import parse_sglang
 from kvtier.engines.vllm.log import parse_vllm
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
-from kvtier.logs.lines import read_lines
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 REAL_LINES = [
@@ -101,8 +100,7 @@ def _texts(seed: int, fragments: list[str], blobs: list[bytes]) -> list[str]:
 
 def _parse(text: str) -> None:
     """Both parsers on every text: they never refuse, whatever the lines say."""
-    lines = read_lines(text)
-    detect_engine(lines)
+    lines = detect_log(text).lines
     parse_sglang(lines)
     parse_vllm(lines)
 

@@ -40,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvtier.engines.detect import log_engine
+    from kvtier.engines.detect import detect_log, log_engine
     from kvtier.ledger.explain import explain_log
     from kvtier.report.explain_view import print_explanation
 
@@ -70,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
         from kvtier.observe.nvidia_smi import parse_nvidia_smi
 
         gpus = parse_nvidia_smi(read_text(args.nvidia_smi, "nvidia-smi"), args.nvidia_smi)
-    text = read_text(args.log, "log")
-    engine = log_engine(text, args.engine)
+    log = detect_log(read_text(args.log, "log"))
+    engine = log_engine(log, args.engine)
     if engine is not None:  # before the log is read under the other engine's flags
         refuse_for_engine(args, EXPLAIN, engine)
-    explanation = explain_log(text, flags, measured, startup=args.startup)
+    explanation = explain_log(log, flags, measured, startup=args.startup)
     if args.nvidia_smi is not None:
         from kvtier.observe.nvidia_smi import reconcile_card
 

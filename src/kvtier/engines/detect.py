@@ -70,62 +70,75 @@ class LineSpan:
     last_line: int
 
 
-def detect_engine(lines: list[LogLine]) -> tuple[str | None, dict[str, LogLine]]:
-    """The engine whose lines the log holds (None when neither), and a sample line of each.
+@dataclass(frozen=True, slots=True)
+class DetectedLog:
+    """A log cut into lines, the engine whose lines it holds (None when neither), and the first
+    and the last line of each engine present (lines only one engine prints)."""
+
+    lines: list[LogLine]
+    engine: str | None
+    first: dict[str, LogLine]
+    last: dict[str, LogLine]
+
+
+def detect_log(text: str) -> DetectedLog:
+    """`text` cut into lines and its engine detected, once for every reader after.
 
     When both engines' lines are present, the engine of the last such line wrote the last start.
     """
-    sample: dict[str, LogLine] = {}
-    last: dict[str, int] = {}
-    for index, line in enumerate(lines):
+    lines = read_lines(text)
+    first: dict[str, LogLine] = {}
+    last: dict[str, LogLine] = {}
+    for line in lines:
         for engine, signs in _SIGN_PATTERNS.items():
             if signs.search(line.text):
-                sample.setdefault(engine, line)
-                last[engine] = index
-    if not last:
-        return None, sample
-    return max(last, key=lambda e: last[e]), sample
+                first.setdefault(engine, line)
+                last[engine] = line
+    detected = max(last, key=lambda e: last[e].number) if last else None
+    return DetectedLog(lines, detected, first, last)
 
 
-def _mixed_note(lines: list[LogLine], detected: str, sample: dict[str, LogLine]) -> str:
+def _mixed_note(log: DetectedLog, detected: str) -> str:
     """Say that the log mixes both engines and which start is explained."""
     other = next(e for e in ENGINES if e != detected)
-    first = sample[other]
-    own = [x for x in lines if _SIGN_PATTERNS[detected].search(x.text)]
+    first, own = log.first[other], log.last[detected]
     return (
         f"the log holds lines of both engines ({_NAMES[other]} line {first.number}: "
-        f"{first.text.strip()[:80]!r}; {_NAMES[detected]} line {own[-1].number}: "
-        f"{own[-1].text.strip()[:80]!r}); the last startup, {_NAMES[detected]}'s, is explained"
+        f"{first.text.strip()[:80]!r}; {_NAMES[detected]} line {own.number}: "
+        f"{own.text.strip()[:80]!r}); the last startup, {_NAMES[detected]}'s, is explained"
     )
 
 
-def log_engine(text: str, engine: str | None = None) -> str | None:
-    """The engine whose start `parse_log` reads from `text`; None where it refuses the log
+def log_engine(log: DetectedLog, engine: str | None = None) -> str | None:
+    """The engine whose start `parse_log` reads from `log`; None where it refuses the log
     (neither engine's lines, or none of `engine`'s)."""
-    detected, sample = detect_engine(read_lines(text))
     if engine is None:
-        return detected
-    return engine if engine in sample else None
+        return log.engine
+    return engine if engine in log.first else None
 
 
 def parse_log(
-    text: str, engine: str | None = None, startup: int | None = None, version: str | None = None
+    text: str | DetectedLog,
+    engine: str | None = None,
+    startup: int | None = None,
+    version: str | None = None,
 ) -> ParsedLog:
-    """Parse one server start in `text`: `startup` (1-based), else the last that printed memory
-    lines; refuse a log of the other engine than `engine`, and one stating a release kvtier does
-    not know unless `version` (the engine's version flag) is given to apply instead."""
-    lines = read_lines(text)
-    detected, sample = detect_engine(lines)
+    """Parse one server start in `text` (or in a log already detected): `startup` (1-based),
+    else the last that printed memory lines; refuse a log of the other engine than `engine`,
+    and one stating a release kvtier does not know unless `version` (the engine's version flag)
+    is given to apply instead."""
+    log = text if isinstance(text, DetectedLog) else detect_log(text)
+    detected, first = log.engine, log.first
     if detected is None:
         raise KvtierError(
             "no SGLang or vLLM startup lines found in the log "
             "(expected lines such as 'Load weight end.' / 'KV Cache is allocated.' from SGLang, "
             "or 'Available KV cache memory' / 'GPU KV cache size' from vLLM)"
         )
-    if engine is not None and engine != detected and engine in sample:
+    if engine is not None and engine != detected and engine in first:
         detected = engine  # a mixed log: the user named the engine to explain
     if engine is not None and engine != detected:
-        line = sample[detected]
+        line = first[detected]
         named = f"{_ARTICLES[detected]} {_NAMES[detected]}"
         raise KvtierError(
             f"this is {named} log, not {_NAMES.get(engine, engine)} "
@@ -134,15 +147,15 @@ def parse_log(
         )
     module = sglang if detected == "sglang" else vllm
     runs = split_startups(
-        lines,
+        log.lines,
         starts_run=lambda t: any(m in t for m in module.START_MARKERS),
         reports_memory=lambda t: any(m in t for m in module.MEMORY_MARKERS),
         restarts_run=lambda t: any(m in t for m in module.RESTART_MARKERS),
         reports_count=lambda t: any(m in t for m in module.COUNT_MARKERS),
     )
     notes: list[str] = []
-    if len(sample) > 1:
-        notes.append(_mixed_note(lines, detected, sample))
+    if len(first) > 1:
+        notes.append(_mixed_note(log, detected))
     starts, memory = _merge_pasted_arguments(runs, module, notes)
     index = _choose(starts, memory, startup, notes)
     chosen = starts[index]

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kvtier.engines.deployment import Measured
-from kvtier.engines.detect import ParsedLog, parse_log
+from kvtier.engines.detect import DetectedLog, ParsedLog, parse_log
 from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation
 from kvtier.engines.inputs import PlanInputs
 from kvtier.engines.log_geometry import stand_in, with_bytes
@@ -34,13 +34,13 @@ class Explanation:
 
 
 def explain_log(
-    text: str,
+    text: str | DetectedLog,
     flags: Mapping[str, object],
     measured: Measured | None = None,
     startup: int | None = None,
 ) -> Explanation:
-    """Explain one server start in `text`: `startup` (1-based), else the last that printed
-    memory lines.
+    """Explain one server start in `text` (or in a log already detected): `startup`
+    (1-based), else the last that printed memory lines.
 
     `flags` holds the user's settings by name (`engine`, `model`, `tp`, `pp`, `dp`,
     `mem_fraction`, `kv_cache_dtype`, `page_size`, `max_total_tokens`, `gpu`, `gpus_per_node`,
