@@ -7,6 +7,7 @@ get_kv_cache_configs and get_kv_cache_capacity where its CPU build is installed.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,11 @@ CASES = [
     {"len": 8_192, "budget": 7 * GiB, "in_flight": 16_384},
     {"len": 20_000, "budget": 3 * GiB, "in_flight": 16_384},
     {"len": 10_485_760, "budget": 20 * GiB, "in_flight": 16_384},  # too long: refused
+    # 65,536 under async scheduling takes 4,096 + 3 x 1,536 = 8,704 blocks of 98,304 B a request:
+    # a pool of exactly that many is refused from v0.29.0 (the null block is held back), one
+    # block more starts
+    {"len": 65_536, "budget": 8_704 * 98_304, "in_flight": 16_384},
+    {"len": 65_536, "budget": 8_705 * 98_304, "in_flight": 16_384},
 ]
 
 
@@ -124,11 +130,13 @@ def test_against_vllms_own_kv_cache_utils(tmp_path: Path) -> None:
             async_scheduling=case["in_flight"] == 16_384,
         )
         if "error" in engine:
-            # both refuse; v0.32.0's check keeps one block back (the null block), which kvtier's
-            # estimate of the longest context does not, so that estimate is not compared here
-            assert "estimated maximum model length" in engine["error"]
-            with pytest.raises(ContextTooLong):
+            # both refuse, and name the same longest context (the null block held back)
+            estimate = re.search(r"estimated maximum model length is (\d+)", engine["error"])
+            assert estimate is not None, engine["error"]
+            with pytest.raises(ContextTooLong) as refused:
                 plan(d)
+            assert refused.value.would_start is not None
+            assert refused.value.would_start.value == int(estimate[1]), case
             continue
         ledger = plan(d)
         assert engine["groups"] == [["ChunkedLocalAttentionSpec", 12]] * 3 + [
@@ -137,3 +145,17 @@ def test_against_vllms_own_kv_cache_utils(tmp_path: Path) -> None:
         (requests,) = [c.requests for c in ledger.concurrency if c.context == case["len"]]
         ours = [ledger.figures.num_blocks, [ledger.kv_tokens, requests]]
         assert ours == [engine["blocks"], engine["capacity"]], case
+
+
+def test_the_null_block_is_held_back_from_v0_29() -> None:
+    """A pool of exactly one request's 8,704 blocks starts on v0.28.0 and is refused from
+    v0.29.0, whose check plans against the pool less its null block: the longest context it
+    names takes 8,703 blocks (65,520: 4,095 full + 3 x 1,536 chunked; 65,536 needs 4,096 full)."""
+    d = dataclasses.replace(
+        SCOUT, context_length=65_536, kv_cache_memory_bytes=8_704 * 98_304, async_scheduling=True
+    )
+    assert plan(dataclasses.replace(d, engine_version="0.28.0")).figures.num_blocks == 8_704
+    with pytest.raises(ContextTooLong, match=r"length is 65520\.") as refused:
+        plan(dataclasses.replace(d, engine_version="0.29.0"))
+    assert refused.value.would_start is not None
+    assert refused.value.would_start.value == 65_520

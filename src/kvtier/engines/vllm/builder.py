@@ -527,12 +527,17 @@ def _split(p: PlanInputs, setup: Setup, budget: Budget) -> Split:
         if rng_blocks is None
         else (pool.tokens(rng_blocks[0], ctx), pool.tokens(rng_blocks[1], ctx))
     )
-    if blocks < per_req:
-        if era.worker is vllm.Worker.V0:
+    if era.worker is vllm.Worker.V0:
+        if blocks < per_req:
             raise vllm.v0_too_short_error(ctx, tokens, rng)
-        fits = max(c for c in range(block, ctx + 1, block) if pool.blocks_per_request(c) <= blocks)
-        need = per_req * page * pool.layers / GiB
-        raise vllm.too_short_error(ctx, need, available.value, fits, tokens, rng)
+    elif (usable := vllm.checked_blocks(blocks, era.version)) < per_req:
+        fits = max(
+            (c for c in range(block, ctx + 1, block) if pool.blocks_per_request(c) <= usable),
+            default=0,
+        )
+        block_gib = page * pool.layers / GiB
+        have = available.value - (blocks - usable) * block_gib  # the null block's off, v0.29.0 on
+        raise vllm.too_short_error(ctx, per_req * block_gib, have, fits, tokens, rng)
     per_stage = tuple(
         (s, pool.tokens(stage_blocks(n, t.value), ctx))
         for s, (n, t) in zip(setup.stages, staged, strict=False)

@@ -162,6 +162,14 @@ def blocks_per_request(max_model_len: int, block_size: int) -> int:
     return -(-max_model_len // block_size)
 
 
+def checked_blocks(blocks: int, version: Version) -> int:
+    """The blocks V1's fits-a-request check and its estimated maximum model length plan against:
+    from v0.29.0 the pool less the null block `BlockPool` holds back (`check_enough_kv_cache_memory`
+    and `get_kv_cache_configs` take one pool block's bytes off `available_memory`); before, all
+    of them. The pool's size, its tokens and its concurrency still count every block."""
+    return blocks - 1 if version >= versions.V0_29 else blocks
+
+
 def no_memory_error(utilization: float | None) -> DoesNotStart:
     """V1 `_check_enough_kv_cache_memory` / V0 `raise_if_cache_size_invalid` on an empty pool;
     `utilization` is the gpu_memory_utilization whose budget would hold one request (None when
@@ -189,7 +197,9 @@ class ContextTooLong(DoesNotStart):
     def __init__(
         self, message: str, tokens: int, tokens_range: tuple[int, int] | None, fits: int
     ) -> None:
-        setting = Setting("--max-model-len", fits, "the longest context the pool holds")
+        setting = None  # no context fits: vLLM names no estimate
+        if fits > 0:
+            setting = Setting("--max-model-len", fits, "the longest context the pool holds")
         super().__init__(message, tokens, tokens_range, setting)
 
 
@@ -201,11 +211,13 @@ def too_short_error(
     tokens: int,
     tokens_range: tuple[int, int] | None,
 ) -> ContextTooLong:
-    """V1 check_enough_kv_cache_memory's refusal, with the longest context that would fit."""
+    """V1 check_enough_kv_cache_memory's refusal, with the longest context that would fit (none:
+    vLLM's estimate is 0 and it names none)."""
+    estimate = f" The estimated maximum model length is {fits}." if fits > 0 else ""
     return ContextTooLong(
         f"To serve at least one request with the model's max seq len ({max_model_len}), "
         f"{need_gib:.2f} GiB KV cache is needed, which is larger than the available KV cache "
-        f"memory ({have_gib:.2f} GiB). The estimated maximum model length is {fits}. Try "
+        f"memory ({have_gib:.2f} GiB).{estimate} Try "
         "increasing `gpu_memory_utilization` or decreasing `max_model_len`",
         tokens,
         tokens_range,
