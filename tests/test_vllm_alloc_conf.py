@@ -14,6 +14,7 @@ from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine
 from kvtier.engines.launch import parse_launch
 from kvtier.engines.version import Version
+from kvtier.engines.vllm import kv_transfer
 from kvtier.engines.vllm.alloc_conf import check_kv_transfer_compat
 from kvtier.errors import KvtierError
 from vllm_cpu_support import vllm_json
@@ -26,7 +27,8 @@ EXPANDABLE = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 def _refused(version: str, **values: object) -> bool:
     d = Deployment(Engine.VLLM, LLAMA, **values)  # type: ignore[arg-type]
     try:
-        check_kv_transfer_compat(d, Version.parse(version, "vLLM"))
+        v = Version.parse(version, "vLLM")
+        check_kv_transfer_compat(d, kv_transfer.read(d.kv_transfer_config, v), v)
     except KvtierError:
         return True
     return False

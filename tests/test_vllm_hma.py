@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from kvtier.cli import main
 from kvtier.engines.deployment import Deployment, Engine, Measured, Profile
 from kvtier.engines.launch import parse_launch
 from kvtier.engines.version import Version
-from kvtier.engines.vllm import hma
+from kvtier.engines.vllm import hma, kv_transfer
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
 from kvtier.ledger.plan import plan
@@ -56,8 +57,13 @@ def _v(text: str) -> Version:
     return Version.parse(text, "vLLM")
 
 
+def _reason(rule: Callable[..., str | None], d: Deployment, version: str) -> str | None:
+    """`rule` (hma.off_reason, hma.chunked_off_reason) over `d`'s config as the plan reads it."""
+    return rule(d, kv_transfer.read(d.kv_transfer_config, _v(version)), _v(version))
+
+
 def _off(version: str, **values: object) -> str | None:
-    return hma.off_reason(dataclasses.replace(GPT_OSS, **values), _v(version))  # type: ignore[arg-type]
+    return _reason(hma.off_reason, dataclasses.replace(GPT_OSS, **values), version)  # type: ignore[arg-type]
 
 
 def test_a_connector_without_hma_sizes_every_layer_as_full_attention() -> None:
@@ -289,7 +295,7 @@ SCOUT_TOKENS = 30 * 2**30 // (8_192 * 48) * 16
 def test_llama4_is_full_attention_where_the_manager_is_off(version: str, changes: dict) -> None:
     d = dataclasses.replace(SCOUT, engine_version=version, **changes)
     if changes.get("speculative_algorithm"):
-        assert hma.chunked_off_reason(d, _v(version)).startswith("chunked local")
+        assert _reason(hma.chunked_off_reason, d, version).startswith("chunked local")
         return
     assert plan(d).kv_tokens == SCOUT_TOKENS == 1_310_720
 
@@ -309,7 +315,7 @@ def test_llama4_keeps_chunked_local_groups_where_the_manager_is_on(
 ) -> None:
     """Four groups of 12 layers (tests/test_vllm_chunked.py): 30 GiB // (12 x 8,192 B)."""
     d = dataclasses.replace(SCOUT, engine_version=version, **changes)
-    assert hma.chunked_off_reason(d, _v(version)) is None
+    assert _reason(hma.chunked_off_reason, d, version) is None
     ledger = plan(d)
     assert ledger.figures.num_blocks == 30 * 2**30 // (12 * 8_192) == 327_680
     assert ledger.notes[0].startswith("hybrid KV groups: 1 full + 3 chunked-local groups of 12")
@@ -318,10 +324,12 @@ def test_llama4_keeps_chunked_local_groups_where_the_manager_is_on(
 @pytest.mark.parametrize("version", ["0.13.0", "0.19.0"])
 def test_kv_events_turn_the_manager_off_before_v0_20(version: str) -> None:
     d = dataclasses.replace(GPT_OSS, engine_version=version, kv_events_config="{}")
-    assert hma.off_reason(d, _v(version)) == f"--kv-events-config in vLLM {version}"
-    assert hma.off_reason(d, _v("0.20.0")) is None
+    assert _reason(hma.off_reason, d, version) == f"--kv-events-config in vLLM {version}"
+    assert _reason(hma.off_reason, d, "0.20.0") is None
     with pytest.raises(KvtierError, match="explicitly enabled but is not supported"):
-        hma.off_reason(dataclasses.replace(d, disable_hybrid_kv_cache_manager=False), _v(version))
+        _reason(
+            hma.off_reason, dataclasses.replace(d, disable_hybrid_kv_cache_manager=False), version
+        )
 
 
 def test_the_launch_command_reads_the_chunked_variable_and_kv_events() -> None:

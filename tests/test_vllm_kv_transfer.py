@@ -12,7 +12,6 @@ import pytest
 
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import kv_transfer
-from kvtier.engines.vllm.offloading import ignored_keys, transfer_config
 from kvtier.errors import KvtierError
 from vllm_cpu_support import vllm_json
 
@@ -39,30 +38,30 @@ def test_the_fields_each_release_has() -> None:
 def test_from_v0_16_a_key_that_is_not_a_field_is_refused_naming_it(version: str, key: str) -> None:
     raw = json.dumps({**LMCACHE, key: 1})
     with pytest.raises(KvtierError) as refused:
-        transfer_config(raw, _v(version))
+        kv_transfer.read(raw, _v(version))
     assert str(refused.value).startswith(
         f"--kv-transfer-config: '{key}' is not a field of vLLM {version}'s KVTransferConfig, "
         "which refuses it at startup (extra fields forbidden from v0.16.0); its fields: "
         "kv_connector, engine_id"
     )
-    assert ignored_keys(raw, _v(version)) == []
 
 
 def test_through_v0_15_it_is_dropped_and_noted() -> None:
     raw = json.dumps({**LMCACHE, "kv_buffer_sise": 5})
-    assert transfer_config(raw, _v("0.15.0")) == ("LMCacheConnectorV1", {})
-    assert ignored_keys(raw, _v("0.15.0")) == [
+    config = kv_transfer.read(raw, _v("0.15.0"))
+    assert (config.connector, config.extra) == ("LMCacheConnectorV1", {})
+    assert config.notes == (
         "--kv-transfer-config kv_buffer_sise: not a KVTransferConfig field in vLLM 0.15.0, "
-        "which drops it without a word (ignored), and so does kvtier"
-    ]
-    assert ignored_keys(raw.replace("sise", "size"), _v("0.15.0")) == []
-    assert ignored_keys(None, _v("0.15.0")) == []
+        "which drops it without a word (ignored), and so does kvtier",
+    )
+    assert kv_transfer.read(raw.replace("sise", "size"), _v("0.15.0")).notes == ()
+    assert kv_transfer.read(None, _v("0.15.0")) == kv_transfer.TransferConfig()
 
 
 def test_a_dropped_key_is_noted_on_one_line_and_cut() -> None:
     """A key with a newline is quoted (the note would split) and each key cut at 60 characters."""
     raw = json.dumps({**LMCACHE, "a\nb": 1, "z" * 3000: 2})
-    (note,) = ignored_keys(raw, _v("0.15.0"))
+    (note,) = kv_transfer.read(raw, _v("0.15.0")).notes
     assert note.startswith(f"--kv-transfer-config 'a\\nb', {'z' * 60}: not a KVTransferConfig")
     assert "\n" not in note and len(note) < 300
 

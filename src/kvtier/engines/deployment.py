@@ -198,7 +198,8 @@ class Deployment:
     kv_cache_memory_bytes: int | None = None
     kv_offloading_size_gib: float | None = None
     # vLLM's host tier beyond --kv-offloading-size: --kv-offloading-backend (native, lmcache),
-    # --kv-transfer-config (JSON, checked when read), LMCACHE_* assignments before the command
+    # --kv-transfer-config (JSON, checked by engines/vllm/kv_transfer.py read once a plan),
+    # LMCACHE_* assignments before the command
     kv_offloading_backend: str | None = None
     kv_transfer_config: str | None = None
     lmcache_env: tuple[tuple[str, str], ...] = ()

@@ -52,14 +52,9 @@ from kvtier.engines.deployment import Deployment
 from kvtier.engines.launch import LMCACHE_SETTINGS
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.version import Version
-from kvtier.engines.vllm import versions
-from kvtier.engines.vllm.offloading import (
-    NATIVE,
-    chunk_blocks,
-    connector,
-    ignored_keys,
-    transfer_config,
-)
+from kvtier.engines.vllm import kv_transfer, versions
+from kvtier.engines.vllm.kv_transfer import TransferConfig
+from kvtier.engines.vllm.offloading import NATIVE, chunk_blocks, connector
 from kvtier.engines.vllm.simple_offload import SIMPLE, lazy_offload
 from kvtier.engines.vllm.versions import V0_12, V0_23
 from kvtier.errors import KvtierError
@@ -85,16 +80,6 @@ class VllmTiers:
     chunk_tokens: int = 0  # hits beyond the GPU count in whole chunks of this; 0: engine blocks
     sources: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # what the deployment gave that the release does not read
-
-
-def _config(raw: str, version: Version) -> tuple[str, dict[str, object]]:
-    name, extra = transfer_config(raw, version)
-    if name not in (NATIVE, SIMPLE, LMCACHE):
-        raise KvtierError(
-            f"--kv-transfer-config names connector {name!r:.60}; simulate models "
-            f"{NATIVE}, {SIMPLE} and {LMCACHE}"
-        )
-    return name, extra
 
 
 def _number(settings: dict[str, str], key: str, where: str, unit: str = "GiB") -> float:
@@ -182,15 +167,14 @@ def _unread(extra: dict[str, object]) -> tuple[str, ...]:
     )
 
 
-def _native(d: Deployment, ledger: Ledger, extra: dict[str, object]) -> VllmTiers:
+def _native(d: Deployment, ledger: Ledger, config: TransferConfig, version: Version) -> VllmTiers:
     """The connector's pool the ledger sized (engines/vllm/offloading.py), hit in whole chunks
     when the config sets `block_size` or `blocks_per_chunk`."""
-    pool = ledger.host_pool
+    pool, extra = ledger.host_pool, config.extra
     assert pool is not None
     page = ledger.page_size
-    version = versions.DEFAULT.resolve(d.engine_version)
     sources = [("host tier", f"{pool.tokens:,} tokens: {pool.source}")]
-    if connector(d, version) == SIMPLE:
+    if connector(d, config, version) == SIMPLE:
         if lazy_offload(extra):
             raise KvtierError(
                 f"{SIMPLE} lazy_offload stores GPU blocks only as they near eviction, a write "
@@ -208,18 +192,23 @@ def _native(d: Deployment, ledger: Ledger, extra: dict[str, object]) -> VllmTier
 def vllm_tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
     """The host and store tiers `d`'s flags give, in tokens per rank; a note names the
     --kv-transfer-config keys a release before v0.16.0 drops."""
-    tiers = _tiers(d, ledger)
-    ignored = ignored_keys(d.kv_transfer_config, versions.DEFAULT.resolve(d.engine_version))
+    version = versions.DEFAULT.resolve(d.engine_version)
+    config = kv_transfer.read(d.kv_transfer_config, version)
+    tiers = _tiers(d, ledger, config, version)
+    ignored = config.notes
     return dataclasses.replace(tiers, notes=(*tiers.notes, *ignored)) if ignored else tiers
 
 
-def _tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
-    per_token = ledger.kv_bytes_per_token
-    version = versions.DEFAULT.resolve(d.engine_version)
-    raw = d.kv_transfer_config
-    name, extra = ("", {}) if raw is None else _config(raw, version)
+def _tiers(d: Deployment, ledger: Ledger, config: TransferConfig, version: Version) -> VllmTiers:
+    per_token, extra = ledger.kv_bytes_per_token, config.extra
+    name = str(config.connector)  # "None" where none is named
+    if d.kv_transfer_config is not None and name not in (NATIVE, SIMPLE, LMCACHE):
+        raise KvtierError(
+            f"--kv-transfer-config names connector {name!r:.60}; simulate models "
+            f"{NATIVE}, {SIMPLE} and {LMCACHE}"
+        )
     if ledger.host_pool is not None:  # a CPU offloading connector, as the ledger sized it
-        return _native(d, ledger, extra)
+        return _native(d, ledger, config, version)
     lmcache_backend = d.kv_offloading_backend == "lmcache"
     if lmcache_backend and d.kv_offloading_size_gib is not None:
         return _lmcache_backend(d, d.kv_offloading_size_gib, extra, per_token)

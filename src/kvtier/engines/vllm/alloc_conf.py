@@ -11,15 +11,17 @@ from __future__ import annotations
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import offloading
+from kvtier.engines.vllm.kv_transfer import TransferConfig
 from kvtier.engines.vllm.versions import V0_21, V0_22
 from kvtier.errors import KvtierError
 
 
-def check_kv_transfer_compat(d: Deployment, version: Version) -> None:
-    """Refuse in one line the connector and allocator settings vLLM `version` refuses."""
+def check_kv_transfer_compat(d: Deployment, config: TransferConfig, version: Version) -> None:
+    """Refuse in one line the connector (`config`'s, or the flags') and allocator settings vLLM
+    `version` refuses."""
     if not d.expandable_segments or version < V0_21:
         return
-    name = offloading.connector(d, version)
+    name = offloading.connector(d, config, version)
     cumem = d.enable_cumem_allocator and version >= V0_22
     if name is None or d.enable_sleep_mode or cumem:
         return

@@ -25,6 +25,7 @@ from kvtier.engines.vllm import (
     alloc_conf,
     gemma4,
     hma,
+    kv_transfer,
     ledger_items,
     mamba,
     profile,
@@ -199,7 +200,7 @@ class Pool:
         elif method and method != "NGRAM":
             self.uncounted_draft = method
         if kv.linear is not None:
-            self._linear(p, era)
+            self._linear(p, setup)
             return
         if not kv.is_hybrid:
             return
@@ -207,9 +208,9 @@ class Pool:
             raise KvtierError("vLLM V0 sliding-window pools are not modelled")
         self.chunked_local = LayerKind.CHUNKED in kv.layer_kinds
         if self.chunked_local:
-            self.hma_off = hma.chunked_off_reason(d, era.version)
+            self.hma_off = hma.chunked_off_reason(d, setup.transfer, era.version)
         else:
-            self.hma_off = hma.off_reason(d, era.version)
+            self.hma_off = hma.off_reason(d, setup.transfer, era.version)
         if self.hma_off:
             # unify_hybrid_kv_cache_specs makes every sliding-window or chunked-local layer a
             # FullAttentionSpec: one group of every layer, each holding the whole context
@@ -233,9 +234,9 @@ class Pool:
         self.window = p.model.kv.sliding_window or 0
         self.batched = _in_flight(p, setup)
 
-    def _linear(self, p: PlanInputs, era: vllm.Era) -> None:
+    def _linear(self, p: PlanInputs, setup: Setup) -> None:
         """Full-attention and linear-attention groups of one page size (engines/vllm/mamba.py)."""
-        d, kv = p.deployment, p.model.kv
+        d, kv, era = p.deployment, p.model.kv, setup.era
         assert kv.linear is not None
         if era.worker is vllm.Worker.V0 or d.pp > 1 or d.speculative_algorithm:
             raise KvtierError(
@@ -243,7 +244,7 @@ class Pool:
                 "speculative decoding"
             )
         mamba.check_runs(era.version, kv.linear)
-        if off := hma.off_reason(d, era.version):
+        if off := hma.off_reason(d, setup.transfer, era.version):
             # unify_hybrid_kv_cache_specs cannot make state layers one spec: vLLM raises
             raise KvtierError(
                 f"vLLM runs hybrid linear-attention models only with the hybrid KV cache "
@@ -352,6 +353,7 @@ class Setup:
     state: tuple[int, str, str] | None  # linear-attention state page: bytes, conv, SSM dtype
     page: int  # bytes of one layer's block
     util: float  # gpu_memory_utilization
+    transfer: kv_transfer.TransferConfig  # --kv-transfer-config, read once (kv_transfer.py)
     gemma4: gemma4.Gemma4Pages | None = None  # Gemma 4: the unified page and each type's block
 
 
@@ -396,7 +398,8 @@ def _setup(p: PlanInputs) -> Setup:
         state_bytes = mamba.state_page_bytes(kv.linear, d.tp, conv, ssm)
         block = mamba.attention_block_size(state_bytes, vllm.page_bytes(kv, d.tp, 1, dtype), block)
         state = (state_bytes, conv, ssm)
-    alloc_conf.check_kv_transfer_compat(d, era.version)
+    transfer = kv_transfer.read(d.kv_transfer_config, era.version)
+    alloc_conf.check_kv_transfer_compat(d, transfer, era.version)
     partition = _partition(p, era)
     staged: tuple[stages.Stage, ...] = ()
     if d.pp > 1 and era.worker is not vllm.Worker.V0 and kv.num_layers >= d.pp:
@@ -426,6 +429,7 @@ def _setup(p: PlanInputs) -> Setup:
         state,
         page,
         util,
+        transfer,
         pages,
     )
 

@@ -33,11 +33,10 @@ a connector, KV events, chunked attention as above): a release before v0.12.0 ta
 
 from __future__ import annotations
 
-import json
-
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
 from kvtier.engines.vllm import offloading
+from kvtier.engines.vllm.kv_transfer import TransferConfig
 from kvtier.engines.vllm.pool import MTP_METHODS
 from kvtier.engines.vllm.versions import V0_13, V0_14, V0_20, V0_22, V0_23, V0_30
 from kvtier.errors import KvtierError, shown
@@ -61,21 +60,19 @@ ALLOW_CHUNKED = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 _EAGLE = frozenset({"EAGLE", "EAGLE3", *MTP_METHODS})  # SpeculativeConfig.use_eagle
 
 
-def _names(d: Deployment, version: Version) -> list[str]:
+def _names(d: Deployment, config: TransferConfig, version: Version) -> list[str]:
     """The connectors the flags configure (a MultiConnector's children); [] without one."""
-    name = offloading.connector(d, version)
+    name = offloading.connector(d, config, version)
     if name is None:
         return []
-    config = json.loads(d.kv_transfer_config or "{}")
-    if config.get("kv_connector_module_path"):
+    if config.module_path:
         raise KvtierError(
             f"--kv-transfer-config: {name!r:.40} from kv_connector_module_path; whether it "
             "subclasses SupportsHMA (vLLM's hybrid KV cache manager) is not known"
         )
     if name != MULTI:
         return [name]
-    extra = config.get("kv_connector_extra_config") or {}
-    children = extra.get("connectors", []) if isinstance(extra, dict) else None
+    children = config.extra.get("connectors", [])
     if not isinstance(children, list) or not all(isinstance(c, dict) for c in children):
         raise KvtierError("--kv-transfer-config: MultiConnector's connectors must be a list")
     if not children and version >= V0_23:
@@ -89,13 +86,14 @@ def _names(d: Deployment, version: Version) -> list[str]:
     return [c["kv_connector"] for c in children]
 
 
-def off_reason(d: Deployment, version: Version) -> str | None:
-    """Why vLLM `version` runs `d` with the hybrid KV cache manager off (None: it keeps it)."""
+def off_reason(d: Deployment, config: TransferConfig, version: Version) -> str | None:
+    """Why vLLM `version` runs `d`, its --kv-transfer-config `config`, with the hybrid KV cache
+    manager off (None: it keeps it)."""
     if d.disable_hybrid_kv_cache_manager:
         return "--disable-hybrid-kv-cache-manager"
     if d.kv_events_config is not None and version < V0_20:
         return _forced_off(d, version, f"--kv-events-config in vLLM {version}")
-    names = _names(d, version)
+    names = _names(d, config, version)
     if not names:
         return None
     if version < V0_22:
@@ -127,10 +125,10 @@ def _forced_off(d: Deployment, version: Version, reason: str) -> str:
     return reason
 
 
-def chunked_off_reason(d: Deployment, version: Version) -> str | None:
+def chunked_off_reason(d: Deployment, config: TransferConfig, version: Version) -> str | None:
     """Why vLLM `version` runs a chunked-local-attention model (attention_chunk_size) with the
     manager off, every layer then full attention (None: it keeps chunked-local groups)."""
-    if off := off_reason(d, version):
+    if off := off_reason(d, config, version):
         return off
     if (method := (d.speculative_algorithm or "").upper()) in _EAGLE:
         return _forced_off(d, version, f"chunked local attention with {method}")

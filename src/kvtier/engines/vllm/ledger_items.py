@@ -174,9 +174,9 @@ def _gemma4_note(p: PlanInputs, setup: Setup) -> list[str]:
 
 def _notes(p: PlanInputs, setup: Setup, split: Split) -> tuple[str, ...]:
     notes = _pool_notes(p, split.pool) + _gemma4_note(p, setup)
-    notes += offloading.ignored_keys(p.deployment.kv_transfer_config, setup.era.version)
-    notes += offloading.simple_variable_note(p.deployment, setup.era.version)
-    if offloading.connector(p.deployment, setup.era.version) == SIMPLE:
+    notes += setup.transfer.notes
+    notes += offloading.simple_variable_note(p.deployment, setup.transfer, setup.era.version)
+    if offloading.connector(p.deployment, setup.transfer, setup.era.version) == SIMPLE:
         notes.extend(disabled_note(p.deployment))
     if setup.state is not None:
         state, conv, ssm = setup.state
@@ -217,7 +217,9 @@ def host_pool(p: PlanInputs, setup: Setup, layers: int) -> HostPool | None:
     pool's `layers` on one rank, the host bytes over all TP x PP ranks split evenly."""
     d, kv = p.deployment, p.model.kv
     mla = kv.kind is AttentionKind.MLA and not kv.index_head_dim and not kv.is_hybrid
-    found = offloading.offload(d, setup.era.version, setup.block, setup.page * layers, mla)
+    found = offloading.offload(
+        d, setup.transfer, setup.era.version, setup.block, setup.page * layers, mla
+    )
     if found is None:
         return None
     world = d.tp * d.pp

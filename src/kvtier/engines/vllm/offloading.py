@@ -32,14 +32,13 @@ exits 2 naming it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from kvtier.engines.deployment import Deployment
 from kvtier.engines.version import Version
-from kvtier.engines.vllm import kv_transfer
+from kvtier.engines.vllm.kv_transfer import TransferConfig
 from kvtier.engines.vllm.simple_offload import SIMPLE, host_bytes, simple_pool, whole
-from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_16, V0_19, V0_23, V0_26, V0_27
+from kvtier.engines.vllm.versions import V0_11, V0_12, V0_14, V0_19, V0_23, V0_26, V0_27
 from kvtier.errors import KvtierError
 
 NATIVE = "OffloadingConnector"
@@ -58,35 +57,12 @@ class Offload:
     source: str
 
 
-KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")  # config/kv_transfer.py KVRole
-
-
-def _object(raw: str) -> dict[str, object]:
-    try:
-        config = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise KvtierError(f"--kv-transfer-config is not JSON: {raw[:60]!r}") from None
-    if not isinstance(config, dict):
-        raise KvtierError("--kv-transfer-config must be a JSON object")
-    return config
-
-
-def ignored_keys(raw: str | None, version: Version) -> list[str]:
-    """A note naming the keys of `raw` that are not KVTransferConfig fields in `version`, a
-    release before v0.16.0 that drops them (kv_transfer.py); none from v0.16.0, which refuses
-    them (transfer_config)."""
-    if raw is None or version >= V0_16:
-        return []
-    unknown = kv_transfer.unknown_keys(_object(raw), version)
-    return [kv_transfer.ignored_note(unknown, version)] if unknown else []
-
-
-def simple_variable_note(d: Deployment, version: Version) -> list[str]:
+def simple_variable_note(d: Deployment, config: TransferConfig, version: Version) -> list[str]:
     """A note that VLLM_USE_SIMPLE_KV_OFFLOAD=1 is not read before v0.19.0 (no such variable
     there), naming the connector --kv-offloading-size sizes instead."""
     if not d.simple_kv_offload or version >= V0_19:
         return []
-    name = connector(d, version) if d.kv_offloading_size_gib is not None else None
+    name = connector(d, config, version) if d.kv_offloading_size_gib is not None else None
     sized = f"; --kv-offloading-size sizes {name}" if name is not None else ""
     return [
         f"VLLM_USE_SIMPLE_KV_OFFLOAD=1: not read by vLLM {version} (from v0.19.0), which "
@@ -94,31 +70,7 @@ def simple_variable_note(d: Deployment, version: Version) -> list[str]:
     ]
 
 
-def transfer_config(raw: str, version: Version) -> tuple[str, dict[str, object]]:
-    """`--kv-transfer-config`'s connector name and kv_connector_extra_config; a key that is
-    not a KVTransferConfig field in `version` is refused from v0.16.0 (kv_transfer.py)."""
-    config = _object(raw)
-    kv_transfer.unknown_keys(config, version)
-    extra = config.get("kv_connector_extra_config") or {}
-    if not isinstance(extra, dict):
-        raise KvtierError("--kv-transfer-config: kv_connector_extra_config must be an object")
-    name, role = config.get("kv_connector"), config.get("kv_role")
-    if name is not None and not isinstance(name, str):
-        raise KvtierError(
-            f"--kv-transfer-config: kv_connector must be a connector's name (a string), "
-            f"got {json.dumps(name)[:60]}"
-        )
-    if (name is not None or role is not None) and role not in KV_ROLES:
-        # config/kv_transfer.py KVTransferConfig.__post_init__: an unknown role, or a
-        # connector without one, is a ValueError at startup
-        raise KvtierError(
-            f"--kv-transfer-config: kv_role {role!r:.40} (kv_connector {name!r:.40}); vLLM "
-            f"takes {', '.join(KV_ROLES)}"
-        )
-    return str(name), extra
-
-
-def connector(d: Deployment, version: Version) -> str | None:
+def connector(d: Deployment, config: TransferConfig, version: Version) -> str | None:
     """The connector the flags name: --kv-offloading-size (read from v0.14.0) names
     OffloadingConnector with the native backend, or SimpleCPUOffloadConnector under
     VLLM_USE_SIMPLE_KV_OFFLOAD=1 from v0.19.0, and with the lmcache backend LMCacheConnectorV1,
@@ -127,8 +79,7 @@ def connector(d: Deployment, version: Version) -> str | None:
         if d.kv_offloading_backend == "lmcache":
             return "LMCacheMPConnector" if version >= V0_23 else "LMCacheConnectorV1"
         return SIMPLE if d.simple_kv_offload and version >= V0_19 else NATIVE
-    name = transfer_config(d.kv_transfer_config or "{}", version)[0]
-    return None if name == "None" else name
+    return config.connector
 
 
 def _size(d: Deployment) -> float | None:
@@ -136,21 +87,21 @@ def _size(d: Deployment) -> float | None:
 
 
 def offload(
-    d: Deployment, version: Version, block: int, block_bytes: int, mla: bool
+    d: Deployment, config: TransferConfig, version: Version, block: int, block_bytes: int, mla: bool
 ) -> Offload | None:
-    """The CPU offloading connector's pool for `d` (None without one): `block` tokens and
-    `block_bytes` of KV (one GPU block over the pool's layers on one rank)."""
-    name, extra = transfer_config(d.kv_transfer_config or "{}", version)
+    """The CPU offloading connector's pool for `d` and its `config` (None without one): `block`
+    tokens and `block_bytes` of KV (one GPU block over the pool's layers on one rank)."""
+    extra = config.extra
     size = _size(d)
     if size is not None:
         _check_size_flag(d, version)
     if size is not None and version < V0_14:
         size = None  # v0.12.0 - v0.13.x without a backend: the size is not read
-    if connector(d, version) == SIMPLE:
+    if connector(d, config, version) == SIMPLE:
         return _simple(d, version, block, block_bytes, extra, size)
     if size is not None:
         extra = {**extra, "cpu_bytes_to_use": size * GiB}
-    elif name != NATIVE:
+    elif config.connector != NATIVE:
         return None
     if version < V0_11:
         raise KvtierError(f"vLLM {version} has no {NATIVE} (it arrives in v0.11.0)")
