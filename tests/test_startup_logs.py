@@ -198,6 +198,33 @@ def test_repr_arguments_survive_abridging_and_cuts() -> None:
     }
 
 
+def test_a_config_objects_repr_reads_as_its_keyword_pairs() -> None:
+    """vLLM prints its config objects as dataclass reprs inside the dict; their keys stay theirs
+    (an inner `max_model_len=` does not become the outer one), and a cut repr ends the scan."""
+    text = (
+        "{'model': 'm', 'kv_transfer_config': KVTransferConfig(kv_connector='P2pNcclConnector', "
+        "kv_role='kv_producer', kv_rank=None, kv_connector_extra_config={'proxy_ip': '0.0.0.0'}), "
+        "'max_model_len': 8192}"
+    )
+    assert parse_dict(text) == {
+        "model": "m",
+        "kv_transfer_config": {
+            "kv_connector": "P2pNcclConnector",
+            "kv_role": "kv_producer",
+            "kv_rank": None,
+            "kv_connector_extra_config": {"proxy_ip": "0.0.0.0"},
+        },
+        "max_model_len": 8192,
+    }
+    nested = "model='m', max_model_len=7, compilation_config=CompilationConfig(max_model_len=5)"
+    assert parse_kwargs(nested) == {
+        "model": "m",
+        "max_model_len": 7,
+        "compilation_config": {"max_model_len": 5},
+    }
+    assert parse_dict("{'a': 1, 'b': KVTransferConfig(kv_connector='X', ") == {"a": 1}
+
+
 def test_engine_is_recognised_and_a_wrong_one_refused() -> None:
     vllm_text = (FIXTURES / "l05-vllm.log").read_text(encoding="utf-8")
     assert parse_log(vllm_text).engine == "vllm"

@@ -3,7 +3,10 @@
 `ServerArgs(model_path='m', tp_size=8, ...)` and `Namespace(...)` are keyword lists;
 `non-default args: {'model': 'm', 'max_model_len': 8192}` is a dict. Users paste them shortened
 (`..., ... tp_size=4 ...`) or cut mid-value, so pairs are scanned one by one: a value that does
-not close is dropped, a value that is not a plain literal is kept as its text.
+not close is dropped, a value that is not a plain literal is kept as its text. A value printed as
+a dataclass's repr (`'kv_transfer_config': KVTransferConfig(kv_connector='X', ...)`, vLLM's
+config objects) is read as the dict of its keyword pairs, and its inner keys never leak out as
+the outer ones.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import warnings
 _KWARG_KEY = re.compile(r"(?<![.'\"])\b([A-Za-z_]\w{0,80})=(?!=)")
 _DICT_KEY = re.compile(r"(['\"])([A-Za-z_]\w{0,80})\1\s{0,4}:\s{0,4}")
 _BARE = re.compile(r"[^,\s)\]}]{0,200}")
+_CALL = re.compile(r"[A-Za-z_][\w.]{0,80}\(")  # a repr such as KVTransferConfig(
+_CALL_VALUE = re.compile(r"[A-Za-z_][\w.]{0,80}\((.*)\)", re.DOTALL)
 _NUMBER = re.compile(r"-?\d{1,18}(?:\.\d{1,18})?(?:[eE][-+]?\d{1,3})?")
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _BRACKET_OR_QUOTE = re.compile(r"[()\[\]{}'\"]")
@@ -54,6 +59,8 @@ def _value_end(text: str, start: int) -> int | None:
         return _string_end(text, start)
     if head in _CLOSERS:
         return _bracket_end(text, start)
+    if call := _CALL.match(text, start):
+        return _bracket_end(text, call.end() - 1)
     match = _BARE.match(text, start)
     return match.end() if match else start
 
@@ -100,6 +107,8 @@ def _literal(raw: str) -> object:
         return float(raw) if any(c in raw for c in ".eE") else int(raw)
     if len(raw) > 1 and raw[0] in "'\"" and raw[-1] == raw[0] and "\\" not in raw:
         return raw[1:-1]  # a plain quoted string: no need to compile it
+    if len(raw) <= _LITERAL_LIMIT and (call := _CALL_VALUE.fullmatch(raw)):
+        return parse_kwargs(call.group(1))
     if raw and raw[0] in "'\"[{(" and len(raw) <= _LITERAL_LIMIT:
         try:
             with warnings.catch_warnings():  # odd escapes in pasted strings warn; they are data
