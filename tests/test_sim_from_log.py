@@ -361,14 +361,21 @@ def _async_log(tmp_path: Path) -> Path:
     return log
 
 
+def _logged_async(path: Path) -> tuple[int, bool] | None:
+    with path.open("rb") as stream:
+        return read_samples(stream, str(path)).async_scheduling
+
+
 def test_a_vllm_deployment_takes_the_logged_async_scheduling(tmp_path: Path) -> None:
-    log = str(_async_log(tmp_path))
-    d = with_logged_async(Deployment(Engine.VLLM, "llama-3.1-8b"), log)
+    """The serving samples read the startup's choice with the rest (no second read of the log):
+    its line and the choice, the first such line of the log."""
+    log = _async_log(tmp_path)
+    log.write_text(log.read_text() + ASYNC_OFF.replace("disabled", "enabled"))
+    assert _logged_async(log) == (1, False) and _logged_async(VLLM) is None
+    d = with_logged_async(Deployment(Engine.VLLM, "llama-3.1-8b"), (1, False), str(log))
     assert d.async_scheduling is False and dict(d.origins)["async_scheduling"] == "log line 1"
-    assert (
-        with_logged_async(Deployment(Engine.VLLM, "llama-3.1-8b"), str(VLLM)).async_scheduling
-        is None
-    )
+    plain = Deployment(Engine.VLLM, "llama-3.1-8b")
+    assert with_logged_async(plain, None, str(VLLM)) is plain
 
 
 def test_a_flag_the_logged_async_scheduling_contradicts_is_refused(

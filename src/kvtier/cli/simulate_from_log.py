@@ -36,11 +36,10 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
         raise KvtierError("--from-log runs the timed simulation: drop --unbounded / --lru-tokens")
     if args.output:
         check_output(args.output, [args.from_log])
-    deployment = with_logged_async(deployment, args.from_log)
     with open_input(args.from_log, "serving log", MAX_LOG_BYTES) as stream:
-        fit = fit_workload(
-            read_samples(stream, args.from_log), args.mean_prompt_tokens, args.mean_output_tokens
-        )
+        samples = read_samples(stream, args.from_log)
+    deployment = with_logged_async(deployment, samples.async_scheduling, args.from_log)
+    fit = fit_workload(samples, args.mean_prompt_tokens, args.mean_output_tokens)
     device_tokens = args.device_tokens or fit.pool_tokens
 
     def config_for(t: Any, d: Any = deployment, tokens: int | None = device_tokens) -> Any:
@@ -95,17 +94,11 @@ def run(args: argparse.Namespace, flags: Any, deployment: Any) -> int:
     return 0
 
 
-def with_logged_async(d: Deployment, path: str) -> Deployment:
-    """A vLLM deployment with the async-scheduling choice its log printed (a sliding-window
-    group's blocks depend on it from v0.26.0); a flag that says otherwise describes another
-    server, and is refused."""
-    from kvtier.engines.vllm.log import logged_async_scheduling
-
-    if d.engine is not Engine.VLLM:
-        return d
-    with open_input(path, "serving log", MAX_LOG_BYTES) as stream:
-        found = logged_async_scheduling(line.decode("utf-8", "replace") for line in stream)
-    if found is None:
+def with_logged_async(d: Deployment, found: tuple[int, bool] | None, path: str) -> Deployment:
+    """A vLLM deployment with the async-scheduling choice its log `path` printed, `found` (its
+    line and the choice, as the serving samples read it; a sliding-window group's blocks depend
+    on it from v0.26.0); a flag that says otherwise describes another server, and is refused."""
+    if d.engine is not Engine.VLLM or found is None:
         return d
     number, on = found
     if d.async_scheduling is None:

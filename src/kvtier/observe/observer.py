@@ -176,6 +176,8 @@ class Observer:
         if out_of_range(fields) is not None:
             self.skip(line, text)
             return
+        if kind == "async":  # a startup setting (observe/samples.py keeps it), no serving figure
+            return
         if self.engine is None:
             self.engine = engine
         if kind in SAMPLE_KINDS and fields.keys().isdisjoint(_EVENTS):

@@ -47,6 +47,9 @@ class ServingSamples:
     # tokens a decode step made, one per speculative-decoding reading (SGLang's decode line,
     # vLLM's own line); empty when the log shows no speculative decoding
     accept_lengths: tuple[float, ...] = ()
+    # vLLM's first `Asynchronous scheduling is enabled.` / `... disabled.` line: its number and
+    # the choice; None when the log prints none
+    async_scheduling: tuple[int, bool] | None = None
 
 
 def _absolute(stamp: str, years: int = 0) -> tuple[float, bool, bool]:
@@ -78,8 +81,11 @@ class SampleRecorder(Observer):
         self.kept: list[tuple[str, dict[str, float], str, int | None]] = []
         self.untimed = 0
         self.accept_lengths: list[float] = []
+        self.async_scheduling: tuple[int, bool] | None = None
 
     def heard(self, kind: str, fields: Fields, line: int | None, time: str | None) -> None:
+        if kind == "async" and self.async_scheduling is None and line is not None:
+            self.async_scheduling = (line, fields["async_scheduling"] == 1.0)
         if "accept_len" in fields and len(self.accept_lengths) < MAX_SAMPLES:
             self.accept_lengths.append(fields["accept_len"])
         if kind not in ("prefill", "decode", "fill", "stats"):
@@ -118,7 +124,12 @@ class SampleRecorder(Observer):
             origin = value if origin is None else origin
             samples.append(Sample(kind, fields, max(value, previous) - origin, line))
         return ServingSamples(
-            self.engine, tuple(samples), fractional, self.result(), tuple(self.accept_lengths)
+            self.engine,
+            tuple(samples),
+            fractional,
+            self.result(),
+            tuple(self.accept_lengths),
+            self.async_scheduling,
         )
 
     def _seconds(self, stamp: str, line: int | None, years: int) -> tuple[float, bool, bool]:

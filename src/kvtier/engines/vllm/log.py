@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kvtier.engines.launch import find_launch
@@ -359,15 +358,6 @@ def _pool_line(line: LogLine, found: _Found) -> None:
         one("fp8", "fp8", line, m.start())
     elif "Asynchronous scheduling" in text and (m := _ASYNC.search(text)):
         one("async_scheduling", m.group(1) == "enabled", line, m.start())
-
-
-def logged_async_scheduling(lines: Iterable[str]) -> tuple[int, bool] | None:
-    """The first `Asynchronous scheduling is enabled.` / `... disabled.` line: its number and
-    the choice; None when the log prints none."""
-    for number, text in enumerate(lines, 1):
-        if "Asynchronous scheduling" in text and (m := _ASYNC.search(text)):
-            return number, m.group(1) == "enabled"
-    return None
 
 
 def _startup(found: _Found, lines: list[LogLine]) -> VllmStartup:

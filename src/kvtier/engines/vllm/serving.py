@@ -1,4 +1,5 @@
-"""vLLM's serving lines: the periodic stats line, preemptions and the pool size.
+"""vLLM's serving lines: the periodic stats line, preemptions and the pool size, and the
+async-scheduling choice its startup prints.
 
 Emitters, by era:
 
@@ -17,6 +18,8 @@ Emitters, by era:
         v1/spec_decode/metrics.py  SpecDecoding metrics: Mean acceptance length: X, Accepted
                            throughput: ..., Per-position acceptance rate: ..., Avg Draft
                            acceptance rate: X%                     (0.17, 0.21: a line of its own)
+        config/vllm.py     Asynchronous scheduling is enabled. / ... disabled.
+                           (VllmConfig.__post_init__, startup; engines/vllm/log.py)
     V0  engine/metrics.py  Speculative metrics: Draft acceptance rate: X, System efficiency: X,
                            Number of speculative tokens: N, Number of accepted tokens: N, Number
                            of draft tokens: N, Number of emitted tokens: N.              (0.6.6)
@@ -36,7 +39,9 @@ Each reading is `(kind, fields)` with the engine-neutral names of the SGLang gra
 preemptions (per interval), preempted_total (cumulative), external_hit_rate and swapped. A
 speculative-decoding line reads as kind `spec` with accept_len: the tokens one decode step makes,
 the bonus token included (V1: `Mean acceptance length`, 1 + accepted / drafts; V0: emitted tokens
-/ (draft tokens / speculative tokens), its counters being cumulative).
+/ (draft tokens / speculative tokens), its counters being cumulative). The async-scheduling line
+reads as kind `async` with async_scheduling 1 or 0, which `simulate --from-log` takes into its
+deployment (observe/samples.py), no serving figure.
 """
 
 from __future__ import annotations
@@ -54,7 +59,9 @@ POOL = "GPU KV cache size:"
 CPU_POOL = "CPU KV cache size:"
 SPEC = "SpecDecoding metrics:"
 V0_SPEC = "Speculative metrics:"
-MARKERS = (STATS, V0_HIT, PREEMPTED, POOL, CPU_POOL, SPEC, V0_SPEC)
+ASYNC_ON = "Asynchronous scheduling is enabled."
+ASYNC_OFF = "Asynchronous scheduling is disabled."
+MARKERS = (STATS, V0_HIT, PREEMPTED, POOL, CPU_POOL, SPEC, V0_SPEC, ASYNC_ON, ASYNC_OFF)
 
 _V0_HIT = re.compile(r"GPU: (\d{1,3}(?:\.\d{1,12})?)%, CPU: (\d{1,3}(?:\.\d{1,12})?)%")
 _PREEMPTION = re.compile(r"is preempted by PreemptionMode\.(?:RECOMPUTE|SWAP) mode because")
@@ -177,4 +184,6 @@ def read(segment: str) -> tuple[str, dict[str, float]] | None:
     if segment.startswith((POOL, CPU_POOL)):
         match = _POOL_TOKENS.match(segment)
         return ("pool", {"pool_tokens": float(match.group(1).replace(",", ""))}) if match else None
+    if segment.startswith((ASYNC_ON, ASYNC_OFF)):
+        return "async", {"async_scheduling": float(segment.startswith(ASYNC_ON))}
     return None
