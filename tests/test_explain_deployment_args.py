@@ -5,6 +5,7 @@ element (238,016 tokens, was explained at bfloat16's 476,032: +100%), fp8 one (9
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,46 @@ def test_an_unknown_model_run_in_float32_is_recomputed() -> None:
     assert not e.inputs.model_known
     assert e.reconciliation.unchecked is None
     assert e.reconciliation.predicted == tokens
+
+
+TRANSFER = (
+    "'kv_transfer_config': KVTransferConfig(kv_connector='OffloadingConnector', engine_id='e1', "
+    "kv_buffer_device='cuda', kv_buffer_size=1000000000.0, kv_role='kv_both', kv_rank=None, "
+    "kv_parallel_size=1, kv_ip='127.0.0.1', kv_port=14579, kv_connector_extra_config={EXTRA}, "
+    "kv_connector_module_path=None)"
+)
+
+
+def test_a_printed_kv_transfer_config_is_the_deployments() -> None:
+    """vLLM prints --kv-transfer-config as its KVTransferConfig repr: read as the deployment's
+    connector (unset fields left out), so the release's rules apply to it: v0.19.0 sizes the
+    OffloadingConnector's host pool by cpu_bytes_to_use and does not read num_cpu_blocks."""
+    base = L05.read_text(encoding="utf-8")
+    sized = TRANSFER.replace("{EXTRA}", "{'cpu_bytes_to_use': 10737418240}")
+    e = explain_log(base.replace(ARGS, f"{sized}, {ARGS}"), {})
+    (fact,) = [f for name, f in e.inputs.plan_settings if name == "kv_transfer_config"]
+    assert json.loads(str(fact.value)) == {
+        "kv_connector": "OffloadingConnector",
+        "engine_id": "e1",
+        "kv_buffer_device": "cuda",
+        "kv_role": "kv_both",
+        "kv_port": 14579,
+        "kv_connector_extra_config": {"cpu_bytes_to_use": 10737418240},
+        "kv_buffer_size": 1000000000.0,
+        "kv_parallel_size": 1,
+        "kv_ip": "127.0.0.1",
+    }
+    assert fact.line == 2
+    assert e.reconciliation.predicted == 476_032
+    unsized = TRANSFER.replace("{EXTRA}", "{'num_cpu_blocks': 10000}")
+    e = explain_log(base.replace(ARGS, f"{unsized}, {ARGS}"), {})
+    assert e.reconciliation.unchecked is not None
+    assert "num_cpu_blocks is not read there" in e.reconciliation.unchecked
+
+
+def test_a_printed_kv_events_config_is_the_deployments() -> None:
+    """KVEventsConfig(...) likewise: before v0.20.0 it turns the hybrid KV cache manager off."""
+    events = "'kv_events_config': KVEventsConfig(enable_kv_cache_events=True, publisher='zmq')"
+    e = explain_log(L05.read_text(encoding="utf-8").replace(ARGS, f"{events}, {ARGS}"), {})
+    (fact,) = [f for name, f in e.inputs.plan_settings if name == "kv_events_config"]
+    assert json.loads(str(fact.value)) == {"enable_kv_cache_events": True, "publisher": "zmq"}

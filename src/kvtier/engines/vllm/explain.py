@@ -9,6 +9,7 @@ lines are read in `explain_memory.py`, the ledger the log shows in `explain_ledg
 
 from __future__ import annotations
 
+import json
 import math
 
 from kvtier.engines import explain as engines_explain
@@ -19,6 +20,7 @@ from kvtier.engines.launch import speculative_config
 from kvtier.engines.ledger import Ledger
 from kvtier.engines.log_geometry import HALF, LogGeometry, pick
 from kvtier.engines.settings import Settings, to_fraction, to_int
+from kvtier.engines.vllm import kv_transfer
 from kvtier.engines.vllm import pool as vllm_budget
 from kvtier.engines.vllm.explain_ledger import log_ledger
 from kvtier.engines.vllm.explain_memory import VllmMemory, observed_count, read_memory
@@ -96,7 +98,7 @@ class VllmExplain:
         rows: Rows = []
         if startup.async_scheduling is not None and "async_scheduling" not in known:
             rows.append(("async_scheduling", startup.async_scheduling))
-        return rows + _speculative(settings, known)
+        return rows + _speculative(settings, known) + _connector_configs(settings, known)
 
     def measured(self, inputs: LogInputs[VllmMemory], flags: Measured) -> tuple[Measured, Rows]:
         startup = inputs.parsed.startup
@@ -210,6 +212,27 @@ _MEMORY_LINES = (
     "'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' "
     "(or V0 '# GPU blocks: N' / 'Memory profiling results: ...')"
 )
+
+
+def _connector_configs(settings: Settings, known: set[str]) -> Rows:
+    """--kv-transfer-config and --kv-events-config as the arguments printed them (config objects'
+    reprs), as JSON: a connector or KV events can turn the hybrid KV cache manager off
+    (hma.py), and a connector sizes a host tier (offloading.py)."""
+    rows: Rows = []
+    for name, convert in (("kv_transfer_config", kv_transfer.logged), ("kv_events_config", _json)):
+        if name not in known and (fact := settings.get(name, convert)) is not None:
+            rows.append((name, fact))
+    return rows
+
+
+def _json(raw: object) -> str:
+    """A logged config object (its repr's pairs) or JSON text, as JSON text."""
+    if isinstance(raw, str):
+        json.loads(raw)  # ValueError: not JSON
+        return raw
+    if not isinstance(raw, dict):
+        raise TypeError(raw)
+    return json.dumps(raw)
 
 
 def _speculative(settings: Settings, known: set[str]) -> Rows:

@@ -84,6 +84,19 @@ def read(raw: str | None, version: Version) -> TransferConfig:
     )
 
 
+def logged(raw: object) -> str:
+    """A logged `kv_transfer_config` (the dict of its printed `KVTransferConfig(...)` repr, or
+    JSON text) as `--kv-transfer-config` JSON: the fields the engine printed that kvtier reads in
+    any release, unset ones (None) left out. The engine printed only its release's fields, so
+    one kvtier's table lacks is dropped, not refused."""
+    if isinstance(raw, str):
+        raw = _object(raw)
+    if not isinstance(raw, dict):
+        raise TypeError(raw)
+    known = (*_ALWAYS, *_UNTIL_V0_32, *_SINCE)
+    return json.dumps({k: v for k, v in raw.items() if k in known and v is not None})
+
+
 def _object(raw: str) -> dict[str, object]:
     try:
         config = json.loads(raw)
