@@ -105,3 +105,15 @@ def test_a_printed_kv_events_config_is_the_deployments() -> None:
     e = explain_log(L05.read_text(encoding="utf-8").replace(ARGS, f"{events}, {ARGS}"), {})
     (fact,) = [f for name, f in e.inputs.plan_settings if name == "kv_events_config"]
     assert json.loads(str(fact.value)) == {"enable_kv_cache_events": True, "publisher": "zmq"}
+
+
+def test_a_printed_config_that_is_not_a_json_object_is_a_warning() -> None:
+    """A Namespace prints the flag's text: text that is no JSON object is named, not applied."""
+    base = L05.read_text(encoding="utf-8")
+    for arg, name in (
+        ("'kv_transfer_config': 'not json'", "kv_transfer_config"),
+        ("'kv_events_config': '5'", "kv_events_config"),
+    ):
+        e = explain_log(base.replace(ARGS, f"{arg}, {ARGS}"), {})
+        assert f"line 2: {name}=" in " ".join(e.inputs.warnings)
+        assert name not in dict(e.inputs.plan_settings)

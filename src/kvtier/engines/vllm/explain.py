@@ -228,7 +228,8 @@ def _connector_configs(settings: Settings, known: set[str]) -> Rows:
 def _json(raw: object) -> str:
     """A logged config object (its repr's pairs) or JSON text, as JSON text."""
     if isinstance(raw, str):
-        json.loads(raw)  # ValueError: not JSON
+        if not isinstance(json.loads(raw), dict):  # ValueError: not JSON
+            raise ValueError(raw)
         return raw
     if not isinstance(raw, dict):
         raise TypeError(raw)
