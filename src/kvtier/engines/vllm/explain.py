@@ -219,10 +219,15 @@ def _connector_configs(settings: Settings, known: set[str]) -> Rows:
     reprs), as JSON: a connector or KV events can turn the hybrid KV cache manager off
     (hma.py), and a connector sizes a host tier (offloading.py)."""
     rows: Rows = []
-    for name, convert in (("kv_transfer_config", kv_transfer.logged), ("kv_events_config", _json)):
+    for name, convert in (("kv_transfer_config", _transfer), ("kv_events_config", _json)):
         if name not in known and (fact := settings.get(name, convert)) is not None:
             rows.append((name, fact))
     return rows
+
+
+def _transfer(raw: object) -> str:
+    """A printed KVTransferConfig repr's pairs (kv_transfer.logged), or the flag's JSON text."""
+    return kv_transfer.logged(raw) if isinstance(raw, dict) else _json(raw)
 
 
 def _json(raw: object) -> str:

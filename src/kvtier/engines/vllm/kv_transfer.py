@@ -84,17 +84,10 @@ def read(raw: str | None, version: Version) -> TransferConfig:
     )
 
 
-def logged(raw: object) -> str:
-    """A logged `kv_transfer_config` as `--kv-transfer-config` JSON: the dict of its printed
-    `KVTransferConfig(...)` repr as the fields kvtier reads in any release, unset ones (None)
-    left out (the engine printed only its release's fields, so one kvtier's table lacks is
-    dropped, not refused); JSON text (the flag's) as given, checked by `read` as the flag is."""
-    if isinstance(raw, str):
-        if not isinstance(json.loads(raw), dict):  # ValueError: not JSON
-            raise ValueError(raw)
-        return raw
-    if not isinstance(raw, dict):
-        raise TypeError(raw)
+def logged(raw: dict[str, object]) -> str:
+    """A printed `KVTransferConfig(...)` repr's pairs as `--kv-transfer-config` JSON: the fields
+    kvtier reads in any release, unset ones (None) left out (the engine printed only its
+    release's fields, so one kvtier's table lacks is dropped, not refused)."""
     known = (*_ALWAYS, *_UNTIL_V0_32, *_SINCE)
     return json.dumps({k: v for k, v in raw.items() if k in known and v is not None})
 
