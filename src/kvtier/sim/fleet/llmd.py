@@ -272,7 +272,8 @@ def policies(block_size: int) -> tuple[Policy, Policy]:
     source = (
         "gateway-api-inference-extension scorer/queue.go, kvcache_utilization.go, "
         "multi/prefix/plugin.go + indexer.go; llm-d-inference-scheduler "
-        "pkg/plugins/scorer/precise_prefix_cache.go; weights from llm-d's guides"
+        "pkg/plugins/scorer/precise_prefix_cache.go, active_request.go; weights from llm-d's "
+        "guides"
     )
     precise = _common(block_size) | event_options()
     return (
