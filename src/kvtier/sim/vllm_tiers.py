@@ -211,7 +211,7 @@ def _tiers(d: Deployment, ledger: Ledger, config: TransferConfig, version: Versi
         return _native(d, ledger, config, version)
     lmcache_backend = d.kv_offloading_backend == "lmcache"
     if lmcache_backend and d.kv_offloading_size_gib is not None:
-        return _lmcache_backend(d, d.kv_offloading_size_gib, extra, per_token)
+        return _lmcache_backend(d, version, d.kv_offloading_size_gib, extra, per_token)
     if name == LMCACHE:
         return _lmcache(d, extra, per_token)
     if lmcache_backend:
@@ -220,12 +220,11 @@ def _tiers(d: Deployment, ledger: Ledger, config: TransferConfig, version: Versi
 
 
 def _lmcache_backend(
-    d: Deployment, size: float, extra: dict[str, object], per_token: int
+    d: Deployment, version: Version, size: float, extra: dict[str, object], per_token: int
 ) -> VllmTiers:
-    """--kv-offloading-backend lmcache as the release's _post_init_kv_transfer_config sets the
+    """--kv-offloading-backend lmcache as `version`'s _post_init_kv_transfer_config sets the
     connector: LMCacheConnectorV1 with S / (TP x PP) GiB of local CPU a rank (its extra config
     replaced) in v0.12.0 - v0.22.x; from v0.23.0 LMCacheMPConnector, sized by no vLLM input."""
-    version = versions.DEFAULT.resolve(d.engine_version)
     if version < V0_12:
         raise KvtierError(f"vLLM {version} has no --kv-offloading-backend (it arrives in v0.12.0)")
     if version >= V0_23:
