@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from founding_support import kimi
@@ -86,6 +89,20 @@ def test_vllm_offload_size_is_gib_over_all_ranks() -> None:
     assert size == pytest.approx(base.kv_tokens * base.kv_bytes_per_token * 4 * 2 / GiB, abs=1)
     host_tokens = dict(offload.figures)["host_tokens"]
     assert host_tokens == pytest.approx(4 * base.kv_tokens, rel=0.01)
+
+
+def test_vllm_offload_sizes_not_above_the_configured_pool_are_left_out() -> None:
+    """A deployment already offloading offers only bigger host pools: x2 and x4 of the device
+    pool are under its x5 (its own pool), x8 is above it."""
+    d = Deployment(Engine.VLLM, "Qwen/Qwen3-32B", tp=2, gpu="H100", context_length=32768)
+    base = build_ledger(resolve(d))
+    size = math.ceil(base.kv_tokens * base.kv_bytes_per_token * 5 * 2 / GiB)
+    offloading = dataclasses.replace(
+        d, kv_offloading_backend="native", kv_offloading_size_gib=float(size)
+    )
+    inputs = resolve(offloading)
+    names = [o.name for o in all_options(inputs, build_ledger(inputs), 2.0, HostSetup())]
+    assert [n for n in names if n.startswith("CPU offload")] == ["CPU offload x8"]
 
 
 @pytest.mark.parametrize("engine", [Engine.SGLANG, Engine.VLLM])

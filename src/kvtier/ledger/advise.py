@@ -263,15 +263,17 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
 def _vllm_offload_options(p: PlanInputs, base: Ledger) -> list[Option]:
     """vLLM CPU offloading: --kv-offloading-size is GiB summed over all TP x PP ranks; its
     blocks are the ledger's host pool (none where the release takes no such size), the native
-    connector's, or SimpleCPUOffloadConnector's under VLLM_USE_SIMPLE_KV_OFFLOAD=1."""
+    connector's, or SimpleCPUOffloadConnector's under VLLM_USE_SIMPLE_KV_OFFLOAD=1. A size whose
+    pool holds no more than the deployment's own host pool is no way to more and is left out."""
     d = p.deployment
     ranks = d.tp * d.pp
+    current = base.host_pool.tokens if base.host_pool is not None else 0
     options = []
     for ratio in HOST_RATIOS:
         per_rank_gib = base.kv_tokens * base.kv_bytes_per_token * ratio / GiB
         size = math.ceil(per_rank_gib * ranks)
         sized = variant(p, kv_offloading_backend="native", kv_offloading_size_gib=float(size))
-        if sized is None or sized.host_pool is None:
+        if sized is None or sized.host_pool is None or sized.host_pool.tokens <= current:
             continue
         options.append(
             Option(
