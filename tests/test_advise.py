@@ -105,6 +105,19 @@ def test_vllm_offload_sizes_not_above_the_configured_pool_are_left_out() -> None
     assert [n for n in names if n.startswith("CPU offload")] == ["CPU offload x8"]
 
 
+def test_hicache_ratios_not_above_the_configured_pool_are_left_out() -> None:
+    """SGLang at --hicache-ratio 4 is offered ratio 8 only; its --hicache-size keeps its own row."""
+    d = Deployment(Engine.SGLANG, "Qwen/Qwen3-32B", tp=2, gpu="H100", context_length=32768)
+    for hicache, expected in (
+        (HiCache(enable=True, ratio=4.0), ["HiCache ratio 8"]),
+        (HiCache(enable=True), ["HiCache ratio 4", "HiCache ratio 8"]),  # the default ratio, 2
+        (HiCache(enable=True, size_gb=500.0), ["HiCache size 500 GB"]),
+    ):
+        inputs = resolve(dataclasses.replace(d, hicache=hicache))
+        names = [o.name for o in all_options(inputs, build_ledger(inputs), 2.0, HostSetup())]
+        assert [n for n in names if n.startswith("HiCache")] == expected, hicache
+
+
 @pytest.mark.parametrize("engine", [Engine.SGLANG, Engine.VLLM])
 def test_each_option_carries_the_kind_of_what_it_changes(engine: Engine) -> None:
     """The kind is set where the option is made: vLLM's --gpu-memory-utilization options are

@@ -195,8 +195,10 @@ def fp8_options(p: PlanInputs, base: Ledger) -> list[Option]:
 
 
 def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
-    """Host-RAM tiers at several sizes: tokens, GB per rank and node, RAM checks, reload time.
-    None for Gemma 4, whose host tiers are not modelled on either engine."""
+    """Host-RAM tiers at several sizes: tokens, GB per rank and node, RAM checks, reload time;
+    a ratio whose pool holds no more than the deployment's own is left out (its configured
+    --hicache-size keeps its row). None for Gemma 4, whose host tiers are not modelled on
+    either engine."""
     d = p.deployment
     if not p.model.kv.is_uniform:
         return []
@@ -217,9 +219,16 @@ def host_options(p: PlanInputs, base: Ledger, host: HostSetup) -> list[Option]:
                 d.hicache.size_gb,
             )
         )
+    current = 0  # the deployment's own host pool: a ratio holding no more is no way to more
+    if d.hicache.enable:
+        current = tier.tokens(
+            base.kv_tokens, base.page_size, per_token, d.hicache.ratio, d.hicache.size_gb
+        )
     options = []
     for label, flags, ratio, size in sizes:
         tokens = tier.tokens(base.kv_tokens, base.page_size, per_token, ratio, size)
+        if size is None and tokens <= current:
+            continue
         per_rank = tokens * per_token
         figures = [
             ("host_tokens", float(tokens)),
