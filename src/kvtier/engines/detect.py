@@ -63,14 +63,6 @@ class ParsedLog:
 
 
 @dataclass(frozen=True, slots=True)
-class LineSpan:
-    """The first and last line (1-based) of one server start in a log."""
-
-    first_line: int
-    last_line: int
-
-
-@dataclass(frozen=True, slots=True)
 class DetectedLog:
     """A log cut into lines, the engine whose lines it holds (None when neither), and the first
     and the last line of each engine present (lines only one engine prints)."""
@@ -79,6 +71,14 @@ class DetectedLog:
     engine: str | None
     first: dict[str, LogLine]
     last: dict[str, LogLine]
+
+
+@dataclass(frozen=True, slots=True)
+class LineSpan:
+    """The first and last line (1-based) of one server start in a log."""
+
+    first_line: int
+    last_line: int
 
 
 def detect_log(text: str) -> DetectedLog:
