@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from kvtier.engines.vllm import kv_transfer
+from kvtier.engines.vllm.versions import V0_32
 from kvtier.ledger.explain import explain_log
+from vllm_cpu_support import vllm_json
 
 L05 = Path(__file__).parent / "fixtures" / "logs" / "l05-vllm.log"
 ARGS = "'enable_prefix_caching': False}"
@@ -117,3 +120,33 @@ def test_a_printed_config_that_is_not_a_json_object_is_a_warning() -> None:
         e = explain_log(base.replace(ARGS, f"{arg}, {ARGS}"), {})
         assert f"line 2: {name}=" in " ".join(e.inputs.warnings)
         assert name not in dict(e.inputs.plan_settings)
+
+
+_VLLM_REPR = r"""
+import json, sys
+from vllm.config import KVEventsConfig, KVTransferConfig
+args = {"kv_transfer_config": KVTransferConfig(**json.loads(sys.argv[1])),
+        "kv_events_config": KVEventsConfig(enable_kv_cache_events=True, publisher="zmq")}
+print(json.dumps({"pairs": repr(args)[1:-1]}))  # as `non-default args: {...}` prints them
+"""
+
+
+def test_vllms_own_config_reprs_read_as_the_deployment(tmp_path: Path) -> None:
+    """The text vLLM v0.32.0's CPU build prints for its own KVTransferConfig and KVEventsConfig
+    (every field, defaults included) reads back as the config it was built from, and that
+    release's rules take it (no field refused)."""
+    given = {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": 10737418240},
+    }
+    pairs = vllm_json(_VLLM_REPR, given, tmp_path)["pairs"]
+    assert "KVTransferConfig(" in pairs and "KVEventsConfig(" in pairs
+    e = explain_log(L05.read_text(encoding="utf-8").replace(ARGS, f"{pairs}, {ARGS}"), {})
+    settings = dict(e.inputs.plan_settings)
+    config = json.loads(str(settings["kv_transfer_config"].value))
+    assert {k: config[k] for k in given} == given
+    transfer = kv_transfer.read(json.dumps(config), V0_32)
+    assert transfer.connector == "OffloadingConnector" and not transfer.notes
+    events = json.loads(str(settings["kv_events_config"].value))
+    assert events["enable_kv_cache_events"] is True and events["publisher"] == "zmq"
