@@ -65,11 +65,6 @@ def _names(d: Deployment, config: TransferConfig, version: Version) -> list[str]
     name = offloading.connector(d, config, version)
     if name is None:
         return []
-    if config.module_path:
-        raise KvtierError(
-            f"--kv-transfer-config: {name!r:.40} from kv_connector_module_path; whether it "
-            "subclasses SupportsHMA (vLLM's hybrid KV cache manager) is not known"
-        )
     if name != MULTI:
         return [name]
     children = config.extra.get("connectors", [])
@@ -104,6 +99,11 @@ def off_reason(d: Deployment, config: TransferConfig, version: Version) -> str |
                 "before v0.22.0"
             )
         return f"a KV connector ({', '.join(f'{shown(n):.40}' for n in names)}) in vLLM {version}"
+    if config.module_path:  # from v0.22.0 only a connector without SupportsHMA turns it off
+        raise KvtierError(
+            f"--kv-transfer-config: {config.connector!r:.40} from kv_connector_module_path; "
+            "whether it subclasses SupportsHMA (vLLM's hybrid KV cache manager) is not known"
+        )
     lacking = [n for n in names if n not in _HMA_SINCE or version < _HMA_SINCE[n]]
     if not lacking:
         return None
