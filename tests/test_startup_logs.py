@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,18 @@ def test_a_config_objects_repr_reads_as_its_keyword_pairs() -> None:
         "compilation_config": {"max_model_len": 5},
     }
     assert parse_dict("{'a': 1, 'b': KVTransferConfig(kv_connector='X', ") == {"a": 1}
+    # a repr of positional arguments stays its text; one nested past the interpreter's depth too
+    assert parse_kwargs("path=PosixPath('/m')") == {"path": "PosixPath('/m')"}
+    deep = "a(k=" * 100 + "1" + ")" * 100
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(200)  # 100 levels nest past it
+    try:
+        value = parse_kwargs(f"x={deep}")["x"]
+    finally:
+        sys.setrecursionlimit(limit)
+    while isinstance(value, dict):
+        value = value["k"]
+    assert isinstance(value, str) and value.endswith(")")  # the rest kept as its text
 
 
 def test_engine_is_recognised_and_a_wrong_one_refused() -> None:

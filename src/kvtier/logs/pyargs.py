@@ -108,7 +108,11 @@ def _literal(raw: str) -> object:
     if len(raw) > 1 and raw[0] in "'\"" and raw[-1] == raw[0] and "\\" not in raw:
         return raw[1:-1]  # a plain quoted string: no need to compile it
     if len(raw) <= _LITERAL_LIMIT and (call := _CALL_VALUE.fullmatch(raw)):
-        return parse_kwargs(call.group(1))
+        try:
+            pairs = parse_kwargs(call.group(1))
+        except RecursionError:  # reprs nested past the interpreter's depth are data too
+            return raw
+        return pairs or raw  # PosixPath('/m'): positional, kept as its text
     if raw and raw[0] in "'\"[{(" and len(raw) <= _LITERAL_LIMIT:
         try:
             with warnings.catch_warnings():  # odd escapes in pasted strings warn; they are data

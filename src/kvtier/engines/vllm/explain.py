@@ -24,6 +24,7 @@ from kvtier.engines.vllm import kv_transfer
 from kvtier.engines.vllm import pool as vllm_budget
 from kvtier.engines.vllm.explain_ledger import log_ledger
 from kvtier.engines.vllm.explain_memory import VllmMemory, observed_count, read_memory
+from kvtier.engines.vllm.flags import json_object
 from kvtier.engines.vllm.log import VllmStartup
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, min_over_ranks
@@ -231,11 +232,10 @@ def _transfer(raw: object) -> str:
 
 
 def _json(raw: object) -> str:
-    """A logged config object (its repr's pairs) or JSON text, as JSON text."""
+    """A logged config object (its repr's pairs) or JSON text, as JSON text (BadChoice, a
+    ValueError, when it is no JSON object)."""
     if isinstance(raw, str):
-        if not isinstance(json.loads(raw), dict):  # ValueError: not JSON
-            raise ValueError(raw)
-        return raw
+        return json_object(raw)
     if not isinstance(raw, dict):
         raise TypeError(raw)
     return json.dumps(raw)
