@@ -1,6 +1,7 @@
 """kvtier against a real vLLM server: vLLM's CPU build serving a tiny random-weight Llama.
 
-Two server starts, one per pool size, each driven by a short workload of shared prefixes:
+Two server starts, one per pool size, each driven by a short workload of shared prefixes (and a
+third, one request at a time, for when a streamed response's headers leave):
 
 - large pool: VLLM_CPU_KVCACHE_SPACE=1 (1 GiB, the CPU worker's explicit budget), requests one at
   a time; nothing ever waits.
@@ -18,6 +19,8 @@ under CI. All traffic goes to 127.0.0.1; every server is stopped by a finalizer.
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -271,3 +274,72 @@ def test_cpu_startup_lines_parse() -> None:
 def test_cpu_default_block_size() -> None:
     assert pool.default_block_size("CPU") == CPU_BLOCK
     assert pool.default_block_size("GPU") == pool.default_block_size(None) == 16
+
+
+# ---- the response headers of a streamed completion leave before its first token (llm-d's
+# active-request scorer in llm-d-inference-scheduler v0.3.x drops a request from its count when
+# they come back: sim/fleet/llmd.py `active-until-finish=0`)
+
+
+def _stream(server: VllmServer, tokens: int) -> http.client.HTTPResponse:
+    """A streamed completion's response, returned once its headers have arrived."""
+    conn = http.client.HTTPConnection(cpu.HOST, server.port, timeout=120)
+    prompt = cpu.shared_prefix_prompts(groups=1, per_group=1, prefix=PREFIX, suffix=SUFFIX)[0]
+    body = {
+        "model": str(server.model_dir),
+        "prompt": prompt,
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+    }
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    return conn.getresponse()
+
+
+def _events(response: http.client.HTTPResponse) -> list[bytes]:
+    """The stream's `data:` lines to its end."""
+    return [line for line in iter(response.readline, b"") if line.startswith(b"data:")]
+
+
+def _second_waits(server: VllmServer, deadline_s: float) -> bool:
+    """Whether vLLM's scheduler gauges show one request running and one waiting before the
+    deadline (they are set as each step's stats are logged)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        metrics = server.metrics()
+        if (
+            counter(metrics, "num_requests_running")
+            == 1
+            == counter(metrics, "num_requests_waiting")
+        ):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_streamed_response_headers_leave_before_the_first_token(
+    model_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    finalizers: list[Callable[[], None]],
+    small_pool: Served,  # one server at a time
+) -> None:
+    """With --max-num-seqs 1 a second streamed request waits in the scheduler while the first
+    runs; its 200 and headers are back already, so before its own first token (vLLM serves a
+    stream as a StreamingResponse, which sends its headers on start). Once it waits it cannot
+    have started: the first request holds the only slot for 600 tokens."""
+    out = tmp_path_factory.mktemp("one-seq")
+    args = (*COMMON_ARGS, "--max-num-seqs", "1")
+    server = VllmServer(model_dir, out / "server.log", args, {"VLLM_CPU_KVCACHE_SPACE": "1"})
+    finalizers.append(server.stop)
+    server.start(timeout=START_TIMEOUT_S)
+    try:
+        first = _stream(server, 600)  # 288 + 600 tokens, under the 1,024
+        assert first.readline().startswith(b"data:")  # the first request runs
+        second = _stream(server, 4)  # returns once its headers are in
+        assert second.status == 200
+        assert _second_waits(server, 5.0), "the second request was not seen waiting"
+        assert _events(first)[-1].strip() == b"data: [DONE]"
+        assert len(_events(second)) == 5  # 4 tokens and [DONE], after the first finished
+    finally:
+        server.stop()
