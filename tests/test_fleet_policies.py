@@ -251,13 +251,13 @@ def test_llmd_active_request_counts_its_own_picks_until_each_response_completes(
     r.tick(0.0)  # type: ignore[attr-defined]
     picks = [r.route(req(i, (i + 1,)), 0.0) for i in range(3)]  # type: ignore[attr-defined]
     assert sorted(picks) == [0, 1, 2]
-    assert r._active_scores == [0.0, 0.0, 0.0]  # type: ignore[attr-defined]
+    assert r.active_scores == [0.0, 0.0, 0.0]  # type: ignore[attr-defined]
     r.finished(picks[1], req(1, (2,)), 1.0)  # type: ignore[attr-defined]
-    assert r._active_scores[picks[1]] == 1.0  # type: ignore[attr-defined]
+    assert r.active_scores[picks[1]] == 1.0  # type: ignore[attr-defined]
     assert r.route(req(3, (4,)), 1.0) == picks[1]  # type: ignore[attr-defined]
     r.route(req(4, (5,)), 1.0)  # type: ignore[attr-defined]  # all at 1, tied: one takes a second
     # two in flight on one pod, one on the others: (2 - 1) / 2 for those
-    assert sorted(r._active_scores) == [0.0, 0.5, 0.5]  # type: ignore[attr-defined]
+    assert sorted(r.active_scores) == [0.0, 0.5, 0.5]  # type: ignore[attr-defined]
 
 
 def test_llmd_active_request_released_at_the_headers_orders_nothing() -> None:
@@ -267,7 +267,7 @@ def test_llmd_active_request_released_at_the_headers_orders_nothing() -> None:
     r = llmd("llm-d-approximate", view, [*ACTIVE_ONLY, "active-until-finish=0"])
     r.tick(0.0)  # type: ignore[attr-defined]
     picks = [r.route(req(i, (i + 1,)), 0.0) for i in range(30)]  # type: ignore[attr-defined]
-    assert r._active_scores == [1.0, 1.0, 1.0]  # type: ignore[attr-defined]
+    assert r.active_scores == [1.0, 1.0, 1.0]  # type: ignore[attr-defined]
     assert max(picks.count(p) for p in range(3)) > 10  # counted, 10 each would be the spread
 
 

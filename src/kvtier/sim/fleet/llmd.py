@@ -103,11 +103,13 @@ class LlmdScheduler(EventReader):
         super().__init__(replicas, view, opts, events=precise)
         self.precise = precise
         self.weights = (opts["prefix-weight"], opts["queue-weight"], opts["kv-usage-weight"])
-        self.active_weight = opts["active-weight"]
-        # counts that stay up until the response completes move the scores at every pick
-        self.counting = bool(opts["active-until-finish"]) and self.active_weight > 0
+        # counts that stay up until the response completes move the scores at every pick; a
+        # count dropped at the response headers scores every pod 1, a constant: no scorer
+        self.counting = bool(opts["active-until-finish"]) and opts["active-weight"] > 0
+        self.active_weight = opts["active-weight"] if self.counting else 0.0
         self._active = [0] * replicas
         self._active_scores = [1.0] * replicas
+        self._active_moved = False  # a count moved since the scores were last taken
         self.interval_s = opts["metrics-interval-ms"] / 1e3
         self.live = not opts["step-stats"]
         self._rng = random.Random(seed)
@@ -156,9 +158,11 @@ class LlmdScheduler(EventReader):
         return {r: s for r, p in held.items() if (s := (p - lo) / (hi - lo))}
 
     def route(self, req: TraceRequest, now: float) -> int:
-        """The max-score pick. A replica scoring 0 on prefix totals its queue and KV-usage
-        scores alone (the same float: 0 + x is x), fixed between scrapes: only the replicas
-        scoring on prefix are summed here."""
+        """The max-score pick. A replica scoring 0 on prefix totals its queue, KV-usage and
+        active-request scores alone (the same float: 0 + x is x), fixed between scrapes and
+        count moves: only the replicas scoring on prefix are summed here."""
+        if self._active_moved:
+            self._rescore_active()
         blocks = self._blocks(req)
         prefix = self._prefix_scores(req, blocks, now)
         wp, wq, wk = self.weights
@@ -190,12 +194,24 @@ class LlmdScheduler(EventReader):
             self._count(replica, -1)
 
     def _count(self, replica: int, step: int) -> None:
-        """The active-request scorer's count for `replica` moved by `step`, its scores anew."""
+        """The active-request scorer's count for `replica` moved by `step`; scored at the next
+        pick."""
+        self._active[replica] += step
+        self._active_moved = True
+
+    @property
+    def active_scores(self) -> list[float]:
+        """The active-request scorer's score of each replica, as the next pick reads it."""
+        if self._active_moved:
+            self._rescore_active()
+        return self._active_scores
+
+    def _rescore_active(self) -> None:
         counts = self._active
-        counts[replica] += step
         top = max(counts)
         self._active_scores = [1.0 if c <= 0 else (top - c) / top for c in counts]
-        self._scraped(self._usage)
+        self._active_moved = False
+        self._rebase()
 
     def next_tick(self, now: float) -> float:
         return self._next
@@ -214,12 +230,17 @@ class LlmdScheduler(EventReader):
         self._next = now + self.interval_s
 
     def _scraped(self, usage: list[float]) -> None:
-        """The scrape's queue scores, and each replica's total without a prefix score,
-        replicas by that total, highest first (equals in replica order)."""
+        """The scrape's queue scores and KV usage, then `_rebase`."""
         queues = self._queues
         lo, hi = min(queues), max(queues)
         self._queue_scores = [1.0 if hi == lo else (hi - x) / (hi - lo) for x in queues]
         self._usage = usage
+        self._rebase()
+
+    def _rebase(self) -> None:
+        """Each replica's total without a prefix score, and the replicas by that total, highest
+        first (equals in replica order)."""
+        usage = self._usage
         _, wq, wk = self.weights
         q, wa, active = self._queue_scores, self.active_weight, self._active_scores
         self._base = [
