@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 
 from kvtier.cli.flags.simulate import DEFAULT_ROUTER, ROUTER_OPT_HELP
-from kvtier.errors import KvtierError
+from kvtier.cli.simulate_fleet import sweep_name
+from kvtier.errors import KvtierError, shown
 from kvtier.report.json_text import emit
 
 
@@ -18,10 +19,10 @@ def asked(args: argparse.Namespace) -> bool:
         return False
     if len(args.router_opt) > 1:
         raise KvtierError(f"--router-opt {ROUTER_OPT_HELP} lists the options: give it alone")
-    if args.router is None and (args.sweep or "").startswith("router="):
+    if args.router is None and sweep_name(args) == "router":
         raise KvtierError(
             f"--router-opt {ROUTER_OPT_HELP} lists one policy's options: give --router POLICY, "
-            f"not --sweep {args.sweep:.60}"
+            f"not --sweep {shown(args.sweep):.60}"
         )
     return True
 

@@ -21,7 +21,8 @@ MEASURE = "--measure-stages"
 FLEET_SWEEPS = ("router", "replicas")
 
 
-def _sweep_name(args: argparse.Namespace) -> str | None:
+def sweep_name(args: argparse.Namespace) -> str | None:
+    """The fleet setting `--sweep NAME=...` sweeps (None: none, or not a fleet's)."""
     if not args.sweep:
         return None
     name = args.sweep.partition("=")[0].strip()
@@ -35,7 +36,7 @@ def active(args: argparse.Namespace) -> bool:
     return (
         (args.replicas or 1) > 1
         or args.shared_store_tokens is not None
-        or _sweep_name(args) is not None
+        or sweep_name(args) is not None
     )
 
 
@@ -75,13 +76,13 @@ def check(args: argparse.Namespace) -> None:
 
         name = args.router or DEFAULT_ROUTER
         parse_options(name, lookup(name, 512), args.router_opt)
-    if args.ray is not None and _sweep_name(args) is None:
+    if args.ray is not None and sweep_name(args) is None:
         raise KvtierError(
             "--ray runs a fleet sweep's points on a Ray cluster: give --sweep router= or replicas="
         )
     if args.ray is not None and args.jobs > 1:
         raise KvtierError("give --jobs N (local processes) or --ray ADDRESS, not both")
-    if args.jobs > 1 and _sweep_name(args) is None:
+    if args.jobs > 1 and sweep_name(args) is None:
         raise KvtierError(
             "--jobs runs a fleet sweep's points in parallel: give --sweep router= or replicas="
         )
@@ -159,7 +160,7 @@ def _spec(args: argparse.Namespace, replicas: int | None = None, router: str | N
 
 def _points(args: argparse.Namespace) -> tuple[str, list[tuple[str, Any]]]:
     """The sweep's parameter and (value, FleetSpec) per point; one point without a sweep."""
-    name = _sweep_name(args)
+    name = sweep_name(args)
     if name is None:
         return "", [("", _spec(args))]
     from kvtier.sim.sweep import sweep_values
