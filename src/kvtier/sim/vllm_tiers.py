@@ -201,11 +201,12 @@ def vllm_tiers(d: Deployment, ledger: Ledger) -> VllmTiers:
 
 def _tiers(d: Deployment, ledger: Ledger, config: TransferConfig, version: Version) -> VllmTiers:
     per_token, extra = ledger.kv_bytes_per_token, config.extra
-    name = str(config.connector)  # "None" where none is named
+    name = config.connector
     if d.kv_transfer_config is not None and name not in (NATIVE, SIMPLE, LMCACHE):
+        named = "no connector" if name is None else f"connector {name!r:.60}"
         raise KvtierError(
-            f"--kv-transfer-config names connector {name!r:.60}; simulate models "
-            f"{NATIVE}, {SIMPLE} and {LMCACHE}"
+            f"--kv-transfer-config names {named}; simulate models {NATIVE}, {SIMPLE} and "
+            f"{LMCACHE}"
         )
     if ledger.host_pool is not None:  # a CPU offloading connector, as the ledger sized it
         return _native(d, ledger, config, version)
