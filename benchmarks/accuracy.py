@@ -32,7 +32,6 @@ from kvtier.engines.vllm.pool import ContextTooLong, era_for
 from kvtier.engines.vllm.profile import ProfileBatch, ProfileShape, activation_peak
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
-from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import build_ledger, resolve
 from kvtier.model.catalog import resolve_model
 from kvtier.model.description import ModelSpec
@@ -177,7 +176,7 @@ def measure(case: Case) -> Row | None:
     if gpu is None:
         return Row(**base, planned=None, plan_range=None, plan_error=None,
                    plan_note="GPU not in catalog")  # fmt: skip
-    logged = dataclasses.replace(log_deployment(e.inputs), gpu=gpu)
+    logged = dataclasses.replace(e.deployment, gpu=gpu)
     deployment = dataclasses.replace(logged, measured=Measured())
     note, terms, peak = "", None, None
     try:

@@ -26,7 +26,6 @@ from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm import versions as vllm_versions
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
-from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,7 +228,7 @@ def test_a_vllm_log_of_a_later_release_is_refused_or_read_as_the_flag_s(tmp_path
     assert f"line 1: vLLM '{later}' is newer than {newest}" in err
     assert f"give --vllm-version {newest} to apply its rules" in err
     e = explain_log(text, {"engine_version": newest})
-    d = log_deployment(e.inputs)
+    d = e.deployment
     assert d.engine_version == newest
     assert d.origin("engine_version") == f"--vllm-version, for the log's vLLM {later} (line 1)"
     assert (

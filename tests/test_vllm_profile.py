@@ -18,7 +18,6 @@ from kvtier.engines.vllm import profile
 from kvtier.engines.vllm.pool import ContextTooLong
 from kvtier.ledger.advise import knob_options
 from kvtier.ledger.explain import explain_log
-from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import build_ledger, plan, resolve
 from kvtier.model.catalog import resolve_model
 from kvtier.units import GiB
@@ -35,7 +34,7 @@ def _v0_peak(case: str) -> tuple[float, int]:
     'Loading model weights took' printed, GiB), and its max_model_len."""
     printed = PUBLIC[case]["printed"]
     text = (LOGS / "public" / f"{case}.log").read_text(encoding="utf-8")
-    measured = log_deployment(explain_log(text, {}).inputs).measured.profile.activation_gib
+    measured = explain_log(text, {}).deployment.measured.profile.activation_gib
     assert measured == round(printed["peak_torch_memory_gib"] - printed["weights_gb"], 2)
     return measured, printed["max_model_len"]
 
@@ -67,7 +66,7 @@ def test_v0_peak_is_the_mlp_working_set_of_max_model_len_tokens(case: str) -> No
 
 def _measured_activation(case_file: str) -> tuple[float, str, int]:
     e = explain_log((LOGS / case_file).read_text(encoding="utf-8"), {})
-    d = log_deployment(e.inputs)
+    d = e.deployment
     assert d.measured.profile.activation_gib is not None
     return d.measured.profile.activation_gib, e.reconciliation.model.model_id, d.tp
 

@@ -16,7 +16,6 @@ from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm.quantization import loaded_model
 from kvtier.errors import KvtierError
 from kvtier.ledger.explain import explain_log
-from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import plan
 from kvtier.model.catalog import resolve_model
 from kvtier.model.params import EMBEDDING, LM_HEAD, NORMS
@@ -33,7 +32,7 @@ def test_online_fp8_of_llama_3_3_70b_loads_what_its_fp8_checkpoint_loads() -> No
     Llama-3.3-70B at TP2 (l11-vllm.log); online fp8 of the bf16 checkpoint quantizes the same
     Linear layers per tensor and keeps the embedding and lm_head: 33.87 GiB."""
     e = explain_log((LOGS / "l11-vllm.log").read_text(encoding="utf-8"), {})
-    measured = log_deployment(e.inputs).measured.weights_gib
+    measured = e.deployment.measured.weights_gib
     assert measured == 33.88
     online, note = loaded_model(resolve_model("meta-llama/Llama-3.3-70B-Instruct"), "fp8")
     assert note is not None and "per tensor" in note

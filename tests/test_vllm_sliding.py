@@ -15,7 +15,6 @@ from kvtier.engines.version import Version
 from kvtier.engines.vllm import pool as vllm
 from kvtier.engines.vllm import sliding
 from kvtier.ledger.explain import explain_log
-from kvtier.ledger.log_deployment import log_deployment
 from kvtier.ledger.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +98,7 @@ def test_explain_takes_the_logged_async_scheduling_into_the_deployment(word: str
     lines = GEMMA3_LOG.read_text().splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if "Chunked prefill is enabled" in line) + 1
     text = "".join([*lines[:at], ASYNC_LINE.format(word), *lines[at:]])
-    d = log_deployment(explain_log(text, {}).inputs)
+    d = explain_log(text, {}).deployment
     assert d.async_scheduling is on
     assert dict(d.origins)["async_scheduling"] == f"log line {at + 1}"
-    assert log_deployment(explain_log("".join(lines), {}).inputs).async_scheduling is None
+    assert explain_log("".join(lines), {}).deployment.async_scheduling is None

@@ -26,7 +26,6 @@ def read_log(args: argparse.Namespace) -> int:
     """Explain `args.log`, fill the deployment flags the operator left out from it; the KV
     token count the engine logged."""
     from kvtier.ledger.explain import explain_log
-    from kvtier.ledger.log_deployment import log_deployment
 
     if args.launch:
         raise KvtierError(
@@ -40,7 +39,7 @@ def read_log(args: argparse.Namespace) -> int:
     observed = explanation.reconciliation.observed
     if observed is None:
         raise KvtierError(f"advise {args.log}: the log states no KV token count")
-    deployment = log_deployment(explanation.inputs)
+    deployment = explanation.deployment
     _fill(args, deployment)
     if args.gpu is None:
         raise KvtierError(

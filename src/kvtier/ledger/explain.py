@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvtier.engines.deployment import Measured
+from kvtier.engines.deployment import Deployment, Measured
 from kvtier.engines.detect import DetectedLog, ParsedLog, parse_log
 from kvtier.engines.explain import LogInputs, LogLedger, Reconciliation
 from kvtier.engines.inputs import PlanInputs
@@ -27,6 +27,7 @@ class Explanation:
     reconciliation: Reconciliation
     ledger: LogLedger
     options: LogOptions | None  # None: the builder could not recompute the pool
+    deployment: Deployment  # what the log describes, its figures as measurements (advise's)
 
     @property
     def engine(self) -> str:
@@ -100,7 +101,7 @@ def _explain(
     host = float(host_ram) if isinstance(host_ram, int | float) else None
     options = log_options(plan, rec.ledger, host) if rec.ledger is not None else None
     ledger = rules.ledger(inputs, rec, measured or Measured(), rec.ledger)
-    return Explanation(inputs, rec, ledger, options)
+    return Explanation(inputs, rec, ledger, options, deployment)
 
 
 def _era_variants(inputs: LogInputs, plan: PlanInputs) -> tuple[PlanInputs, ...]:

@@ -10,18 +10,12 @@ from __future__ import annotations
 
 from kvtier.engines.deployment import Deployment, Measured, grouped
 from kvtier.engines.explain import LogInputs, Rows
-from kvtier.engines.rules import rules_for
-
-
-def log_deployment(inp: LogInputs, measured_flags: Measured | None = None) -> Deployment:
-    """The deployment the log describes, each value's origin naming its log line or flag."""
-    measured, logged = rules_for(inp.engine).explain.measured(inp, measured_flags or Measured())
-    return measured_deployment(inp, measured, logged)
 
 
 def measured_deployment(inp: LogInputs, measured: Measured, logged: Rows) -> Deployment:
-    """`log_deployment` from the engine's reading of the log's figures (`measured`) and the
-    settings they imply (`logged`), for a caller that already holds them."""
+    """The deployment the log describes, from the engine's reading of the log's figures
+    (`measured`) and the settings they imply (`logged`), each value's origin naming its log
+    line or flag."""
     values: dict[str, object] = {
         "model": inp.model_source.value,
         "tp": inp.tp.value,

@@ -205,8 +205,7 @@ def _tiers(d: Deployment, ledger: Ledger, config: TransferConfig, version: Versi
     if d.kv_transfer_config is not None and name not in (NATIVE, SIMPLE, LMCACHE):
         named = "no connector" if name is None else f"connector {name!r:.60}"
         raise KvtierError(
-            f"--kv-transfer-config names {named}; simulate models {NATIVE}, {SIMPLE} and "
-            f"{LMCACHE}"
+            f"--kv-transfer-config names {named}; simulate models {NATIVE}, {SIMPLE} and {LMCACHE}"
         )
     if ledger.host_pool is not None:  # a CPU offloading connector, as the ledger sized it
         return _native(d, ledger, config, version)
