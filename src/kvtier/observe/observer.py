@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from kvtier.engines.vllm.serving import ASYNC
 from kvtier.observe.diagnosis import KV_FULL, Counts, Diagnosis, Evidence, diagnose
 from kvtier.observe.timeline import Point, Timeline
 from kvtier.payload import copied
@@ -176,7 +177,7 @@ class Observer:
         if out_of_range(fields) is not None:
             self.skip(line, text)
             return
-        if kind == "async":  # a startup setting (observe/samples.py keeps it), no serving figure
+        if kind == ASYNC:  # a startup setting (observe/samples.py keeps it), no serving figure
             return
         if self.engine is None:
             self.engine = engine

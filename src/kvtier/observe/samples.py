@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import BinaryIO
 
+from kvtier.engines.vllm.serving import ASYNC
 from kvtier.errors import KvtierError
 from kvtier.observe.logread import read_stream
 from kvtier.observe.observer import Fields, Observation, Observer
@@ -84,7 +85,7 @@ class SampleRecorder(Observer):
         self.async_scheduling: tuple[int, bool] | None = None
 
     def heard(self, kind: str, fields: Fields, line: int | None, time: str | None) -> None:
-        if kind == "async" and self.async_scheduling is None and line is not None:
+        if kind == ASYNC and self.async_scheduling is None and line is not None:
             self.async_scheduling = (line, fields["async_scheduling"] == 1.0)
         if "accept_len" in fields and len(self.accept_lengths) < MAX_SAMPLES:
             self.accept_lengths.append(fields["accept_len"])

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from kvtier.engines.launch import find_launch
 from kvtier.engines.vllm import versions
+from kvtier.engines.vllm.serving import ASYNC_OFF, ASYNC_ON
 from kvtier.errors import KvtierError
 from kvtier.logs.facts import Fact, min_over_ranks
 from kvtier.logs.lines import LogLine, rank_of
@@ -91,7 +92,7 @@ _PROFILE_FIGURES: Figures = {  # what `Profile` reads of its line (`kvtier.logs.
 _AVAILABLE_KV = re.compile(r"Available KV cache memory: " + NUM + G)
 _GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + G)
 _GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling is (enabled|disabled)")
-_ASYNC = re.compile(r"Asynchronous scheduling is (enabled|disabled)\.")
+_ASYNC = re.compile(f"{re.escape(ASYNC_ON)}|{re.escape(ASYNC_OFF)}")  # serving.py's two lines
 # gpu_worker.py's advice on that switch states the utilization in force (%.4f): "The current
 # --gpu-memory-utilization=U is equivalent to ..." (v0.21+), "... from U to V" (disabled, and
 # the pre-v0.19 "In v0.19, CUDA graph memory profiling will be enabled by default" line)
@@ -357,7 +358,7 @@ def _pool_line(line: LogLine, found: _Found) -> None:
     elif "fp8 data type" in text and (m := _FP8.search(text)):
         one("fp8", "fp8", line, m.start())
     elif "Asynchronous scheduling" in text and (m := _ASYNC.search(text)):
-        one("async_scheduling", m.group(1) == "enabled", line, m.start())
+        one("async_scheduling", m.group() == ASYNC_ON, line, m.start())
 
 
 def _startup(found: _Found, lines: list[LogLine]) -> VllmStartup:

@@ -61,6 +61,7 @@ SPEC = "SpecDecoding metrics:"
 V0_SPEC = "Speculative metrics:"
 ASYNC_ON = "Asynchronous scheduling is enabled."
 ASYNC_OFF = "Asynchronous scheduling is disabled."
+ASYNC = "async"  # the kind of those lines: a startup setting, no serving figure
 MARKERS = (STATS, V0_HIT, PREEMPTED, POOL, CPU_POOL, SPEC, V0_SPEC, ASYNC_ON, ASYNC_OFF)
 
 _V0_HIT = re.compile(r"GPU: (\d{1,3}(?:\.\d{1,12})?)%, CPU: (\d{1,3}(?:\.\d{1,12})?)%")
@@ -185,5 +186,5 @@ def read(segment: str) -> tuple[str, dict[str, float]] | None:
         match = _POOL_TOKENS.match(segment)
         return ("pool", {"pool_tokens": float(match.group(1).replace(",", ""))}) if match else None
     if segment.startswith((ASYNC_ON, ASYNC_OFF)):
-        return "async", {"async_scheduling": float(segment.startswith(ASYNC_ON))}
+        return ASYNC, {"async_scheduling": float(segment.startswith(ASYNC_ON))}
     return None
